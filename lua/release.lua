@@ -1,0 +1,64 @@
+-- release.lua: give back one hold of an exclusive lock; at zero, delete it and wake a waiter.
+--
+-- KEYS[1]  the lock hash
+-- KEYS[2]  the unlock channel, redisson_lock__channel:{<name>}
+-- KEYS[3]  the release latch, redisson_unlock_latch:{<name>}:<request id>
+-- ARGV[1]  lease in whole milliseconds, >= 1, set again when holds remain
+-- ARGV[2]  owner field
+-- ARGV[3]  latch lifetime in whole milliseconds, >= 1
+-- ARGV[4]  the message to publish when the lock frees ("0": wake one waiter)
+--
+-- Returns the caller's remaining hold count: 0 when the lock was freed (and the
+-- message published), > 0 when it is still held by the caller, or -1 when the
+-- caller does not hold it (nothing is changed then).
+--
+-- The latch records the outcome under the request id, so a release retried after
+-- its reply was lost returns the first outcome instead of releasing twice.
+--
+-- Out of memory under noeviction, Redis refuses a script's memory-growing command
+-- only while the script has written nothing yet. So the first write here is always
+-- one that is never refused (PEXPIRE or DEL): a release must work even then.
+local lease = tonumber(ARGV[1])
+local latch_ttl = tonumber(ARGV[3])
+if lease == nil or lease < 1 or lease ~= math.floor(lease) then
+  return redis.error_reply('ERR lockwarden: lease must be a whole number of milliseconds >= 1')
+end
+if latch_ttl == nil or latch_ttl < 1 or latch_ttl ~= math.floor(latch_ttl) then
+  return redis.error_reply('ERR lockwarden: latch lifetime must be a whole number of milliseconds >= 1')
+end
+if ARGV[2] == nil or ARGV[2] == '' then
+  return redis.error_reply('ERR lockwarden: empty owner field')
+end
+
+local done = redis.call('get', KEYS[3])
+if done then
+  if done == '1' then
+    return 0
+  end
+  -- The first attempt left holds in place: report what remains of them now.
+  local left = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+  if left ~= nil and left > 0 then
+    return left
+  end
+  return 1
+end
+
+if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+  return -1
+end
+
+local holds = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+if holds == nil then
+  return redis.error_reply('ERR lockwarden: hold count is not a number')
+end
+if holds > 1 then
+  redis.call('pexpire', KEYS[1], lease)
+  local left = redis.call('hincrby', KEYS[1], ARGV[2], -1)
+  redis.call('set', KEYS[3], '0', 'px', latch_ttl)
+  return left
+end
+
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[4])
+redis.call('set', KEYS[3], '1', 'px', latch_ttl)
+return 0

@@ -1,0 +1,30 @@
+-- renew.lua: extend the lease of many held locks in one call (the watchdog).
+--
+-- KEYS[i]    lock hash i
+-- ARGV[1]    lease in whole milliseconds, >= 1
+-- ARGV[i+1]  the owner field that should hold KEYS[i]
+--
+-- Returns an array with one entry per key: 1 when that owner still holds it (its
+-- TTL is now the lease), 0 when it does not (expired, force-unlocked, or the data
+-- was lost), in which case nothing is changed for that key.
+--
+-- Only HEXISTS and PEXPIRE are used: neither is refused when Redis is out of
+-- memory, so renewal keeps working then.
+local lease = tonumber(ARGV[1])
+if lease == nil or lease < 1 or lease ~= math.floor(lease) then
+  return redis.error_reply('ERR lockwarden: lease must be a whole number of milliseconds >= 1')
+end
+if #ARGV ~= #KEYS + 1 then
+  return redis.error_reply('ERR lockwarden: renew needs one owner field per key')
+end
+
+local held = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('hexists', key, ARGV[i + 1]) == 1 then
+    redis.call('pexpire', key, lease)
+    held[i] = 1
+  else
+    held[i] = 0
+  end
+end
+return held

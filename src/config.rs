@@ -1,0 +1,202 @@
+//! [`Config`]: where Redis is and every duration and limit the lock manager uses.
+//!
+//! Every duration can be set down to the millisecond so that tests run against a real
+//! server in moments; the defaults are those of a production service (Redisson's
+//! 30-second watchdog lease renewed every 10 seconds). [`Config::validate`] refuses
+//! combinations that cannot work before anything connects.
+
+use std::time::Duration;
+
+use crate::error::LockError;
+
+/// How a [`LockManager`](crate::LockManager) connects and times its work.
+///
+/// ```
+/// use std::time::Duration;
+/// let config = lockwarden::Config::from_url("redis://127.0.0.1:6379")?
+///     .watchdog_lease(Duration::from_secs(10))
+///     .max_name_len(256);
+/// # Ok::<(), lockwarden::LockError>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The Redis client (parsed URL); connections are made from it.
+    pub(crate) client: redis::Client,
+    /// Lease of a lock taken without an explicit lease, renewed by the watchdog.
+    pub(crate) watchdog_lease: Duration,
+    /// How often the watchdog renews; `None` means a third of the watchdog lease.
+    pub(crate) renew_interval: Option<Duration>,
+    /// Longest accepted lock name, in bytes.
+    pub(crate) max_name_len: usize,
+    /// Longest accepted explicit lease.
+    pub(crate) max_lease: Duration,
+    /// How long a Redis command may take before it counts as failed.
+    pub(crate) response_timeout: Duration,
+    /// How long connecting to Redis may take.
+    pub(crate) connection_timeout: Duration,
+    /// How long a lock actor with nothing to do lingers before it stops.
+    pub(crate) idle_timeout: Duration,
+    /// Longest a waiter goes without asking Redis again when no unlock message comes.
+    pub(crate) max_retry_interval: Duration,
+    /// First delay before reconnecting or retrying after a connection error.
+    pub(crate) reconnect_min: Duration,
+    /// Longest delay between reconnection or retry attempts.
+    pub(crate) reconnect_max: Duration,
+    /// How long Redis remembers a release's outcome for an idempotent retry.
+    pub(crate) latch_ttl: Duration,
+}
+
+impl Config {
+    /// A configuration for the Redis server at `url` (`redis://host:port/db`), with
+    /// every other setting at its default. Fails only if the URL cannot be parsed.
+    pub fn from_url(url: &str) -> Result<Config, LockError> {
+        Ok(Config {
+            client: redis::Client::open(url)?,
+            watchdog_lease: Duration::from_secs(30),
+            renew_interval: None,
+            max_name_len: 1024,
+            max_lease: Duration::from_secs(7 * 24 * 3600),
+            response_timeout: Duration::from_secs(2),
+            connection_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(10),
+            max_retry_interval: Duration::from_secs(5),
+            reconnect_min: Duration::from_millis(50),
+            reconnect_max: Duration::from_secs(2),
+            latch_ttl: Duration::from_secs(10),
+        })
+    }
+
+    /// Lease of a lock acquired without an explicit lease; the watchdog keeps
+    /// renewing it while the lock is held, so a crashed holder's lock frees within
+    /// this time. Defaults to 30 seconds.
+    pub fn watchdog_lease(mut self, lease: Duration) -> Config {
+        self.watchdog_lease = lease;
+        self
+    }
+
+    /// How often the watchdog renews a held lock; must be shorter than the watchdog
+    /// lease. Defaults to a third of the watchdog lease.
+    pub fn renew_interval(mut self, every: Duration) -> Config {
+        self.renew_interval = Some(every);
+        self
+    }
+
+    /// Longest accepted lock name in bytes. Defaults to 1024.
+    pub fn max_name_len(mut self, bytes: usize) -> Config {
+        self.max_name_len = bytes;
+        self
+    }
+
+    /// Longest accepted explicit lease; longer ones are refused as a likely mistake.
+    /// Defaults to 7 days.
+    pub fn max_lease(mut self, lease: Duration) -> Config {
+        self.max_lease = lease;
+        self
+    }
+
+    /// How long one Redis command may take before it fails with a timeout. Defaults
+    /// to 2 seconds.
+    pub fn response_timeout(mut self, timeout: Duration) -> Config {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How long one attempt to connect to Redis may take. Defaults to 2 seconds.
+    pub fn connection_timeout(mut self, timeout: Duration) -> Config {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// How long a lock's actor lingers with no holder and no waiter before it stops
+    /// and leaves the registry. Defaults to 10 seconds.
+    pub fn idle_timeout(mut self, idle: Duration) -> Config {
+        self.idle_timeout = idle;
+        self
+    }
+
+    /// Longest a waiter goes without asking Redis again when no unlock message
+    /// arrives (messages are a hint and can be lost); waiters also retry when the
+    /// holder's TTL runs out, whichever is sooner. Defaults to 5 seconds.
+    pub fn max_retry_interval(mut self, interval: Duration) -> Config {
+        self.max_retry_interval = interval;
+        self
+    }
+
+    /// First and longest delay between attempts after a connection error; the delay
+    /// doubles from the first up to the longest, with jitter. Defaults to 50
+    /// milliseconds and 2 seconds.
+    pub fn reconnect_backoff(mut self, first: Duration, longest: Duration) -> Config {
+        self.reconnect_min = first;
+        self.reconnect_max = longest;
+        self
+    }
+
+    /// How long Redis keeps a release's outcome so that a release retried after a
+    /// lost reply is not applied twice. Defaults to 10 seconds.
+    pub fn latch_ttl(mut self, ttl: Duration) -> Config {
+        self.latch_ttl = ttl;
+        self
+    }
+
+    /// The watchdog's renewal period in effect.
+    pub(crate) fn renew_every(&self) -> Duration {
+        self.renew_interval.unwrap_or(self.watchdog_lease / 3)
+    }
+
+    /// Checks that the settings can work together.
+    pub fn validate(&self) -> Result<(), LockError> {
+        let bad = |why: String| Err(LockError::InvalidConfig(why));
+        if self.watchdog_lease < Duration::from_millis(1) {
+            return bad(format!("watchdog lease {:?} is under 1 ms", self.watchdog_lease));
+        }
+        if self.watchdog_lease > self.max_lease {
+            return bad(format!(
+                "watchdog lease {:?} is over the maximum lease {:?}",
+                self.watchdog_lease, self.max_lease
+            ));
+        }
+        let every = self.renew_every();
+        if every.is_zero() || every >= self.watchdog_lease {
+            return bad(format!(
+                "renewal period {every:?} must be above zero and shorter than the watchdog lease {:?}",
+                self.watchdog_lease
+            ));
+        }
+        if self.max_name_len == 0 {
+            return bad("maximum name length is zero".into());
+        }
+        for (what, d) in [
+            ("response timeout", self.response_timeout),
+            ("connection timeout", self.connection_timeout),
+            ("retry interval", self.max_retry_interval),
+            ("first reconnect delay", self.reconnect_min),
+            ("latch lifetime", self.latch_ttl),
+        ] {
+            if d < Duration::from_millis(1) {
+                return bad(format!("{what} {d:?} is under 1 ms"));
+            }
+        }
+        if self.reconnect_max < self.reconnect_min {
+            return bad("longest reconnect delay is shorter than the first".into());
+        }
+        Ok(())
+    }
+}
+
+/// Milliseconds of a duration for a script argument, saturating (callers have
+/// already bounded it by the maximum lease).
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Delay before retry number `attempt` (0-based): doubling from `first` up to
+/// `longest`, with up to a quarter of random jitter so that many clients that lost
+/// the same server do not return in step.
+pub(crate) fn backoff(first: Duration, longest: Duration, attempt: u32) -> Duration {
+    let base = first
+        .checked_mul(1u32 << attempt.min(16))
+        .unwrap_or(longest)
+        .min(longest);
+    let jitter = base.mul_f64(0.25 * (uuid::Uuid::new_v4().as_u128() % 1000) as f64 / 1000.0);
+    base.saturating_sub(jitter)
+}

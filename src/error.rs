@@ -1,0 +1,175 @@
+//! The one error type of the crate, and the reasons a held lock can be lost.
+//!
+//! Callers should rarely need to match variants: [`LockError::is_retryable`] answers
+//! "may trying again help?", and the `Display` text names the cause. Bad input is
+//! always caught before anything is sent to Redis, so an error of that kind means
+//! nothing changed.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why a lock name was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NameError {
+    /// The name is the empty string.
+    Empty,
+    /// The name is longer than the configured maximum
+    /// ([`Config::max_name_len`](crate::Config::max_name_len)).
+    TooLong {
+        /// The name's length in bytes.
+        len: usize,
+        /// The maximum allowed.
+        max: usize,
+    },
+    /// Keys derived from the name would hash to another cluster slot than the lock
+    /// key itself (unbalanced braces such as `}x`, or an empty hash tag `{}`).
+    CrossSlot,
+}
+
+impl fmt::Display for NameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NameError::Empty => f.write_str("lock name is empty"),
+            NameError::TooLong { len, max } => {
+                write!(f, "lock name is {len} bytes, longer than the maximum of {max}")
+            }
+            NameError::CrossSlot => f.write_str(
+                "lock name has unbalanced or empty braces: its derived keys would land in \
+                 another cluster slot than the lock (use a balanced, non-empty {tag} or no braces)",
+            ),
+        }
+    }
+}
+
+/// Why a lock that was held stopped being held, without its holder releasing it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// Redis no longer has this holder's owner field: the lock expired (for example
+    /// while the process or Redis was paused), was force-unlocked, or Redis lost its
+    /// data.
+    OwnerGone,
+    /// The explicit lease given at acquisition ran out.
+    LeaseExpired,
+    /// Renewal could not reach Redis before the lease ran out, counted from the last
+    /// successful acquisition or renewal on this process's monotonic clock.
+    Unreachable,
+    /// The lock manager (or its runtime) stopped while the lock was held, so nothing
+    /// renews it any more.
+    ManagerStopped,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::OwnerGone => "the lock is no longer held by this owner in Redis",
+            LostReason::LeaseExpired => "the lease ran out",
+            LostReason::Unreachable => "Redis could not be reached before the lease ran out",
+            LostReason::ManagerStopped => "the lock manager stopped",
+        })
+    }
+}
+
+/// Everything that can go wrong with a lock.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The lock name was refused; nothing was sent to Redis.
+    InvalidName(NameError),
+    /// A lease was zero, under a millisecond, or over the configured maximum;
+    /// nothing was sent to Redis.
+    InvalidLease {
+        /// The lease asked for.
+        lease: Duration,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The configuration is inconsistent (for example a renewal period not shorter
+    /// than the lease).
+    InvalidConfig(String),
+    /// The lock could not be acquired within the wait budget (for a zero wait: it was
+    /// held by someone else at the one attempt).
+    Timeout {
+        /// How long the caller waited.
+        waited: Duration,
+    },
+    /// The release found that this owner does not hold the lock: its lease ran out
+    /// or it was force-unlocked, and someone else may hold it now. Nothing changed.
+    NotHeld,
+    /// This guard was already released; nothing changed.
+    AlreadyReleased,
+    /// The lock was lost while held (see [`LostReason`]); releasing it again has no
+    /// effect.
+    Lost(LostReason),
+    /// Redis answered with an error or could not be reached.
+    Redis(redis::RedisError),
+    /// The lock manager or the lock's actor is no longer running.
+    Stopped,
+}
+
+impl LockError {
+    /// Whether the same call may succeed if tried again later: a wait that timed
+    /// out, or a Redis error that a reconnect or a pause may cure.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            LockError::Timeout { .. } => true,
+            LockError::Redis(e) => redis_is_transient(e),
+            _ => false,
+        }
+    }
+}
+
+/// Whether a Redis error may go away by itself (a dropped connection, a timeout, a
+/// loading or failing-over server), as opposed to one that will repeat (a wrong
+/// type, a script error).
+pub(crate) fn redis_is_transient(e: &redis::RedisError) -> bool {
+    !matches!(e.retry_method(), redis::RetryMethod::NoRetry) || e.is_timeout()
+}
+
+impl fmt::Display for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LockError::InvalidName(e) => write!(f, "invalid lock name: {e}"),
+            LockError::InvalidLease { lease, reason } => {
+                write!(f, "invalid lease {lease:?}: {reason}")
+            }
+            LockError::InvalidConfig(why) => write!(f, "invalid configuration: {why}"),
+            LockError::Timeout { waited } => {
+                write!(f, "lock not acquired: held elsewhere after waiting {waited:?}")
+            }
+            LockError::NotHeld => f.write_str("lock is not held by this owner"),
+            LockError::AlreadyReleased => f.write_str("this guard was already released"),
+            LockError::Lost(reason) => write!(f, "lock was lost while held: {reason}"),
+            LockError::Redis(e) => write!(f, "redis error: {e}"),
+            LockError::Stopped => f.write_str("the lock manager is not running"),
+        }
+    }
+}
+
+impl std::error::Error for LockError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LockError::Redis(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<redis::RedisError> for LockError {
+    fn from(e: redis::RedisError) -> LockError {
+        LockError::Redis(e)
+    }
+}
+
+impl From<NameError> for LockError {
+    fn from(e: NameError) -> LockError {
+        LockError::InvalidName(e)
+    }
+}
+
+impl From<actix::MailboxError> for LockError {
+    fn from(_: actix::MailboxError) -> LockError {
+        LockError::Stopped
+    }
+}

@@ -1,0 +1,225 @@
+//! [`LockGuard`], what a successful acquisition gives back, and [`LockHandle`], an
+//! addr-based handle on one lock name.
+//!
+//! A guard holds an address of its lock's actor, which keeps that actor alive for as
+//! long as the guard lives. Releasing is a message to that actor; dropping a guard
+//! that was not released only queues that message (it never blocks the runtime), so
+//! a guard dropped on any path, including a panic unwinding, gives its hold back.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::Addr;
+use tokio::sync::watch;
+
+use crate::error::{LockError, LostReason};
+use crate::keys::Owner;
+use crate::lock::{LockActor, Release};
+use crate::manager::{Acquire, ForceUnlock, Inspect, LockInfo, LockManager};
+
+/// What a release did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleaseOutcome {
+    /// That was the owner's last hold: the lock is free and a waiter was woken.
+    Released,
+    /// The owner re-entered the lock and still holds it this many times.
+    StillHeld {
+        /// Holds the owner has left.
+        holds: u32,
+    },
+}
+
+/// Proof of one hold of a lock, given by a successful acquisition.
+///
+/// Release it with [`release`](LockGuard::release) to learn the outcome; dropping
+/// it releases in the background. [`fencing_token`](LockGuard::fencing_token) is a
+/// number that grows with every acquisition of this lock: pass it to the resource
+/// you protect so that it can refuse a stale holder.
+pub struct LockGuard {
+    /// The lock's actor; keeps it alive while the guard lives.
+    lock: Addr<LockActor>,
+    /// The lock name.
+    name: Arc<str>,
+    /// The owner holding it.
+    owner: Owner,
+    /// The owner field in the lock hash.
+    owner_field: Arc<str>,
+    /// The fencing token of this acquisition.
+    token: u64,
+    /// The explicit lease, or `None` for watchdog mode.
+    lease: Option<Duration>,
+    /// Which holding of the lock this guard belongs to.
+    epoch: u64,
+    /// Set once the guard was released (by `release` or drop).
+    released: AtomicBool,
+    /// Becomes `Some` when the lock is lost while held.
+    lost: watch::Receiver<Option<LostReason>>,
+}
+
+impl LockGuard {
+    #[allow(clippy::too_many_arguments)] // one private constructor, called in one place
+    pub(crate) fn new(
+        lock: Addr<LockActor>,
+        name: Arc<str>,
+        owner: Owner,
+        owner_field: Arc<str>,
+        token: u64,
+        lease: Option<Duration>,
+        epoch: u64,
+        lost: watch::Receiver<Option<LostReason>>,
+    ) -> LockGuard {
+        LockGuard {
+            lock,
+            name,
+            owner,
+            owner_field,
+            token,
+            lease,
+            epoch,
+            released: AtomicBool::new(false),
+            lost,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The owner that holds the lock through this guard.
+    pub fn owner(&self) -> Owner {
+        self.owner
+    }
+
+    /// The field naming this holder in the lock hash: `<client id>:<owner>`.
+    pub fn owner_field(&self) -> &str {
+        &self.owner_field
+    }
+
+    /// The fencing token of this acquisition: larger than that of every earlier
+    /// acquisition of this lock, by any client.
+    pub fn fencing_token(&self) -> u64 {
+        self.token
+    }
+
+    /// The explicit lease this guard was acquired with, or `None` when the watchdog
+    /// renews it.
+    pub fn lease(&self) -> Option<Duration> {
+        self.lease
+    }
+
+    /// Why the lock was lost, if it was lost while held; `None` while it is held.
+    pub fn is_lost(&self) -> Option<LostReason> {
+        *self.lost.borrow()
+    }
+
+    /// Resolves when the lock is lost while held, with the reason. It does not
+    /// resolve while the lock is held; after a release it never resolves.
+    pub async fn lost(&self) -> LostReason {
+        let mut rx = self.lost.clone();
+        let seen = rx.wait_for(Option::is_some).await.map(|reason| *reason);
+        match seen {
+            Ok(reason) => reason.unwrap_or(LostReason::ManagerStopped),
+            Err(_) => {
+                if self.released.load(Ordering::Acquire) {
+                    // Released: the lock was never lost, so this never resolves.
+                    std::future::pending::<()>().await;
+                }
+                LostReason::ManagerStopped
+            }
+        }
+    }
+
+    /// Gives back this hold. Reports whether the lock is now free or the owner
+    /// still holds it through other guards; fails with [`LockError::AlreadyReleased`]
+    /// on a second call, [`LockError::Lost`] if the lock was lost meanwhile, and
+    /// [`LockError::NotHeld`] if Redis shows this owner no longer holds it.
+    pub async fn release(&self) -> Result<ReleaseOutcome, LockError> {
+        if self.released.swap(true, Ordering::AcqRel) {
+            return Err(LockError::AlreadyReleased);
+        }
+        self.lock
+            .send(Release { epoch: self.epoch })
+            .await?
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if !self.released.swap(true, Ordering::AcqRel) {
+            // Only queues a message: a drop must never block the runtime.
+            self.lock.do_send(Release { epoch: self.epoch });
+        }
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The token is left out on purpose: it is a capability for the resource.
+        f.debug_struct("LockGuard")
+            .field("name", &self.name)
+            .field("owner", &self.owner)
+            .field("lease", &self.lease)
+            .field("released", &self.released.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A handle on one lock name, for code that takes the same lock again and again.
+///
+/// Cheap to clone; it holds the manager's address and the (already validated) name.
+#[derive(Clone, Debug)]
+pub struct LockHandle {
+    /// The manager that serves it.
+    manager: Addr<LockManager>,
+    /// The lock name.
+    name: Arc<str>,
+}
+
+impl LockHandle {
+    pub(crate) fn new(manager: Addr<LockManager>, name: Arc<str>) -> LockHandle {
+        LockHandle { manager, name }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Waits until the lock is acquired, in watchdog mode, for a new owner.
+    pub async fn acquire(&self) -> Result<LockGuard, LockError> {
+        self.acquire_with(|a| a).await
+    }
+
+    /// Makes one attempt: `Ok(None)` when someone else holds the lock.
+    pub async fn try_acquire(&self) -> Result<Option<LockGuard>, LockError> {
+        match self.acquire_with(|a| a.wait(Duration::ZERO)).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(LockError::Timeout { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Acquires with options: `handle.acquire_with(|a| a.wait(d).lease(l).owner(o))`.
+    pub async fn acquire_with(
+        &self,
+        options: impl FnOnce(Acquire) -> Acquire,
+    ) -> Result<LockGuard, LockError> {
+        let msg = options(Acquire::new(&*self.name));
+        self.manager.send(msg).await?
+    }
+
+    /// Deletes the lock whoever holds it and wakes a waiter. Returns whether there
+    /// was a lock to delete. Its holder learns of the loss at its next renewal.
+    pub async fn force_unlock(&self) -> Result<bool, LockError> {
+        self.manager.send(ForceUnlock::new(&*self.name)).await?
+    }
+
+    /// Who holds the lock now, with hold counts and the remaining TTL.
+    pub async fn inspect(&self) -> Result<LockInfo, LockError> {
+        self.manager.send(Inspect::new(&*self.name)).await?
+    }
+}

@@ -1,0 +1,159 @@
+//! Names on the Redis side: lock keys, derived keys, channels and owner fields.
+//!
+//! Everything here follows the Redisson layout (`docs/protocol.md`) so that a Java
+//! service using Redisson and a Rust service using lockwarden that name the same lock
+//! exclude each other. Derived keys carry the lock name in a hash tag, so all keys of
+//! one lock land in one cluster slot; a name for which that cannot hold is refused
+//! here, before anything is sent to Redis.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::NameError;
+
+/// Prefix of the channel on which a freed lock is announced.
+const CHANNEL_PREFIX: &str = "redisson_lock__channel";
+/// Prefix of the short-lived key that makes a retried release idempotent.
+const LATCH_PREFIX: &str = "redisson_unlock_latch";
+/// Prefix of the fencing token counter.
+const TOKEN_PREFIX: &str = "redisson_lock_token";
+
+/// Message published when a lock frees: wake one waiter.
+pub(crate) const WAKE_ONE: &str = "0";
+/// Message published when all waiters may proceed (a write lock freed).
+pub(crate) const WAKE_ALL: &str = "1";
+
+/// One holder inside a process, for reentrancy.
+///
+/// Two acquisitions with the same `Owner` on the same lock re-enter it (the hold
+/// count goes up) instead of waiting for each other. Redisson uses the thread id for
+/// this; an explicit token fits async code, where one task moves between threads.
+/// An `Owner` is cheap to make and to copy; every call to [`Owner::new`] gives one
+/// that is unique within the process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Owner(u64);
+
+impl Owner {
+    /// A new owner, different from every other made in this process.
+    pub fn new() -> Owner {
+        // Starts at 1 so that no owner number is 0, which reads like "unset".
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Owner(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The owner number, as it appears after the client id in the owner field.
+    pub fn id(self) -> u64 {
+        self.0
+    }
+}
+
+impl Default for Owner {
+    fn default() -> Owner {
+        Owner::new()
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The hash field that names a holder: `<client id>:<owner number>`.
+pub(crate) fn owner_field(client_id: &str, owner: Owner) -> String {
+    format!("{client_id}:{}", owner.0)
+}
+
+/// `<prefix>:{<name>}`, or `<prefix>:<name>` when the name brings its own hash tag.
+fn prefixed(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// The channel on which this lock's release is published.
+pub(crate) fn channel(name: &str) -> String {
+    prefixed(CHANNEL_PREFIX, name)
+}
+
+/// The fencing token counter of this lock.
+pub(crate) fn token(name: &str) -> String {
+    prefixed(TOKEN_PREFIX, name)
+}
+
+/// The latch that remembers the outcome of the release with this request id.
+pub(crate) fn latch(name: &str, request_id: &str) -> String {
+    format!("{}:{request_id}", prefixed(LATCH_PREFIX, name))
+}
+
+/// The part of a key that Redis Cluster hashes to pick its slot: the text between
+/// the first `{` and the next `}` when that is not empty, else the whole key.
+fn hashed_part(key: &str) -> &str {
+    if let Some(open) = key.find('{') {
+        if let Some(len) = key[open + 1..].find('}') {
+            if len > 0 {
+                return &key[open + 1..open + 1 + len];
+            }
+        }
+    }
+    key
+}
+
+/// Checks a lock name: not empty, at most `max_len` bytes, and such that every key
+/// derived from it hashes to the same cluster slot as the lock key itself.
+pub(crate) fn validate_name(name: &str, max_len: usize) -> Result<(), NameError> {
+    if name.is_empty() {
+        return Err(NameError::Empty);
+    }
+    if name.len() > max_len {
+        return Err(NameError::TooLong {
+            len: name.len(),
+            max: max_len,
+        });
+    }
+    // All derived keys are built by `prefixed`, so checking one of them covers all.
+    // Equal hashed parts mean equal slots; names like `}x`, `a{}b` or `a{b` fail here.
+    if hashed_part(name) != hashed_part(&channel(name)) {
+        return Err(NameError::CrossSlot);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_keys_follow_the_redisson_layout() {
+        assert_eq!(channel("orders:42"), "redisson_lock__channel:{orders:42}");
+        assert_eq!(token("orders:42"), "redisson_lock_token:{orders:42}");
+        assert_eq!(latch("a", "r1"), "redisson_unlock_latch:{a}:r1");
+        assert_eq!(channel("{user1}:cart"), "redisson_lock__channel:{user1}:cart");
+    }
+
+    #[test]
+    fn names_whose_keys_would_split_across_slots_are_refused() {
+        for bad in ["}x", "a{}b", "{}", "a{b", "x}y{"] {
+            assert_eq!(validate_name(bad, 1024), Err(NameError::CrossSlot), "{bad}");
+        }
+        for good in ["orders:42", "{user1}:cart", "a{b}c", "ünïcode"] {
+            assert_eq!(validate_name(good, 1024), Ok(()), "{good}");
+        }
+    }
+
+    #[test]
+    fn empty_and_long_names_are_refused() {
+        assert_eq!(validate_name("", 8), Err(NameError::Empty));
+        assert_eq!(
+            validate_name("123456789", 8),
+            Err(NameError::TooLong { len: 9, max: 8 })
+        );
+    }
+
+    #[test]
+    fn owners_are_unique() {
+        assert_ne!(Owner::new(), Owner::new());
+    }
+}

@@ -1,0 +1,484 @@
+//! The [`LockManager`] actor, the front door, and its public messages.
+//!
+//! The manager owns what every lock of the process shares: the client id, the
+//! config, one multiplexed command connection (concurrent scripts from all lock
+//! actors are pipelined on its one socket, and it reconnects by itself), the
+//! [`Subscriber`], and the registry from lock name to lock actor. It validates every
+//! request before anything reaches Redis, then forwards acquisitions to the lock's
+//! actor, starting one on demand. It never waits on Redis for an acquisition itself,
+//! so one slow lock cannot hold up another.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::dev::{MessageResponse, OneshotSender};
+use actix::prelude::*;
+use futures::future::{select, Either};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::sync::oneshot;
+use tracing::{debug, info, info_span};
+
+use crate::config::Config;
+use crate::error::LockError;
+use crate::guard::{LockGuard, LockHandle};
+use crate::keys::{self, Owner};
+use crate::lock::{Cancel, Enqueue, LockActor, Waiter};
+use crate::scripts;
+use crate::stats::{Counters, Stats};
+use crate::subscriber::Subscriber;
+
+/// What the manager shares with its lock actors.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// This manager's random id: the first half of every owner field.
+    pub(crate) client_id: String,
+    /// The settings.
+    pub(crate) config: Arc<Config>,
+    /// The command connection (cloning it shares the socket).
+    pub(crate) conn: ConnectionManager,
+    /// The pub/sub actor.
+    pub(crate) subscriber: Addr<Subscriber>,
+    /// Health counters.
+    pub(crate) counters: Arc<Counters>,
+}
+
+/// The registry entry of one running lock actor.
+#[derive(Debug)]
+struct Entry {
+    /// The actor.
+    addr: Addr<LockActor>,
+    /// Enqueue messages sent to it, compared with what it saw in the idle handshake.
+    sent: u64,
+}
+
+/// The lock manager actor; start one per process with [`LockManager::start`].
+#[derive(Debug)]
+pub struct LockManager {
+    /// What lock actors share.
+    shared: Arc<Shared>,
+    /// Lock name -> its running actor.
+    locks: HashMap<Arc<str>, Entry>,
+}
+
+impl LockManager {
+    /// Connects to Redis and starts the manager and its subscriber. Must be called
+    /// inside a running actix system (`#[actix::main]`, `#[actix_rt::test]`).
+    /// Fails if the configuration is inconsistent or Redis cannot be reached.
+    pub async fn start(config: Config) -> Result<Addr<LockManager>, LockError> {
+        config.validate()?;
+        let cm_config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(config.response_timeout))
+            .set_connection_timeout(Some(config.connection_timeout))
+            .set_min_delay(config.reconnect_min)
+            .set_max_delay(config.reconnect_max);
+        let conn = ConnectionManager::new_with_config(config.client.clone(), cm_config).await?;
+        let config = Arc::new(config);
+        let counters = Arc::new(Counters::default());
+        let subscriber = {
+            let (config, counters) = (config.clone(), counters.clone());
+            Supervisor::start(move |_| Subscriber::new(config, counters))
+        };
+        let client_id = uuid::Uuid::new_v4().to_string();
+        info!(%client_id, "lock manager started");
+        let shared = Arc::new(Shared {
+            client_id,
+            config,
+            conn,
+            subscriber,
+            counters,
+        });
+        Ok(LockManager {
+            shared,
+            locks: HashMap::new(),
+        }
+        .start())
+    }
+
+    /// Checks a name against the configured rules.
+    fn check_name(&self, name: &str) -> Result<(), LockError> {
+        keys::validate_name(name, self.shared.config.max_name_len).map_err(LockError::from)
+    }
+
+    /// Checks an explicit lease: at least 1 ms (PEXPIRE 0 would delete the lock)
+    /// and at most the configured maximum.
+    fn check_lease(&self, lease: Option<Duration>) -> Result<(), LockError> {
+        let Some(lease) = lease else { return Ok(()) };
+        let reason = if lease < Duration::from_millis(1) {
+            "must be at least 1 ms"
+        } else if lease > self.shared.config.max_lease {
+            "is over the configured maximum lease"
+        } else {
+            return Ok(());
+        };
+        Err(LockError::InvalidLease { lease, reason })
+    }
+
+    /// The actor of `name`, started if there is none.
+    fn lock_actor(&mut self, name: &str, ctx: &mut Context<Self>) -> &mut Entry {
+        let shared = &self.shared;
+        self.locks.entry(Arc::from(name)).or_insert_with_key(|name| {
+            let actor = LockActor::new(name.clone(), shared.clone(), ctx.address().downgrade());
+            Entry {
+                addr: actor.start(),
+                sent: 0,
+            }
+        })
+    }
+}
+
+impl Actor for LockManager {
+    type Context = Context<Self>;
+}
+
+/// Acquire a lock. Answers with a [`LockGuard`] or the reason there is none.
+///
+/// Defaults: wait until acquired, watchdog lease, a new owner of its own.
+///
+/// ```no_run
+/// # async fn demo(manager: actix::Addr<lockwarden::LockManager>) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use lockwarden::Acquire;
+/// let guard = manager
+///     .send(Acquire::new("orders:42").wait(Duration::from_secs(5)))
+///     .await??;
+/// println!("token {}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Acquire {
+    /// The lock name.
+    name: String,
+    /// How long to wait; `None` waits until acquired.
+    wait: Option<Duration>,
+    /// Explicit lease; `None` lets the watchdog renew.
+    lease: Option<Duration>,
+    /// Owner for reentrancy; `None` makes a new one.
+    owner: Option<Owner>,
+}
+
+impl Acquire {
+    /// Acquire the lock `name`.
+    pub fn new(name: impl Into<String>) -> Acquire {
+        Acquire {
+            name: name.into(),
+            wait: None,
+            lease: None,
+            owner: None,
+        }
+    }
+
+    /// Give up with [`LockError::Timeout`] after this long; zero makes exactly one
+    /// attempt. Defaults to waiting until acquired.
+    pub fn wait(mut self, wait: Duration) -> Acquire {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Hold the lock for at most this long, without renewal (1 ms up to
+    /// [`Config::max_lease`]). Defaults to watchdog mode: the configured watchdog
+    /// lease, renewed while held.
+    pub fn lease(mut self, lease: Duration) -> Acquire {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Acquire as this owner: a second acquisition by an owner that holds the lock
+    /// re-enters it. Defaults to a new owner of its own.
+    pub fn owner(mut self, owner: Owner) -> Acquire {
+        self.owner = Some(owner);
+        self
+    }
+}
+
+impl Message for Acquire {
+    type Result = Result<LockGuard, LockError>;
+}
+
+static NEXT_WAITER: AtomicU64 = AtomicU64::new(1);
+
+impl Handler<Acquire> for LockManager {
+    type Result = AcquireResponse;
+
+    fn handle(&mut self, msg: Acquire, ctx: &mut Context<Self>) -> AcquireResponse {
+        if let Err(e) = self.check_name(&msg.name).and(self.check_lease(msg.lease)) {
+            return AcquireResponse::Ready(Err(e));
+        }
+        let owner = msg.owner.unwrap_or_default();
+        let since = Instant::now();
+        let (reply, rx) = oneshot::channel();
+        let id = NEXT_WAITER.fetch_add(1, Ordering::Relaxed);
+        let waiter = Waiter {
+            id,
+            owner,
+            field: Arc::from(keys::owner_field(&self.shared.client_id, owner)),
+            lease: msg.lease,
+            // A wait too long to represent is the same as no deadline.
+            deadline: msg.wait.and_then(|w| since.checked_add(w)),
+            try_once: msg.wait.is_some_and(|w| w.is_zero()),
+            since,
+            reply,
+            span: info_span!("acquire", lock = %msg.name, owner = owner.id()),
+        };
+        let entry = self.lock_actor(&msg.name, ctx);
+        entry.sent += 1;
+        entry.addr.do_send(Enqueue(waiter));
+        AcquireResponse::Waiting {
+            rx,
+            ticket: Ticket {
+                lock: Some(entry.addr.clone()),
+                waiter: id,
+            },
+        }
+    }
+}
+
+/// Tells the lock actor that a waiter's caller went away, unless disarmed first.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Ticket {
+    lock: Option<Addr<LockActor>>,
+    waiter: u64,
+}
+
+impl Ticket {
+    /// The waiter was answered: nothing to cancel.
+    fn disarm(mut self) {
+        self.lock = None;
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            lock.do_send(Cancel {
+                waiter: self.waiter,
+            });
+        }
+    }
+}
+
+/// The manager's reply to [`Acquire`]. It watches the caller: if the caller stops
+/// waiting (drops the `send` future, or its actor stops), the waiter leaves the
+/// lock's queue at once instead of being served to nobody.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum AcquireResponse {
+    /// Refused before reaching a lock actor.
+    Ready(Result<LockGuard, LockError>),
+    /// Queued at the lock actor.
+    Waiting {
+        rx: oneshot::Receiver<Result<LockGuard, LockError>>,
+        ticket: Ticket,
+    },
+}
+
+impl MessageResponse<LockManager, Acquire> for AcquireResponse {
+    fn handle(
+        self,
+        _ctx: &mut Context<LockManager>,
+        tx: Option<OneshotSender<Result<LockGuard, LockError>>>,
+    ) {
+        match self {
+            AcquireResponse::Ready(res) => {
+                if let Some(tx) = tx {
+                    let _ = tx.send(res);
+                }
+            }
+            AcquireResponse::Waiting { rx, ticket } => {
+                // `do_send` leaves nobody to answer: the ticket's drop cancels.
+                let Some(mut tx) = tx else { return };
+                actix_rt::spawn(async move {
+                    let outcome = match select(rx, Box::pin(tx.closed())).await {
+                        Either::Left((res, _)) => Some(res),
+                        Either::Right(_) => None,
+                    };
+                    match outcome {
+                        Some(res) => {
+                            ticket.disarm();
+                            // A guard that cannot be delivered any more is dropped,
+                            // which releases it.
+                            let _ = tx.send(res.unwrap_or(Err(LockError::Stopped)));
+                        }
+                        None => drop(ticket),
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// Get a [`LockHandle`] for one lock name (validated now, once).
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "Result<LockHandle, LockError>")]
+pub struct Handle {
+    /// The lock name.
+    name: String,
+}
+
+impl Handle {
+    /// A handle on the lock `name`.
+    pub fn new(name: impl Into<String>) -> Handle {
+        Handle { name: name.into() }
+    }
+}
+
+impl Handler<Handle> for LockManager {
+    type Result = Result<LockHandle, LockError>;
+
+    fn handle(&mut self, msg: Handle, ctx: &mut Context<Self>) -> Self::Result {
+        self.check_name(&msg.name)?;
+        Ok(LockHandle::new(ctx.address(), Arc::from(msg.name)))
+    }
+}
+
+/// Delete a lock whoever holds it, waking a waiter. Answers whether there was one.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "Result<bool, LockError>")]
+pub struct ForceUnlock {
+    /// The lock name.
+    name: String,
+}
+
+impl ForceUnlock {
+    /// Force-unlock the lock `name`.
+    pub fn new(name: impl Into<String>) -> ForceUnlock {
+        ForceUnlock { name: name.into() }
+    }
+}
+
+impl Handler<ForceUnlock> for LockManager {
+    type Result = ResponseFuture<Result<bool, LockError>>;
+
+    fn handle(&mut self, msg: ForceUnlock, _ctx: &mut Context<Self>) -> Self::Result {
+        let checked = self.check_name(&msg.name);
+        let conn = self.shared.conn.clone();
+        Box::pin(async move {
+            checked?;
+            let deleted = scripts::force_release(conn, &msg.name).await?;
+            info!(lock = %msg.name, deleted, "force unlock");
+            Ok(deleted)
+        })
+    }
+}
+
+/// One holder of a lock, as [`Inspect`] saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The owner field: `<client id>:<owner>` (Redisson: `<client id>:<thread id>`).
+    pub owner_field: String,
+    /// Its hold count.
+    pub holds: u32,
+    /// Whether the holder is an owner of the manager that inspected.
+    pub this_manager: bool,
+}
+
+/// A lock's state, as [`Inspect`] saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The lock name.
+    pub name: String,
+    /// Who holds it; empty when it is free.
+    pub holders: Vec<Holder>,
+    /// Time until it expires; `None` when it is free or has no expiry.
+    pub ttl: Option<Duration>,
+}
+
+impl LockInfo {
+    /// Whether anyone holds the lock.
+    pub fn is_held(&self) -> bool {
+        !self.holders.is_empty()
+    }
+}
+
+/// Read who holds a lock, their hold counts and its remaining TTL.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "Result<LockInfo, LockError>")]
+pub struct Inspect {
+    /// The lock name.
+    name: String,
+}
+
+impl Inspect {
+    /// Inspect the lock `name`.
+    pub fn new(name: impl Into<String>) -> Inspect {
+        Inspect { name: name.into() }
+    }
+}
+
+impl Handler<Inspect> for LockManager {
+    type Result = ResponseFuture<Result<LockInfo, LockError>>;
+
+    fn handle(&mut self, msg: Inspect, _ctx: &mut Context<Self>) -> Self::Result {
+        let checked = self.check_name(&msg.name);
+        let conn = self.shared.conn.clone();
+        let ours = format!("{}:", self.shared.client_id);
+        Box::pin(async move {
+            checked?;
+            let found = scripts::inspect(conn, &msg.name).await?;
+            let (ttl, fields) = found.unwrap_or_default();
+            let holders = fields
+                .into_iter()
+                .filter_map(|(field, value)| {
+                    // Fields whose value is not a count (a read-write lock's `mode`)
+                    // are not holders.
+                    let holds = value.parse().ok()?;
+                    Some(Holder {
+                        this_manager: field.starts_with(&ours),
+                        owner_field: field,
+                        holds,
+                    })
+                })
+                .collect();
+            Ok(LockInfo {
+                name: msg.name,
+                holders,
+                ttl,
+            })
+        })
+    }
+}
+
+/// Read the manager's counters.
+#[derive(Message, Clone, Copy, Debug, Default)]
+#[rtype(result = "Stats")]
+pub struct GetStats;
+
+impl Handler<GetStats> for LockManager {
+    type Result = MessageResult<GetStats>;
+
+    fn handle(&mut self, _msg: GetStats, _ctx: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.shared.counters.snapshot())
+    }
+}
+
+/// A lock actor has had nothing to do for a while and offers to stop. Answers
+/// `true` (stop) when the manager has sent it nothing it has not seen; the entry is
+/// then gone, so the next request for that name starts a fresh actor.
+#[derive(Message, Debug)]
+#[rtype(result = "bool")]
+pub(crate) struct Idle {
+    pub(crate) name: Arc<str>,
+    pub(crate) received: u64,
+}
+
+impl Handler<Idle> for LockManager {
+    type Result = bool;
+
+    fn handle(&mut self, msg: Idle, _ctx: &mut Context<Self>) -> bool {
+        match self.locks.get(&msg.name) {
+            Some(entry) if entry.sent == msg.received => {
+                self.locks.remove(&msg.name);
+                debug!(lock = %msg.name, "retired idle lock actor");
+                true
+            }
+            Some(_) => false,
+            // Not ours (a stale actor): let it go.
+            None => true,
+        }
+    }
+}

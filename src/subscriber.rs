@@ -1,0 +1,232 @@
+//! The [`Subscriber`] actor: the process's one pub/sub connection, routing unlock
+//! messages to the lock actors that wait on them.
+//!
+//! Pub/sub is only a hint (messages published while the connection is down are gone
+//! for good), so every lock actor also keeps a fallback timer. What the subscriber
+//! adds is speed: a waiter learns of a release one message after it happens instead
+//! of when the holder's TTL would have run out. It runs under an actix `Supervisor`:
+//! when the connection drops, its message stream ends, the actor stops and is
+//! restarted as the same struct, so the channel map survives. On every (re)connect it
+//! subscribes every routed channel again and sends [`Resync`] to each lock actor so
+//! that an unlock missed during the gap cannot leave a waiter asleep.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use redis::aio::PubSubSink;
+use redis::Msg;
+use tracing::{debug, info, warn};
+
+use crate::config::{backoff, Config};
+use crate::keys;
+use crate::stats::Counters;
+
+/// A lock's unlock message arrived: retry for one waiter, or for all of them.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub(crate) struct Unlocked {
+    /// `true` for message `1` (all waiters may proceed), `false` for `0`.
+    pub(crate) wake_all: bool,
+}
+
+/// The subscriber (re)connected: messages may have been lost, so retry now.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub(crate) struct Resync;
+
+/// Route `channel`'s messages to `recipient`, subscribing if needed. Replies `true`
+/// once Redis confirmed the subscription, `false` if it could not be made now (it
+/// is made on reconnect, followed by a [`Resync`]).
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub(crate) struct Subscribe {
+    pub(crate) channel: String,
+    pub(crate) unlocked: Recipient<Unlocked>,
+    pub(crate) resync: Recipient<Resync>,
+}
+
+/// Stop routing `channel` and unsubscribe from it.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct Unsubscribe {
+    pub(crate) channel: String,
+}
+
+/// Where one channel's messages go.
+struct Route {
+    /// Receives the unlock messages.
+    unlocked: Recipient<Unlocked>,
+    /// Receives a [`Resync`] after every reconnect.
+    resync: Recipient<Resync>,
+}
+
+/// The pub/sub actor; see the module documentation.
+pub(crate) struct Subscriber {
+    /// Settings: the client to connect with, backoff and timeouts.
+    config: Arc<Config>,
+    /// Subscribes and unsubscribes on the live connection; `None` while disconnected.
+    sink: Option<PubSubSink>,
+    /// Channel -> lock actor. Kept across restarts: it is what gets resubscribed.
+    routes: HashMap<String, Route>,
+    /// Failed connection attempts since the last success, for the backoff.
+    attempts: u32,
+    /// Shared counters (reconnects).
+    counters: Arc<Counters>,
+}
+
+impl Subscriber {
+    pub(crate) fn new(config: Arc<Config>, counters: Arc<Counters>) -> Subscriber {
+        Subscriber {
+            config,
+            sink: None,
+            routes: HashMap::new(),
+            attempts: 0,
+            counters,
+        }
+    }
+
+    /// Connects, then resubscribes every routed channel and resyncs their actors.
+    /// Nothing else is handled until this finishes (`ctx.wait`), so no Subscribe can
+    /// slip in between the connection and the resubscription.
+    fn connect(&mut self, ctx: &mut Context<Self>) {
+        let client = self.config.client.clone();
+        let timeout = self.config.connection_timeout;
+        let channels: Vec<String> = self.routes.keys().cloned().collect();
+        let fut = async move {
+            let pubsub = tokio::time::timeout(timeout, client.get_async_pubsub())
+                .await
+                .map_err(|_| "timed out connecting".to_string())?
+                .map_err(|e| e.to_string())?;
+            let (mut sink, stream) = pubsub.split();
+            if !channels.is_empty() {
+                tokio::time::timeout(timeout, sink.subscribe(&channels))
+                    .await
+                    .map_err(|_| "timed out resubscribing".to_string())?
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok::<_, String>((sink, stream, channels.len()))
+        };
+        ctx.wait(fut.into_actor(self).map(|res, act, ctx| match res {
+            Ok((sink, stream, resubscribed)) => {
+                if act.attempts > 0 {
+                    info!(channels = resubscribed, "pub/sub reconnected and resubscribed");
+                } else {
+                    debug!("pub/sub connected");
+                }
+                act.attempts = 0;
+                act.sink = Some(sink);
+                ctx.add_stream(stream);
+                for route in act.routes.values() {
+                    route.resync.do_send(Resync);
+                }
+            }
+            Err(why) => {
+                let delay = backoff(
+                    act.config.reconnect_min,
+                    act.config.reconnect_max,
+                    act.attempts,
+                );
+                act.attempts = act.attempts.saturating_add(1);
+                warn!(error = %why, retry_in = ?delay, attempt = act.attempts, "pub/sub connection failed");
+                // Stopping hands the actor to its Supervisor, which restarts it.
+                ctx.run_later(delay, |_, ctx| ctx.stop());
+            }
+        }));
+    }
+}
+
+impl Actor for Subscriber {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.connect(ctx);
+    }
+}
+
+impl Supervised for Subscriber {
+    fn restarting(&mut self, _ctx: &mut Context<Self>) {
+        // The old stream and sink belong to a dead connection.
+        self.sink = None;
+        self.counters.reconnect();
+    }
+}
+
+impl StreamHandler<Msg> for Subscriber {
+    fn handle(&mut self, msg: Msg, _ctx: &mut Context<Self>) {
+        let Some(route) = self.routes.get(msg.get_channel_name()) else {
+            return;
+        };
+        match msg.get_payload_bytes() {
+            b if b == keys::WAKE_ONE.as_bytes() => route.unlocked.do_send(Unlocked { wake_all: false }),
+            b if b == keys::WAKE_ALL.as_bytes() => route.unlocked.do_send(Unlocked { wake_all: true }),
+            other => debug!(channel = msg.get_channel_name(), payload = ?other, "ignored unknown message"),
+        }
+    }
+
+    fn finished(&mut self, ctx: &mut Context<Self>) {
+        warn!(channels = self.routes.len(), "pub/sub connection lost; reconnecting");
+        ctx.stop();
+    }
+}
+
+impl Handler<Subscribe> for Subscriber {
+    // Atomic: nothing else is handled until Redis confirms, so subscribes and
+    // unsubscribes of one channel reach Redis in the order they were asked for.
+    type Result = AtomicResponse<Self, bool>;
+
+    fn handle(&mut self, msg: Subscribe, _ctx: &mut Context<Self>) -> Self::Result {
+        // The route goes in first: a message that arrives right after the
+        // confirmation must find it.
+        self.routes.insert(
+            msg.channel.clone(),
+            Route {
+                unlocked: msg.unlocked,
+                resync: msg.resync,
+            },
+        );
+        let sink = self.sink.clone();
+        let timeout = self.config.response_timeout;
+        let channel = msg.channel;
+        let fut = async move {
+            let Some(mut sink) = sink else {
+                return false;
+            };
+            match tokio::time::timeout(timeout, sink.subscribe(&channel)).await {
+                Ok(Ok(())) => true,
+                Ok(Err(e)) => {
+                    warn!(error = %e, channel, "subscribe failed; relying on reconnect and timers");
+                    false
+                }
+                Err(_) => {
+                    warn!(channel, "subscribe timed out; relying on reconnect and timers");
+                    false
+                }
+            }
+        };
+        AtomicResponse::new(Box::pin(fut.into_actor(self)))
+    }
+}
+
+impl Handler<Unsubscribe> for Subscriber {
+    type Result = AtomicResponse<Self, ()>;
+
+    fn handle(&mut self, msg: Unsubscribe, _ctx: &mut Context<Self>) -> Self::Result {
+        let sink = if self.routes.remove(&msg.channel).is_some() {
+            self.sink.clone()
+        } else {
+            None
+        };
+        let timeout: Duration = self.config.response_timeout;
+        let fut = async move {
+            let Some(mut sink) = sink else { return };
+            match tokio::time::timeout(timeout, sink.unsubscribe(&msg.channel)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => debug!(error = %e, "unsubscribe failed; the connection is probably gone"),
+                Err(_) => debug!("unsubscribe timed out"),
+            }
+        };
+        AtomicResponse::new(Box::pin(fut.into_actor(self)))
+    }
+}
