@@ -48,10 +48,13 @@ pub struct Config {
 
 impl Config {
     /// A configuration for the Redis server at `url` (`redis://host:port/db`), with
-    /// every other setting at its default. Fails only if the URL cannot be parsed.
+    /// every other setting at its default. Fails with [`LockError::InvalidConfig`]
+    /// only if the URL cannot be parsed (nothing connects yet).
     pub fn from_url(url: &str) -> Result<Config, LockError> {
+        let client = redis::Client::open(url)
+            .map_err(|e| LockError::InvalidConfig(format!("bad Redis URL {url:?}: {e}")))?;
         Ok(Config {
-            client: redis::Client::open(url)?,
+            client,
             watchdog_lease: Duration::from_secs(30),
             renew_interval: None,
             max_name_len: 1024,
@@ -147,7 +150,10 @@ impl Config {
     pub fn validate(&self) -> Result<(), LockError> {
         let bad = |why: String| Err(LockError::InvalidConfig(why));
         if self.watchdog_lease < Duration::from_millis(1) {
-            return bad(format!("watchdog lease {:?} is under 1 ms", self.watchdog_lease));
+            return bad(format!(
+                "watchdog lease {:?} is under 1 ms",
+                self.watchdog_lease
+            ));
         }
         if self.watchdog_lease > self.max_lease {
             return bad(format!(

@@ -32,7 +32,10 @@ impl fmt::Display for NameError {
         match self {
             NameError::Empty => f.write_str("lock name is empty"),
             NameError::TooLong { len, max } => {
-                write!(f, "lock name is {len} bytes, longer than the maximum of {max}")
+                write!(
+                    f,
+                    "lock name is {len} bytes, longer than the maximum of {max}"
+                )
             }
             NameError::CrossSlot => f.write_str(
                 "lock name has unbalanced or empty braces: its derived keys would land in \
@@ -136,7 +139,10 @@ impl fmt::Display for LockError {
             }
             LockError::InvalidConfig(why) => write!(f, "invalid configuration: {why}"),
             LockError::Timeout { waited } => {
-                write!(f, "lock not acquired: held elsewhere after waiting {waited:?}")
+                write!(
+                    f,
+                    "lock not acquired: held elsewhere after waiting {waited:?}"
+                )
             }
             LockError::NotHeld => f.write_str("lock is not held by this owner"),
             LockError::AlreadyReleased => f.write_str("this guard was already released"),

@@ -141,9 +141,7 @@ impl LockGuard {
         if self.released.swap(true, Ordering::AcqRel) {
             return Err(LockError::AlreadyReleased);
         }
-        self.lock
-            .send(Release { epoch: self.epoch })
-            .await?
+        self.lock.send(Release { epoch: self.epoch }).await?
     }
 }
 

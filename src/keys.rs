@@ -130,7 +130,10 @@ mod tests {
         assert_eq!(channel("orders:42"), "redisson_lock__channel:{orders:42}");
         assert_eq!(token("orders:42"), "redisson_lock_token:{orders:42}");
         assert_eq!(latch("a", "r1"), "redisson_unlock_latch:{a}:r1");
-        assert_eq!(channel("{user1}:cart"), "redisson_lock__channel:{user1}:cart");
+        assert_eq!(
+            channel("{user1}:cart"),
+            "redisson_lock__channel:{user1}:cart"
+        );
     }
 
     #[test]

@@ -63,7 +63,6 @@ pub use error::{LockError, LostReason, NameError};
 pub use guard::{LockGuard, LockHandle, ReleaseOutcome};
 pub use keys::Owner;
 pub use manager::{
-    Acquire, AcquireResponse, ForceUnlock, GetStats, Handle, Holder, Inspect, LockInfo,
-    LockManager,
+    Acquire, AcquireResponse, ForceUnlock, GetStats, Handle, Holder, Inspect, LockInfo, LockManager,
 };
 pub use stats::Stats;

@@ -118,13 +118,15 @@ impl LockManager {
     /// The actor of `name`, started if there is none.
     fn lock_actor(&mut self, name: &str, ctx: &mut Context<Self>) -> &mut Entry {
         let shared = &self.shared;
-        self.locks.entry(Arc::from(name)).or_insert_with_key(|name| {
-            let actor = LockActor::new(name.clone(), shared.clone(), ctx.address().downgrade());
-            Entry {
-                addr: actor.start(),
-                sent: 0,
-            }
-        })
+        self.locks
+            .entry(Arc::from(name))
+            .or_insert_with_key(|name| {
+                let actor = LockActor::new(name.clone(), shared.clone(), ctx.address().downgrade());
+                Entry {
+                    addr: actor.start(),
+                    sent: 0,
+                }
+            })
     }
 }
 

@@ -139,7 +139,9 @@ pub(crate) async fn renew(
     }
     let held: Vec<i64> = call.invoke_async(&mut conn).await?;
     if held.len() != locks.len() {
-        return Err(unexpected("renew script returned the wrong number of answers"));
+        return Err(unexpected(
+            "renew script returned the wrong number of answers",
+        ));
     }
     Ok(held.into_iter().map(|h| h == 1).collect())
 }

@@ -159,14 +159,23 @@ impl StreamHandler<Msg> for Subscriber {
             return;
         };
         match msg.get_payload_bytes() {
-            b if b == keys::WAKE_ONE.as_bytes() => route.unlocked.do_send(Unlocked { wake_all: false }),
-            b if b == keys::WAKE_ALL.as_bytes() => route.unlocked.do_send(Unlocked { wake_all: true }),
-            other => debug!(channel = msg.get_channel_name(), payload = ?other, "ignored unknown message"),
+            b if b == keys::WAKE_ONE.as_bytes() => {
+                route.unlocked.do_send(Unlocked { wake_all: false })
+            }
+            b if b == keys::WAKE_ALL.as_bytes() => {
+                route.unlocked.do_send(Unlocked { wake_all: true })
+            }
+            other => {
+                debug!(channel = msg.get_channel_name(), payload = ?other, "ignored unknown message")
+            }
         }
     }
 
     fn finished(&mut self, ctx: &mut Context<Self>) {
-        warn!(channels = self.routes.len(), "pub/sub connection lost; reconnecting");
+        warn!(
+            channels = self.routes.len(),
+            "pub/sub connection lost; reconnecting"
+        );
         ctx.stop();
     }
 }
@@ -200,7 +209,10 @@ impl Handler<Subscribe> for Subscriber {
                     false
                 }
                 Err(_) => {
-                    warn!(channel, "subscribe timed out; relying on reconnect and timers");
+                    warn!(
+                        channel,
+                        "subscribe timed out; relying on reconnect and timers"
+                    );
                     false
                 }
             }
@@ -223,7 +235,9 @@ impl Handler<Unsubscribe> for Subscriber {
             let Some(mut sink) = sink else { return };
             match tokio::time::timeout(timeout, sink.unsubscribe(&msg.channel)).await {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => debug!(error = %e, "unsubscribe failed; the connection is probably gone"),
+                Ok(Err(e)) => {
+                    debug!(error = %e, "unsubscribe failed; the connection is probably gone")
+                }
                 Err(_) => debug!("unsubscribe timed out"),
             }
         };

@@ -211,7 +211,10 @@ impl LockActor {
                         // guard that is dropped at once releases its hold.
                         debug!(lock = %self.name, "granted to a waiter that left; releasing");
                         let Attempt {
-                            owner, field, lease, ..
+                            owner,
+                            field,
+                            lease,
+                            ..
                         } = attempt;
                         drop(self.grant(owner, field, lease, token, sent, ctx));
                     }
@@ -340,7 +343,10 @@ impl LockActor {
     }
 
     fn stop_holding_timers(&mut self, ctx: &mut Context<Self>) {
-        for t in [self.renew_timer.take(), self.expiry_timer.take()].into_iter().flatten() {
+        for t in [self.renew_timer.take(), self.expiry_timer.take()]
+            .into_iter()
+            .flatten()
+        {
             ctx.cancel_future(t);
         }
     }
@@ -505,7 +511,10 @@ impl LockActor {
     }
 
     /// Runs the release script for one hold of the live holding.
-    fn release_hold(&mut self, epoch: u64) -> ResponseActFuture<Self, Result<ReleaseOutcome, LockError>> {
+    fn release_hold(
+        &mut self,
+        epoch: u64,
+    ) -> ResponseActFuture<Self, Result<ReleaseOutcome, LockError>> {
         let Some(h) = self.holding.as_mut().filter(|h| h.epoch == epoch) else {
             return Box::pin(fut::ready(Err(LockError::NotHeld)));
         };
@@ -636,7 +645,10 @@ impl Handler<Enqueue> for LockActor {
 
     fn handle(&mut self, Enqueue(waiter): Enqueue, ctx: &mut Context<Self>) {
         self.received += 1;
-        let reentrant = self.holding.as_ref().is_some_and(|h| h.owner == waiter.owner);
+        let reentrant = self
+            .holding
+            .as_ref()
+            .is_some_and(|h| h.owner == waiter.owner);
         self.queue.push(waiter, reentrant);
         self.pump(ctx);
     }

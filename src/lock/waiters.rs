@@ -49,7 +49,8 @@ impl Waiter {
     /// Answers "timed out" with the time waited.
     pub(crate) fn time_out(self) {
         let waited = self.since.elapsed();
-        self.span.in_scope(|| tracing::debug!(?waited, "gave up waiting"));
+        self.span
+            .in_scope(|| tracing::debug!(?waited, "gave up waiting"));
         self.fail(LockError::Timeout { waited });
     }
 }

@@ -93,7 +93,11 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 self.child = None;
                 return Err(format!("redis-server exited with {status}"));
             }
@@ -161,7 +165,11 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("redis-server did not restart on port {}: {last}\n{}", self.port, self.log());
+        panic!(
+            "redis-server did not restart on port {}: {last}\n{}",
+            self.port,
+            self.log()
+        );
     }
 
     /// Freezes the server (SIGSTOP): connections stay open but nothing is answered.
@@ -256,4 +264,43 @@ pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> boo
         }
         actix_rt::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// A config for this server with every other setting at its default.
+pub fn config(server: &RedisServer) -> lockwarden::Config {
+    lockwarden::Config::from_url(&server.url()).expect("test server URL parses")
+}
+
+/// Starts a manager on this server, with `tune` applied to the default config.
+pub async fn manager(
+    server: &RedisServer,
+    tune: impl FnOnce(lockwarden::Config) -> lockwarden::Config,
+) -> actix::Addr<lockwarden::LockManager> {
+    lockwarden::LockManager::start(tune(config(server)))
+        .await
+        .unwrap_or_else(|e| panic!("manager did not start: {e}\n{}", server.log()))
+}
+
+/// Acquires `name` through `manager` with `tune` applied to the request, panicking on
+/// any error (for the setup steps of a test, not for what it checks).
+pub async fn hold(
+    manager: &actix::Addr<lockwarden::LockManager>,
+    name: &str,
+    tune: impl FnOnce(lockwarden::Acquire) -> lockwarden::Acquire,
+) -> lockwarden::LockGuard {
+    manager
+        .send(tune(lockwarden::Acquire::new(name)))
+        .await
+        .expect("manager is running")
+        .unwrap_or_else(|e| panic!("acquire {name}: {e}"))
+}
+
+/// Runs a raw command on the test server and returns its reply.
+pub fn raw<T: redis::FromRedisValue>(server: &RedisServer, args: &[&str]) -> T {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query(&mut server.conn())
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
 }

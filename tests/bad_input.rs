@@ -1,0 +1,217 @@
+//! Bad input gets its own clear, typed error and changes nothing in Redis: names,
+//! leases, configurations, and keys that are not locks.
+
+mod support;
+
+use std::time::Duration;
+
+use lockwarden::{
+    Acquire, Config, ForceUnlock, Handle, Inspect, LockError, LockManager, NameError,
+};
+use support::{config, hold, manager, raw, RedisServer};
+
+fn dbsize(server: &RedisServer) -> i64 {
+    raw(server, &["DBSIZE"])
+}
+
+/// Empty, over-long and cross-slot names are refused by every entry point, and
+/// nothing is written.
+#[actix_rt::test]
+async fn bad_names_are_refused_before_reaching_redis() {
+    let server = RedisServer::start();
+    let m = manager(&server, |c| c.max_name_len(64)).await;
+    let long = "x".repeat(65);
+    let cases: [(&str, NameError); 5] = [
+        ("", NameError::Empty),
+        (&long, NameError::TooLong { len: 65, max: 64 }),
+        ("}x", NameError::CrossSlot),
+        ("a{}b", NameError::CrossSlot),
+        ("open{brace", NameError::CrossSlot),
+    ];
+    let calls_before = server.total_calls();
+    for (name, want) in cases {
+        let got = m
+            .send(Acquire::new(name))
+            .await
+            .expect("running")
+            .expect_err(name);
+        assert!(
+            matches!(&got, LockError::InvalidName(e) if *e == want),
+            "{name:?}: {got:?}"
+        );
+        let got = m
+            .send(Handle::new(name))
+            .await
+            .expect("running")
+            .expect_err(name);
+        assert!(
+            matches!(&got, LockError::InvalidName(e) if *e == want),
+            "{name:?}: {got:?}"
+        );
+        let got = m
+            .send(ForceUnlock::new(name))
+            .await
+            .expect("running")
+            .expect_err(name);
+        assert!(
+            matches!(got, LockError::InvalidName(_)),
+            "{name:?}: {got:?}"
+        );
+        let got = m
+            .send(Inspect::new(name))
+            .await
+            .expect("running")
+            .expect_err(name);
+        assert!(
+            matches!(got, LockError::InvalidName(_)),
+            "{name:?}: {got:?}"
+        );
+    }
+    assert_eq!(dbsize(&server), 0);
+    // Only our own INFO/DBSIZE calls reached Redis: no script ran.
+    let scripts = server.commandstats().get("evalsha").copied().unwrap_or(0);
+    assert_eq!(
+        scripts, 0,
+        "a refused request reached Redis ({calls_before} calls before)"
+    );
+}
+
+/// Zero, sub-millisecond and absurd leases are refused: `PEXPIRE 0` would delete the
+/// lock, and a lease past the maximum is almost surely a unit mistake.
+#[actix_rt::test]
+async fn bad_leases_are_refused() {
+    let server = RedisServer::start();
+    let m = manager(&server, |c| c.max_lease(Duration::from_secs(3600))).await;
+    for lease in [
+        Duration::ZERO,
+        Duration::from_micros(999),
+        Duration::from_secs(3601),
+        Duration::MAX,
+    ] {
+        let got = m
+            .send(Acquire::new("l").lease(lease))
+            .await
+            .expect("running");
+        assert!(
+            matches!(got, Err(LockError::InvalidLease { lease: l, .. }) if l == lease),
+            "{lease:?}: {got:?}"
+        );
+    }
+    assert_eq!(dbsize(&server), 0);
+}
+
+/// Configurations that cannot work are refused at start, with the reason.
+#[actix_rt::test]
+async fn bad_configs_are_refused_at_start() {
+    let server = RedisServer::start();
+    let cases: Vec<(&str, Config)> = vec![
+        (
+            "zero watchdog lease",
+            config(&server).watchdog_lease(Duration::ZERO),
+        ),
+        (
+            "renewal not shorter than the lease",
+            config(&server)
+                .watchdog_lease(Duration::from_secs(1))
+                .renew_interval(Duration::from_secs(2)),
+        ),
+        ("zero name length", config(&server).max_name_len(0)),
+        (
+            "zero response timeout",
+            config(&server).response_timeout(Duration::ZERO),
+        ),
+        (
+            "watchdog lease over the maximum",
+            config(&server)
+                .max_lease(Duration::from_secs(1))
+                .watchdog_lease(Duration::from_secs(2)),
+        ),
+    ];
+    for (what, cfg) in cases {
+        let got = LockManager::start(cfg).await.expect_err(what);
+        assert!(
+            matches!(got, LockError::InvalidConfig(_)),
+            "{what}: {got:?}"
+        );
+    }
+    let got = Config::from_url("http://example.com").expect_err("wrong scheme");
+    assert!(matches!(got, LockError::InvalidConfig(_)), "{got:?}");
+}
+
+/// A key that holds something other than a lock hash is neither taken, nor
+/// deleted by a force-unlock, nor reported as a lock: each call gets a Redis error
+/// naming the wrong type, and the key is untouched.
+#[actix_rt::test]
+async fn keys_that_are_not_locks_are_left_alone() {
+    let server = RedisServer::start();
+    let m = manager(&server, |c| c).await;
+    let _: () = raw(&server, &["SET", "user:data", "precious"]);
+    let got = m
+        .send(Acquire::new("user:data").wait(Duration::from_secs(1)))
+        .await
+        .expect("running");
+    assert!(
+        matches!(&got, Err(e @ LockError::Redis(_)) if !e.is_retryable()),
+        "{got:?}"
+    );
+    let got = m
+        .send(ForceUnlock::new("user:data"))
+        .await
+        .expect("running");
+    assert!(matches!(got, Err(LockError::Redis(_))), "{got:?}");
+    let got = m.send(Inspect::new("user:data")).await.expect("running");
+    assert!(matches!(got, Err(LockError::Redis(_))), "{got:?}");
+    let value: String = raw(&server, &["GET", "user:data"]);
+    assert_eq!(value, "precious");
+}
+
+/// The scripts check their arguments before their first write: called directly
+/// with a lease that would delete or never expire the lock, they fail and leave no
+/// key behind (a script is not a transaction, so this order is what protects us).
+#[actix_rt::test]
+async fn scripts_refuse_bad_arguments_before_writing() {
+    let server = RedisServer::start();
+    let acquire = redis::Script::new(include_str!("../lua/acquire.lua"));
+    let release = redis::Script::new(include_str!("../lua/release.lua"));
+    let mut conn = server.conn();
+    for lease in ["0", "-5", "abc", "1.5", ""] {
+        let res: redis::RedisResult<redis::Value> = acquire
+            .key("raw")
+            .key("redisson_lock_token:{raw}")
+            .arg(lease)
+            .arg("client:1")
+            .invoke(&mut conn);
+        assert!(res.is_err(), "acquire with lease {lease:?} must fail");
+    }
+    let res: redis::RedisResult<redis::Value> = acquire
+        .key("raw")
+        .key("redisson_lock_token:{raw}")
+        .arg("1000")
+        .arg("")
+        .invoke(&mut conn);
+    assert!(res.is_err(), "acquire with an empty owner must fail");
+    assert_eq!(dbsize(&server), 0, "a refused acquire wrote something");
+
+    // A held lock survives a release with a bad lease or latch lifetime.
+    let m = manager(&server, |c| c).await;
+    let g = hold(&m, "raw", |a| a).await;
+    for (lease, latch) in [("0", "1000"), ("1000", "0"), ("x", "1000")] {
+        let res: redis::RedisResult<i64> = release
+            .key("raw")
+            .key("redisson_lock__channel:{raw}")
+            .key("redisson_unlock_latch:{raw}:r1")
+            .arg(lease)
+            .arg(g.owner_field())
+            .arg(latch)
+            .arg("0")
+            .invoke(&mut conn);
+        assert!(
+            res.is_err(),
+            "release with lease {lease:?} latch {latch:?} must fail"
+        );
+        let count: String = raw(&server, &["HGET", "raw", g.owner_field()]);
+        assert_eq!(count, "1");
+        let pttl: i64 = raw(&server, &["PTTL", "raw"]);
+        assert!(pttl > 0, "the lock lost its TTL");
+    }
+}
