@@ -19,6 +19,22 @@ use crate::keys::Owner;
 use crate::lock::{LockActor, Release};
 use crate::manager::{Acquire, ForceUnlock, Inspect, LockInfo, LockManager};
 
+/// Sent to the actor registered with [`Acquire::on_lost`] when a lock it holds is
+/// lost while held (the same moment [`LockGuard::lost`] resolves).
+#[derive(actix::Message, Clone, Debug, PartialEq, Eq)]
+#[rtype(result = "()")]
+#[non_exhaustive]
+pub struct LockLost {
+    /// The lock name.
+    pub name: String,
+    /// The owner that held it.
+    pub owner: Owner,
+    /// Its owner field.
+    pub owner_field: String,
+    /// Why it was lost.
+    pub reason: LostReason,
+}
+
 /// What a release did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -48,6 +48,7 @@
 //! - `stats`: the manager's counters ([`Stats`]).
 #![deny(missing_docs, missing_debug_implementations)]
 
+mod admin;
 mod config;
 mod error;
 mod guard;
@@ -58,9 +59,10 @@ mod scripts;
 mod stats;
 mod subscriber;
 
+pub use admin::{check_lock_name, Admin, LockKind, LockSummary};
 pub use config::Config;
 pub use error::{LockError, LostReason, NameError};
-pub use guard::{LockGuard, LockHandle, ReleaseOutcome};
+pub use guard::{LockGuard, LockHandle, LockLost, ReleaseOutcome};
 pub use keys::Owner;
 pub use manager::{
     Acquire, AcquireResponse, ForceUnlock, GetStats, Handle, Holder, Inspect, LockInfo, LockManager,

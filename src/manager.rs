@@ -22,7 +22,7 @@ use tracing::{debug, info, info_span};
 
 use crate::config::Config;
 use crate::error::LockError;
-use crate::guard::{LockGuard, LockHandle};
+use crate::guard::{LockGuard, LockHandle, LockLost};
 use crate::keys::{self, Owner};
 use crate::lock::{Cancel, Enqueue, LockActor, Waiter};
 use crate::scripts;
@@ -159,6 +159,8 @@ pub struct Acquire {
     lease: Option<Duration>,
     /// Owner for reentrancy; `None` makes a new one.
     owner: Option<Owner>,
+    /// Who to tell if the lock is lost while held.
+    on_lost: Option<Recipient<LockLost>>,
 }
 
 impl Acquire {
@@ -169,6 +171,7 @@ impl Acquire {
             wait: None,
             lease: None,
             owner: None,
+            on_lost: None,
         }
     }
 
@@ -191,6 +194,15 @@ impl Acquire {
     /// re-enters it. Defaults to a new owner of its own.
     pub fn owner(mut self, owner: Owner) -> Acquire {
         self.owner = Some(owner);
+        self
+    }
+}
+
+impl Acquire {
+    /// Also send [`LockLost`] to this actor if the lock is lost while held (the
+    /// guard's [`lost`](LockGuard::lost) resolves either way). Defaults to nobody.
+    pub fn on_lost(mut self, recipient: Recipient<LockLost>) -> Acquire {
+        self.on_lost = Some(recipient);
         self
     }
 }
@@ -221,6 +233,7 @@ impl Handler<Acquire> for LockManager {
             deadline: msg.wait.and_then(|w| since.checked_add(w)),
             try_once: msg.wait.is_some_and(|w| w.is_zero()),
             since,
+            on_lost: msg.on_lost,
             reply,
             span: info_span!("acquire", lock = %msg.name, owner = owner.id()),
         };

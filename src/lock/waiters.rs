@@ -33,6 +33,8 @@ pub(crate) struct Waiter {
     pub(crate) try_once: bool,
     /// When the request arrived, for the reported wait time.
     pub(crate) since: Instant,
+    /// Who else to tell if the lock is lost while held.
+    pub(crate) on_lost: Option<actix::Recipient<crate::guard::LockLost>>,
     /// Where the outcome goes.
     pub(crate) reply: oneshot::Sender<Result<LockGuard, LockError>>,
     /// The acquisition's tracing span.
