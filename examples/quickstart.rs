@@ -32,10 +32,12 @@ fn find_redis() -> Result<(String, Option<support::RedisServer>), String> {
         .output()
         .is_ok_and(|o| o.status.success());
     if !on_path {
-        return Err("no Redis answers at 127.0.0.1:6379 and `redis-server` is not on the PATH.\n\
+        return Err(
+            "no Redis answers at 127.0.0.1:6379 and `redis-server` is not on the PATH.\n\
              Install Redis (Debian/Ubuntu: `sudo apt-get install redis-server`), or set \
              REDIS_URL=redis://host:port to a server you have."
-            .to_string());
+                .to_string(),
+        );
     }
     let server = support::RedisServer::start();
     println!(

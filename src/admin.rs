@@ -46,14 +46,18 @@ pub enum LockKind {
         /// The hash's `mode` field.
         mode: String,
     },
+    /// A hash that does not look like a lock (an application's hash under the
+    /// same name); [`Admin::list`] leaves these out.
+    NotALock,
 }
 
 impl LockKind {
-    /// A short name: `exclusive` or `read-write`.
+    /// A short name: `exclusive`, `read-write` or `not-a-lock`.
     pub fn as_str(&self) -> &'static str {
         match self {
             LockKind::Exclusive => "exclusive",
             LockKind::ReadWrite { .. } => "read-write",
+            LockKind::NotALock => "not-a-lock",
         }
     }
 }
@@ -100,12 +104,13 @@ impl Admin {
     }
 
     /// The lock `name` with its kind, holders and TTL; `None` when there is no such
-    /// key. Fails for a key that is not a hash, and with
-    /// [`LockError::InvalidName`] for a name no lock can have.
+    /// key, kind [`LockKind::NotALock`] for a hash that does not look like a lock.
+    /// Fails for a key that is not a hash, and with [`LockError::InvalidName`] for
+    /// a name no lock can have.
     pub async fn describe(&self, name: &str) -> Result<Option<LockSummary>, LockError> {
         keys::validate_name(name, self.max_name_len)?;
         let found = scripts::inspect(self.conn.clone(), name).await?;
-        Ok(found.and_then(|(ttl, fields)| summarize(name, ttl, fields)))
+        Ok(found.map(|(ttl, fields)| summarize(name, ttl, fields)))
     }
 
     /// The locks whose names match the glob `pattern` (`*` for all), sorted by
@@ -136,7 +141,10 @@ impl Admin {
             let looks = join_all(names.iter().map(|n| scripts::inspect(conn.clone(), n))).await;
             for (name, look) in names.iter().zip(looks) {
                 if let Ok(Some((ttl, fields))) = look {
-                    locks.extend(summarize(name, ttl, fields));
+                    let lock = summarize(name, ttl, fields);
+                    if lock.kind != LockKind::NotALock {
+                        locks.push(lock);
+                    }
                 }
             }
             // SCAN may return a key more than once; the cursor 0 ends the walk.
@@ -151,15 +159,13 @@ impl Admin {
     }
 }
 
-/// A lock's summary from its raw hash, or `None` when the hash is not a lock.
-fn summarize(
-    name: &str,
-    ttl: Option<Duration>,
-    fields: Vec<(String, String)>,
-) -> Option<LockSummary> {
-    let kind = classify(&fields)?;
+/// A lock's summary from its raw hash.
+fn summarize(name: &str, ttl: Option<Duration>, fields: Vec<(String, String)>) -> LockSummary {
+    let kind = classify(&fields).unwrap_or(LockKind::NotALock);
+    // An application's hash has no holders, whatever numbers it keeps.
     let holders = fields
         .into_iter()
+        .filter(|_| kind != LockKind::NotALock)
         .filter(|(field, _)| field != MODE_FIELD)
         .filter_map(|(owner_field, value)| {
             Some(Holder {
@@ -169,12 +175,12 @@ fn summarize(
             })
         })
         .collect();
-    Some(LockSummary {
+    LockSummary {
         name: name.to_string(),
         kind,
         holders,
         ttl,
-    })
+    }
 }
 
 /// Tells a lock hash from any other hash. A lock hash has at least one holder; every

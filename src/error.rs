@@ -130,6 +130,15 @@ pub(crate) fn redis_is_transient(e: &redis::RedisError) -> bool {
     !matches!(e.retry_method(), redis::RetryMethod::NoRetry) || e.is_timeout()
 }
 
+/// Whether Redis answered in a shape our scripts never produce: local state can no
+/// longer be trusted (the lock actor restarts and re-reads it).
+pub(crate) fn redis_is_protocol_error(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::UnexpectedReturnType | redis::ErrorKind::Parse
+    )
+}
+
 impl fmt::Display for LockError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -105,6 +105,12 @@ impl LockGuard {
         &self.name
     }
 
+    /// The lock's actor (for the crate's own tests).
+    #[cfg(test)]
+    pub(crate) fn actor(&self) -> &Addr<LockActor> {
+        &self.lock
+    }
+
     /// The owner that holds the lock through this guard.
     pub fn owner(&self) -> Owner {
         self.owner

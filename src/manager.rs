@@ -121,9 +121,13 @@ impl LockManager {
         self.locks
             .entry(Arc::from(name))
             .or_insert_with_key(|name| {
-                let actor = LockActor::new(name.clone(), shared.clone(), ctx.address().downgrade());
+                let manager = ctx.address().downgrade();
+                let (name, shared) = (name.clone(), shared.clone());
                 Entry {
-                    addr: actor.start(),
+                    // Supervised: a lock actor that stops to recover is restarted
+                    // with its waiters; one that retires (idle) has no address left,
+                    // so it stays stopped.
+                    addr: Supervisor::start(move |_| LockActor::new(name, shared, manager)),
                     sent: 0,
                 }
             })
@@ -229,8 +233,13 @@ impl Handler<Acquire> for LockManager {
             owner,
             field: Arc::from(keys::owner_field(&self.shared.client_id, owner)),
             lease: msg.lease,
-            // A wait too long to represent is the same as no deadline.
-            deadline: msg.wait.and_then(|w| since.checked_add(w)),
+            // A zero wait is answered by its one attempt, not by a timer (which
+            // would fire before the attempt returns). A wait too long to represent
+            // is the same as no deadline.
+            deadline: msg
+                .wait
+                .filter(|w| !w.is_zero())
+                .and_then(|w| since.checked_add(w)),
             try_once: msg.wait.is_some_and(|w| w.is_zero()),
             since,
             on_lost: msg.on_lost,
@@ -478,6 +487,8 @@ impl Handler<GetStats> for LockManager {
 #[rtype(result = "bool")]
 pub(crate) struct Idle {
     pub(crate) name: Arc<str>,
+    /// Which actor asks: a stale one (replaced in the registry) is told to stop.
+    pub(crate) addr: Addr<LockActor>,
     pub(crate) received: u64,
 }
 
@@ -486,13 +497,13 @@ impl Handler<Idle> for LockManager {
 
     fn handle(&mut self, msg: Idle, _ctx: &mut Context<Self>) -> bool {
         match self.locks.get(&msg.name) {
+            Some(entry) if entry.addr != msg.addr => true,
             Some(entry) if entry.sent == msg.received => {
                 self.locks.remove(&msg.name);
                 debug!(lock = %msg.name, "retired idle lock actor");
                 true
             }
             Some(_) => false,
-            // Not ours (a stale actor): let it go.
             None => true,
         }
     }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use actix::WeakRecipient;
 use redis::aio::PubSubSink;
 use redis::Msg;
 use tracing::{debug, info, warn};
@@ -54,12 +55,13 @@ pub(crate) struct Unsubscribe {
     pub(crate) channel: String,
 }
 
-/// Where one channel's messages go.
+/// Where one channel's messages go. Weak: routing must not keep a lock actor alive
+/// (a retired one must be able to stop), and a dead one is simply skipped.
 struct Route {
     /// Receives the unlock messages.
-    unlocked: Recipient<Unlocked>,
+    unlocked: WeakRecipient<Unlocked>,
     /// Receives a [`Resync`] after every reconnect.
-    resync: Recipient<Resync>,
+    resync: WeakRecipient<Resync>,
 }
 
 /// The pub/sub actor; see the module documentation.
@@ -118,8 +120,12 @@ impl Subscriber {
                 act.attempts = 0;
                 act.sink = Some(sink);
                 ctx.add_stream(stream);
+                act.routes.retain(|_, route| route.resync.upgrade().is_some());
+                info!(channels = act.routes.len(), "resyncing lock actors after (re)connect");
                 for route in act.routes.values() {
-                    route.resync.do_send(Resync);
+                    if let Some(actor) = route.resync.upgrade() {
+                        actor.do_send(Resync);
+                    }
                 }
             }
             Err(why) => {
@@ -158,13 +164,12 @@ impl StreamHandler<Msg> for Subscriber {
         let Some(route) = self.routes.get(msg.get_channel_name()) else {
             return;
         };
+        let Some(actor) = route.unlocked.upgrade() else {
+            return;
+        };
         match msg.get_payload_bytes() {
-            b if b == keys::WAKE_ONE.as_bytes() => {
-                route.unlocked.do_send(Unlocked { wake_all: false })
-            }
-            b if b == keys::WAKE_ALL.as_bytes() => {
-                route.unlocked.do_send(Unlocked { wake_all: true })
-            }
+            b if b == keys::WAKE_ONE.as_bytes() => actor.do_send(Unlocked { wake_all: false }),
+            b if b == keys::WAKE_ALL.as_bytes() => actor.do_send(Unlocked { wake_all: true }),
             other => {
                 debug!(channel = msg.get_channel_name(), payload = ?other, "ignored unknown message")
             }
@@ -191,8 +196,8 @@ impl Handler<Subscribe> for Subscriber {
         self.routes.insert(
             msg.channel.clone(),
             Route {
-                unlocked: msg.unlocked,
-                resync: msg.resync,
+                unlocked: msg.unlocked.downgrade(),
+                resync: msg.resync.downgrade(),
             },
         );
         let sink = self.sink.clone();

@@ -25,9 +25,9 @@ async fn two_managers_never_hold_the_same_lock_at_once() {
     let redis = redis::Client::open(server.url()).expect("url");
 
     let mut tasks = Vec::new();
-    for m in 0..2 {
+    for m in &managers {
         for _ in 0..8 {
-            let manager = managers[m].clone();
+            let manager = m.clone();
             let (inside, max_inside, tokens) = (inside.clone(), max_inside.clone(), tokens.clone());
             let redis = redis.clone();
             tasks.push(actix_rt::spawn(async move {

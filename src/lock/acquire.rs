@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{debug, warn};
 
-use super::{LockActor, Sub};
+use super::holding::Claim;
+use super::{LockActor, Sub, Waiter};
 use crate::config::{backoff, millis};
-use crate::error::{redis_is_transient, LockError};
+use crate::error::{redis_is_protocol_error, redis_is_transient, LockError};
 use crate::keys::Owner;
 use crate::scripts::{self, AcquireReply};
 use crate::subscriber::Subscribe;
@@ -34,6 +35,16 @@ pub(super) struct Attempt {
 pub(super) struct Unresolved {
     owner: Owner,
     field: Arc<str>,
+}
+
+impl Unresolved {
+    /// The attempt made for this waiter.
+    pub(super) fn of(w: &Waiter) -> Unresolved {
+        Unresolved {
+            owner: w.owner,
+            field: w.field.clone(),
+        }
+    }
 }
 
 impl LockActor {
@@ -59,7 +70,7 @@ impl LockActor {
         if self.holding.as_ref().is_some_and(|h| h.owner != head.owner) {
             // Held here by another owner: asking Redis cannot succeed, and the local
             // release will call pump again.
-            self.queue.fail_try_once();
+            self.queue.fail_try_once(None);
             self.settle(ctx);
             return;
         }
@@ -97,20 +108,19 @@ impl LockActor {
         match res {
             Ok(AcquireReply::Acquired { token, holds }) => {
                 self.failures = 0;
+                self.last_error = None;
                 match self.queue.take(attempt.waiter) {
                     Some(w) => {
                         let waited = w.since.elapsed();
                         w.span
                             .in_scope(|| debug!(token, holds, ?waited, "acquired"));
-                        let guard = self.grant(
-                            w.owner,
-                            w.field.clone(),
-                            w.lease,
-                            w.on_lost,
-                            token,
-                            sent,
-                            ctx,
-                        );
+                        let claim = Claim {
+                            owner: w.owner,
+                            field: w.field.clone(),
+                            lease: w.lease,
+                            on_lost: w.on_lost,
+                        };
+                        let guard = self.grant(claim, token, sent, ctx);
                         // If the caller is gone the guard comes back and is dropped
                         // here, which releases it at once.
                         let _ = w.reply.send(Ok(guard));
@@ -120,20 +130,21 @@ impl LockActor {
                         // grant is real, so it is undone through the normal path: a
                         // guard that is dropped at once releases its hold.
                         debug!(lock = %self.name, "granted to a waiter that left; releasing");
-                        let Attempt {
-                            owner,
-                            field,
-                            lease,
-                            ..
-                        } = attempt;
-                        drop(self.grant(owner, field, lease, None, token, sent, ctx));
+                        let claim = Claim {
+                            owner: attempt.owner,
+                            field: attempt.field,
+                            lease: attempt.lease,
+                            on_lost: None,
+                        };
+                        drop(self.grant(claim, token, sent, ctx));
                     }
                 }
                 self.pump(ctx);
             }
             Ok(AcquireReply::Busy { ttl }) => {
                 self.failures = 0;
-                self.queue.fail_try_once();
+                self.last_error = None;
+                self.queue.fail_try_once(None);
                 if self.queue.is_empty() {
                     self.settle(ctx);
                 } else if woken {
@@ -146,6 +157,13 @@ impl LockActor {
                     });
                     self.schedule(Some(retry), ctx);
                 }
+            }
+            Err(e) if redis_is_protocol_error(&e) => {
+                self.unresolved = Some(Unresolved {
+                    owner: attempt.owner,
+                    field: attempt.field,
+                });
+                self.restart(&e, ctx);
             }
             Err(e) if redis_is_transient(&e) => {
                 let delay = backoff(
@@ -162,6 +180,8 @@ impl LockActor {
                         field: attempt.field,
                     });
                 }
+                self.queue.fail_try_once(Some(&e));
+                self.last_error = Some(e);
                 self.schedule(Some(delay), ctx);
             }
             Err(e) => {
@@ -224,7 +244,7 @@ impl LockActor {
             let delay = at.saturating_duration_since(now);
             self.wake_timer = Some(ctx.run_later(delay, |act, ctx| {
                 act.wake_timer = None;
-                let expired = act.queue.expire(Instant::now());
+                let expired = act.queue.expire(Instant::now(), act.last_error.as_ref());
                 for _ in 0..expired {
                     act.shared.counters.timeout();
                 }

@@ -16,7 +16,7 @@ use tracing::{debug, warn};
 
 use super::{LockActor, Sub};
 use crate::config::{backoff, millis};
-use crate::error::{redis_is_transient, LockError, LostReason};
+use crate::error::{redis_is_protocol_error, redis_is_transient, LockError, LostReason};
 use crate::guard::{LockGuard, LockLost, ReleaseOutcome};
 use crate::keys::Owner;
 use crate::scripts::{self, ReleaseReply};
@@ -62,6 +62,19 @@ impl Holding {
     }
 }
 
+/// Who a successful acquisition belongs to.
+#[derive(Debug)]
+pub(super) struct Claim {
+    /// The owner that now holds the lock.
+    pub(super) owner: Owner,
+    /// Its owner field.
+    pub(super) field: Arc<str>,
+    /// The explicit lease, or `None` for watchdog mode.
+    pub(super) lease: Option<Duration>,
+    /// Who else to tell if the lock is lost.
+    pub(super) on_lost: Option<Recipient<LockLost>>,
+}
+
 /// Holdings that were lost while guards of them are still alive: their release
 /// must answer "lost" without touching Redis, where the lock may belong to someone
 /// else by now.
@@ -98,14 +111,17 @@ impl LockActor {
     /// Records a successful acquisition and makes its guard.
     pub(super) fn grant(
         &mut self,
-        owner: Owner,
-        field: Arc<str>,
-        lease: Option<Duration>,
-        on_lost: Option<Recipient<LockLost>>,
+        claim: Claim,
         token: u64,
         sent: Instant,
         ctx: &mut Context<Self>,
     ) -> LockGuard {
+        let Claim {
+            owner,
+            field,
+            lease,
+            on_lost,
+        } = claim;
         self.shared.counters.acquired();
         let lease_len = lease.unwrap_or(self.shared.config.watchdog_lease);
         if self.holding.as_ref().is_some_and(|h| h.owner != owner) {
@@ -127,9 +143,8 @@ impl LockActor {
         let lost_rx = h.lost_tx.subscribe();
         let watchdog = h.watchdog;
         self.arm_expiry(ctx);
-        if watchdog && self.renew_timer.is_none() {
-            let every = self.shared.config.renew_every();
-            self.renew_timer = Some(ctx.run_interval(every, |act, ctx| act.renew(ctx)));
+        if watchdog {
+            self.start_watchdog(ctx);
         }
         LockGuard::new(
             ctx.address(),
@@ -141,6 +156,24 @@ impl LockActor {
             epoch,
             lost_rx,
         )
+    }
+
+    /// Restarts the holding's timers (after an actor restart): the expiry timer, and
+    /// for a watchdog holding the renewal interval plus one renewal now.
+    pub(super) fn resume_holding(&mut self, ctx: &mut Context<Self>) {
+        self.arm_expiry(ctx);
+        if self.holding.as_ref().is_some_and(|h| h.watchdog) {
+            self.start_watchdog(ctx);
+            self.renew(ctx);
+        }
+    }
+
+    /// Starts the watchdog interval unless it runs already.
+    fn start_watchdog(&mut self, ctx: &mut Context<Self>) {
+        if self.renew_timer.is_none() {
+            let every = self.shared.config.renew_every();
+            self.renew_timer = Some(ctx.run_interval(every, |act, ctx| act.renew(ctx)));
+        }
     }
 
     /// Arms (or re-arms) the timer that declares the holding lost when its
@@ -229,6 +262,7 @@ impl LockActor {
                     act.arm_expiry(ctx);
                 }
                 Ok(_) => act.lose(LostReason::OwnerGone, ctx),
+                Err(e) if redis_is_protocol_error(e) => act.restart(e, ctx),
                 Err(e) => {
                     act.shared.counters.renewal_failed();
                     warn!(lock = %act.name, error = %e, "renewal failed; retrying until the lease runs out");
@@ -337,6 +371,10 @@ impl LockActor {
                     // The guard that asked was already counted out of the holding.
                 }
                 Err(LockError::NotHeld)
+            }
+            Err(e) if redis_is_protocol_error(&e) => {
+                self.restart(&e, ctx);
+                Err(LockError::Redis(e))
             }
             Err(e) => {
                 warn!(lock = %self.name, error = %e, "release failed; the lock frees when its lease runs out");

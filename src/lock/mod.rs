@@ -12,13 +12,15 @@
 
 mod acquire;
 mod holding;
+#[cfg(test)]
+mod tests;
 mod waiters;
 
 use std::sync::Arc;
 
 use actix::prelude::*;
 use actix::WeakAddr;
-use tracing::debug;
+use tracing::{debug, error};
 
 use crate::error::{LockError, LostReason};
 use crate::guard::ReleaseOutcome;
@@ -107,6 +109,14 @@ pub(crate) struct LockActor {
     unresolved: Option<acquire::Unresolved>,
     /// That check is in flight.
     resolving: bool,
+    /// Set before stopping on purpose so the Supervisor restarts this actor with
+    /// its state: `stopped` must then keep waiters and holding.
+    restart_requested: bool,
+    /// Set by `restarting`: `started` re-reads the holding from Redis.
+    restarted: bool,
+    /// The Redis error the last attempt met, if it failed: waiters whose deadline
+    /// passes get it instead of a bare "timed out".
+    last_error: Option<redis::RedisError>,
     /// Consecutive Redis errors of acquisition attempts, for the backoff.
     failures: u32,
 }
@@ -135,6 +145,9 @@ impl LockActor {
             received: 0,
             unresolved: None,
             resolving: false,
+            restart_requested: false,
+            restarted: false,
+            last_error: None,
             failures: 0,
         }
     }
@@ -181,6 +194,46 @@ impl LockActor {
         }
     }
 
+    /// Redis answered in a shape the protocol does not allow, so local state can no
+    /// longer be trusted: stop, and let the Supervisor restart this actor. Waiters
+    /// and the holding are kept; the holding is then re-read from Redis.
+    pub(super) fn restart(&mut self, why: &dyn std::fmt::Display, ctx: &mut Context<Self>) {
+        error!(lock = %self.name, %why, "lock actor cannot continue; restarting it");
+        self.restart_requested = true;
+        ctx.stop();
+    }
+
+    /// After a restart: asks Redis whether the holding still stands, then restarts
+    /// its timers (or reports it lost) and lets waiters try.
+    fn verify_after_restart(&mut self, ctx: &mut Context<Self>) {
+        let Some(h) = &self.holding else {
+            self.pump(ctx);
+            return;
+        };
+        let (epoch, field) = (h.epoch, h.field.clone());
+        let mut conn = self.shared.conn.clone();
+        let name = self.name.clone();
+        let fut = async move {
+            redis::cmd("HGET")
+                .arg(&*name)
+                .arg(&*field)
+                .query_async::<Option<u32>>(&mut conn)
+                .await
+        };
+        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
+            if act.holding.as_ref().is_none_or(|h| h.epoch != epoch) {
+                return act.pump(ctx);
+            }
+            match res {
+                Ok(Some(holds)) if holds > 0 => act.resume_holding(ctx),
+                Ok(_) => act.lose(LostReason::OwnerGone, ctx),
+                // Cannot tell now: the watchdog and the expiry timer will.
+                Err(_) => act.resume_holding(ctx),
+            }
+            act.pump(ctx);
+        }));
+    }
+
     /// Idle for a while: ask the manager to retire this actor. The manager agrees
     /// only if it has sent nothing this actor has not seen, so no request is lost.
     fn on_idle(&mut self, ctx: &mut Context<Self>) {
@@ -190,6 +243,7 @@ impl LockActor {
         };
         let msg = Idle {
             name: self.name.clone(),
+            addr: ctx.address(),
             received: self.received,
         };
         ctx.spawn(manager.send(msg).into_actor(self).map(|res, act, ctx| {
@@ -207,15 +261,78 @@ impl Actor for LockActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        self.settle(ctx);
+        if std::mem::take(&mut self.restarted) {
+            self.verify_after_restart(ctx);
+        } else {
+            self.settle(ctx);
+        }
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        if self.restart_requested {
+            // The Supervisor restarts this same struct: keep everything.
+            return;
+        }
         // Whatever is still queued will never be served by this actor.
         self.queue.fail_all(|| LockError::Stopped);
         if let Some(h) = self.holding.take() {
             let _ = h.lost_tx.send(Some(LostReason::ManagerStopped));
         }
+    }
+}
+
+/// Test hook: act as if Redis had answered in a shape the protocol does not allow.
+#[cfg(test)]
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct Derail;
+
+#[cfg(test)]
+impl Handler<Derail> for LockActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Derail, ctx: &mut Context<Self>) {
+        self.restart(&"derailed by a test", ctx);
+    }
+}
+
+/// Test hook: how many waiters are queued.
+#[cfg(test)]
+#[derive(Message, Debug)]
+#[rtype(result = "usize")]
+pub(crate) struct QueueLen;
+
+#[cfg(test)]
+impl Handler<QueueLen> for LockActor {
+    type Result = usize;
+
+    fn handle(&mut self, _msg: QueueLen, _ctx: &mut Context<Self>) -> usize {
+        self.queue.len()
+    }
+}
+
+impl Supervised for LockActor {
+    fn restarting(&mut self, _ctx: &mut Context<Self>) {
+        // Every timer and call in flight belonged to the old context and is gone.
+        // An acquisition in flight has an unknown outcome now: check it first.
+        if let Some(id) = self.attempt.take() {
+            self.unresolved = self.queue.find(id).map(acquire::Unresolved::of);
+        }
+        self.woken = false;
+        self.resolving = false;
+        self.renewing = false;
+        // Their callers got a mailbox error; a hold they may have left behind is
+        // found by the next release (StillHeld with no guard) or expires unrenewed.
+        self.releases = 0;
+        self.wake_timer = None;
+        self.renew_timer = None;
+        self.expiry_timer = None;
+        self.idle_timer = None;
+        // Subscribed again at the next busy answer (the route is simply replaced).
+        self.sub = Sub::Off;
+        self.own_unlocks = 0;
+        self.restart_requested = false;
+        self.restarted = true;
     }
 }
 

@@ -69,6 +69,11 @@ impl WaiterQueue {
         self.items.is_empty()
     }
 
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
     /// Appends a waiter; a re-entry by the current holder goes first instead, since
     /// making it wait behind others who wait for that holder would deadlock.
     pub(crate) fn push(&mut self, waiter: Waiter, reentrant: bool) {
@@ -81,6 +86,11 @@ impl WaiterQueue {
 
     pub(crate) fn front(&self) -> Option<&Waiter> {
         self.items.front()
+    }
+
+    /// The waiter with this id, if it is still queued.
+    pub(crate) fn find(&self, id: u64) -> Option<&Waiter> {
+        self.items.iter().find(|w| w.id == id)
     }
 
     /// Removes and returns the waiter with this id, if it is still queued.
@@ -96,37 +106,39 @@ impl WaiterQueue {
         before - self.items.len()
     }
 
-    /// Answers "timed out" to every waiter whose deadline is at or before `now`.
+    /// Answers every waiter whose deadline is at or before `now`: with `cause`, the
+    /// Redis error the last attempt met (it says why), or else "timed out".
     /// Returns how many.
-    pub(crate) fn expire(&mut self, now: Instant) -> usize {
-        let mut expired = 0;
-        let mut kept = VecDeque::with_capacity(self.items.len());
-        for w in self.items.drain(..) {
-            if w.deadline.is_some_and(|d| d <= now) {
-                w.time_out();
-                expired += 1;
-            } else {
-                kept.push_back(w);
-            }
-        }
-        self.items = kept;
-        expired
+    pub(crate) fn expire(&mut self, now: Instant, cause: Option<&redis::RedisError>) -> usize {
+        self.answer_where(|w| w.deadline.is_some_and(|d| d <= now), cause)
     }
 
-    /// Answers "timed out" to every try-once waiter: the lock was found held.
-    pub(crate) fn fail_try_once(&mut self) -> usize {
-        let mut failed = 0;
+    /// Answers every try-once waiter, whose one attempt was just made: with `cause`
+    /// if it failed with a Redis error, else "timed out" (the lock was held).
+    pub(crate) fn fail_try_once(&mut self, cause: Option<&redis::RedisError>) -> usize {
+        self.answer_where(|w| w.try_once, cause)
+    }
+
+    fn answer_where(
+        &mut self,
+        pick: impl Fn(&Waiter) -> bool,
+        cause: Option<&redis::RedisError>,
+    ) -> usize {
+        let mut answered = 0;
         let mut kept = VecDeque::with_capacity(self.items.len());
         for w in self.items.drain(..) {
-            if w.try_once {
-                w.time_out();
-                failed += 1;
-            } else {
+            if !pick(&w) {
                 kept.push_back(w);
+                continue;
             }
+            match cause {
+                Some(e) => w.fail(LockError::Redis(e.clone())),
+                None => w.time_out(),
+            }
+            answered += 1;
         }
         self.items = kept;
-        failed
+        answered
     }
 
     /// Fails every waiter with a copy of one error.

@@ -1,0 +1,165 @@
+//! The implementations under test behind one `Client` type, so that every scenario
+//! runs the very same loop against each of them.
+//!
+//! Dispatch is an enum rather than a trait object: async functions in traits are
+//! not object-safe, and a `match` keeps each implementation's call visible as the
+//! application would write it. lockwarden is driven through its public API only
+//! (`manager.send(Acquire::new(..))`, `guard.release().await`), rslock through its
+//! own (`acquire`, `LockGuard::release`); the raw-EVALSHA and naive clients, which
+//! have no library to go through, live in `direct.rs`.
+
+use std::time::Duration;
+
+use actix::Addr;
+use lockwarden::{Acquire, Config, LockGuard, LockManager};
+
+use crate::direct::{Naive, NaiveHeld, Raw, RawHeld};
+
+/// Lease used by every implementation that takes one per acquisition; lockwarden
+/// uses its watchdog, whose default lease is the same 30 s.
+pub const LEASE: Duration = Duration::from_secs(30);
+
+/// One implementation under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Impl {
+    /// lockwarden through its actors.
+    Lockwarden,
+    /// lockwarden's own Lua scripts over one multiplexed connection, no actors.
+    Raw,
+    /// rslock 0.10 with its default retry (3 tries, random 0-200 ms apart).
+    Rslock,
+    /// rslock 0.10 with the retry delay tuned down to 10 ms.
+    RslockTuned,
+    /// `SET NX PX` polled every 10 ms, compare-and-delete release.
+    Naive,
+}
+
+impl Impl {
+    /// Every implementation, in the order of the tables.
+    pub const ALL: [Impl; 5] = [
+        Impl::Lockwarden,
+        Impl::Raw,
+        Impl::Rslock,
+        Impl::RslockTuned,
+        Impl::Naive,
+    ];
+
+    /// The name used in tables, JSON and `LOCKWARDEN_BENCH_IMPLS`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Impl::Lockwarden => "lockwarden",
+            Impl::Raw => "raw-evalsha",
+            Impl::Rslock => "rslock",
+            Impl::RslockTuned => "rslock-10ms",
+            Impl::Naive => "naive",
+        }
+    }
+
+    /// Commands this implementation sends itself, as opposed to the ones its
+    /// scripts run inside Redis: counting only these gives round trips (INFO
+    /// commandstats counts both under the same names).
+    pub fn top_level(self) -> &'static [&'static str] {
+        const SCRIPTED: &[&str] = &[
+            "evalsha",
+            "eval",
+            "script",
+            "subscribe",
+            "unsubscribe",
+            "ping",
+        ];
+        const PLAIN: &[&str] = &[
+            "evalsha",
+            "eval",
+            "script",
+            "subscribe",
+            "unsubscribe",
+            "ping",
+            "set",
+        ];
+        match self {
+            // lockwarden and raw only ever send scripts (SET appears inside them).
+            Impl::Lockwarden | Impl::Raw => SCRIPTED,
+            Impl::Rslock | Impl::RslockTuned | Impl::Naive => PLAIN,
+        }
+    }
+}
+
+/// A connected client of one implementation: the unit an application process
+/// would hold (one lockwarden manager, one rslock manager, one connection).
+pub enum Client {
+    /// A lockwarden manager.
+    Lockwarden(Addr<LockManager>),
+    /// The scripts straight over a connection.
+    Raw(Raw),
+    /// An rslock manager (either retry setting).
+    Rslock(rslock::LockManager),
+    /// SET NX polling.
+    Naive(Naive),
+}
+
+/// A held lock of any implementation.
+pub enum Held {
+    /// lockwarden's guard.
+    Lockwarden(LockGuard),
+    /// What raw release needs.
+    Raw(RawHeld),
+    /// rslock's guard.
+    Rslock(rslock::LockGuard),
+    /// What naive release needs.
+    Naive(NaiveHeld),
+}
+
+impl Client {
+    /// Connects one client. `contended` names the lock that many waiters will share,
+    /// for the raw client, which subscribes to its unlock channel up front
+    /// (lockwarden subscribes by itself when it first finds a lock busy).
+    pub async fn connect(which: Impl, url: &str, contended: Option<&str>) -> Client {
+        match which {
+            Impl::Lockwarden => {
+                let config = Config::from_url(url).expect("redis url");
+                Client::Lockwarden(LockManager::start(config).await.expect("lockwarden start"))
+            }
+            Impl::Raw => Client::Raw(Raw::connect(url, contended).await),
+            Impl::Rslock | Impl::RslockTuned => {
+                let mut manager = rslock::LockManager::new(vec![url.to_string()]);
+                if which == Impl::RslockTuned {
+                    // Same retry count as the default (3), a 10 ms delay instead of 200 ms.
+                    manager.set_retry(3, Duration::from_millis(10));
+                }
+                Client::Rslock(manager)
+            }
+            Impl::Naive => Client::Naive(Naive::connect(url).await),
+        }
+    }
+
+    /// Waits until `key` is acquired.
+    pub async fn acquire(&self, key: &str) -> Held {
+        match self {
+            Client::Lockwarden(manager) => Held::Lockwarden(
+                manager
+                    .send(Acquire::new(key))
+                    .await
+                    .expect("lockwarden manager mailbox")
+                    .expect("lockwarden acquire"),
+            ),
+            Client::Raw(raw) => Held::Raw(raw.acquire(key).await),
+            Client::Rslock(manager) => {
+                Held::Rslock(manager.acquire(key, LEASE).await.expect("rslock acquire"))
+            }
+            Client::Naive(naive) => Held::Naive(naive.acquire(key).await),
+        }
+    }
+
+    /// Releases a lock this client acquired and waits for the answer.
+    pub async fn release(&self, held: Held) {
+        match (self, held) {
+            (Client::Lockwarden(_), Held::Lockwarden(guard)) => {
+                guard.release().await.expect("lockwarden release");
+            }
+            (Client::Raw(raw), Held::Raw(held)) => raw.release(held).await,
+            (Client::Rslock(_), Held::Rslock(guard)) => guard.release().await,
+            (Client::Naive(naive), Held::Naive(held)) => naive.release(held).await,
+            _ => panic!("a lock released through another implementation's client"),
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! `cargo bench --bench locks`: lockwarden against the same Lua scripts sent raw,
+//! rslock (default and tuned retry) and a naive SET NX poller, on a redis-server
+//! this binary starts for itself (never the one on 6379).
+//!
+//! The run is a grid of cells: a scenario, a parameter (holders C, waiters W and
+//! clients m, locks K), an implementation. Every round visits every cell once, and
+//! within a cell's parameter the implementations take turns (A B C D E, then
+//! B C D E A in the next round), so that a machine that gets busier over time
+//! penalises nobody in particular. Rounds are merged per cell, the tables and
+//! `JSON` lines are printed at the end, then the targets, then the chart.
+//! Scenarios: A uncontended (`uncontended.rs`), B contended (`contended.rs`),
+//! C many held locks (`many.rs`); settings in `settings.rs`; how to read the
+//! output in `docs/performance.md`.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+mod chart;
+mod clients;
+mod contended;
+mod direct;
+mod many;
+mod probe;
+mod report;
+mod settings;
+mod stats;
+mod targets;
+mod uncontended;
+
+use std::time::Instant;
+
+use clients::Impl;
+use report::Results;
+use settings::{Machine, Settings};
+
+fn main() {
+    // The many-locks scenario re-runs this binary as a child for a clean RSS.
+    if std::env::var("LOCKWARDEN_BENCH_CHILD").as_deref() == Ok("many") {
+        many::child_main();
+        return;
+    }
+    // `cargo bench` passes `--bench` (and any filter); with harness = false there is
+    // nothing to filter: scenarios and implementations are chosen by environment.
+    let settings = Settings::from_env();
+    let machine = Machine::detect();
+    let server = support::RedisServer::start();
+    let url = server.url();
+    let redis_version = probe::redis_version(&url);
+    eprintln!(
+        "lockwarden bench: redis {redis_version} on port {}; scenarios {:?}; about {:.0} s",
+        server.port(),
+        settings.scenarios.iter().collect::<String>(),
+        settings.estimate().as_secs_f64()
+    );
+
+    let started = Instant::now();
+    let mut results = Results::default();
+    for round in 0..settings.rounds {
+        let mut order = settings.impls.clone();
+        if !order.is_empty() {
+            let turn = round % order.len();
+            order.rotate_left(turn);
+        }
+        let progress = |what: String| {
+            eprintln!(
+                "[{:>5.1}s round {}/{}] {what}",
+                started.elapsed().as_secs_f64(),
+                round + 1,
+                settings.rounds
+            );
+        };
+        if settings.scenarios.contains(&'A') {
+            for &c in settings.holders() {
+                for &which in &order {
+                    probe::flush(&url);
+                    let tag = format!("r{round}-c{c}-{}", which.name());
+                    let cell = uncontended::run(which, &url, c, settings.cell, &tag);
+                    progress(format!(
+                        "A C={c} {}: {:.0} pairs/s",
+                        which.name(),
+                        cell.pairs as f64 / cell.elapsed.as_secs_f64()
+                    ));
+                    results.a.entry((c, which)).or_default().add(cell);
+                }
+            }
+        }
+        if settings.scenarios.contains(&'B') {
+            for &w in settings.waiters() {
+                for &m in settings.layouts() {
+                    for &which in &order {
+                        probe::flush(&url);
+                        let shape = contended::Shape {
+                            waiters: w,
+                            clients: m,
+                            hold: settings.hold,
+                            pause: settings.pause,
+                        };
+                        let tag = format!("r{round}-w{w}-m{m}-{}", which.name());
+                        let cell = contended::run(which, &url, shape, settings.cell, &tag);
+                        let p50 = cell.handoff.summary().map_or(f64::NAN, |s| s.p50_us);
+                        progress(format!(
+                            "B W={w} m={m} {}: {} acquisitions, handoff p50 {p50:.0} us",
+                            which.name(),
+                            cell.acquisitions
+                        ));
+                        results.b.entry((w, m, which)).or_default().add(cell);
+                    }
+                }
+            }
+        }
+        if settings.scenarios.contains(&'C') {
+            for &k in &settings.lock_counts {
+                probe::flush(&url);
+                let cell = many::run(&url, k, settings.many_lease, settings.many_window);
+                progress(format!(
+                    "C K={k} {}: acquired in {:.2} s, redis cpu {:.1}%",
+                    Impl::Lockwarden.name(),
+                    cell.acquire_secs,
+                    cell.redis_cpu_pct
+                ));
+                results.c.entry(k).or_default().rounds.push(cell);
+            }
+        }
+    }
+
+    report::header(&machine, &redis_version, &settings);
+    report::uncontended(&results);
+    report::contended(&results);
+    report::many(&results, &settings);
+    targets::check(&results, &settings);
+    if !results.b.is_empty() {
+        match chart::draw(&results, &settings, &settings.chart) {
+            Ok(()) => println!("\nchart: {}", settings.chart),
+            Err(e) => println!("\nchart skipped: {e}"),
+        }
+    }
+    println!(
+        "\ntotal {:.0} s; load average at end {}",
+        started.elapsed().as_secs_f64(),
+        settings::load_average()
+    );
+}

@@ -1,0 +1,177 @@
+//! What a run measures and for how long, read once from `LOCKWARDEN_BENCH_*`
+//! environment variables, plus a description of the machine it runs on.
+//!
+//! Everything that decides the length of a run lives here so that one glance tells
+//! how long `cargo bench --bench locks` takes: the defaults keep a full run of
+//! every scenario and implementation under about five minutes on a 2-core machine,
+//! and a development run (`LOCKWARDEN_BENCH_SECS=0.5 LOCKWARDEN_BENCH_ROUNDS=1`)
+//! under a minute and a half.
+
+use std::time::Duration;
+
+use crate::clients::Impl;
+
+/// The run's settings; see `docs/performance.md` for each variable.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Measured time of one cell (one scenario, one parameter, one implementation).
+    pub cell: Duration,
+    /// How many times every cell is run; implementations take turns within a round.
+    pub rounds: usize,
+    /// Lock counts of scenario C.
+    pub lock_counts: Vec<usize>,
+    /// Which scenarios to run (`A`, `B`, `C`).
+    pub scenarios: Vec<char>,
+    /// Which implementations to run in scenarios A and B.
+    pub impls: Vec<Impl>,
+    /// How long a contended waiter holds the lock.
+    pub hold: Duration,
+    /// How long a contended waiter waits after its release before competing again.
+    pub pause: Duration,
+    /// Watchdog lease of the many-locks scenario (renewal every third of it).
+    pub many_lease: Duration,
+    /// How long the many-locks scenario watches Redis while every lock is held.
+    pub many_window: Duration,
+    /// Where the PNG chart goes.
+    pub chart: String,
+}
+
+/// Reads a variable, falling back to `default` when it is unset or unreadable.
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+            eprintln!("ignoring {name}={v:?}: not a valid value");
+            default
+        }),
+        Err(_) => default,
+    }
+}
+
+impl Settings {
+    /// The settings from the environment.
+    pub fn from_env() -> Settings {
+        let secs: f64 = env_or("LOCKWARDEN_BENCH_SECS", 2.0);
+        let impls = match std::env::var("LOCKWARDEN_BENCH_IMPLS") {
+            Ok(list) => list
+                .split(',')
+                .filter_map(|name| {
+                    let found = Impl::ALL.into_iter().find(|i| i.name() == name.trim());
+                    if found.is_none() {
+                        eprintln!("ignoring unknown implementation {name:?}");
+                    }
+                    found
+                })
+                .collect(),
+            Err(_) => Impl::ALL.to_vec(),
+        };
+        let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+        Settings {
+            cell: Duration::from_secs_f64(secs.max(0.05)),
+            rounds: env_or("LOCKWARDEN_BENCH_ROUNDS", 2usize).max(1),
+            lock_counts: env_or("LOCKWARDEN_BENCH_C_LOCKS", "1000,10000,100000".to_string())
+                .split(',')
+                .filter_map(|k| k.trim().parse().ok())
+                .filter(|&k| k > 0)
+                .collect(),
+            scenarios: env_or("LOCKWARDEN_BENCH_SCENARIOS", "ABC".to_string())
+                .to_uppercase()
+                .chars()
+                .filter(|c| matches!(c, 'A' | 'B' | 'C'))
+                .collect(),
+            impls,
+            hold: Duration::from_micros(env_or("LOCKWARDEN_BENCH_HOLD_US", 1000)),
+            pause: Duration::from_micros(env_or("LOCKWARDEN_BENCH_PAUSE_US", 1000)),
+            many_lease: Duration::from_millis(env_or("LOCKWARDEN_BENCH_C_LEASE_MS", 3000)),
+            many_window: Duration::from_secs_f64(
+                env_or("LOCKWARDEN_BENCH_C_WINDOW", 3.0f64).max(0.5),
+            ),
+            chart: env_or(
+                "LOCKWARDEN_BENCH_CHART",
+                format!("{target}/lockwarden-bench/handoff.png"),
+            ),
+        }
+    }
+
+    /// Concurrent holders of scenario A.
+    pub fn holders(&self) -> &'static [usize] {
+        &[1, 16, 64]
+    }
+
+    /// Waiter counts of scenario B.
+    pub fn waiters(&self) -> &'static [usize] {
+        &[2, 8, 32]
+    }
+
+    /// Client layouts of scenario B: all waiters in one manager, or spread over four.
+    pub fn layouts(&self) -> &'static [usize] {
+        &[1, 4]
+    }
+
+    /// A rough duration of the whole run, printed up front.
+    pub fn estimate(&self) -> Duration {
+        let per_cell = self.cell + Duration::from_millis(150);
+        let mut cells = 0u32;
+        if self.scenarios.contains(&'A') {
+            cells += (self.holders().len() * self.impls.len()) as u32;
+        }
+        if self.scenarios.contains(&'B') {
+            cells += (self.waiters().len() * self.layouts().len() * self.impls.len()) as u32;
+        }
+        let mut total = per_cell * cells;
+        if self.scenarios.contains(&'C') {
+            for &k in &self.lock_counts {
+                // a child process, acquire and release at some 20,000 a second, the window
+                total += self.many_window + Duration::from_secs_f64(0.3 + k as f64 / 15_000.0);
+            }
+        }
+        total * self.rounds as u32
+    }
+}
+
+/// The machine a run happened on.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// The first `model name` of `/proc/cpuinfo`.
+    pub cpu_model: String,
+    /// `/proc/loadavg` at the start of the run.
+    pub load_before: String,
+}
+
+impl Machine {
+    /// Reads what the kernel says.
+    pub fn detect() -> Machine {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name"))
+            .and_then(|rest| rest.split_once(':'))
+            .map(|(_, model)| model.trim().to_string())
+            .unwrap_or_else(|| "unknown".into());
+        Machine {
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpu_model,
+            load_before: load_average(),
+        }
+    }
+}
+
+/// The 1, 5 and 15 minute load averages, to tell a quiet machine from a busy one.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// This process's resident set size in KiB, from `/proc/self/status`.
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,278 @@
+//! The targets of issue 5, checked against a run's results: one line per target
+//! with what was measured and whether it was met.
+//!
+//! The thresholds live here and nowhere else, next to how each is computed. A
+//! target whose inputs were not measured (an implementation or scenario filtered
+//! out) is reported as `n/a`, never as met.
+
+use serde_json::json;
+
+use crate::clients::Impl;
+use crate::report::{json_line, Results, Table};
+use crate::settings::Settings;
+
+/// One checked target.
+struct Verdict {
+    /// The target as the issue states it.
+    target: &'static str,
+    /// What was measured, short.
+    measured: String,
+    /// Met, missed, or not measured.
+    met: Option<bool>,
+}
+
+/// Largest ratio of Redis commands per acquisition across W that still counts as
+/// "flat in W".
+const FLAT: f64 = 1.25;
+
+/// Checks every target; prints the table and one JSON line per target.
+pub fn check(results: &Results, settings: &Settings) {
+    let mut verdicts = Vec::new();
+    contended(results, settings, &mut verdicts);
+    uncontended(results, &mut verdicts);
+    many(results, settings, &mut verdicts);
+
+    println!("\n## Targets (issue 5): lockwarden");
+    let mut t = Table::new(vec!["target", "measured", "verdict"]);
+    for v in &verdicts {
+        let verdict = match v.met {
+            Some(true) => "met",
+            Some(false) => "MISSED",
+            None => "n/a",
+        };
+        t.row(vec![v.target.into(), v.measured.clone(), verdict.into()]);
+        json_line(json!({
+            "scenario": "target",
+            "target": v.target,
+            "measured": v.measured,
+            "met": v.met,
+        }));
+    }
+    t.print(3);
+}
+
+/// The parts of a measurement, or `-` when there are none.
+fn joined(parts: &[String]) -> String {
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// Folds per-cell checks: `None` if any cell lacked data, else all met.
+fn all(checks: &[Option<bool>]) -> Option<bool> {
+    if checks.is_empty() {
+        return None;
+    }
+    checks.iter().try_fold(true, |acc, c| c.map(|c| acc && c))
+}
+
+/// Handoff p50 of a B cell.
+fn p50(results: &Results, w: usize, m: usize, which: Impl) -> Option<f64> {
+    results
+        .b
+        .get(&(w, m, which))?
+        .handoff
+        .summary()
+        .map(|s| s.p50_us)
+}
+
+fn contended(results: &Results, settings: &Settings, out: &mut Vec<Verdict>) {
+    let cells: Vec<(usize, usize)> = settings
+        .waiters()
+        .iter()
+        .flat_map(|&w| settings.layouts().iter().map(move |&m| (w, m)))
+        .filter(|&(w, m)| results.b.contains_key(&(w, m, Impl::Lockwarden)))
+        .collect();
+    let label = |w: usize, m: usize| format!("W={w}/m={m}");
+
+    let mut measured = Vec::new();
+    let mut checks = Vec::new();
+    for &(w, m) in &cells {
+        let lw = p50(results, w, m, Impl::Lockwarden);
+        let raw = p50(results, w, m, Impl::Raw);
+        let r = lw.zip(raw).map(|(a, b)| a / b.max(1e-9));
+        measured.push(format!(
+            "{} {}",
+            label(w, m),
+            r.map_or("-".into(), |r| format!("{r:.2}x"))
+        ));
+        checks.push(r.map(|r| r <= 1.3));
+    }
+    out.push(Verdict {
+        target: "handoff p50 <= 1.3x raw EVALSHA",
+        measured: joined(&measured),
+        met: all(&checks),
+    });
+
+    let (mut measured, mut checks) = (Vec::new(), Vec::new());
+    for &(w, m) in &cells {
+        let lw = p50(results, w, m, Impl::Lockwarden);
+        measured.push(format!(
+            "{} {}",
+            label(w, m),
+            lw.map_or("-".into(), |v| format!("{v:.0}us"))
+        ));
+        checks.push(lw.map(|v| v <= 150.0));
+    }
+    out.push(Verdict {
+        target: "handoff p50 <= 150 us",
+        measured: joined(&measured),
+        met: all(&checks),
+    });
+
+    let (mut measured, mut checks) = (Vec::new(), Vec::new());
+    for &(w, m) in cells.iter().filter(|(w, _)| *w == 32) {
+        let p99 = results
+            .b
+            .get(&(w, m, Impl::Lockwarden))
+            .and_then(|r| r.handoff.summary())
+            .map(|s| s.p99_us);
+        measured.push(format!(
+            "{} {}",
+            label(w, m),
+            p99.map_or("-".into(), |v| format!("{v:.0}us"))
+        ));
+        checks.push(p99.map(|v| v <= 500.0));
+    }
+    out.push(Verdict {
+        target: "handoff p99 <= 500 us at W=32",
+        measured: joined(&measured),
+        met: all(&checks),
+    });
+
+    let (mut measured, mut checks) = (Vec::new(), Vec::new());
+    for &(w, m) in &cells {
+        let lw = p50(results, w, m, Impl::Lockwarden);
+        let rs = p50(results, w, m, Impl::Rslock);
+        let tuned = p50(results, w, m, Impl::RslockTuned);
+        let r = lw.zip(rs).map(|(a, b)| b / a.max(1e-9));
+        let rt = lw.zip(tuned).map(|(a, b)| b / a.max(1e-9));
+        measured.push(format!(
+            "{} {} (10ms: {})",
+            label(w, m),
+            r.map_or("-".into(), |r| format!("{r:.0}x")),
+            rt.map_or("-".into(), |r| format!("{r:.0}x"))
+        ));
+        checks.push(r.map(|r| r >= 5.0));
+    }
+    out.push(Verdict {
+        target: "handoff p50 >= 5x better than rslock at every W",
+        measured: joined(&measured),
+        met: all(&checks),
+    });
+
+    let (mut measured, mut checks) = (Vec::new(), Vec::new());
+    for &(w, m) in &cells {
+        let ratio = results
+            .b
+            .get(&(w, m, Impl::Lockwarden))
+            .map(|r| r.ceiling_ratio());
+        measured.push(format!(
+            "{} {}",
+            label(w, m),
+            ratio.map_or("-".into(), |v| format!("{v:.2}"))
+        ));
+        checks.push(ratio.map(|v| v >= 0.85));
+    }
+    out.push(Verdict {
+        target: "contended throughput >= 0.85 of 1/hold ceiling at every W",
+        measured: joined(&measured),
+        met: all(&checks),
+    });
+
+    let (mut measured, mut checks) = (Vec::new(), Vec::new());
+    for &m in settings.layouts() {
+        let per: Vec<f64> = settings
+            .waiters()
+            .iter()
+            .filter_map(|&w| results.b.get(&(w, m, Impl::Lockwarden)))
+            .map(|r| r.commands_per_acquisition())
+            .collect();
+        if per.len() < 2 {
+            continue;
+        }
+        let max = per.iter().copied().fold(f64::MIN, f64::max);
+        let min = per.iter().copied().fold(f64::MAX, f64::min);
+        let spread = max / min.max(1e-9);
+        let values: Vec<String> = per.iter().map(|v| format!("{v:.1}")).collect();
+        measured.push(format!("m={m}: {} (max/min {spread:.2})", values.join("/")));
+        checks.push(Some(spread <= FLAT));
+    }
+    out.push(Verdict {
+        target: "Redis commands per acquisition flat in W (max/min <= 1.25)",
+        measured: joined(&measured),
+        met: all(&checks),
+    });
+}
+
+fn uncontended(results: &Results, out: &mut Vec<Verdict>) {
+    let rate = |which| results.a.get(&(64, which)).map(|m| m.rate());
+    let lw = rate(Impl::Lockwarden);
+    let raw = lw.zip(rate(Impl::Raw)).map(|(a, b)| a / b.max(1e-9));
+    out.push(Verdict {
+        target: "uncontended C=64 >= 0.9x raw EVALSHA pairs/s",
+        measured: raw.map_or("-".into(), |r| format!("{r:.2}x")),
+        met: raw.map(|r| r >= 0.9),
+    });
+    let rs = [Impl::Rslock, Impl::RslockTuned]
+        .into_iter()
+        .filter_map(rate)
+        .fold(None, |best: Option<f64>, v| {
+            Some(best.map_or(v, |b| b.max(v)))
+        });
+    let vs = lw.zip(rs).map(|(a, b)| a / b.max(1e-9));
+    out.push(Verdict {
+        target: "uncontended C=64 >= rslock pairs/s",
+        measured: vs.map_or("-".into(), |r| format!("{r:.2}x the better rslock")),
+        met: vs.map(|r| r >= 1.0),
+    });
+    let reqs = results
+        .a
+        .get(&(1, Impl::Lockwarden))
+        .map(|m| m.per_pair(m.top_level));
+    out.push(Verdict {
+        target: "acquire+release on an idle lock = exactly 2 round trips",
+        measured: reqs.map_or("-".into(), |r| format!("{r:.3} requests per pair (C=1)")),
+        met: reqs.map(|r| (r - 2.0).abs() < 0.01),
+    });
+}
+
+fn many(results: &Results, settings: &Settings, out: &mut Vec<Verdict>) {
+    let Some((&k, m)) = results.c.iter().next_back() else {
+        out.push(Verdict {
+            target: "100k held locks renewed with Redis <= 5% of one core",
+            measured: "-".into(),
+            met: None,
+        });
+        out.push(Verdict {
+            target: "<= 2 KiB client memory per held lock",
+            measured: "-".into(),
+            met: None,
+        });
+        return;
+    };
+    let cpu = m.mean(|c| c.redis_cpu_pct);
+    let at_100k = cpu * 100_000.0 / k as f64;
+    let lease = settings.many_lease.as_secs_f64();
+    // Renewal work is proportional to locks / renewal period.
+    let at_default = at_100k * lease / 30.0;
+    let how = if k == 100_000 {
+        format!("{cpu:.1}% measured at K=100000, {lease} s lease")
+    } else {
+        format!("{at_100k:.0}% at a {lease} s lease (linear from {cpu:.1}% at K={k})")
+    };
+    let how = format!("{how}; ~{at_default:.1}% at the default 30 s lease");
+    out.push(Verdict {
+        target: "100k held locks renewed with Redis <= 5% of one core",
+        measured: how,
+        met: Some(at_100k <= 5.0),
+    });
+    let bytes = m.mean(|c| c.client_bytes_per_lock);
+    out.push(Verdict {
+        target: "<= 2 KiB client memory per held lock",
+        measured: format!("{bytes:.0} B per lock at K={k}"),
+        met: Some(bytes <= 2048.0),
+    });
+}

@@ -1,0 +1,238 @@
+//! Waiting for a lock the way an operator expects, shared by `run` and `hold`: a
+//! progress line on a terminal, Ctrl-C that leaves the queue, and a timeout message
+//! that names who holds the lock.
+//!
+//! The waiting itself is the library's ([`Acquire`] with its wait budget and the
+//! unlock-message wake-ups); this module only races it against the signals the
+//! process gets and, on a terminal, against a redraw of the progress line. Dropping
+//! the pending `send` is how the waiter leaves the queue: the manager notices that
+//! its caller went away and cancels the waiter (and gives back a grant that raced).
+
+use std::fmt::Write as _;
+use std::future::{pending, poll_fn};
+use std::io::{IsTerminal, Write as _};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use actix::Addr;
+use futures::FutureExt;
+use lockwarden::{Acquire, Holder, Inspect, LockError, LockGuard, LockManager};
+use nix::sys::signal::Signal;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::cli::AcquireOpts;
+use crate::duration::human;
+use crate::outcome::{note, Failure};
+
+/// How often the progress line asks Redis who holds the lock.
+const PROGRESS_INSPECT_EVERY: Duration = Duration::from_secs(1);
+/// How often the progress line is redrawn.
+const PROGRESS_REDRAW_EVERY: Duration = Duration::from_millis(200);
+/// Waits shorter than this show no progress line at all (no flicker).
+const PROGRESS_QUIET_FOR: Duration = Duration::from_millis(300);
+/// Longest progress line, in characters: fits an 80-column terminal.
+const PROGRESS_WIDTH: usize = 79;
+/// After leaving the queue, time given to the in-process actors to cancel the
+/// waiter (and release a grant that crossed the cancel) before the process exits.
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// The signals that end waiting or holding: SIGINT, SIGTERM, SIGHUP. Once these
+/// are installed their default action (exit at once) is replaced by ours, which
+/// releases first.
+#[derive(Debug)]
+pub struct Signals {
+    /// SIGINT (Ctrl-C).
+    int: tokio::signal::unix::Signal,
+    /// SIGTERM (kill, systemd, timeout(1)).
+    term: tokio::signal::unix::Signal,
+    /// SIGHUP (the terminal went away).
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Installs the handlers.
+    pub fn install() -> Result<Signals, Failure> {
+        let install =
+            |kind| signal(kind).map_err(|e| Failure::failed(format!("cannot handle signals: {e}")));
+        Ok(Signals {
+            int: install(SignalKind::interrupt())?,
+            term: install(SignalKind::terminate())?,
+            hup: install(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next signal received.
+    pub async fn recv(&mut self) -> Signal {
+        poll_fn(|cx| {
+            if self.int.poll_recv(cx).is_ready() {
+                Poll::Ready(Signal::SIGINT)
+            } else if self.term.poll_recv(cx).is_ready() {
+                Poll::Ready(Signal::SIGTERM)
+            } else if self.hup.poll_recv(cx).is_ready() {
+                Poll::Ready(Signal::SIGHUP)
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
+    }
+}
+
+/// How waiting ended.
+#[derive(Debug)]
+pub enum Waited {
+    /// The lock is held.
+    Acquired {
+        /// The hold.
+        guard: LockGuard,
+        /// Time from asking to holding.
+        waited: Duration,
+    },
+    /// The wait budget ran out.
+    TimedOut {
+        /// Time waited.
+        waited: Duration,
+    },
+    /// A signal came first; the waiter left the queue.
+    Interrupted(Signal),
+}
+
+/// Acquires `name` with the options given, until acquired, timed out or
+/// interrupted by a signal.
+pub async fn acquire(
+    manager: &Addr<LockManager>,
+    name: &str,
+    opts: &AcquireOpts,
+    signals: &mut Signals,
+) -> Result<Waited, Failure> {
+    let mut msg = Acquire::new(name);
+    if let Some(wait) = opts.wait {
+        msg = msg.wait(wait);
+    }
+    if let Some(lease) = opts.lease {
+        msg = msg.lease(lease);
+    }
+    let started = Instant::now();
+    let show_progress = std::io::stderr().is_terminal();
+    let mut request = Box::pin(manager.send(msg).fuse());
+    let mut progress = Box::pin(progress(manager, name, started, show_progress).fuse());
+    let outcome = futures::select! {
+        reply = request => Some(reply),
+        _ = progress => None,
+        sig = signals.recv().fuse() => {
+            drop(request);
+            clear_progress(show_progress);
+            note(format!("interrupted while waiting for lock \"{name}\"; left the queue"));
+            actix_rt::time::sleep(SETTLE).await;
+            return Ok(Waited::Interrupted(sig));
+        }
+    };
+    clear_progress(show_progress);
+    match outcome {
+        Some(Ok(Ok(guard))) => Ok(Waited::Acquired {
+            guard,
+            waited: started.elapsed(),
+        }),
+        Some(Ok(Err(LockError::Timeout { waited }))) => Ok(Waited::TimedOut { waited }),
+        Some(Ok(Err(e))) => Err(Failure::from_lock(&format!("acquiring \"{name}\""), e)),
+        Some(Err(_)) | None => Err(Failure::failed("the lock manager stopped")),
+    }
+}
+
+/// Says on stderr that `--wait` ran out, naming who holds the lock now.
+pub async fn report_timeout(manager: &Addr<LockManager>, name: &str, waited: Duration) {
+    let holder = holder_text(manager, name).await;
+    note(format!(
+        "lock \"{name}\" not acquired after waiting {}: {holder}",
+        human(waited)
+    ));
+}
+
+/// Who holds `name` now, in one phrase: "held by <owner> (2 holds), expires in 29.7s".
+pub async fn holder_text(manager: &Addr<LockManager>, name: &str) -> String {
+    match manager.send(Inspect::new(name)).await {
+        Ok(Ok(info)) => describe_holders(&info.holders, info.ttl),
+        Ok(Err(e)) => format!("holder unknown ({e})"),
+        Err(_) => "holder unknown (the lock manager stopped)".into(),
+    }
+}
+
+/// "held by <owner> (2 holds), expires in 29.7s", or "it is free now".
+pub fn describe_holders(holders: &[Holder], ttl: Option<Duration>) -> String {
+    if holders.is_empty() {
+        return "it is free now".into();
+    }
+    let mut text = String::from("held by ");
+    for (i, h) in holders.iter().enumerate() {
+        let sep = if i == 0 { "" } else { ", " };
+        let plural = if h.holds == 1 { "" } else { "s" };
+        let _ = write!(text, "{sep}{} ({} hold{plural})", h.owner_field, h.holds);
+    }
+    match ttl {
+        Some(ttl) => {
+            let _ = write!(text, ", expires in {}", human(ttl));
+        }
+        None => text.push_str(", no expiry"),
+    }
+    text
+}
+
+/// Redraws "waiting for <lock> <elapsed> - <holder>" on stderr until dropped;
+/// does nothing when stderr is not a terminal.
+async fn progress(manager: &Addr<LockManager>, name: &str, started: Instant, show: bool) {
+    if !show {
+        return pending().await;
+    }
+    actix_rt::time::sleep(PROGRESS_QUIET_FOR).await;
+    let mut holder = String::new();
+    let mut asked: Option<Instant> = None;
+    loop {
+        if asked.is_none_or(|at| at.elapsed() >= PROGRESS_INSPECT_EVERY) {
+            holder = holder_text(manager, name).await;
+            asked = Some(Instant::now());
+        }
+        let line = format!(
+            "lockwarden: waiting for lock \"{name}\" {} - {holder}",
+            human(started.elapsed())
+        );
+        let mut err = std::io::stderr().lock();
+        // \r and "erase to end of line" redraw it in place; a line longer than the
+        // terminal would wrap and break that, so it is cut to fit 80 columns.
+        let _ = write!(err, "\r\x1b[K{}", fit(&line, PROGRESS_WIDTH));
+        let _ = err.flush();
+        drop(err);
+        actix_rt::time::sleep(PROGRESS_REDRAW_EVERY).await;
+    }
+}
+
+/// `line` cut to `width` characters, with `…` where it was cut.
+fn fit(line: &str, width: usize) -> String {
+    if line.chars().count() <= width {
+        return line.to_string();
+    }
+    let mut cut: String = line.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// Erases the progress line, if one may have been drawn.
+fn clear_progress(shown: bool) {
+    if shown {
+        let mut err = std::io::stderr().lock();
+        let _ = write!(err, "\r\x1b[K");
+        let _ = err.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_lines_fit_the_terminal() {
+        assert_eq!(fit("short", 79), "short");
+        let long = "x".repeat(200);
+        assert_eq!(fit(&long, 79).chars().count(), 79);
+        assert!(fit(&long, 79).ends_with('…'));
+    }
+}

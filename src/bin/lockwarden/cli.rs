@@ -1,0 +1,282 @@
+//! The command line: every subcommand, option and help text, as clap derive types.
+//!
+//! Only the shape of the input lives here; what each subcommand does is in its own
+//! module. Durations are parsed by [`crate::duration`] while clap parses, so a
+//! malformed `--wait 10x` is refused before anything connects to Redis. The help
+//! texts carry an example per subcommand and the exit-code table, because the
+//! operator reading `--help` at 3 a.m. should not need another document.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::duration::parse_duration;
+
+/// The exit codes, shown by `lockwarden --help` (same table as docs/operations.md).
+const EXIT_CODES: &str = "\
+Exit codes:
+  0    success (run: the command exited 0)
+  1    failure while working (Redis lost mid-operation, release failed, unlock declined)
+  2    bad input or Redis unreachable; nothing was changed
+  75   --wait ran out before the lock was acquired (the message names the holder)
+  76   the lock was lost while held (force-unlocked, expired, or Redis unreachable)
+  126  run: the command could not be executed;  127: not found
+  128+N  ended by signal N (run: the command was; run/hold: interrupted while waiting)
+  any other: run exits with the command's own exit code
+
+Environment:
+  REDIS_URL                   Redis to use when --redis is not given
+  LOCKWARDEN_WATCHDOG_LEASE   same as --watchdog-lease
+  RUST_LOG                    tracing filter for -v output (e.g. lockwarden=debug)
+
+Examples:
+  lockwarden run nightly-report --wait 0s -- /usr/local/bin/report
+  lockwarden hold orders:42 --for 30s
+  lockwarden status orders:42
+  lockwarden list --pattern 'orders:*'
+  lockwarden unlock --force orders:42";
+
+/// Distributed locks on Redis (Redisson layout) for operators: run a command under a
+/// lock, hold one, look at locks, force-unlock.
+#[derive(Debug, Parser)]
+#[command(name = "lockwarden", version, after_long_help = EXIT_CODES)]
+pub struct Cli {
+    /// Options every subcommand takes.
+    #[command(flatten)]
+    pub common: Common,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every subcommand takes.
+#[derive(Debug, Args)]
+pub struct Common {
+    /// Redis server URL (redis://[user:password@]host[:port][/db]).
+    #[arg(
+        long = "redis",
+        global = true,
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub redis_url: String,
+
+    /// Log what happens on stderr (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Lease of a watchdog-renewed lock (renewed every third of it); a crashed
+    /// holder's lock frees within this time, and a force-unlock is noticed within a
+    /// third of it.
+    #[arg(
+        long,
+        global = true,
+        env = "LOCKWARDEN_WATCHDOG_LEASE",
+        default_value = "30s",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        hide_short_help = true
+    )]
+    pub watchdog_lease: Duration,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command while holding a lock (a distributed flock).
+    #[command(after_help = "\
+Examples:
+  lockwarden run nightly-report --wait 0s -- /usr/local/bin/report
+  lockwarden run orders:migrate --wait 5m --on-lost warn -- ./migrate.sh --all
+The command sees LOCKWARDEN_LOCK (the lock name) and LOCKWARDEN_TOKEN (the fencing
+token of this acquisition) in its environment. Exit: the command's own code; 75 if
+--wait ran out (the holder is named); 76 if the lock was lost while it ran.")]
+    Run(RunArgs),
+
+    /// Acquire a lock, hold it for a while (or until Ctrl-C), release it.
+    #[command(after_help = "\
+Examples:
+  lockwarden hold orders:42 --for 30s
+  lockwarden hold orders:42 --wait 0s --json
+With --json, one object per line on stdout for each event:
+  {\"event\":\"acquired\",\"lock\":..,\"owner\":..,\"token\":N,\"waited_ms\":N,\"at_ms\":N}
+  {\"event\":\"released\",\"lock\":..,\"owner\":..,\"token\":N,\"held_ms\":N,\"at_ms\":N}
+  {\"event\":\"lost\",\"lock\":..,\"owner\":..,\"token\":N,\"reason\":..,\"at_ms\":N}
+  {\"event\":\"timeout\",\"lock\":..,\"waited_ms\":N,\"at_ms\":N}
+at_ms is Unix time in milliseconds. Exit: 0, 75 on timeout, 76 if lost.")]
+    Hold(HoldArgs),
+
+    /// Show a lock's kind, holders with hold counts, and remaining TTL.
+    #[command(after_help = "\
+Examples:
+  lockwarden status orders:42
+  lockwarden status orders:42 --json
+Exit: 0 whether or not the lock is held; 2 if the key exists and is not a lock.")]
+    Status(StatusArgs),
+
+    /// Force-release a lock whoever holds it, waking a waiter.
+    #[command(after_help = "\
+Examples:
+  lockwarden unlock --force orders:42
+  lockwarden unlock --force orders:42 --yes     (no question; required without a terminal)
+The holder is not told at once: its watchdog notices within a third of its lease.")]
+    Unlock(UnlockArgs),
+
+    /// List the locks that exist now, one line each (SCAN, never KEYS).
+    #[command(after_help = "\
+Examples:
+  lockwarden list
+  lockwarden list --pattern 'orders:*' --json
+Only hashes that look like locks are shown (owner fields with hold counts).")]
+    List(ListArgs),
+}
+
+/// How to acquire: shared by `run` and `hold`.
+#[derive(Debug, Args)]
+pub struct AcquireOpts {
+    /// Give up after waiting this long (0s: one attempt). Waits forever if not given.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+
+    /// Hold for at most this long, without renewal. Without it the lock is renewed
+    /// while held (watchdog) and frees within the watchdog lease if this process dies.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub lease: Option<Duration>,
+
+    /// Use a fair (FIFO across clients) lock. Not available yet.
+    #[arg(long, conflicts_with_all = ["read", "write"])]
+    pub fair: bool,
+
+    /// Take the read side of a read-write lock. Not available yet.
+    #[arg(long, conflicts_with = "write")]
+    pub read: bool,
+
+    /// Take the write side of a read-write lock. Not available yet.
+    #[arg(long)]
+    pub write: bool,
+}
+
+/// What to do with the command when the lock is lost while it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OnLost {
+    /// SIGTERM, then SIGKILL after --grace; exit 76.
+    Kill,
+    /// Say so on stderr and let the command finish; exit with its code.
+    Warn,
+}
+
+/// `lockwarden run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The lock name.
+    pub name: String,
+
+    /// How to acquire.
+    #[command(flatten)]
+    pub acquire: AcquireOpts,
+
+    /// What to do if the lock is lost while the command runs.
+    #[arg(long, value_enum, default_value = "kill", value_name = "ACTION")]
+    pub on_lost: OnLost,
+
+    /// With --on-lost kill: time between SIGTERM and SIGKILL.
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub grace: Duration,
+
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// `lockwarden hold`.
+#[derive(Debug, Args)]
+pub struct HoldArgs {
+    /// The lock name.
+    pub name: String,
+
+    /// How long to hold it; until Ctrl-C (or SIGTERM) if not given.
+    #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration)]
+    pub hold_for: Option<Duration>,
+
+    /// How to acquire.
+    #[command(flatten)]
+    pub acquire: AcquireOpts,
+
+    /// Print one JSON object per event on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `lockwarden status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The lock name.
+    pub name: String,
+
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `lockwarden unlock`.
+#[derive(Debug, Args)]
+pub struct UnlockArgs {
+    /// Required: this releases the lock whoever holds it.
+    #[arg(long, required = true)]
+    pub force: bool,
+
+    /// The lock name.
+    pub name: String,
+
+    /// Do not ask for confirmation (needed when stdin is not a terminal).
+    #[arg(long, short)]
+    pub yes: bool,
+}
+
+/// `lockwarden list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only locks whose names match this glob (Redis MATCH syntax).
+    #[arg(long, default_value = "*")]
+    pub pattern: String,
+
+    /// Print one JSON object per lock on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_the_command_after_the_double_dash() {
+        let cli = Cli::try_parse_from(["lockwarden", "run", "a", "--wait", "2s", "--", "ls", "-l"])
+            .expect("parses");
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.acquire.wait, Some(Duration::from_secs(2)));
+        assert_eq!(run.command, ["ls", "-l"]);
+        assert_eq!(run.on_lost, OnLost::Kill);
+    }
+
+    #[test]
+    fn unlock_requires_force_and_durations_are_checked() {
+        assert!(Cli::try_parse_from(["lockwarden", "unlock", "a"]).is_err());
+        assert!(Cli::try_parse_from(["lockwarden", "hold", "a", "--wait", "10x"]).is_err());
+        assert!(
+            Cli::try_parse_from(["lockwarden", "run", "a", "--read", "--write", "--", "x"])
+                .is_err()
+        );
+    }
+}

@@ -1,0 +1,110 @@
+//! Durations on the command line (`250ms`, `30s`, `5m`, `1h`) and how they are shown
+//! back to the operator.
+//!
+//! A handful of lines do not justify a dependency. The grammar is deliberately
+//! small: a whole number followed by one unit, no spaces, no fractions, no bare
+//! numbers. A bare `30` is refused because `flock -w 30` means seconds while a
+//! millisecond-minded operator may mean milliseconds; one letter settles it. Errors
+//! are one line and name what was wrong, since clap shows them to the operator as is.
+
+use std::time::Duration;
+
+/// Parses `<whole number><unit>` with unit `ms`, `s`, `m` or `h`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("empty duration (write e.g. 500ms, 30s, 5m or 1h)".into());
+    }
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    if digits.is_empty() {
+        return Err(format!(
+            "'{text}' does not start with a number (write e.g. 500ms, 30s, 5m or 1h)"
+        ));
+    }
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{text}' is too large"))?;
+    let unit_ms: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "" => {
+            return Err(format!(
+                "'{text}' has no unit (write {n}ms, {n}s, {n}m or {n}h)"
+            ))
+        }
+        other => {
+            return Err(format!(
+                "'{text}' has an unknown unit '{other}' (use ms, s, m or h)"
+            ))
+        }
+    };
+    n.checked_mul(unit_ms)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("'{text}' is too large"))
+}
+
+/// A duration for people: `850ms`, `12.3s`, `4m05s`, `2h03m`.
+pub fn human(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1_000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        format!("{}.{}s", ms / 1_000, (ms % 1_000) / 100)
+    } else if ms < 3_600_000 {
+        format!("{}m{:02}s", ms / 60_000, (ms % 60_000) / 1_000)
+    } else {
+        format!("{}h{:02}m", ms / 3_600_000, (ms % 3_600_000) / 60_000)
+    }
+}
+
+/// Whole milliseconds, saturating (for JSON output).
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_unit_parses() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7_200)));
+        assert_eq!(parse_duration(" 10s "), Ok(Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn malformed_durations_are_refused_with_a_reason() {
+        for (bad, says) in [
+            ("10x", "unknown unit 'x'"),
+            ("10", "no unit"),
+            ("", "empty"),
+            ("s", "does not start with a number"),
+            ("-5s", "does not start with a number"),
+            ("1.5s", "unknown unit '.5s'"),
+            ("10 s", "unknown unit ' s'"),
+            ("99999999999999999999s", "too large"),
+            ("18446744073709551615h", "too large"),
+        ] {
+            let err = parse_duration(bad).expect_err(bad);
+            assert!(err.contains(says), "{bad}: {err}");
+            assert!(!err.contains('\n'), "{bad}: one line");
+        }
+    }
+
+    #[test]
+    fn durations_read_well() {
+        assert_eq!(human(Duration::from_millis(850)), "850ms");
+        assert_eq!(human(Duration::from_millis(12_345)), "12.3s");
+        assert_eq!(human(Duration::from_secs(245)), "4m05s");
+        assert_eq!(human(Duration::from_secs(7_380)), "2h03m");
+    }
+}

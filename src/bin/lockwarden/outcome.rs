@@ -1,0 +1,128 @@
+//! Exit codes and the one error type of the command, [`Failure`]: a one-line
+//! message and the code to exit with.
+//!
+//! Scripts and cron jobs branch on the exit code, so every way the command can end
+//! maps to one documented code here, in one place (the `--help` text and
+//! `docs/operations.md` list the same table). The codes for "wait timed out" and
+//! "lock lost" are 75 and 76: outside the range shells use (126-165) and away from
+//! the 0-2 that most commands return, so they can be told apart from a wrapped
+//! command's own failure in practice (a command may of course exit 75 itself).
+
+use std::fmt;
+use std::process::ExitStatus;
+
+use lockwarden::LockError;
+
+/// Success: the lock was taken and given back, or the query answered.
+pub const OK: i32 = 0;
+/// A failure while working (Redis went away mid-operation, a release failed,
+/// confirmation declined).
+pub const FAILED: i32 = 1;
+/// Bad input or unreachable Redis: nothing was changed.
+pub const USAGE: i32 = 2;
+/// The lock was not acquired within `--wait`.
+pub const TIMEOUT: i32 = 75;
+/// The lock was lost while held (force-unlocked, expired, or Redis unreachable for
+/// a whole lease).
+pub const LOST: i32 = 76;
+/// The command was found but could not be executed (as in shells).
+pub const CANNOT_EXECUTE: i32 = 126;
+/// The command was not found (as in shells).
+pub const NOT_FOUND: i32 = 127;
+
+/// The code for "ended by signal `n`", as shells report it.
+pub fn signal_code(n: i32) -> i32 {
+    128 + n
+}
+
+/// The code that reports a finished child: its own exit code, or 128 + the signal
+/// that ended it.
+pub fn child_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(sig)) => signal_code(sig),
+        (None, None) => FAILED,
+    }
+}
+
+/// Why the command stops early: a message for stderr and the exit code.
+#[derive(Debug)]
+pub struct Failure {
+    /// The exit code.
+    pub code: i32,
+    /// One line, without the `lockwarden: ` prefix.
+    pub message: String,
+}
+
+impl Failure {
+    /// Bad input or an unreachable server: exit 2.
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure {
+            code: USAGE,
+            message: message.into(),
+        }
+    }
+
+    /// A failure while working: exit 1.
+    pub fn failed(message: impl Into<String>) -> Failure {
+        Failure {
+            code: FAILED,
+            message: message.into(),
+        }
+    }
+
+    /// A library error met while working, with what was being done. Errors that
+    /// mean "your input is wrong" (a name, a lease, a key that is not a lock) exit 2
+    /// like any bad input; a lost lock exits 76; the rest exit 1.
+    pub fn from_lock(doing: &str, e: LockError) -> Failure {
+        let code = match &e {
+            LockError::InvalidName(_) | LockError::InvalidLease { .. } => USAGE,
+            LockError::InvalidConfig(_) => USAGE,
+            LockError::Redis(r) if r.code() == Some("WRONGTYPE") => USAGE,
+            LockError::Timeout { .. } => TIMEOUT,
+            LockError::Lost(_) => LOST,
+            _ => FAILED,
+        };
+        let message = match &e {
+            // "doing" adds nothing to a refusal of the input itself.
+            LockError::InvalidName(_) | LockError::InvalidLease { .. } => e.to_string(),
+            LockError::Redis(r) if r.code() == Some("WRONGTYPE") => {
+                format!("{doing}: the key exists and is not a lock")
+            }
+            _ => format!("{doing}: {e}"),
+        };
+        Failure { code, message }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// Prints a warning or progress note on stderr, prefixed like every message of the
+/// command.
+pub fn note(message: impl fmt::Display) {
+    eprintln!("lockwarden: {message}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_of_input_exit_2_and_losses_exit_76() {
+        let name = Failure::from_lock(
+            "acquiring",
+            LockError::InvalidName(lockwarden::NameError::Empty),
+        );
+        assert_eq!(name.code, USAGE);
+        assert_eq!(
+            Failure::from_lock("x", LockError::Lost(lockwarden::LostReason::OwnerGone)).code,
+            LOST
+        );
+        assert_eq!(Failure::from_lock("x", LockError::Stopped).code, FAILED);
+    }
+}

@@ -1,0 +1,210 @@
+//! `lockwarden run`: a distributed flock(1). Acquire, run the command, give its exit
+//! code back, release; and stop the command if the lock is lost while it runs.
+//!
+//! The command inherits stdin, stdout and stderr, so its output is forwarded
+//! without copying and it can be interactive. Where signals go depends on whether
+//! lockwarden runs on a terminal:
+//! - not on a terminal (cron, systemd, scripts): the command gets a process group of
+//!   its own, and every signal we send goes to that whole group, so a shell script's
+//!   children stop with it when the lock is lost;
+//! - on a terminal: the command stays in the foreground group (it can read the
+//!   terminal, and Ctrl-C reaches it directly, so we do not send it a second
+//!   SIGINT); signals go to the command's process only.
+//!
+//! On a lost lock, `--on-lost kill` sends SIGTERM, then SIGKILL after `--grace`,
+//! and exits 76 once the command is gone; `--on-lost warn` says so and lets it
+//! finish. The lock is released only after the command has exited.
+
+use std::future::pending;
+use std::io::{ErrorKind, IsTerminal};
+
+use futures::FutureExt;
+use lockwarden::{LockError, LockGuard, LostReason};
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+use tokio::process::Command;
+use tokio::time::Instant;
+use tracing::info;
+
+use crate::acquire::{acquire, report_timeout, Signals, Waited};
+use crate::cli::{OnLost, RunArgs};
+use crate::duration::human;
+use crate::outcome::{self, child_code, note, signal_code, Failure};
+use crate::session::Session;
+
+/// Where signals for the command go.
+#[derive(Clone, Copy, Debug)]
+struct Target {
+    /// The command's pid; `None` if it was already gone when spawned.
+    pid: Option<Pid>,
+    /// Signal the whole process group the command leads, not only the command.
+    group: bool,
+}
+
+impl Target {
+    /// Sends `sig`; a command that has just exited is not an error.
+    fn send(self, sig: Signal) {
+        let Some(pid) = self.pid else { return };
+        let sent = if self.group {
+            killpg(pid, sig)
+        } else {
+            kill(pid, sig)
+        };
+        if let Err(e) = sent {
+            tracing::debug!(%pid, %sig, error = %e, "signal not delivered");
+        }
+    }
+}
+
+/// Runs `lockwarden run`; answers the exit code.
+pub async fn run(session: &Session, args: RunArgs) -> Result<i32, Failure> {
+    let manager = session.manager().await?;
+    let mut signals = Signals::install()?;
+    let guard = match acquire(&manager, &args.name, &args.acquire, &mut signals).await? {
+        Waited::Acquired { guard, waited } => {
+            info!(lock = %args.name, waited_ms = waited.as_millis(), "acquired");
+            guard
+        }
+        Waited::TimedOut { waited } => {
+            report_timeout(&manager, &args.name, waited).await;
+            return Ok(outcome::TIMEOUT);
+        }
+        Waited::Interrupted(sig) => return Ok(signal_code(sig as i32)),
+    };
+    Ok(supervise(&guard, &args, &mut signals).await)
+}
+
+/// Runs the command while `guard` is held and answers the exit code.
+async fn supervise(guard: &LockGuard, args: &RunArgs, signals: &mut Signals) -> i32 {
+    let on_terminal = std::io::stdin().is_terminal();
+    let Some((program, rest)) = args.command.split_first() else {
+        // clap requires at least one word after `--`.
+        return outcome::USAGE;
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(rest)
+        .env("LOCKWARDEN_LOCK", &args.name)
+        .env("LOCKWARDEN_TOKEN", guard.fencing_token().to_string());
+    if !on_terminal {
+        cmd.process_group(0);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = guard.release().await;
+            note(format!("cannot run {}: {e}", program.to_string_lossy()));
+            return match e.kind() {
+                ErrorKind::NotFound => outcome::NOT_FOUND,
+                _ => outcome::CANNOT_EXECUTE,
+            };
+        }
+    };
+    let target = Target {
+        pid: child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .map(Pid::from_raw),
+        group: !on_terminal,
+    };
+    let mut lost: Option<LostReason> = None;
+    let mut kill_at: Option<Instant> = None;
+    let status = loop {
+        let lost_now = async {
+            match lost {
+                Some(_) => pending().await,
+                None => guard.lost().await,
+            }
+        };
+        let kill_timer = async {
+            match kill_at {
+                Some(at) => actix_rt::time::sleep_until(at).await,
+                None => pending().await,
+            }
+        };
+        futures::select! {
+            status = child.wait().fuse() => break status,
+            reason = lost_now.fuse() => {
+                lost = Some(reason);
+                match args.on_lost {
+                    OnLost::Kill => {
+                        note(format!(
+                            "lock \"{}\" was lost while the command ran ({reason}); \
+                             sending SIGTERM, SIGKILL in {}",
+                            args.name,
+                            human(args.grace)
+                        ));
+                        target.send(Signal::SIGTERM);
+                        // A grace too long to represent never ends.
+                        kill_at = Instant::now().checked_add(args.grace);
+                    }
+                    OnLost::Warn => note(format!(
+                        "lock \"{}\" was lost while the command ran ({reason}); \
+                         letting it finish (--on-lost warn)",
+                        args.name
+                    )),
+                }
+            }
+            _ = kill_timer.fuse() => {
+                note("the command outlived --grace after SIGTERM; sending SIGKILL");
+                target.send(Signal::SIGKILL);
+                kill_at = None;
+            }
+            sig = signals.recv().fuse() => {
+                // On a terminal, Ctrl-C already reached the command (same group).
+                if !(on_terminal && sig == Signal::SIGINT) {
+                    target.send(sig);
+                }
+                info!(%sig, "signal passed on; waiting for the command to exit");
+            }
+        }
+    };
+    let code = match status {
+        Ok(status) => child_code(status),
+        Err(e) => {
+            note(format!("lost track of the command: {e}"));
+            outcome::FAILED
+        }
+    };
+    finish(guard, args, lost, code).await
+}
+
+/// Releases after the command exited and picks the exit code.
+async fn finish(guard: &LockGuard, args: &RunArgs, lost: Option<LostReason>, code: i32) -> i32 {
+    let lost_code = match args.on_lost {
+        OnLost::Kill => outcome::LOST,
+        OnLost::Warn => code,
+    };
+    if lost.is_some() {
+        return lost_code;
+    }
+    match guard.release().await {
+        Ok(_) => code,
+        Err(LockError::Lost(reason)) => {
+            note(format!(
+                "lock \"{}\" was lost before the command finished ({reason})",
+                args.name
+            ));
+            lost_code
+        }
+        Err(LockError::NotHeld) => {
+            note(format!(
+                "lock \"{}\" was no longer held when the command finished \
+                 (expired or force-unlocked while it ran)",
+                args.name
+            ));
+            lost_code
+        }
+        Err(e) => {
+            note(format!(
+                "the command finished but releasing lock \"{}\" failed: {e}; \
+                 it frees by itself within its lease",
+                args.name
+            ));
+            if code == 0 {
+                outcome::FAILED
+            } else {
+                code
+            }
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Turning the common options into a connection: the [`Config`], the checks made
+//! before any I/O, and the connections a subcommand asks for.
+//!
+//! The order matters for the promise "bad input changes nothing and fails fast":
+//! the URL and the lock name are checked without touching the network, then one
+//! quick PING (a single attempt, [`Admin::connect`]) tells an unreachable server
+//! apart at once, before a [`LockManager`] is started, since the manager's own
+//! connection retries with backoff, which is right for a service and slow for a
+//! command that should say "cannot reach Redis" and exit 2.
+
+use actix::Addr;
+use lockwarden::{check_lock_name, Admin, Config, LockManager};
+
+use crate::cli::{AcquireOpts, Common};
+use crate::outcome::Failure;
+
+/// The checked settings of one invocation.
+#[derive(Debug)]
+pub struct Session {
+    /// The library configuration built from the options.
+    config: Config,
+    /// The URL with any password hidden, for messages.
+    shown_url: String,
+}
+
+impl Session {
+    /// Builds the configuration: no I/O. A URL that does not parse (wrong scheme,
+    /// bad port) is bad input.
+    pub fn new(common: &Common) -> Result<Session, Failure> {
+        let shown_url = redact(&common.redis_url);
+        let config = Config::from_url(&common.redis_url)
+            .map_err(|e| {
+                Failure::usage(format!(
+                    "invalid Redis URL '{shown_url}': {e} (expected redis://host[:port][/db])"
+                ))
+            })?
+            .watchdog_lease(common.watchdog_lease);
+        config
+            .validate()
+            .map_err(|e| Failure::usage(format!("--watchdog-lease: {e}")))?;
+        Ok(Session { config, shown_url })
+    }
+
+    /// Refuses a lock name no lock can have, before anything connects.
+    pub fn check_name(&self, name: &str) -> Result<(), Failure> {
+        check_lock_name(&self.config, name).map_err(|e| Failure::from_lock("", e))
+    }
+
+    /// A read-only connection, after one PING.
+    pub async fn admin(&self) -> Result<Admin, Failure> {
+        Admin::connect(&self.config)
+            .await
+            .map_err(|e| Failure::usage(format!("cannot reach Redis at {}: {e}", self.shown_url)))
+    }
+
+    /// A running lock manager, once the server answered a PING.
+    pub async fn manager(&self) -> Result<Addr<LockManager>, Failure> {
+        self.admin().await?;
+        self.start_manager().await
+    }
+
+    /// A running lock manager, without the quick PING first (for a caller that
+    /// already holds an [`Admin`], which made it).
+    pub async fn start_manager(&self) -> Result<Addr<LockManager>, Failure> {
+        LockManager::start(self.config.clone())
+            .await
+            .map_err(|e| Failure::usage(format!("cannot reach Redis at {}: {e}", self.shown_url)))
+    }
+}
+
+/// Refuses the lock kinds that the library does not have yet, with one line.
+pub fn check_kind(opts: &AcquireOpts) -> Result<(), Failure> {
+    let missing = if opts.fair {
+        Some(("--fair", "fair locks"))
+    } else if opts.read {
+        Some(("--read", "read-write locks"))
+    } else if opts.write {
+        Some(("--write", "read-write locks"))
+    } else {
+        None
+    };
+    match missing {
+        Some((flag, kind)) => Err(Failure::usage(format!(
+            "{flag}: {kind} are not available yet in this version"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The URL with the password (if any) replaced by `***`, so that it can be shown.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((userinfo, host)) = rest.rsplit_once('@') else {
+        return url.to_string();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_hidden_in_messages() {
+        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact("redis://:secret@h"), "redis://:***@h");
+        assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redact("nonsense"), "nonsense");
+    }
+}

@@ -1,0 +1,106 @@
+//! The lock actor under its Supervisor, driven from inside the crate: a restart keeps
+//! the waiters and the holding, and re-reads the holding from Redis. (The restart is
+//! forced with a test-only message; in service it follows a Redis reply of a shape the
+//! protocol does not allow.)
+
+#[path = "../../tests/support/server.rs"]
+#[allow(dead_code)]
+mod server;
+
+use std::time::Duration;
+
+use super::{Derail, QueueLen};
+use crate::{Acquire, Config, LockManager, LostReason, ReleaseOutcome};
+use server::RedisServer;
+
+fn config(redis: &RedisServer, lease_ms: u64) -> Config {
+    Config::from_url(&redis.url())
+        .expect("test URL")
+        .watchdog_lease(Duration::from_millis(lease_ms))
+}
+
+/// A restarted lock actor keeps its waiter and its holding: the watchdog resumes
+/// (the lock outlives several leases), the guard releases normally, and the waiter
+/// is then served.
+#[actix_rt::test]
+async fn a_restarted_lock_actor_keeps_its_waiters_and_holding() {
+    let redis = RedisServer::start();
+    let m = LockManager::start(config(&redis, 600))
+        .await
+        .expect("start");
+    let guard = m
+        .send(Acquire::new("r"))
+        .await
+        .expect("running")
+        .expect("acquired");
+    let waiting = actix_rt::spawn({
+        let m = m.clone();
+        async move {
+            m.send(Acquire::new("r").wait(Duration::from_secs(10)))
+                .await
+        }
+    });
+    let mut queued = 0;
+    for _ in 0..500 {
+        queued = guard.actor().send(QueueLen).await.expect("delivered");
+        if queued == 1 {
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(queued, 1, "the waiter never queued");
+
+    guard.actor().send(Derail).await.expect("delivered");
+    assert_eq!(
+        guard.actor().send(QueueLen).await.expect("delivered"),
+        1,
+        "the restart dropped the waiter"
+    );
+    actix_rt::time::sleep(Duration::from_millis(1500)).await; // 2.5 leases
+    assert!(
+        guard.is_lost().is_none(),
+        "the holding did not survive the restart"
+    );
+    let held: i64 = redis::cmd("HEXISTS")
+        .arg("r")
+        .arg(guard.owner_field())
+        .query(&mut redis.conn())
+        .expect("HEXISTS");
+    assert_eq!(held, 1, "renewal did not resume after the restart");
+
+    assert_eq!(
+        guard.release().await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    let next = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("waiter served after the release")
+        .expect("task")
+        .expect("running")
+        .expect("acquired");
+    next.release().await.expect("released");
+}
+
+/// After a restart the holding is checked in Redis at once: a lock deleted behind
+/// the actor's back is reported lost right away, not at the next renewal (10 s).
+#[actix_rt::test]
+async fn a_restarted_lock_actor_rereads_its_holding_from_redis() {
+    let redis = RedisServer::start();
+    let m = LockManager::start(config(&redis, 30_000))
+        .await
+        .expect("start");
+    let guard = m
+        .send(Acquire::new("gone"))
+        .await
+        .expect("running")
+        .expect("acquired");
+    let _: i64 = redis::cmd("DEL")
+        .arg("gone")
+        .query(&mut redis.conn())
+        .expect("DEL");
+    guard.actor().send(Derail).await.expect("delivered");
+    let reason = tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("noticed at the restart");
+    assert_eq!(reason, LostReason::OwnerGone);
+}

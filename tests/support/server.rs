@@ -1,0 +1,267 @@
+//! Real `redis-server` processes for tests and examples, one per test, on free ports.
+//! (This file knows nothing of lockwarden, so the crate's own unit tests can use it.)
+//!
+//! Modelled on redis-rs's own test support: each server gets its own port and
+//! directory, runs with persistence off, is ready once it answers PING, and is killed
+//! when dropped. Tests can crash it, restart it on the same port (its data gone), and
+//! pause it with SIGSTOP. When a test panics, the server's log is printed so the
+//! failure can be read next to Redis's side of the story.
+//!
+//! The binary is `redis-server` from `PATH`, or the path in `REDIS_SERVER_BIN`.
+//! Never the server at 6379: every test starts its own.
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `redis-server` child process owned by a test.
+pub struct RedisServer {
+    /// The port it listens on (kept across restarts).
+    port: u16,
+    /// The running process; `None` while stopped.
+    child: Option<Child>,
+    /// Holds the working directory and log; removed on drop.
+    dir: tempfile::TempDir,
+    /// Extra command-line arguments, kept for restarts.
+    args: Vec<String>,
+    /// Paused with SIGSTOP.
+    paused: bool,
+}
+
+/// Which binary to run.
+pub fn redis_server_bin() -> String {
+    std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_string())
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free port on 127.0.0.1")
+}
+
+impl RedisServer {
+    /// Starts a server with default settings.
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (`["--maxmemory", "2mb"]`).
+    pub fn start_with(args: &[&str]) -> RedisServer {
+        let dir = tempfile::tempdir().expect("cannot make a temp dir");
+        let mut server = RedisServer {
+            port: 0,
+            child: None,
+            dir,
+            args: args.iter().map(|a| a.to_string()).collect(),
+            paused: false,
+        };
+        // Another process may take the port between our probe and the bind: try a few.
+        for _ in 0..5 {
+            server.port = free_port();
+            if server.spawn().is_ok() {
+                return server;
+            }
+        }
+        panic!("redis-server did not start; log:\n{}", server.log());
+    }
+
+    /// Runs the process on `self.port` and waits until it answers PING.
+    fn spawn(&mut self) -> Result<(), String> {
+        let mut cmd = Command::new(redis_server_bin());
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(self.log_path())
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd.spawn().unwrap_or_else(|e| {
+            panic!(
+                "cannot run `{}` ({e}). Install Redis (apt-get install redis-server) \
+                 or set REDIS_SERVER_BIN to its path.",
+                redis_server_bin()
+            )
+        });
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                return Err(format!("redis-server exited with {status}"));
+            }
+            if self.ping() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.kill();
+        Err("redis-server did not answer PING within 10 s".into())
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
+            return false;
+        };
+        redis::cmd("PING").query::<String>(&mut conn).is_ok()
+    }
+
+    /// `redis://127.0.0.1:<port>/`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// A plain blocking connection, for raw commands in assertions.
+    pub fn conn(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+            .unwrap_or_else(|e| panic!("cannot connect to test redis: {e}\n{}", self.log()))
+    }
+
+    /// Kills the server at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if self.paused {
+                self.signal_pid(child.id(), "CONT");
+                self.paused = false;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server and starts it again on the same port, with no data.
+    pub fn restart(&mut self) {
+        self.kill();
+        let mut last = String::new();
+        for _ in 0..20 {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "redis-server did not restart on port {}: {last}\n{}",
+            self.port,
+            self.log()
+        );
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open but nothing is answered.
+    pub fn pause(&mut self) {
+        if let Some(pid) = self.pid() {
+            self.signal_pid(pid, "STOP");
+            self.paused = true;
+        }
+    }
+
+    /// Resumes a paused server (SIGCONT).
+    pub fn resume(&mut self) {
+        if let Some(pid) = self.pid() {
+            self.signal_pid(pid, "CONT");
+            self.paused = false;
+        }
+    }
+
+    fn signal_pid(&self, pid: u32, signal: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -{signal} {pid} failed");
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_else(|e| format!("(no log: {e})"))
+    }
+
+    /// Calls per command since start (or `CONFIG RESETSTAT`), from `INFO commandstats`;
+    /// commands run inside scripts count too.
+    pub fn commandstats(&self) -> HashMap<String, u64> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.conn())
+            .expect("INFO commandstats");
+        parse_commandstats(&info)
+    }
+
+    /// Total calls of all commands, script-internal ones included.
+    pub fn total_calls(&self) -> u64 {
+        self.commandstats().values().sum()
+    }
+}
+
+/// Parses `cmdstat_<name>:calls=<n>,...` lines.
+pub fn parse_commandstats(info: &str) -> HashMap<String, u64> {
+    info.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("cmdstat_")?;
+            let (name, fields) = rest.split_once(':')?;
+            let calls = fields
+                .split(',')
+                .find_map(|f| f.strip_prefix("calls="))?
+                .parse()
+                .ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect()
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "---- redis-server log (port {}) ----\n{}\n---- end of log ----",
+                self.port,
+                self.log()
+            );
+        }
+        self.kill();
+    }
+}
+
+/// Polls `check` every few milliseconds until it holds or `limit` passes; returns
+/// whether it held. For waiting on an effect with a generous bound, not for timing.
+pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        actix_rt::time::sleep(Duration::from_millis(5)).await;
+    }
+}
