@@ -1,0 +1,208 @@
+//! Failover demo: workers in two lock managers share one lock while Redis misbehaves,
+//! with a printed timeline of what the supervisor and the lock actors do about it.
+//!
+//! Run with `cargo run --example failover` (needs `redis-server` on the PATH; it
+//! starts its own on a free port). Three faults are made for real: the pub/sub
+//! connections are killed, Redis is restarted with its data gone, and Redis is frozen
+//! with SIGSTOP for longer than the lease. The demo checks each step and exits 0 only
+//! if every one behaved as described, so it doubles as a smoke test.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use actix::Addr;
+use lockwarden::{Acquire, Config, GetStats, LockGuard, LockManager, LostReason};
+use support::{eventually, raw, RedisServer};
+
+const LOCK: &str = "failover:demo";
+const CHANNEL: &str = "redisson_lock__channel:{failover:demo}";
+const LEASE: Duration = Duration::from_millis(800);
+
+/// Prints one timeline line.
+struct Timeline(Instant);
+
+impl Timeline {
+    fn say(&self, what: impl std::fmt::Display) {
+        println!("{:>8.3}s  {what}", self.0.elapsed().as_secs_f64());
+    }
+}
+
+/// The protected resource: it remembers the highest fencing token it has seen and
+/// refuses writes that carry an older one.
+#[derive(Default)]
+struct Resource {
+    highest: u64,
+}
+
+impl Resource {
+    fn write(&mut self, token: u64) -> bool {
+        if token < self.highest {
+            return false;
+        }
+        self.highest = token;
+        true
+    }
+}
+
+fn config(server: &RedisServer) -> Config {
+    support::config(server)
+        .watchdog_lease(LEASE)
+        .response_timeout(Duration::from_millis(250))
+        .connection_timeout(Duration::from_millis(250))
+        .reconnect_backoff(Duration::from_millis(25), Duration::from_millis(250))
+        .max_retry_interval(Duration::from_secs(30))
+}
+
+fn subscribers(server: &RedisServer) -> i64 {
+    let n: Vec<(String, i64)> = raw(server, &["PUBSUB", "NUMSUB", CHANNEL]);
+    n.first().map_or(0, |(_, c)| *c)
+}
+
+async fn acquire(m: &Addr<LockManager>, wait: Duration) -> Result<LockGuard, String> {
+    m.send(Acquire::new(LOCK).wait(wait))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}
+
+/// Spawns a waiter in `m` and returns a handle that yields (when acquired, result).
+fn spawn_waiter(
+    m: &Addr<LockManager>,
+) -> actix_rt::task::JoinHandle<(Instant, Result<LockGuard, String>)> {
+    let m = m.clone();
+    actix_rt::spawn(async move {
+        let res = acquire(&m, Duration::from_secs(20)).await;
+        (Instant::now(), res)
+    })
+}
+
+fn check(ok: bool, what: &str) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(what.to_string())
+    }
+}
+
+async fn demo(server: &mut RedisServer, t: &Timeline) -> Result<(), String> {
+    let a = LockManager::start(config(server)).await.map_err(|e| e.to_string())?;
+    let b = LockManager::start(config(server)).await.map_err(|e| e.to_string())?;
+    let mut resource = Resource::default();
+
+    t.say("== 1. normal handoffs between manager A and manager B");
+    for (label, m) in [("A", &a), ("B", &b), ("A", &a)] {
+        let g = acquire(m, Duration::from_secs(5)).await?;
+        check(resource.write(g.fencing_token()), "resource refused a current holder")?;
+        t.say(format!("manager {label} holds the lock, token {}", g.fencing_token()));
+        g.release().await.map_err(|e| e.to_string())?;
+    }
+
+    t.say("== 2. the pub/sub connections are killed while B waits");
+    let held = acquire(&a, Duration::from_secs(5)).await?;
+    let waiting = spawn_waiter(&b);
+    check(
+        eventually(Duration::from_secs(5), || subscribers(server) == 1).await,
+        "B never subscribed",
+    )?;
+    let killed: i64 = raw(server, &["CLIENT", "KILL", "TYPE", "pubsub"]);
+    t.say(format!("CLIENT KILL TYPE pubsub: {killed} connection(s) killed"));
+    check(
+        eventually(Duration::from_secs(5), || subscribers(server) == 1).await,
+        "the subscriber did not resubscribe",
+    )?;
+    let stats = b.send(GetStats).await.map_err(|e| e.to_string())?;
+    t.say(format!(
+        "B's supervisor restarted its subscriber ({} reconnect(s)); channel resubscribed",
+        stats.reconnects
+    ));
+    check(stats.reconnects >= 1, "no reconnect counted")?;
+    let released = Instant::now();
+    held.release().await.map_err(|e| e.to_string())?;
+    let (at, g) = waiting.await.map_err(|e| e.to_string())?;
+    let g = g?;
+    let handoff = at - released;
+    t.say(format!(
+        "A released; B woken by the unlock message after {handoff:.1?}, token {}",
+        g.fencing_token()
+    ));
+    check(handoff < Duration::from_secs(1), "B was not woken by the message")?;
+    check(resource.write(g.fencing_token()), "resource refused B")?;
+
+    t.say("== 3. Redis restarts with its data gone while B holds and A waits");
+    let old_token = g.fencing_token();
+    let waiting = spawn_waiter(&a);
+    check(
+        eventually(Duration::from_secs(5), || subscribers(server) == 1).await,
+        "A never subscribed",
+    )?;
+    server.restart();
+    t.say("redis-server killed and started again on the same port (empty)");
+    let reason = tokio::time::timeout(Duration::from_secs(5), g.lost())
+        .await
+        .map_err(|_| "B was not told its lock was lost".to_string())?;
+    t.say(format!("B is told its lock is lost: {reason}"));
+    let (_, g) = waiting.await.map_err(|e| e.to_string())?;
+    let g = g?;
+    t.say(format!(
+        "A acquires after the restart (scripts reloaded), token {} > {old_token}",
+        g.fencing_token()
+    ));
+    check(g.fencing_token() > old_token, "tokens went backwards")?;
+    check(resource.write(g.fencing_token()), "resource refused A")?;
+
+    t.say("== 4. Redis is frozen (SIGSTOP) for longer than the lease while A holds");
+    let stale_token = g.fencing_token();
+    let lost_watch = actix_rt::spawn(async move {
+        let reason = g.lost().await;
+        (Instant::now(), reason)
+    });
+    let waiting = spawn_waiter(&b);
+    check(
+        eventually(Duration::from_secs(5), || subscribers(server) == 1).await,
+        "B never subscribed",
+    )?;
+    server.pause();
+    t.say(format!("redis-server paused for {:?}", LEASE * 2));
+    actix_rt::time::sleep(LEASE * 2).await;
+    server.resume();
+    t.say("redis-server resumed");
+    let (lost_at, reason) = lost_watch.await.map_err(|e| e.to_string())?;
+    t.say(format!("A was told its lock is lost: {reason}"));
+    check(
+        matches!(reason, LostReason::Unreachable | LostReason::OwnerGone),
+        "unexpected loss reason",
+    )?;
+    let (got_at, g) = waiting.await.map_err(|e| e.to_string())?;
+    let g = g?;
+    t.say(format!("B acquires, token {}", g.fencing_token()));
+    check(lost_at <= got_at, "A still believed it held the lock when B got it")?;
+    check(resource.write(g.fencing_token()), "resource refused B")?;
+    let stale_accepted = resource.write(stale_token);
+    t.say(format!(
+        "a late write by A with its old token {stale_token} is {}",
+        if stale_accepted { "ACCEPTED (wrong)" } else { "refused by the resource" }
+    ));
+    check(!stale_accepted, "the stale holder's write was accepted")?;
+    g.release().await.map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+#[actix::main]
+async fn main() -> ExitCode {
+    let mut server = RedisServer::start();
+    let t = Timeline(Instant::now());
+    t.say(format!("redis-server started on port {}", server.port()));
+    match demo(&mut server, &t).await {
+        Ok(()) => {
+            t.say("every step behaved as described");
+            ExitCode::SUCCESS
+        }
+        Err(step) => {
+            t.say(format!("FAILED: {step}"));
+            ExitCode::FAILURE
+        }
+    }
+}
