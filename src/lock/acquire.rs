@@ -37,6 +37,16 @@ pub(super) struct Unresolved {
     field: Arc<str>,
 }
 
+impl Attempt {
+    /// This attempt, as one whose reply was lost.
+    fn unresolved(self) -> Unresolved {
+        Unresolved {
+            owner: self.owner,
+            field: self.field,
+        }
+    }
+}
+
 impl Unresolved {
     /// The attempt made for this waiter.
     pub(super) fn of(w: &Waiter) -> Unresolved {
@@ -159,26 +169,15 @@ impl LockActor {
                 }
             }
             Err(e) if redis_is_protocol_error(&e) => {
-                self.unresolved = Some(Unresolved {
-                    owner: attempt.owner,
-                    field: attempt.field,
-                });
+                self.unresolved = Some(attempt.unresolved());
                 self.restart(&e, ctx);
             }
             Err(e) if redis_is_transient(&e) => {
-                let delay = backoff(
-                    self.shared.config.reconnect_min,
-                    self.shared.config.reconnect_max,
-                    self.failures,
-                );
-                self.failures = self.failures.saturating_add(1);
+                let delay = self.next_backoff();
                 warn!(lock = %self.name, error = %e, retry_in = ?delay, "acquire attempt failed; will retry");
                 if !e.is_connection_refusal() {
                     // The script may have run with its reply lost.
-                    self.unresolved = Some(Unresolved {
-                        owner: attempt.owner,
-                        field: attempt.field,
-                    });
+                    self.unresolved = Some(attempt.unresolved());
                 }
                 self.queue.fail_try_once(Some(&e));
                 self.last_error = Some(e);
@@ -253,6 +252,15 @@ impl LockActor {
         }
     }
 
+    /// The delay before the next try after a Redis error: doubling with each
+    /// consecutive failure, capped and jittered (see `Config::reconnect_backoff`).
+    fn next_backoff(&mut self) -> Duration {
+        let config = &self.shared.config;
+        let delay = backoff(config.reconnect_min, config.reconnect_max, self.failures);
+        self.failures = self.failures.saturating_add(1);
+        delay
+    }
+
     /// Finds out what an attempt with a lost reply did, and undoes it if it took a
     /// hold: the owner's count in Redis is compared with the guards that exist here.
     /// A hold that no guard accounts for is given back at once; nothing is granted
@@ -293,12 +301,7 @@ impl LockActor {
                     act.pump(ctx);
                 }
                 Err(e) if redis_is_transient(&e) => {
-                    let delay = backoff(
-                        act.shared.config.reconnect_min,
-                        act.shared.config.reconnect_max,
-                        act.failures,
-                    );
-                    act.failures = act.failures.saturating_add(1);
+                    let delay = act.next_backoff();
                     debug!(lock = %act.name, error = %e, retry_in = ?delay, "cannot check the lost attempt yet");
                     act.schedule(Some(delay), ctx);
                 }
