@@ -103,8 +103,8 @@ pub fn draw(results: &Results, settings: &Settings, path: &str) -> Result<(), St
             .x_label_area_size(40)
             .y_label_area_size(70)
             .build_cartesian_2d(
-                // A segmented range a..b has b - a + 1 segments.
-                (0u32..(waiters.len() as u32).saturating_sub(1)).into_segmented(),
+                // W as positions 0, 1, 2 (labelled with W), half a step of margin.
+                -0.5f64..waiters.len() as f64 - 0.5,
                 (lo..hi).log_scale(),
             )
             .map_err(|e| err(&e))?;
@@ -112,11 +112,14 @@ pub fn draw(results: &Results, settings: &Settings, path: &str) -> Result<(), St
             .configure_mesh()
             .x_desc("waiters W")
             .y_desc("handoff latency (us, log scale)")
-            .x_label_formatter(&|x| match x {
-                SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => waiters
-                    .get(*i as usize)
-                    .map_or(String::new(), |w| w.to_string()),
-                SegmentValue::Last => String::new(),
+            .x_labels(waiters.len())
+            .x_max_light_lines(0)
+            .x_label_formatter(&|x| {
+                let i = x.round();
+                match waiters.get(i as usize) {
+                    Some(w) if (x - i).abs() < 1e-6 && i >= 0.0 => w.to_string(),
+                    _ => String::new(),
+                }
             })
             .y_label_formatter(&|y| format!("{y:.0}"))
             .label_style(("sans-serif", 14))
@@ -130,11 +133,11 @@ pub fn draw(results: &Results, settings: &Settings, path: &str) -> Result<(), St
             let c = colour(which);
             let p50: Vec<_> = points
                 .iter()
-                .map(|&(i, p50, _)| (SegmentValue::CenterOf(i), p50))
+                .map(|&(i, p50, _)| (f64::from(i), p50))
                 .collect();
             let p99: Vec<_> = points
                 .iter()
-                .map(|&(i, _, p99)| (SegmentValue::CenterOf(i), p99))
+                .map(|&(i, _, p99)| (f64::from(i), p99))
                 .collect();
             chart
                 .draw_series(LineSeries::new(p50.clone(), c.stroke_width(2)))
@@ -144,7 +147,7 @@ pub fn draw(results: &Results, settings: &Settings, path: &str) -> Result<(), St
                     PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
                 });
             chart
-                .draw_series(p50.iter().map(|p| Circle::new(p.clone(), 4, c.filled())))
+                .draw_series(p50.iter().map(|&p| Circle::new(p, 4, c.filled())))
                 .map_err(|e| err(&e))?;
             chart
                 .draw_series(DashedLineSeries::new(p99, 6, 4, c.stroke_width(1)))

@@ -2,9 +2,9 @@
 //! and the floor that lockwarden is measured between.
 //!
 //! `Raw` runs lockwarden's own `lua/acquire.lua` and `lua/release.lua` with the same
-//! KEYS and ARGV as `src/scripts.rs` (same owner field shape, a fresh request id per
-//! release) over one multiplexed connection: what the Lua path costs with no actors
-//! in front of it. To wait for a busy lock it does what lockwarden does minus the
+//! KEYS and ARGV as lockwarden's exclusive lock in `src/scripts` (same owner field
+//! shape, a fresh request id per release) over one multiplexed connection: what the
+//! Lua path costs with no actors in front of it. To wait for a busy lock it does what lockwarden does minus the
 //! actors: one pub/sub connection per client, subscribed to the lock's unlock
 //! channel, wakes one local waiter per message, with a timer as fallback.
 //!

@@ -137,6 +137,6 @@ fn main() {
     println!(
         "\ntotal {:.0} s; load average at end {}",
         started.elapsed().as_secs_f64(),
-        settings::load_average()
+        stats::load_average()
     );
 }

@@ -19,7 +19,7 @@ use lockwarden::{Acquire, Config, LockManager};
 use serde_json::{json, Value};
 
 use crate::probe::Probe;
-use crate::settings::rss_kib;
+use crate::stats::{process_cpu_secs, rss_kib};
 
 /// Acquisitions (and releases) in flight at once while taking or giving back K locks.
 const IN_FLIGHT: usize = 256;
@@ -122,23 +122,6 @@ fn child_env(name: &str) -> u64 {
         .unwrap_or_else(|| panic!("{name} is not set for the many-locks child"))
 }
 
-/// CPU seconds this process has used, from `/proc/self/stat` (utime + stime,
-/// assuming the usual 100 ticks a second).
-fn process_cpu_secs() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let tick = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after ')'.
-    (tick(11) + tick(12)) / 100.0
-}
-
 /// The child's side: runs the cell and prints `CHILD {json}`.
 pub fn child_main() {
     let url = std::env::var("LOCKWARDEN_BENCH_CHILD_URL").expect("LOCKWARDEN_BENCH_CHILD_URL");
@@ -217,18 +200,9 @@ pub struct Merged {
 }
 
 impl Merged {
-    /// The mean over rounds of one measure.
-    pub fn mean(&self, f: impl Fn(&Cell) -> f64) -> f64 {
-        crate::stats::mean(&self.rounds.iter().map(f).collect::<Vec<_>>())
-    }
-
-    /// The largest over rounds of one measure.
-    pub fn max(&self, f: impl Fn(&Cell) -> f64) -> f64 {
-        self.rounds.iter().map(f).fold(f64::NAN, f64::max)
-    }
-
-    /// All rounds as JSON.
-    pub fn rounds_json(&self) -> Value {
-        Value::Array(self.rounds.iter().map(Cell::to_json).collect())
+    /// The rounds in which no lock was lost: the only ones whose steady-state
+    /// numbers mean anything.
+    pub fn healthy(&self) -> impl Iterator<Item = &Cell> {
+        self.rounds.iter().filter(|c| c.lost == 0)
     }
 }

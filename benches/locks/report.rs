@@ -106,7 +106,7 @@ pub fn header(machine: &Machine, redis: &str, settings: &Settings) {
         "cpus": machine.cpus,
         "cpu_model": machine.cpu_model,
         "load_before": machine.load_before,
-        "load_after": crate::settings::load_average(),
+        "load_after": crate::stats::load_average(),
         "redis_version": redis,
         "cell_secs": settings.cell.as_secs_f64(),
         "rounds": settings.rounds,
@@ -142,6 +142,7 @@ pub fn uncontended(results: &Results) {
         "cmds/pair",
         "reqs/pair",
         "redis cpu",
+        "redis us/pair",
     ]);
     for (&(c, which), m) in &results.a {
         let raw = results.a.get(&(c, Impl::Raw)).map(|r| r.rate());
@@ -158,6 +159,7 @@ pub fn uncontended(results: &Results) {
             format!("{:.2}", m.per_pair(m.commands)),
             format!("{:.3}", m.per_pair(m.top_level)),
             format!("{:.0}%", m.cpu_percent()),
+            format!("{:.1}", m.redis_us_per_pair()),
         ]);
         json_line(json!({
             "scenario": "A",
@@ -172,6 +174,7 @@ pub fn uncontended(results: &Results) {
             "commands_per_pair": m.per_pair(m.commands),
             "requests_per_pair": m.per_pair(m.top_level),
             "redis_cpu_pct": m.cpu_percent(),
+            "redis_cpu_us_per_pair": m.redis_us_per_pair(),
         }));
     }
     t.print(2);
@@ -259,6 +262,7 @@ pub fn many(results: &Results, settings: &Settings) {
     );
     let mut t = Table::new(vec![
         "K",
+        "round",
         "acquire all",
         "release all",
         "redis cmds/s",
@@ -272,38 +276,43 @@ pub fn many(results: &Results, settings: &Settings) {
     ]);
     // The watchdog renews every third of the lease.
     let period = settings.many_lease.as_secs_f64() / 3.0;
+    // One row per round: a round that fell over (locks lost) must not be averaged
+    // into one that did not.
     for (&k, m) in &results.c {
-        let per_renewal = m.mean(|c| c.requests_per_sec) * period / k as f64;
-        t.row(vec![
-            k.to_string(),
-            format!("{:.2}s", m.mean(|c| c.acquire_secs)),
-            format!("{:.2}s", m.mean(|c| c.release_secs)),
-            format!("{:.0}", m.mean(|c| c.commands_per_sec)),
-            format!("{:.0}", m.mean(|c| c.requests_per_sec)),
-            format!("{per_renewal:.3}"),
-            format!("{:.1}%", m.mean(|c| c.redis_cpu_pct)),
-            format!("{:.0}", m.mean(|c| c.redis_bytes_per_lock)),
-            format!("{:.0}", m.mean(|c| c.client_bytes_per_lock)),
-            format!("{:.1}%", m.mean(|c| c.client_cpu_pct)),
-            format!("{:.0}", m.max(|c| c.lost as f64)),
-        ]);
-        json_line(json!({
-            "scenario": "C",
-            "locks": k,
-            "impl": Impl::Lockwarden.name(),
-            "lease_ms": settings.many_lease.as_millis() as u64,
-            "acquire_all_secs": m.mean(|c| c.acquire_secs),
-            "release_all_secs": m.mean(|c| c.release_secs),
-            "redis_commands_per_sec": m.mean(|c| c.commands_per_sec),
-            "redis_requests_per_sec": m.mean(|c| c.requests_per_sec),
-            "requests_per_lock_per_renewal": per_renewal,
-            "redis_cpu_pct": m.mean(|c| c.redis_cpu_pct),
-            "redis_bytes_per_lock": m.mean(|c| c.redis_bytes_per_lock),
-            "client_bytes_per_lock": m.mean(|c| c.client_bytes_per_lock),
-            "client_cpu_pct": m.mean(|c| c.client_cpu_pct),
-            "lost": m.max(|c| c.lost as f64),
-            "rounds": m.rounds_json(),
-        }));
+        for (round, c) in m.rounds.iter().enumerate() {
+            let per_renewal = c.requests_per_sec * period / k as f64;
+            t.row(vec![
+                k.to_string(),
+                (round + 1).to_string(),
+                format!("{:.2}s", c.acquire_secs),
+                format!("{:.2}s", c.release_secs),
+                format!("{:.0}", c.commands_per_sec),
+                format!("{:.0}", c.requests_per_sec),
+                format!("{per_renewal:.3}"),
+                format!("{:.1}%", c.redis_cpu_pct),
+                format!("{:.0}", c.redis_bytes_per_lock),
+                format!("{:.0}", c.client_bytes_per_lock),
+                format!("{:.1}%", c.client_cpu_pct),
+                c.lost.to_string(),
+            ]);
+            json_line(json!({
+                "scenario": "C",
+                "locks": k,
+                "round": round + 1,
+                "impl": Impl::Lockwarden.name(),
+                "lease_ms": settings.many_lease.as_millis() as u64,
+                "acquire_all_secs": c.acquire_secs,
+                "release_all_secs": c.release_secs,
+                "redis_commands_per_sec": c.commands_per_sec,
+                "redis_requests_per_sec": c.requests_per_sec,
+                "requests_per_lock_per_renewal": per_renewal,
+                "redis_cpu_pct": c.redis_cpu_pct,
+                "redis_bytes_per_lock": c.redis_bytes_per_lock,
+                "client_bytes_per_lock": c.client_bytes_per_lock,
+                "client_cpu_pct": c.client_cpu_pct,
+                "lost": c.lost,
+            }));
+        }
     }
     t.print(0);
 }

@@ -152,26 +152,7 @@ impl Machine {
         Machine {
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             cpu_model,
-            load_before: load_average(),
+            load_before: crate::stats::load_average(),
         }
     }
-}
-
-/// The 1, 5 and 15 minute load averages, to tell a quiet machine from a busy one.
-pub fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-/// This process's resident set size in KiB, from `/proc/self/status`.
-pub fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        })
-        .unwrap_or(0)
 }

@@ -1,8 +1,10 @@
-//! Latency samples and their percentiles, and the merging of rounds.
+//! The client side's measurements: latency samples and their percentiles, and
+//! what the kernel says about this process and machine (RSS, CPU time, load).
 //!
-//! Every sample is kept (a cell makes at most some tens of thousands), so the
-//! percentiles are exact nearest-rank values over all rounds of a cell, not an
-//! average of per-round percentiles.
+//! Every latency sample is kept (a cell makes at most some tens of thousands), so
+//! the percentiles are exact nearest-rank values over all rounds of a cell, not an
+//! average of per-round percentiles. The `/proc` readers return 0 or `unknown`
+//! rather than fail: a missing reading should not cost the rest of a run.
 
 use std::time::Duration;
 
@@ -83,4 +85,40 @@ pub fn mean(values: &[f64]) -> f64 {
     } else {
         values.iter().sum::<f64>() / values.len() as f64
     }
+}
+
+/// The 1, 5 and 15 minute load averages, to tell a quiet machine from a busy one.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// This process's resident set size in KiB, from `/proc/self/status`.
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// CPU seconds this process has used, from `/proc/self/stat` (utime + stime,
+/// assuming the usual 100 ticks a second).
+pub fn process_cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let tick = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after ')'.
+    (tick(11) + tick(12)) / 100.0
 }

@@ -117,6 +117,11 @@ impl Merged {
         n as f64 / (self.pairs.max(1)) as f64
     }
 
+    /// Redis CPU microseconds spent per pair.
+    pub fn redis_us_per_pair(&self) -> f64 {
+        1e6 * self.cpu / self.pairs.max(1) as f64
+    }
+
     /// Redis CPU as a percentage of one core.
     pub fn cpu_percent(&self) -> f64 {
         100.0 * self.cpu / self.elapsed.as_secs_f64().max(1e-9)
