@@ -88,15 +88,25 @@ fn check(ok: bool, what: &str) -> Result<(), String> {
 }
 
 async fn demo(server: &mut RedisServer, t: &Timeline) -> Result<(), String> {
-    let a = LockManager::start(config(server)).await.map_err(|e| e.to_string())?;
-    let b = LockManager::start(config(server)).await.map_err(|e| e.to_string())?;
+    let a = LockManager::start(config(server))
+        .await
+        .map_err(|e| e.to_string())?;
+    let b = LockManager::start(config(server))
+        .await
+        .map_err(|e| e.to_string())?;
     let mut resource = Resource::default();
 
     t.say("== 1. normal handoffs between manager A and manager B");
     for (label, m) in [("A", &a), ("B", &b), ("A", &a)] {
         let g = acquire(m, Duration::from_secs(5)).await?;
-        check(resource.write(g.fencing_token()), "resource refused a current holder")?;
-        t.say(format!("manager {label} holds the lock, token {}", g.fencing_token()));
+        check(
+            resource.write(g.fencing_token()),
+            "resource refused a current holder",
+        )?;
+        t.say(format!(
+            "manager {label} holds the lock, token {}",
+            g.fencing_token()
+        ));
         g.release().await.map_err(|e| e.to_string())?;
     }
 
@@ -108,7 +118,9 @@ async fn demo(server: &mut RedisServer, t: &Timeline) -> Result<(), String> {
         "B never subscribed",
     )?;
     let killed: i64 = raw(server, &["CLIENT", "KILL", "TYPE", "pubsub"]);
-    t.say(format!("CLIENT KILL TYPE pubsub: {killed} connection(s) killed"));
+    t.say(format!(
+        "CLIENT KILL TYPE pubsub: {killed} connection(s) killed"
+    ));
     check(
         eventually(Duration::from_secs(5), || subscribers(server) == 1).await,
         "the subscriber did not resubscribe",
@@ -128,7 +140,10 @@ async fn demo(server: &mut RedisServer, t: &Timeline) -> Result<(), String> {
         "A released; B woken by the unlock message after {handoff:.1?}, token {}",
         g.fencing_token()
     ));
-    check(handoff < Duration::from_secs(1), "B was not woken by the message")?;
+    check(
+        handoff < Duration::from_secs(1),
+        "B was not woken by the message",
+    )?;
     check(resource.write(g.fencing_token()), "resource refused B")?;
 
     t.say("== 3. Redis restarts with its data gone while B holds and A waits");
@@ -178,12 +193,19 @@ async fn demo(server: &mut RedisServer, t: &Timeline) -> Result<(), String> {
     let (got_at, g) = waiting.await.map_err(|e| e.to_string())?;
     let g = g?;
     t.say(format!("B acquires, token {}", g.fencing_token()));
-    check(lost_at <= got_at, "A still believed it held the lock when B got it")?;
+    check(
+        lost_at <= got_at,
+        "A still believed it held the lock when B got it",
+    )?;
     check(resource.write(g.fencing_token()), "resource refused B")?;
     let stale_accepted = resource.write(stale_token);
     t.say(format!(
         "a late write by A with its old token {stale_token} is {}",
-        if stale_accepted { "ACCEPTED (wrong)" } else { "refused by the resource" }
+        if stale_accepted {
+            "ACCEPTED (wrong)"
+        } else {
+            "refused by the resource"
+        }
     ));
     check(!stale_accepted, "the stale holder's write was accepted")?;
     g.release().await.map_err(|e| e.to_string())?;

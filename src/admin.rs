@@ -17,8 +17,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::config::Config;
 use crate::error::LockError;
+use crate::inspect::Holder;
 use crate::keys;
-use crate::manager::Holder;
 use crate::scripts;
 
 /// How many keys one SCAN call is asked to look at: large enough to walk a big
@@ -34,7 +34,10 @@ pub fn check_lock_name(config: &Config, name: &str) -> Result<(), LockError> {
     keys::validate_name(name, config.max_name_len).map_err(LockError::from)
 }
 
-/// The kind of a lock, as its Redis hash shows it.
+/// The kind of a lock, as its Redis hash shows it (what [`Inspect`](crate::Inspect)
+/// and the `lockwarden` command report). What an acquisition takes is an
+/// [`AcquireKind`](crate::AcquireKind): a fair lock's hash looks exclusive, and both
+/// sides of a read-write lock share one hash.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LockKind {
@@ -110,7 +113,9 @@ impl Admin {
     pub async fn describe(&self, name: &str) -> Result<Option<LockSummary>, LockError> {
         keys::validate_name(name, self.max_name_len)?;
         let found = scripts::inspect(self.conn.clone(), name).await?;
-        Ok(found.map(|(ttl, fields)| summarize(name, ttl, fields)))
+        Ok(found
+            .exists
+            .then(|| summarize(name, found.ttl, found.fields)))
     }
 
     /// The locks whose names match the glob `pattern` (`*` for all), sorted by
@@ -140,8 +145,8 @@ impl Admin {
             // The connection is multiplexed: these go out as one pipeline.
             let looks = join_all(names.iter().map(|n| scripts::inspect(conn.clone(), n))).await;
             for (name, look) in names.iter().zip(looks) {
-                if let Ok(Some((ttl, fields))) = look {
-                    let lock = summarize(name, ttl, fields);
+                if let Some(found) = look.ok().filter(|f| f.exists) {
+                    let lock = summarize(name, found.ttl, found.fields);
                     if lock.kind != LockKind::NotALock {
                         locks.push(lock);
                     }
@@ -188,7 +193,7 @@ fn summarize(name: &str, ttl: Option<Duration>, fields: Vec<(String, String)>) -
 /// writer: at least one `:`) whose value is a hold count of 1 or more; a `mode`
 /// field of `read` or `write` makes it a read-write lock. Anything else (an
 /// application's hash that happens to match the pattern) is not a lock.
-fn classify(fields: &[(String, String)]) -> Option<LockKind> {
+pub(crate) fn classify(fields: &[(String, String)]) -> Option<LockKind> {
     let mut mode = None;
     let mut holders = 0;
     for (field, value) in fields {

@@ -44,6 +44,8 @@ pub struct Config {
     pub(crate) reconnect_max: Duration,
     /// How long Redis remembers a release's outcome for an idempotent retry.
     pub(crate) latch_ttl: Duration,
+    /// How long a fair-lock waiter keeps its place in the queue without a refresh.
+    pub(crate) fair_waiter_lease: Duration,
 }
 
 impl Config {
@@ -66,6 +68,7 @@ impl Config {
             reconnect_min: Duration::from_millis(50),
             reconnect_max: Duration::from_secs(2),
             latch_ttl: Duration::from_secs(10),
+            fair_waiter_lease: Duration::from_secs(5),
         })
     }
 
@@ -141,6 +144,21 @@ impl Config {
         self
     }
 
+    /// How long a fair-lock waiter keeps its place in the queue without refreshing
+    /// it. Live waiters refresh their place every third of this (on the Redis
+    /// server's clock), so a waiter whose process died holds up the queue for at
+    /// most this long; Redisson's waiters keep theirs for their whole wait (5
+    /// minutes by default). At least 3 ms. Defaults to 5 seconds.
+    pub fn fair_waiter_lease(mut self, lease: Duration) -> Config {
+        self.fair_waiter_lease = lease;
+        self
+    }
+
+    /// How often a fair-lock waiter refreshes its place.
+    pub(crate) fn fair_refresh_every(&self) -> Duration {
+        self.fair_waiter_lease / 3
+    }
+
     /// The watchdog's renewal period in effect.
     pub(crate) fn renew_every(&self) -> Duration {
         self.renew_interval.unwrap_or(self.watchdog_lease / 3)
@@ -181,6 +199,12 @@ impl Config {
             if d < Duration::from_millis(1) {
                 return bad(format!("{what} {d:?} is under 1 ms"));
             }
+        }
+        if self.fair_waiter_lease < Duration::from_millis(3) {
+            return bad(format!(
+                "fair waiter lease {:?} is under 3 ms",
+                self.fair_waiter_lease
+            ));
         }
         if self.reconnect_max < self.reconnect_min {
             return bad("longest reconnect delay is shorter than the first".into());

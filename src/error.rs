@@ -109,6 +109,11 @@ pub enum LockError {
     Redis(redis::RedisError),
     /// The lock manager or the lock's actor is no longer running.
     Stopped,
+    /// The owner asked for the write lock of a read-write lock while it holds read
+    /// holds of it (and not the write lock): waiting would wait for its own reads
+    /// to end, so it is refused at once. Release the read holds first. Nothing
+    /// changed.
+    UpgradeRefused,
 }
 
 impl LockError {
@@ -158,6 +163,9 @@ impl fmt::Display for LockError {
             LockError::Lost(reason) => write!(f, "lock was lost while held: {reason}"),
             LockError::Redis(e) => write!(f, "redis error: {e}"),
             LockError::Stopped => f.write_str("the lock manager is not running"),
+            LockError::UpgradeRefused => f.write_str(
+                "write lock refused: this owner holds read holds of it (an upgrade would deadlock)",
+            ),
         }
     }
 }

@@ -15,9 +15,10 @@ use actix::Addr;
 use tokio::sync::watch;
 
 use crate::error::{LockError, LostReason};
+use crate::inspect::{ForceUnlock, Inspect, LockInfo};
 use crate::keys::Owner;
-use crate::lock::{LockActor, Release};
-use crate::manager::{Acquire, ForceUnlock, Inspect, LockInfo, LockManager};
+use crate::lock::{AcquireKind, LockActor, Release};
+use crate::manager::{Acquire, LockManager};
 
 /// Sent to the actor registered with [`Acquire::on_lost`] when a lock it holds is
 /// lost while held (the same moment [`LockGuard::lost`] resolves).
@@ -39,7 +40,9 @@ pub struct LockLost {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ReleaseOutcome {
-    /// That was the owner's last hold: the lock is free and a waiter was woken.
+    /// That was the owner's last hold (of this kind). An exclusive, fair or write
+    /// lock is now free and a waiter was woken (a writer that still holds read
+    /// holds keeps reading); after a read hold, other readers may still hold it.
     Released,
     /// The owner re-entered the lock and still holds it this many times.
     StillHeld {
@@ -54,11 +57,17 @@ pub enum ReleaseOutcome {
 /// it releases in the background. [`fencing_token`](LockGuard::fencing_token) is a
 /// number that grows with every acquisition of this lock: pass it to the resource
 /// you protect so that it can refuse a stale holder.
+///
+/// A guard belongs to the lock actor of its name and kind, and to one holding of
+/// its owner there: a read guard can only give back a read hold, a fair guard only
+/// a hold of the fair lock.
 pub struct LockGuard {
     /// The lock's actor; keeps it alive while the guard lives.
     lock: Addr<LockActor>,
     /// The lock name.
     name: Arc<str>,
+    /// What it holds.
+    kind: AcquireKind,
     /// The owner holding it.
     owner: Owner,
     /// The owner field in the lock hash.
@@ -80,6 +89,7 @@ impl LockGuard {
     pub(crate) fn new(
         lock: Addr<LockActor>,
         name: Arc<str>,
+        kind: AcquireKind,
         owner: Owner,
         owner_field: Arc<str>,
         token: u64,
@@ -90,6 +100,7 @@ impl LockGuard {
         LockGuard {
             lock,
             name,
+            kind,
             owner,
             owner_field,
             token,
@@ -105,6 +116,11 @@ impl LockGuard {
         &self.name
     }
 
+    /// What this guard holds: an exclusive or fair lock, or a read or write hold.
+    pub fn kind(&self) -> AcquireKind {
+        self.kind
+    }
+
     /// The lock's actor (for the crate's own tests).
     #[cfg(test)]
     pub(crate) fn actor(&self) -> &Addr<LockActor> {
@@ -116,7 +132,8 @@ impl LockGuard {
         self.owner
     }
 
-    /// The field naming this holder in the lock hash: `<client id>:<owner>`.
+    /// The field naming this holder in the lock hash: `<client id>:<owner>`, with
+    /// `:write` after it for a write hold.
     pub fn owner_field(&self) -> &str {
         &self.owner_field
     }
@@ -181,6 +198,7 @@ impl fmt::Debug for LockGuard {
         // The token is left out on purpose: it is a capability for the resource.
         f.debug_struct("LockGuard")
             .field("name", &self.name)
+            .field("kind", &self.kind)
             .field("owner", &self.owner)
             .field("lease", &self.lease)
             .field("released", &self.released.load(Ordering::Relaxed))
@@ -188,25 +206,39 @@ impl fmt::Debug for LockGuard {
     }
 }
 
-/// A handle on one lock name, for code that takes the same lock again and again.
+/// A handle on one lock name and kind, for code that takes the same lock again and
+/// again.
 ///
-/// Cheap to clone; it holds the manager's address and the (already validated) name.
+/// Cheap to clone; it holds the manager's address, the (already validated) name and
+/// the kind its acquisitions take ([`Handle::fair`](crate::Handle::fair),
+/// [`read`](crate::Handle::read), [`write`](crate::Handle::write)).
 #[derive(Clone, Debug)]
 pub struct LockHandle {
     /// The manager that serves it.
     manager: Addr<LockManager>,
     /// The lock name.
     name: Arc<str>,
+    /// What its acquisitions take.
+    kind: AcquireKind,
 }
 
 impl LockHandle {
-    pub(crate) fn new(manager: Addr<LockManager>, name: Arc<str>) -> LockHandle {
-        LockHandle { manager, name }
+    pub(crate) fn new(manager: Addr<LockManager>, name: Arc<str>, kind: AcquireKind) -> LockHandle {
+        LockHandle {
+            manager,
+            name,
+            kind,
+        }
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// What its acquisitions take.
+    pub fn kind(&self) -> AcquireKind {
+        self.kind
     }
 
     /// Waits until the lock is acquired, in watchdog mode, for a new owner.
@@ -223,17 +255,19 @@ impl LockHandle {
         }
     }
 
-    /// Acquires with options: `handle.acquire_with(|a| a.wait(d).lease(l).owner(o))`.
+    /// Acquires with options: `handle.acquire_with(|a| a.wait(d).lease(l).owner(o))`
+    /// (the handle's kind is set first).
     pub async fn acquire_with(
         &self,
         options: impl FnOnce(Acquire) -> Acquire,
     ) -> Result<LockGuard, LockError> {
-        let msg = options(Acquire::new(&*self.name));
+        let msg = options(Acquire::new(&*self.name).kind(self.kind));
         self.manager.send(msg).await?
     }
 
-    /// Deletes the lock whoever holds it and wakes a waiter. Returns whether there
-    /// was a lock to delete. Its holder learns of the loss at its next renewal.
+    /// Deletes the lock whoever holds it, whatever its kind, and wakes its waiters
+    /// (a fair lock's head, all of a read-write lock's). Returns whether there was
+    /// a lock to delete. Its holders learn of the loss at their next renewal.
     pub async fn force_unlock(&self) -> Result<bool, LockError> {
         self.manager.send(ForceUnlock::new(&*self.name)).await?
     }

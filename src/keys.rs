@@ -17,6 +17,14 @@ const CHANNEL_PREFIX: &str = "redisson_lock__channel";
 const LATCH_PREFIX: &str = "redisson_unlock_latch";
 /// Prefix of the fencing token counter.
 const TOKEN_PREFIX: &str = "redisson_lock_token";
+/// Prefix of a fair lock's queue of waiting owner fields.
+const QUEUE_PREFIX: &str = "redisson_lock_queue";
+/// Prefix of a fair lock's zset of waiter deadlines.
+const TIMEOUT_PREFIX: &str = "redisson_lock_timeout";
+/// Prefix of a read-write lock's channel.
+const RWLOCK_PREFIX: &str = "redisson_rwlock";
+/// Suffix (after the owner field) of a read hold's timeout key.
+const READ_TIMEOUT_SUFFIX: &str = "rwlock_timeout";
 
 /// Message published when a lock frees: wake one waiter.
 pub(crate) const WAKE_ONE: &str = "0";
@@ -64,6 +72,22 @@ pub(crate) fn owner_field(client_id: &str, owner: Owner) -> String {
     format!("{client_id}:{}", owner.0)
 }
 
+/// The hash field of a read-write lock's writer: `<owner field>:write`.
+pub(crate) fn write_field(owner_field: &str) -> String {
+    format!("{owner_field}:write")
+}
+
+/// The name with its hash tag: `{<name>}`, or the name itself when it brings its
+/// own. Suffixed keys are built on it, and scripts build a read hold's timeout key
+/// of any owner from it.
+pub(crate) fn tagged(name: &str) -> String {
+    if name.contains('{') {
+        name.to_string()
+    } else {
+        format!("{{{name}}}")
+    }
+}
+
 /// `<prefix>:{<name>}`, or `<prefix>:<name>` when the name brings its own hash tag.
 fn prefixed(prefix: &str, name: &str) -> String {
     if name.contains('{') {
@@ -86,6 +110,33 @@ pub(crate) fn token(name: &str) -> String {
 /// The latch that remembers the outcome of the release with this request id.
 pub(crate) fn latch(name: &str, request_id: &str) -> String {
     format!("{}:{request_id}", prefixed(LATCH_PREFIX, name))
+}
+
+/// A fair lock's queue: a list of waiting owner fields, head first.
+pub(crate) fn fair_queue(name: &str) -> String {
+    prefixed(QUEUE_PREFIX, name)
+}
+
+/// A fair lock's waiter deadlines: a zset of owner field -> deadline (server ms).
+pub(crate) fn fair_timeouts(name: &str) -> String {
+    prefixed(TIMEOUT_PREFIX, name)
+}
+
+/// The channel on which one fair-lock waiter is told it is at the head of a free
+/// lock: the unlock channel followed by `:<owner field>`.
+pub(crate) fn fair_channel(name: &str, owner_field: &str) -> String {
+    format!("{}:{owner_field}", channel(name))
+}
+
+/// The channel of a read-write lock.
+pub(crate) fn rw_channel(name: &str) -> String {
+    prefixed(RWLOCK_PREFIX, name)
+}
+
+/// The prefix of one reader's hold timeout keys, `{<name>}:<owner field>:rwlock_timeout`;
+/// hold n (1-based) lives at `<prefix>:<n>`.
+pub(crate) fn read_timeouts(name: &str, owner_field: &str) -> String {
+    format!("{}:{owner_field}:{READ_TIMEOUT_SUFFIX}", tagged(name))
 }
 
 /// The part of a key that Redis Cluster hashes to pick its slot: the text between
@@ -134,6 +185,24 @@ mod tests {
             channel("{user1}:cart"),
             "redisson_lock__channel:{user1}:cart"
         );
+    }
+
+    #[test]
+    fn fair_and_read_write_keys_follow_the_redisson_layout() {
+        assert_eq!(fair_queue("f"), "redisson_lock_queue:{f}");
+        assert_eq!(fair_timeouts("f"), "redisson_lock_timeout:{f}");
+        assert_eq!(fair_channel("f", "id:7"), "redisson_lock__channel:{f}:id:7");
+        assert_eq!(rw_channel("rw"), "redisson_rwlock:{rw}");
+        assert_eq!(write_field("id:7"), "id:7:write");
+        assert_eq!(read_timeouts("rw", "id:7"), "{rw}:id:7:rwlock_timeout");
+        assert_eq!(
+            read_timeouts("{u}:rw", "id:7"),
+            "{u}:rw:id:7:rwlock_timeout"
+        );
+        for name in ["rw", "{u}:rw"] {
+            let key = read_timeouts(name, "id:7");
+            assert_eq!(hashed_part(&key), hashed_part(name), "{key}");
+        }
     }
 
     #[test]

@@ -24,6 +24,19 @@
 //! }
 //! ```
 //!
+//! # Kinds of lock
+//! Redisson's three, in its Redis layout, so that Java services share them:
+//! - the exclusive reentrant lock (the default);
+//! - the fair lock, [`Acquire::fair`]: granted in the order waiters first queued,
+//!   across processes; a waiter whose process died is skipped within
+//!   [`Config::fair_waiter_lease`];
+//! - the read-write lock, [`Acquire::read`] / [`Acquire::write`]: many readers or
+//!   one writer; the writer may also read (a downgrade), a reader asking for the
+//!   write lock gets [`LockError::UpgradeRefused`] at once.
+//!
+//! Guards and handles carry their [`AcquireKind`]; [`Inspect`] reports what a lock's
+//! hash shows ([`LockKind`], with a read-write lock's mode) and a fair lock's queue.
+//!
 //! # What it guarantees
 //! - Redis is the only truth about who holds a lock; every change is one Lua script.
 //! - A lock taken without a lease is renewed by a watchdog while held and frees
@@ -39,10 +52,14 @@
 //! - `config`: [`Config`], every setting and its default.
 //! - `error`: [`LockError`], [`NameError`], [`LostReason`].
 //! - `keys`: Redis key, channel and owner-field naming ([`Owner`]), name checks.
-//! - `scripts`: the Lua scripts of `lua/`, loaded once, with typed results.
+//! - `scripts`: the Lua scripts of `lua/`, loaded once, with typed results (one
+//!   file per kind of lock).
 //! - `manager`: the [`LockManager`] actor and its messages ([`Acquire`],
-//!   [`Handle`], [`ForceUnlock`], [`Inspect`], [`GetStats`]).
-//! - `lock`: the per-name lock actor: waiter queue, watchdog, fallback timers.
+//!   [`Handle`], [`GetStats`]).
+//! - `inspect`: its messages on one lock by name, of any kind: [`Inspect`]
+//!   ([`LockInfo`], [`Holder`]) and [`ForceUnlock`].
+//! - `lock`: the per-name-and-kind lock actor: waiter queue, watchdog, fallback
+//!   timers, the fair queue's places; [`AcquireKind`] (exclusive, fair, read, write).
 //! - `subscriber`: the pub/sub actor that routes unlock messages, supervised.
 //! - `guard`: [`LockGuard`] and [`LockHandle`].
 //! - `stats`: the manager's counters ([`Stats`]).
@@ -52,6 +69,7 @@ mod admin;
 mod config;
 mod error;
 mod guard;
+mod inspect;
 mod keys;
 mod lock;
 mod manager;
@@ -63,8 +81,8 @@ pub use admin::{check_lock_name, Admin, LockKind, LockSummary};
 pub use config::Config;
 pub use error::{LockError, LostReason, NameError};
 pub use guard::{LockGuard, LockHandle, LockLost, ReleaseOutcome};
+pub use inspect::{ForceUnlock, Holder, Inspect, LockInfo};
 pub use keys::Owner;
-pub use manager::{
-    Acquire, AcquireResponse, ForceUnlock, GetStats, Handle, Holder, Inspect, LockInfo, LockManager,
-};
+pub use lock::AcquireKind;
+pub use manager::{Acquire, AcquireResponse, GetStats, Handle, LockManager};
 pub use stats::Stats;

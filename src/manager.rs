@@ -3,7 +3,9 @@
 //! The manager owns what every lock of the process shares: the client id, the
 //! config, one multiplexed command connection (concurrent scripts from all lock
 //! actors are pipelined on its one socket, and it reconnects by itself), the
-//! [`Subscriber`], and the registry from lock name to lock actor. It validates every
+//! [`Subscriber`], and the registry from (lock name, kind) to lock actor: the
+//! exclusive, fair and read-write locks of one name are three actors, so a guard of
+//! one kind can never act on another's holdings. It validates every
 //! request before anything reaches Redis, then forwards acquisitions to the lock's
 //! actor, starting one on demand. It never waits on Redis for an acquisition itself,
 //! so one slow lock cannot hold up another.
@@ -24,8 +26,7 @@ use crate::config::Config;
 use crate::error::LockError;
 use crate::guard::{LockGuard, LockHandle, LockLost};
 use crate::keys::{self, Owner};
-use crate::lock::{Cancel, Enqueue, LockActor, Waiter};
-use crate::scripts;
+use crate::lock::{AcquireKind, Cancel, Enqueue, Kind, LockActor, Waiter};
 use crate::stats::{Counters, Stats};
 use crate::subscriber::Subscriber;
 
@@ -57,9 +58,9 @@ struct Entry {
 #[derive(Debug)]
 pub struct LockManager {
     /// What lock actors share.
-    shared: Arc<Shared>,
-    /// Lock name -> its running actor.
-    locks: HashMap<Arc<str>, Entry>,
+    pub(crate) shared: Arc<Shared>,
+    /// (Lock name, kind) -> its running actor.
+    locks: HashMap<(Arc<str>, Kind), Entry>,
 }
 
 impl LockManager {
@@ -97,7 +98,7 @@ impl LockManager {
     }
 
     /// Checks a name against the configured rules.
-    fn check_name(&self, name: &str) -> Result<(), LockError> {
+    pub(crate) fn check_name(&self, name: &str) -> Result<(), LockError> {
         keys::validate_name(name, self.shared.config.max_name_len).map_err(LockError::from)
     }
 
@@ -115,19 +116,19 @@ impl LockManager {
         Err(LockError::InvalidLease { lease, reason })
     }
 
-    /// The actor of `name`, started if there is none.
-    fn lock_actor(&mut self, name: &str, ctx: &mut Context<Self>) -> &mut Entry {
+    /// The actor of `name` and `kind`, started if there is none.
+    fn lock_actor(&mut self, name: &str, kind: Kind, ctx: &mut Context<Self>) -> &mut Entry {
         let shared = &self.shared;
         self.locks
-            .entry(Arc::from(name))
-            .or_insert_with_key(|name| {
+            .entry((Arc::from(name), kind))
+            .or_insert_with_key(|(name, kind)| {
                 let manager = ctx.address().downgrade();
-                let (name, shared) = (name.clone(), shared.clone());
+                let (name, kind, shared) = (name.clone(), *kind, shared.clone());
                 Entry {
                     // Supervised: a lock actor that stops to recover is restarted
                     // with its waiters; one that retires (idle) has no address left,
                     // so it stays stopped.
-                    addr: Supervisor::start(move |_| LockActor::new(name, shared, manager)),
+                    addr: Supervisor::start(move |_| LockActor::new(name, kind, shared, manager)),
                     sent: 0,
                 }
             })
@@ -140,7 +141,9 @@ impl Actor for LockManager {
 
 /// Acquire a lock. Answers with a [`LockGuard`] or the reason there is none.
 ///
-/// Defaults: wait until acquired, watchdog lease, a new owner of its own.
+/// Defaults: the exclusive lock, wait until acquired, watchdog lease, a new owner of
+/// its own. [`fair`](Acquire::fair), [`read`](Acquire::read) and
+/// [`write`](Acquire::write) take the other kinds, with the same options.
 ///
 /// ```no_run
 /// # async fn demo(manager: actix::Addr<lockwarden::LockManager>) -> Result<(), Box<dyn std::error::Error>> {
@@ -157,6 +160,8 @@ impl Actor for LockManager {
 pub struct Acquire {
     /// The lock name.
     name: String,
+    /// What to take.
+    kind: AcquireKind,
     /// How long to wait; `None` waits until acquired.
     wait: Option<Duration>,
     /// Explicit lease; `None` lets the watchdog renew.
@@ -172,11 +177,37 @@ impl Acquire {
     pub fn new(name: impl Into<String>) -> Acquire {
         Acquire {
             name: name.into(),
+            kind: AcquireKind::Exclusive,
             wait: None,
             lease: None,
             owner: None,
             on_lost: None,
         }
+    }
+
+    /// Take this kind of lock. Defaults to [`AcquireKind::Exclusive`].
+    pub fn kind(mut self, kind: AcquireKind) -> Acquire {
+        self.kind = kind;
+        self
+    }
+
+    /// Take the fair lock of this name: waiters are served in the order they first
+    /// queued, across all processes (Redisson's fair lock).
+    pub fn fair(self) -> Acquire {
+        self.kind(AcquireKind::Fair)
+    }
+
+    /// Take a read hold of the read-write lock of this name: shared with other
+    /// readers, and with the owner's own write hold (a downgrade).
+    pub fn read(self) -> Acquire {
+        self.kind(AcquireKind::Read)
+    }
+
+    /// Take the write lock of the read-write lock of this name. An owner that holds
+    /// read holds of it (and not the write lock) is refused with
+    /// [`LockError::UpgradeRefused`] at once.
+    pub fn write(self) -> Acquire {
+        self.kind(AcquireKind::Write)
     }
 
     /// Give up with [`LockError::Timeout`] after this long; zero makes exactly one
@@ -228,10 +259,15 @@ impl Handler<Acquire> for LockManager {
         let since = Instant::now();
         let (reply, rx) = oneshot::channel();
         let id = NEXT_WAITER.fetch_add(1, Ordering::Relaxed);
+        let field = keys::owner_field(&self.shared.client_id, owner);
         let waiter = Waiter {
             id,
+            kind: msg.kind,
             owner,
-            field: Arc::from(keys::owner_field(&self.shared.client_id, owner)),
+            field: Arc::from(match msg.kind {
+                AcquireKind::Write => keys::write_field(&field),
+                _ => field,
+            }),
             lease: msg.lease,
             // A zero wait is answered by its one attempt, not by a timer (which
             // would fire before the attempt returns). A wait too long to represent
@@ -244,9 +280,11 @@ impl Handler<Acquire> for LockManager {
             since,
             on_lost: msg.on_lost,
             reply,
-            span: info_span!("acquire", lock = %msg.name, owner = owner.id()),
+            span: info_span!("acquire", lock = %msg.name, kind = %msg.kind, owner = owner.id()),
+            queued: false,
+            due: true,
         };
-        let entry = self.lock_actor(&msg.name, ctx);
+        let entry = self.lock_actor(&msg.name, msg.kind.actor_kind(), ctx);
         entry.sent += 1;
         entry.addr.do_send(Enqueue(waiter));
         AcquireResponse::Waiting {
@@ -334,18 +372,45 @@ impl MessageResponse<LockManager, Acquire> for AcquireResponse {
     }
 }
 
-/// Get a [`LockHandle`] for one lock name (validated now, once).
+/// Get a [`LockHandle`] for one lock name (validated now, once) and kind.
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "Result<LockHandle, LockError>")]
 pub struct Handle {
     /// The lock name.
     name: String,
+    /// What the handle's acquisitions take.
+    kind: AcquireKind,
 }
 
 impl Handle {
-    /// A handle on the lock `name`.
+    /// A handle on the exclusive lock `name`.
     pub fn new(name: impl Into<String>) -> Handle {
-        Handle { name: name.into() }
+        Handle {
+            name: name.into(),
+            kind: AcquireKind::Exclusive,
+        }
+    }
+
+    /// A handle whose acquisitions take this kind. Defaults to
+    /// [`AcquireKind::Exclusive`].
+    pub fn kind(mut self, kind: AcquireKind) -> Handle {
+        self.kind = kind;
+        self
+    }
+
+    /// A handle on the fair lock of this name.
+    pub fn fair(self) -> Handle {
+        self.kind(AcquireKind::Fair)
+    }
+
+    /// A handle that takes read holds of the read-write lock of this name.
+    pub fn read(self) -> Handle {
+        self.kind(AcquireKind::Read)
+    }
+
+    /// A handle that takes the write lock of the read-write lock of this name.
+    pub fn write(self) -> Handle {
+        self.kind(AcquireKind::Write)
     }
 }
 
@@ -354,116 +419,11 @@ impl Handler<Handle> for LockManager {
 
     fn handle(&mut self, msg: Handle, ctx: &mut Context<Self>) -> Self::Result {
         self.check_name(&msg.name)?;
-        Ok(LockHandle::new(ctx.address(), Arc::from(msg.name)))
-    }
-}
-
-/// Delete a lock whoever holds it, waking a waiter. Answers whether there was one.
-#[derive(Message, Clone, Debug)]
-#[rtype(result = "Result<bool, LockError>")]
-pub struct ForceUnlock {
-    /// The lock name.
-    name: String,
-}
-
-impl ForceUnlock {
-    /// Force-unlock the lock `name`.
-    pub fn new(name: impl Into<String>) -> ForceUnlock {
-        ForceUnlock { name: name.into() }
-    }
-}
-
-impl Handler<ForceUnlock> for LockManager {
-    type Result = ResponseFuture<Result<bool, LockError>>;
-
-    fn handle(&mut self, msg: ForceUnlock, _ctx: &mut Context<Self>) -> Self::Result {
-        let checked = self.check_name(&msg.name);
-        let conn = self.shared.conn.clone();
-        Box::pin(async move {
-            checked?;
-            let deleted = scripts::force_release(conn, &msg.name).await?;
-            info!(lock = %msg.name, deleted, "force unlock");
-            Ok(deleted)
-        })
-    }
-}
-
-/// One holder of a lock, as [`Inspect`] saw it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Holder {
-    /// The owner field: `<client id>:<owner>` (Redisson: `<client id>:<thread id>`).
-    pub owner_field: String,
-    /// Its hold count.
-    pub holds: u32,
-    /// Whether the holder is an owner of the manager that inspected.
-    pub this_manager: bool,
-}
-
-/// A lock's state, as [`Inspect`] saw it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LockInfo {
-    /// The lock name.
-    pub name: String,
-    /// Who holds it; empty when it is free.
-    pub holders: Vec<Holder>,
-    /// Time until it expires; `None` when it is free or has no expiry.
-    pub ttl: Option<Duration>,
-}
-
-impl LockInfo {
-    /// Whether anyone holds the lock.
-    pub fn is_held(&self) -> bool {
-        !self.holders.is_empty()
-    }
-}
-
-/// Read who holds a lock, their hold counts and its remaining TTL.
-#[derive(Message, Clone, Debug)]
-#[rtype(result = "Result<LockInfo, LockError>")]
-pub struct Inspect {
-    /// The lock name.
-    name: String,
-}
-
-impl Inspect {
-    /// Inspect the lock `name`.
-    pub fn new(name: impl Into<String>) -> Inspect {
-        Inspect { name: name.into() }
-    }
-}
-
-impl Handler<Inspect> for LockManager {
-    type Result = ResponseFuture<Result<LockInfo, LockError>>;
-
-    fn handle(&mut self, msg: Inspect, _ctx: &mut Context<Self>) -> Self::Result {
-        let checked = self.check_name(&msg.name);
-        let conn = self.shared.conn.clone();
-        let ours = format!("{}:", self.shared.client_id);
-        Box::pin(async move {
-            checked?;
-            let found = scripts::inspect(conn, &msg.name).await?;
-            let (ttl, fields) = found.unwrap_or_default();
-            let holders = fields
-                .into_iter()
-                .filter_map(|(field, value)| {
-                    // Fields whose value is not a count (a read-write lock's `mode`)
-                    // are not holders.
-                    let holds = value.parse().ok()?;
-                    Some(Holder {
-                        this_manager: field.starts_with(&ours),
-                        owner_field: field,
-                        holds,
-                    })
-                })
-                .collect();
-            Ok(LockInfo {
-                name: msg.name,
-                holders,
-                ttl,
-            })
-        })
+        Ok(LockHandle::new(
+            ctx.address(),
+            Arc::from(msg.name),
+            msg.kind,
+        ))
     }
 }
 
@@ -487,6 +447,7 @@ impl Handler<GetStats> for LockManager {
 #[rtype(result = "bool")]
 pub(crate) struct Idle {
     pub(crate) name: Arc<str>,
+    pub(crate) kind: Kind,
     /// Which actor asks: a stale one (replaced in the registry) is told to stop.
     pub(crate) addr: Addr<LockActor>,
     pub(crate) received: u64,
@@ -496,11 +457,12 @@ impl Handler<Idle> for LockManager {
     type Result = bool;
 
     fn handle(&mut self, msg: Idle, _ctx: &mut Context<Self>) -> bool {
-        match self.locks.get(&msg.name) {
+        let key = (msg.name, msg.kind);
+        match self.locks.get(&key) {
             Some(entry) if entry.addr != msg.addr => true,
             Some(entry) if entry.sent == msg.received => {
-                self.locks.remove(&msg.name);
-                debug!(lock = %msg.name, "retired idle lock actor");
+                self.locks.remove(&key);
+                debug!(lock = %key.0, kind = ?key.1, "retired idle lock actor");
                 true
             }
             Some(_) => false,

@@ -25,9 +25,11 @@ use crate::keys;
 use crate::stats::Counters;
 
 /// A lock's unlock message arrived: retry for one waiter, or for all of them.
-#[derive(Message, Debug, Clone, Copy)]
+#[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub(crate) struct Unlocked {
+    /// The channel it came on (a fair lock has one per waiter).
+    pub(crate) channel: String,
     /// `true` for message `1` (all waiters may proceed), `false` for `0`.
     pub(crate) wake_all: bool,
 }
@@ -167,9 +169,16 @@ impl StreamHandler<Msg> for Subscriber {
         let Some(actor) = route.unlocked.upgrade() else {
             return;
         };
+        let channel = msg.get_channel_name().to_string();
         match msg.get_payload_bytes() {
-            b if b == keys::WAKE_ONE.as_bytes() => actor.do_send(Unlocked { wake_all: false }),
-            b if b == keys::WAKE_ALL.as_bytes() => actor.do_send(Unlocked { wake_all: true }),
+            b if b == keys::WAKE_ONE.as_bytes() => actor.do_send(Unlocked {
+                channel,
+                wake_all: false,
+            }),
+            b if b == keys::WAKE_ALL.as_bytes() => actor.do_send(Unlocked {
+                channel,
+                wake_all: true,
+            }),
             other => {
                 debug!(channel = msg.get_channel_name(), payload = ?other, "ignored unknown message")
             }

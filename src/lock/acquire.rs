@@ -1,11 +1,15 @@
 //! Acquisition: when the head waiter may ask Redis, what each answer means, and how
 //! waiters are woken again (unlock message, fallback timer, deadline).
 //!
-//! At most one attempt per lock is in flight, and none while another local owner
-//! holds the lock, so local waiters never stampede Redis. An attempt whose reply was
-//! lost has an unknown outcome: before anyone tries again, the actor reads the owner's
-//! hold count and gives back a hold the lost attempt may have taken, so that nobody
-//! is told "acquired" on a count that does not match its guards.
+//! At most one attempt per lock is in flight, and none while a local holder the
+//! waiter cannot share with holds the lock, so local waiters never stampede Redis.
+//! Which waiter tries is the kind's choice: the head for the exclusive and
+//! read-write locks; for the fair lock, any waiter that is due (new, so that it
+//! takes its place in the Redis queue in arrival order, or told it is at the head).
+//! An attempt whose reply was lost has an unknown outcome: before anyone tries
+//! again, the actor reads the owner's hold count and gives back a hold the lost
+//! attempt may have taken, so that nobody is told "acquired" on a count that does
+//! not match its guards.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,25 +18,29 @@ use actix::prelude::*;
 use tracing::{debug, warn};
 
 use super::holding::Claim;
-use super::{LockActor, Sub, Waiter};
+use super::{AcquireKind, Kind, LockActor, Sub, Waiter};
 use crate::config::{backoff, millis};
 use crate::error::{redis_is_protocol_error, redis_is_transient, LockError};
-use crate::keys::Owner;
-use crate::scripts::{self, AcquireReply};
+use crate::keys::{self, Owner};
+use crate::scripts::{self, AcquireReply, AttemptOpts};
 use crate::subscriber::Subscribe;
 
 /// The acquisition attempt in flight: enough to undo its grant if its waiter left.
 #[derive(Debug)]
 pub(super) struct Attempt {
     waiter: u64,
+    kind: AcquireKind,
     owner: Owner,
     field: Arc<str>,
     lease: Option<Duration>,
+    /// Fair lock: the attempt takes a place in the queue if it cannot take the lock.
+    queue: bool,
 }
 
 /// An acquisition attempt whose reply was lost: it may or may not have taken a hold.
 #[derive(Debug, Clone)]
 pub(super) struct Unresolved {
+    kind: AcquireKind,
     owner: Owner,
     field: Arc<str>,
 }
@@ -41,6 +49,7 @@ impl Attempt {
     /// This attempt, as one whose reply was lost.
     fn unresolved(self) -> Unresolved {
         Unresolved {
+            kind: self.kind,
             owner: self.owner,
             field: self.field,
         }
@@ -51,6 +60,7 @@ impl Unresolved {
     /// The attempt made for this waiter.
     pub(super) fn of(w: &Waiter) -> Unresolved {
         Unresolved {
+            kind: w.kind,
             owner: w.owner,
             field: w.field.clone(),
         }
@@ -58,7 +68,8 @@ impl Unresolved {
 }
 
 impl LockActor {
-    /// Lets the head waiter try, if nothing forbids it; otherwise settles timers.
+    /// Lets the waiter whose turn it is try (the kind decides who), if nothing
+    /// forbids it; otherwise settles timers.
     pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
         if self.attempt.is_some() || self.resolving {
             return;
@@ -72,37 +83,59 @@ impl LockActor {
             self.settle(ctx);
             return;
         }
-        self.queue.remove_gone();
-        let Some(head) = self.queue.front() else {
+        let gone = self.queue.remove_gone();
+        self.leave(gone.queued, ctx);
+        let picked = match self.kind {
+            Kind::Fair => self.pick_fair(ctx),
+            Kind::Exclusive | Kind::ReadWrite => self.pick_head(ctx),
+        };
+        let Some(w) = picked.and_then(|id| self.queue.find_mut(id)) else {
             self.settle(ctx);
             return;
         };
-        if self.holding.as_ref().is_some_and(|h| h.owner != head.owner) {
-            // Held here by another owner: asking Redis cannot succeed, and the local
-            // release will call pump again.
-            self.queue.fail_try_once(None);
-            self.settle(ctx);
-            return;
-        }
+        let queue = self.kind == Kind::Fair && !w.try_once;
+        // Once sent, the attempt may put it in the Redis queue: from now on,
+        // leaving this queue must leave that one too.
+        w.queued |= queue;
+        w.due = false;
         let attempt = Attempt {
-            waiter: head.id,
-            owner: head.owner,
-            field: head.field.clone(),
-            lease: head.lease,
+            waiter: w.id,
+            kind: w.kind,
+            owner: w.owner,
+            field: w.field.clone(),
+            lease: w.lease,
+            queue,
         };
         let lease_ms = millis(attempt.lease.unwrap_or(self.shared.config.watchdog_lease));
+        let opts = AttemptOpts {
+            place_ms: millis(self.shared.config.fair_waiter_lease),
+            queue,
+        };
         self.attempt = Some(attempt.waiter);
         self.woken = false;
         let conn = self.shared.conn.clone();
         let name = self.name.clone();
         let sent = Instant::now();
-        let field = attempt.field.clone();
-        let fut = async move { scripts::acquire(conn, &name, &field, lease_ms).await };
+        let (kind, field) = (attempt.kind, attempt.field.clone());
+        let fut = async move { scripts::acquire(conn, kind, &name, &field, lease_ms, opts).await };
         ctx.spawn(
             fut.into_actor(self)
                 .map(move |res, act, ctx| act.on_attempt(attempt, sent, res, ctx)),
         );
         self.settle(ctx);
+    }
+
+    /// The exclusive and read-write locks: the head waiter tries, unless a local
+    /// holder it cannot share with holds the lock (then asking Redis cannot
+    /// succeed, and the local release will call pump again).
+    fn pick_head(&mut self, ctx: &mut Context<Self>) -> Option<u64> {
+        let head = self.queue.front()?;
+        if self.holdings.blocks(head.owner, head.kind) {
+            let gone = self.queue.fail_try_once(|_| true, None);
+            self.leave(gone.queued, ctx);
+            return None;
+        }
+        Some(head.id)
     }
 
     /// Handles the answer to an acquisition attempt.
@@ -125,6 +158,7 @@ impl LockActor {
                         w.span
                             .in_scope(|| debug!(token, holds, ?waited, "acquired"));
                         let claim = Claim {
+                            kind: w.kind,
                             owner: w.owner,
                             field: w.field.clone(),
                             lease: w.lease,
@@ -141,6 +175,7 @@ impl LockActor {
                         // guard that is dropped at once releases its hold.
                         debug!(lock = %self.name, "granted to a waiter that left; releasing");
                         let claim = Claim {
+                            kind: attempt.kind,
                             owner: attempt.owner,
                             field: attempt.field,
                             lease: attempt.lease,
@@ -151,22 +186,18 @@ impl LockActor {
                 }
                 self.pump(ctx);
             }
-            Ok(AcquireReply::Busy { ttl }) => {
+            Ok(AcquireReply::UpgradeRefused) => {
                 self.failures = 0;
                 self.last_error = None;
-                self.queue.fail_try_once(None);
-                if self.queue.is_empty() {
-                    self.settle(ctx);
-                } else if woken {
-                    self.pump(ctx);
-                } else if self.sub == Sub::Off {
-                    self.subscribe(ctx);
-                } else {
-                    let retry = ttl.map_or(self.shared.config.max_retry_interval, |t| {
-                        t.min(self.shared.config.max_retry_interval)
-                    });
-                    self.schedule(Some(retry), ctx);
+                if let Some(w) = self.queue.take(attempt.waiter) {
+                    w.fail(LockError::UpgradeRefused);
                 }
+                self.pump(ctx);
+            }
+            Ok(AcquireReply::Busy { ttl, head }) => {
+                self.failures = 0;
+                self.last_error = None;
+                self.on_busy(attempt, ttl, head, woken, ctx);
             }
             Err(e) if redis_is_protocol_error(&e) => {
                 self.unresolved = Some(attempt.unresolved());
@@ -179,7 +210,8 @@ impl LockActor {
                     // The script may have run with its reply lost.
                     self.unresolved = Some(attempt.unresolved());
                 }
-                self.queue.fail_try_once(Some(&e));
+                let gone = self.queue.fail_try_once(|_| true, Some(&e));
+                self.leave(gone.queued, ctx);
                 self.last_error = Some(e);
                 self.schedule(Some(delay), ctx);
             }
@@ -187,19 +219,80 @@ impl LockActor {
                 // An error that will repeat (wrong key type, script error): every
                 // waiter would get the same, so all get it now.
                 warn!(lock = %self.name, error = %e, "acquire attempt refused by Redis");
-                self.queue.fail_all(|| LockError::Redis(e.clone()));
+                let gone = self.queue.fail_all(|| LockError::Redis(e.clone()));
+                self.leave(gone.queued, ctx);
                 self.settle(ctx);
             }
         }
     }
 
-    /// Subscribes to the unlock channel, then retries at once: the lock may have
+    /// The lock could not be taken: answer try-once waiters, then make sure the
+    /// waiter is woken (subscribe to its channel the first time, else arm the
+    /// fallback timer at the time Redis says things may change).
+    fn on_busy(
+        &mut self,
+        attempt: Attempt,
+        ttl: Option<Duration>,
+        head: Option<String>,
+        woken: bool,
+        ctx: &mut Context<Self>,
+    ) {
+        let fair = self.kind == Kind::Fair;
+        if fair {
+            // Only this waiter's one attempt was made; the others make their own.
+            let gone = self.queue.fail_try_once(|w| w.id == attempt.waiter, None);
+            self.leave(gone.queued, ctx);
+            if attempt.queue && self.queue.find(attempt.waiter).is_none() {
+                // It left while its attempt (which queued it) was in flight.
+                self.leave(vec![attempt.field.clone()], ctx);
+            }
+            // The head of the Redis queue may be another of ours (places are taken
+            // in arrival order, but one that lapsed and was taken again is not).
+            if let Some(head) = head.filter(|h| **h != *attempt.field) {
+                self.fair_mark_due(&head);
+            }
+        } else {
+            // The lock is held: every try-once waiter's one attempt would say so.
+            let gone = self.queue.fail_try_once(|_| true, None);
+            self.leave(gone.queued, ctx);
+        }
+        if self.queue.is_empty() {
+            self.settle(ctx);
+            return;
+        }
+        if woken && !fair {
+            self.pump(ctx);
+            return;
+        }
+        let channel = match self.kind {
+            Kind::Fair => keys::fair_channel(&self.name, &attempt.field),
+            Kind::Exclusive | Kind::ReadWrite => self.channel.clone(),
+        };
+        // A fair waiter's channel is its own: no use subscribing for one that left.
+        let listener = !fair || self.queue.find(attempt.waiter).is_some();
+        if listener && !self.subs.contains_key(&channel) {
+            self.subscribe(channel, ctx);
+        } else {
+            let retry = ttl.map_or(self.shared.config.max_retry_interval, |t| {
+                t.min(self.shared.config.max_retry_interval)
+            });
+            self.schedule(Some(retry), ctx);
+        }
+        if fair {
+            // Other waiters may be due (new ones still to take their places).
+            self.pump(ctx);
+        }
+    }
+
+    /// Subscribes to a waiter's channel, then retries at once: the lock may have
     /// been released between the failed attempt and the subscription.
-    pub(super) fn subscribe(&mut self, ctx: &mut Context<Self>) {
-        self.sub = Sub::Pending;
-        self.own_unlocks = 0;
+    pub(super) fn subscribe(&mut self, channel: String, ctx: &mut Context<Self>) {
+        self.subs.insert(channel.clone(), Sub::Pending);
+        if self.kind.hears_own_unlocks() {
+            self.own_unlocks = 0;
+        }
         let msg = Subscribe {
-            channel: self.channel.clone(),
+            channel: channel.clone(),
             unlocked: ctx.address().recipient(),
             resync: ctx.address().recipient(),
         };
@@ -208,14 +301,27 @@ impl LockActor {
                 .subscriber
                 .send(msg)
                 .into_actor(self)
-                .map(|res, act, ctx| {
+                .map(move |res, act, ctx| {
                     if res.is_err() {
                         warn!(lock = %act.name, "subscriber is gone; waiters rely on timers");
                     }
-                    act.sub = Sub::On;
-                    act.wake(ctx);
+                    act.subs.insert(channel.clone(), Sub::On);
+                    act.wake_channel(&channel, ctx);
                 }),
         );
+    }
+
+    /// A message (or a confirmed subscription) on `channel`: the fair waiter whose
+    /// channel it is tries now; for the other kinds, the head does.
+    pub(super) fn wake_channel(&mut self, channel: &str, ctx: &mut Context<Self>) {
+        if self.kind == Kind::Fair {
+            if let Some(field) = self.fair_field_of(channel).map(str::to_owned) {
+                self.fair_mark_due(&field);
+            }
+            self.pump(ctx);
+        } else {
+            self.wake(ctx);
+        }
     }
 
     /// Something suggests the lock may be free: retry now (or right after the
@@ -244,8 +350,14 @@ impl LockActor {
             self.wake_timer = Some(ctx.run_later(delay, |act, ctx| {
                 act.wake_timer = None;
                 let expired = act.queue.expire(Instant::now(), act.last_error.as_ref());
-                for _ in 0..expired {
+                for _ in 0..expired.count {
                     act.shared.counters.timeout();
+                }
+                act.leave(expired.queued, ctx);
+                // Fair lock: the first of ours in the Redis queue asks again (the
+                // others are told by message when their turn comes).
+                if let Some(w) = act.queue.iter_mut().find(|w| w.queued) {
+                    w.due = true;
                 }
                 act.pump(ctx);
             }));
@@ -270,7 +382,7 @@ impl LockActor {
             return;
         };
         self.resolving = true;
-        let held_here = self.holding.as_ref().filter(|h| h.owner == u.owner);
+        let held_here = self.holdings.of(u.owner, u.kind);
         let expected = held_here.map_or(0, |h| h.guards);
         let lease = held_here.map_or(self.shared.config.watchdog_lease, |h| h.lease);
         let latch_ms = millis(self.shared.config.latch_ttl);
@@ -287,7 +399,16 @@ impl LockActor {
                 return Ok(false);
             }
             let request_id = uuid::Uuid::new_v4().to_string();
-            scripts::release(conn, &name, &u.field, millis(lease), &request_id, latch_ms).await?;
+            scripts::release(
+                conn,
+                u.kind,
+                &name,
+                &u.field,
+                millis(lease),
+                &request_id,
+                latch_ms,
+            )
+            .await?;
             Ok::<_, redis::RedisError>(true)
         };
         ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {

@@ -1,10 +1,13 @@
-//! The held lock: what this manager knows while one of its owners holds the lock,
-//! and the lock actor's work on it (grant, watchdog renewal, expiry, release, loss).
+//! The held lock: what this manager knows while its owners hold the lock, and the
+//! lock actor's work on it (grant, watchdog renewal, expiry, release, loss).
 //!
 //! Redis is the truth about who holds a lock; this is the local cache that lets the
 //! actor renew it, report its loss, and hand it to the next local waiter without
-//! asking Redis first. Each holding gets an epoch: guards carry it, so a guard from a
-//! holding that was lost can never act on a later holding of the same owner.
+//! asking Redis first. An exclusive or fair lock has at most one live holding here;
+//! a read-write lock has one per (owner, side): many readers, or a writer and its
+//! own read holds. Each holding gets an epoch: guards carry it, so a guard from a
+//! holding that was lost can never act on a later holding of the same owner, nor a
+//! read guard on the same owner's write holding.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,21 +17,23 @@ use actix::prelude::*;
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
-use super::{LockActor, Sub};
+use super::{AcquireKind, LockActor};
 use crate::config::{backoff, millis};
 use crate::error::{redis_is_protocol_error, redis_is_transient, LockError, LostReason};
 use crate::guard::{LockGuard, LockLost, ReleaseOutcome};
 use crate::keys::Owner;
 use crate::scripts::{self, ReleaseReply};
 
-/// The live holding of the lock by one local owner.
+/// The live holding of the lock by one local owner, of one kind.
 #[derive(Debug)]
 pub(crate) struct Holding {
-    /// Distinguishes this holding from earlier ones of the same lock.
+    /// Distinguishes this holding from every other of this lock actor.
     pub(crate) epoch: u64,
+    /// What is held (a read-write lock's side).
+    pub(crate) kind: AcquireKind,
     /// The holding owner.
     pub(crate) owner: Owner,
-    /// Its owner field.
+    /// Its hash field (`:write` after the owner field for a writer).
     pub(crate) field: Arc<str>,
     /// Guards of this holding not yet released (equals the Redis hold count unless
     /// something outside this manager changed it).
@@ -40,39 +45,101 @@ pub(crate) struct Holding {
     /// Until when the lock is surely held: the send time of the last successful
     /// acquisition or renewal plus its lease, on this process's monotonic clock.
     pub(crate) valid_until: Instant,
+    /// A renewal of it is in flight.
+    renewing: bool,
     /// Tells the guards when the lock is lost.
     pub(crate) lost_tx: watch::Sender<Option<LostReason>>,
     /// Actors that asked for a [`LockLost`] message.
     pub(crate) watchers: Vec<Recipient<LockLost>>,
 }
 
-impl Holding {
-    pub(crate) fn new(epoch: u64, owner: Owner, field: Arc<str>, lease: Duration) -> Holding {
-        Holding {
-            epoch,
-            owner,
-            field,
-            guards: 0,
-            watchdog: false,
-            lease,
-            valid_until: Instant::now(),
-            lost_tx: watch::Sender::new(None),
-            watchers: Vec::new(),
-        }
-    }
-}
-
 /// Who a successful acquisition belongs to.
 #[derive(Debug)]
 pub(super) struct Claim {
+    /// What was taken.
+    pub(super) kind: AcquireKind,
     /// The owner that now holds the lock.
     pub(super) owner: Owner,
-    /// Its owner field.
+    /// Its hash field.
     pub(super) field: Arc<str>,
     /// The explicit lease, or `None` for watchdog mode.
     pub(super) lease: Option<Duration>,
     /// Who else to tell if the lock is lost.
     pub(super) on_lost: Option<Recipient<LockLost>>,
+}
+
+/// The live holdings of one lock actor.
+#[derive(Debug, Default)]
+pub(crate) struct Holdings {
+    /// In no particular order; a handful at most in practice.
+    live: Vec<Holding>,
+}
+
+impl Holdings {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.live.is_empty()
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Holding> {
+        self.live.iter()
+    }
+
+    pub(crate) fn get(&self, epoch: u64) -> Option<&Holding> {
+        self.live.iter().find(|h| h.epoch == epoch)
+    }
+
+    fn get_mut(&mut self, epoch: u64) -> Option<&mut Holding> {
+        self.live.iter_mut().find(|h| h.epoch == epoch)
+    }
+
+    /// The holding of this owner and kind.
+    pub(crate) fn of(&self, owner: Owner, kind: AcquireKind) -> Option<&Holding> {
+        self.live
+            .iter()
+            .find(|h| h.owner == owner && h.kind == kind)
+    }
+
+    pub(crate) fn remove(&mut self, epoch: u64) -> Option<Holding> {
+        let at = self.live.iter().position(|h| h.epoch == epoch)?;
+        Some(self.live.swap_remove(at))
+    }
+
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = Holding> + '_ {
+        self.live.drain(..)
+    }
+
+    /// Whether a local holding of another owner keeps an acquisition of `kind` by
+    /// `owner` from succeeding (then asking Redis is pointless: the local release
+    /// will pump again).
+    pub(crate) fn blocks(&self, owner: Owner, kind: AcquireKind) -> bool {
+        self.live
+            .iter()
+            .any(|h| h.owner != owner && (h.kind.excludes(kind) || kind.excludes(h.kind)))
+    }
+
+    /// Whether an acquisition of `kind` by `owner` is a re-entry (or a writer's
+    /// downgrade) that must not wait behind others who wait for that owner.
+    pub(crate) fn reenters(&self, owner: Owner, kind: AcquireKind) -> bool {
+        self.live.iter().any(|h| {
+            h.owner == owner
+                && (h.kind == kind || (kind == AcquireKind::Read && h.kind == AcquireKind::Write))
+        })
+    }
+
+    /// Whether a write request by `owner` is an upgrade: it holds read holds here
+    /// and not the write lock, so waiting would wait for itself.
+    pub(crate) fn is_upgrade(&self, owner: Owner, kind: AcquireKind) -> bool {
+        kind == AcquireKind::Write
+            && self.of(owner, AcquireKind::Read).is_some()
+            && self.of(owner, AcquireKind::Write).is_none()
+    }
+
+    /// Calls in flight died with the old context (after a restart).
+    pub(crate) fn reset_renewing(&mut self) {
+        for h in &mut self.live {
+            h.renewing = false;
+        }
+    }
 }
 
 /// Holdings that were lost while guards of them are still alive: their release
@@ -117,6 +184,7 @@ impl LockActor {
         ctx: &mut Context<Self>,
     ) -> LockGuard {
         let Claim {
+            kind,
             owner,
             field,
             lease,
@@ -124,16 +192,44 @@ impl LockActor {
         } = claim;
         self.shared.counters.acquired();
         let lease_len = lease.unwrap_or(self.shared.config.watchdog_lease);
-        if self.holding.as_ref().is_some_and(|h| h.owner != owner) {
-            // Only a lost holding can be replaced; `pump` never lets another owner
-            // try while a live one exists.
-            self.lose(LostReason::OwnerGone, ctx);
+        // Redis just granted this, so a local holding that excludes it can only be
+        // one that is lost already (`pump` never lets a waiter try past a live one).
+        let stale: Vec<u64> = self
+            .holdings
+            .iter()
+            .filter(|h| h.owner != owner && (h.kind.excludes(kind) || kind.excludes(h.kind)))
+            .map(|h| h.epoch)
+            .collect();
+        for epoch in stale {
+            self.lose(epoch, LostReason::OwnerGone, ctx);
         }
-        let fresh_epoch = self.next_epoch;
-        let h = self.holding.get_or_insert_with(|| {
-            self.next_epoch += 1;
-            Holding::new(fresh_epoch, owner, field.clone(), lease_len)
-        });
+        let at = match self
+            .holdings
+            .live
+            .iter()
+            .position(|h| h.owner == owner && h.kind == kind)
+        {
+            Some(at) => at,
+            None => {
+                let epoch = self.next_epoch;
+                self.next_epoch += 1;
+                self.holdings.live.push(Holding {
+                    epoch,
+                    kind,
+                    owner,
+                    field: field.clone(),
+                    guards: 0,
+                    watchdog: false,
+                    lease: lease_len,
+                    valid_until: sent,
+                    renewing: false,
+                    lost_tx: watch::Sender::new(None),
+                    watchers: Vec::new(),
+                });
+                self.holdings.live.len() - 1
+            }
+        };
+        let h = &mut self.holdings.live[at];
         let epoch = h.epoch;
         h.guards += 1;
         h.lease = lease_len;
@@ -141,14 +237,11 @@ impl LockActor {
         h.watchdog |= lease.is_none();
         h.watchers.extend(on_lost);
         let lost_rx = h.lost_tx.subscribe();
-        let watchdog = h.watchdog;
-        self.arm_expiry(ctx);
-        if watchdog {
-            self.start_watchdog(ctx);
-        }
+        self.holding_timers(ctx);
         LockGuard::new(
             ctx.address(),
             self.name.clone(),
+            kind,
             owner,
             field,
             token,
@@ -158,57 +251,73 @@ impl LockActor {
         )
     }
 
-    /// Restarts the holding's timers (after an actor restart): the expiry timer, and
-    /// for a watchdog holding the renewal interval plus one renewal now.
+    /// Restarts the holdings' timers (after an actor restart), with one renewal now.
     pub(super) fn resume_holding(&mut self, ctx: &mut Context<Self>) {
+        self.holding_timers(ctx);
+        self.renew(ctx);
+    }
+
+    /// Brings the expiry timer and the watchdog in line with the holdings: the
+    /// expiry timer at the earliest `valid_until`, the watchdog while any holding
+    /// is renewed by it.
+    pub(super) fn holding_timers(&mut self, ctx: &mut Context<Self>) {
         self.arm_expiry(ctx);
-        if self.holding.as_ref().is_some_and(|h| h.watchdog) {
-            self.start_watchdog(ctx);
-            self.renew(ctx);
+        let watchdog = self.holdings.iter().any(|h| h.watchdog);
+        match (watchdog, self.renew_timer.is_some()) {
+            (true, false) => {
+                let every = self.shared.config.renew_every();
+                self.renew_timer = Some(ctx.run_interval(every, |act, ctx| act.renew(ctx)));
+            }
+            (false, true) => {
+                if let Some(t) = self.renew_timer.take() {
+                    ctx.cancel_future(t);
+                }
+            }
+            _ => {}
         }
     }
 
-    /// Starts the watchdog interval unless it runs already.
-    fn start_watchdog(&mut self, ctx: &mut Context<Self>) {
-        if self.renew_timer.is_none() {
-            let every = self.shared.config.renew_every();
-            self.renew_timer = Some(ctx.run_interval(every, |act, ctx| act.renew(ctx)));
-        }
-    }
-
-    /// Arms (or re-arms) the timer that declares the holding lost when its
+    /// Arms (or re-arms) the timer that declares holdings lost when their
     /// `valid_until` passes.
-    pub(super) fn arm_expiry(&mut self, ctx: &mut Context<Self>) {
+    fn arm_expiry(&mut self, ctx: &mut Context<Self>) {
         if let Some(t) = self.expiry_timer.take() {
             ctx.cancel_future(t);
         }
-        let Some(h) = &self.holding else { return };
-        let epoch = h.epoch;
-        let reason = if h.watchdog {
-            LostReason::Unreachable
-        } else {
-            LostReason::LeaseExpired
+        let Some(first) = self.holdings.iter().map(|h| h.valid_until).min() else {
+            return;
         };
-        let delay = h.valid_until.saturating_duration_since(Instant::now());
+        let delay = first.saturating_duration_since(Instant::now());
         self.expiry_timer = Some(ctx.run_later(delay, move |act, ctx| {
             act.expiry_timer = None;
-            let due = act
-                .holding
-                .as_ref()
-                .is_some_and(|h| h.epoch == epoch && Instant::now() >= h.valid_until);
-            if due {
-                act.lose(reason, ctx);
-            } else {
-                act.arm_expiry(ctx);
+            let now = Instant::now();
+            let due: Vec<(u64, LostReason)> = act
+                .holdings
+                .iter()
+                .filter(|h| now >= h.valid_until)
+                .map(|h| {
+                    let reason = if h.watchdog {
+                        LostReason::Unreachable
+                    } else {
+                        LostReason::LeaseExpired
+                    };
+                    (h.epoch, reason)
+                })
+                .collect();
+            for (epoch, reason) in due {
+                act.lose(epoch, reason, ctx);
             }
+            act.holding_timers(ctx);
+            act.pump(ctx);
         }));
     }
 
-    /// The holding is lost: tell its guards, stop renewing, let waiters try.
-    pub(super) fn lose(&mut self, reason: LostReason, ctx: &mut Context<Self>) {
-        let Some(h) = self.holding.take() else { return };
+    /// The holding is lost: tell its guards, stop its timers. The caller pumps.
+    pub(super) fn lose(&mut self, epoch: u64, reason: LostReason, ctx: &mut Context<Self>) {
+        let Some(h) = self.holdings.remove(epoch) else {
+            return;
+        };
         self.shared.counters.lost();
-        warn!(lock = %self.name, owner = %h.owner, %reason, "lock lost while held");
+        warn!(lock = %self.name, kind = %h.kind, owner = %h.owner, %reason, "lock lost while held");
         let _ = h.lost_tx.send(Some(reason));
         for watcher in &h.watchers {
             watcher.do_send(LockLost {
@@ -219,68 +328,63 @@ impl LockActor {
             });
         }
         self.lost.insert(h.epoch, reason, h.guards);
-        self.stop_holding_timers(ctx);
-        self.pump(ctx);
+        self.holding_timers(ctx);
     }
 
-    pub(super) fn stop_holding_timers(&mut self, ctx: &mut Context<Self>) {
-        for t in [self.renew_timer.take(), self.expiry_timer.take()]
-            .into_iter()
-            .flatten()
-        {
-            ctx.cancel_future(t);
-        }
-    }
-
-    /// The watchdog tick: extend the lease of a watchdog holding.
+    /// The watchdog tick: extend the lease of every watchdog holding.
     pub(super) fn renew(&mut self, ctx: &mut Context<Self>) {
-        let Some(h) = self.holding.as_ref().filter(|h| h.watchdog) else {
-            return;
-        };
-        if self.renewing {
-            return;
-        }
-        self.renewing = true;
-        let epoch = h.epoch;
-        let field = h.field.clone();
         let lease = self.shared.config.watchdog_lease;
-        let conn = self.shared.conn.clone();
-        let name = self.name.clone();
-        let sent = Instant::now();
-        let fut = async move { scripts::renew(conn, &[(&name, &field)], millis(lease)).await };
-        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
-            act.renewing = false;
-            if act.holding.as_ref().is_none_or(|h| h.epoch != epoch) {
-                return; // released or lost meanwhile: a late reply revives nothing
-            }
-            match res.as_deref() {
-                Ok([true]) => {
-                    if let Some(h) = act.holding.as_mut() {
+        let due: Vec<(u64, AcquireKind, Arc<str>)> = self
+            .holdings
+            .live
+            .iter_mut()
+            .filter(|h| h.watchdog && !h.renewing)
+            .map(|h| {
+                h.renewing = true;
+                (h.epoch, h.kind, h.field.clone())
+            })
+            .collect();
+        for (epoch, kind, field) in due {
+            let conn = self.shared.conn.clone();
+            let name = self.name.clone();
+            let sent = Instant::now();
+            let fut = async move { scripts::renew(conn, kind, &name, &field, millis(lease)).await };
+            ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
+                // Released or lost meanwhile: a late reply revives nothing.
+                let Some(h) = act.holdings.get_mut(epoch) else {
+                    return;
+                };
+                h.renewing = false;
+                match res {
+                    Ok(true) => {
                         h.lease = lease;
                         h.valid_until = sent + lease;
+                        act.arm_expiry(ctx);
                     }
-                    act.arm_expiry(ctx);
+                    Ok(false) => {
+                        act.lose(epoch, LostReason::OwnerGone, ctx);
+                        act.pump(ctx);
+                    }
+                    Err(e) if redis_is_protocol_error(&e) => act.restart(&e, ctx),
+                    Err(e) => {
+                        act.shared.counters.renewal_failed();
+                        warn!(lock = %act.name, error = %e, "renewal failed; retrying until the lease runs out");
+                    }
                 }
-                Ok(_) => act.lose(LostReason::OwnerGone, ctx),
-                Err(e) if redis_is_protocol_error(e) => act.restart(e, ctx),
-                Err(e) => {
-                    act.shared.counters.renewal_failed();
-                    warn!(lock = %act.name, error = %e, "renewal failed; retrying until the lease runs out");
-                }
-            }
-        }));
+            }));
+        }
     }
 
-    /// Runs the release script for one hold of the live holding.
+    /// Runs the release script for one hold of a live holding.
     pub(super) fn release_hold(
         &mut self,
         epoch: u64,
     ) -> ResponseActFuture<Self, Result<ReleaseOutcome, LockError>> {
-        let Some(h) = self.holding.as_mut().filter(|h| h.epoch == epoch) else {
+        let Some(h) = self.holdings.get_mut(epoch) else {
             return Box::pin(fut::ready(Err(LockError::NotHeld)));
         };
         h.guards = h.guards.saturating_sub(1);
-        let (field, lease) = (h.field.clone(), h.lease);
+        let (kind, field, lease) = (h.kind, h.field.clone(), h.lease);
         self.releases += 1;
         let config = self.shared.config.clone();
         let conn = self.shared.conn.clone();
@@ -294,6 +398,7 @@ impl LockActor {
             loop {
                 let res = scripts::release(
                     conn.clone(),
+                    kind,
                     &name,
                     &field,
                     millis(lease),
@@ -321,39 +426,37 @@ impl LockActor {
     }
 
     /// Applies a release script's answer to the local view.
-    pub(super) fn on_released(
+    fn on_released(
         &mut self,
         epoch: u64,
         sent: Instant,
         res: redis::RedisResult<ReleaseReply>,
         ctx: &mut Context<Self>,
     ) -> Result<ReleaseOutcome, LockError> {
-        let live = self.holding.as_ref().is_some_and(|h| h.epoch == epoch);
-        let guards_left = self.holding.as_ref().map_or(0, |h| h.guards);
+        let live = self.holdings.get(epoch).is_some();
+        let guards_left = self.holdings.get(epoch).map_or(0, |h| h.guards);
         match res {
-            Ok(ReleaseReply::Released) => {
+            Ok(ReleaseReply::Released { published }) => {
                 self.shared.counters.released();
-                if self.sub == Sub::On {
+                if published && self.kind.hears_own_unlocks() && self.listening(&self.channel) {
                     self.own_unlocks += 1;
                 }
                 if live {
                     if guards_left == 0 {
-                        self.holding = None;
-                        self.stop_holding_timers(ctx);
+                        self.holdings.remove(epoch);
+                        self.holding_timers(ctx);
                     } else {
                         // Redis counted fewer holds than guards exist here: something
                         // outside this manager released them. They are not held.
-                        self.lose(LostReason::OwnerGone, ctx);
+                        self.lose(epoch, LostReason::OwnerGone, ctx);
                     }
                 }
                 Ok(ReleaseOutcome::Released)
             }
             Ok(ReleaseReply::StillHeld(holds)) => {
                 self.shared.counters.released();
-                if live {
-                    if let Some(h) = self.holding.as_mut() {
-                        h.valid_until = sent + h.lease;
-                    }
+                if let Some(h) = self.holdings.get_mut(epoch) {
+                    h.valid_until = sent + h.lease;
                     self.arm_expiry(ctx);
                     if guards_left == 0 {
                         // Redis holds more than the guards here account for (an
@@ -366,10 +469,8 @@ impl LockActor {
                 Ok(ReleaseOutcome::StillHeld { holds })
             }
             Ok(ReleaseReply::NotHeld) => {
-                if live {
-                    self.lose(LostReason::OwnerGone, ctx);
-                    // The guard that asked was already counted out of the holding.
-                }
+                // The guard that asked was already counted out of the holding.
+                self.lose(epoch, LostReason::OwnerGone, ctx);
                 Err(LockError::NotHeld)
             }
             Err(e) if redis_is_protocol_error(&e) => {
@@ -380,8 +481,8 @@ impl LockActor {
                 warn!(lock = %self.name, error = %e, "release failed; the lock frees when its lease runs out");
                 if live && guards_left == 0 {
                     // Stop renewing so that the lock expires within one lease.
-                    self.holding = None;
-                    self.stop_holding_timers(ctx);
+                    self.holdings.remove(epoch);
+                    self.holding_timers(ctx);
                 }
                 Err(LockError::Redis(e))
             }

@@ -1,21 +1,30 @@
-//! The [`LockActor`]: one per lock name, owning that lock's waiters, timers and the
-//! local view of who holds it.
+//! The [`LockActor`]: one per lock name and kind, owning that lock's waiters, timers
+//! and the local view of who holds it.
 //!
 //! Everything that happens to one lock in this process is serialised through its
 //! actor, which is what keeps the rules simple: at most one acquisition attempt is in
 //! flight per lock (local waiters never stampede Redis), a waiter behind a local
-//! holder of another owner does not ask Redis at all (the local release hands over),
-//! and the watchdog, the fallback retry and the waiters' deadlines are timers the
-//! actor keeps and cancels. The Redis side is only ever changed by the scripts in
+//! holder it cannot share with does not ask Redis at all (the local release hands
+//! over), and the watchdog, the fallback retry and the waiters' deadlines are timers
+//! the actor keeps and cancels. The Redis side is only ever changed by the scripts in
 //! [`crate::scripts`]; this file decides when to run them and what their answers
 //! mean for the waiters and holders.
+//!
+//! The three kinds of lock (`kind`: exclusive, fair, read-write) are one actor with a
+//! [`Kind`]: it picks the scripts, the channel a waiter listens on, and which local
+//! holders stand in a waiter's way; the fair lock adds its waiters' places in the
+//! Redis queue (`fair`). The queue, attempts, timers, renewal and supervision are
+//! the same code for all.
 
 mod acquire;
+mod fair;
 mod holding;
+mod kind;
 #[cfg(test)]
 mod tests;
 mod waiters;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use actix::prelude::*;
@@ -28,7 +37,9 @@ use crate::keys::{self};
 use crate::manager::{Idle, LockManager, Shared};
 use crate::subscriber::{Resync, Unlocked, Unsubscribe};
 
-use holding::{Holding, LostHoldings};
+use holding::{Holdings, LostHoldings};
+pub use kind::AcquireKind;
+pub(crate) use kind::Kind;
 pub(crate) use waiters::Waiter;
 use waiters::WaiterQueue;
 
@@ -52,22 +63,24 @@ pub(crate) struct Release {
     pub(crate) epoch: u64,
 }
 
-/// State of this lock's channel subscription.
+/// State of one channel subscription of this lock (a channel not in the map is
+/// not subscribed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Sub {
-    /// Not subscribed.
-    Off,
     /// Asked the subscriber; no answer yet.
     Pending,
     /// Routed (and subscribed, or to be subscribed on reconnect).
     On,
 }
 
-/// The actor of one lock name; see the module documentation.
+/// The actor of one lock name and kind; see the module documentation.
 pub(crate) struct LockActor {
     /// The lock name (also the lock key).
     name: Arc<str>,
-    /// This lock's unlock channel.
+    /// Which kind of lock it serves.
+    kind: Kind,
+    /// The channel its waiters listen on: the unlock channel (exclusive; for the
+    /// fair lock, the prefix of each waiter's own channel) or the read-write channel.
     channel: String,
     /// Connection, config, client id, subscriber and counters of the manager.
     shared: Arc<Shared>,
@@ -75,8 +88,8 @@ pub(crate) struct LockActor {
     manager: WeakAddr<LockManager>,
     /// Local waiters, head first.
     queue: WaiterQueue,
-    /// The local owner holding the lock, if any.
-    holding: Option<Holding>,
+    /// The local owners holding the lock.
+    holdings: Holdings,
     /// Lost holdings whose guards are still alive.
     lost: LostHoldings,
     /// Next holding epoch.
@@ -89,16 +102,20 @@ pub(crate) struct LockActor {
     /// Unlock messages this actor published itself and will hear back; they carry
     /// no news (the local release already handed over), so they are skipped.
     own_unlocks: u32,
-    /// Channel subscription state.
-    sub: Sub,
+    /// Channel -> subscription state (one channel, or one per fair waiter).
+    subs: HashMap<String, Sub>,
     /// Fallback retry / deadline timer.
     wake_timer: Option<SpawnHandle>,
     /// Watchdog interval while a watchdog holding exists.
     renew_timer: Option<SpawnHandle>,
-    /// A renewal is in flight.
-    renewing: bool,
-    /// Fires when the holding's `valid_until` passes without a successful renewal.
+    /// Fires when the earliest holding's `valid_until` passes without a renewal.
     expiry_timer: Option<SpawnHandle>,
+    /// Fair lock: the interval that refreshes the waiters' places in the queue.
+    refresh_timer: Option<SpawnHandle>,
+    /// Fair lock: a refresh is in flight.
+    refreshing: bool,
+    /// Fair lock: calls in flight that take waiters out of the queue.
+    leaves: u32,
     /// Release scripts in flight.
     releases: u32,
     /// Stops the actor after a quiet period.
@@ -122,24 +139,35 @@ pub(crate) struct LockActor {
 }
 
 impl LockActor {
-    pub(crate) fn new(name: Arc<str>, shared: Arc<Shared>, manager: WeakAddr<LockManager>) -> Self {
+    pub(crate) fn new(
+        name: Arc<str>,
+        kind: Kind,
+        shared: Arc<Shared>,
+        manager: WeakAddr<LockManager>,
+    ) -> Self {
         LockActor {
-            channel: keys::channel(&name),
+            channel: match kind {
+                Kind::Exclusive | Kind::Fair => keys::channel(&name),
+                Kind::ReadWrite => keys::rw_channel(&name),
+            },
             name,
+            kind,
             shared,
             manager,
             queue: WaiterQueue::default(),
-            holding: None,
+            holdings: Holdings::default(),
             lost: LostHoldings::default(),
             next_epoch: 1,
             attempt: None,
             woken: false,
             own_unlocks: 0,
-            sub: Sub::Off,
+            subs: HashMap::new(),
             wake_timer: None,
             renew_timer: None,
-            renewing: false,
             expiry_timer: None,
+            refresh_timer: None,
+            refreshing: false,
+            leaves: 0,
             releases: 0,
             idle_timer: None,
             received: 0,
@@ -152,31 +180,40 @@ impl LockActor {
         }
     }
 
-    /// Brings timers and the subscription in line with what is left to do: keeps a
-    /// deadline timer while waiters wait, unsubscribes when none do, and starts the
-    /// idle countdown when nothing at all is going on.
+    /// Brings timers and subscriptions in line with what is left to do: keeps a
+    /// deadline timer while waiters wait, unsubscribes channels no waiter listens
+    /// on, and starts the idle countdown when nothing at all is going on.
     fn settle(&mut self, ctx: &mut Context<Self>) {
         if self.queue.is_empty() {
             if let Some(t) = self.wake_timer.take() {
                 ctx.cancel_future(t);
             }
-            if self.sub == Sub::On {
-                self.shared.subscriber.do_send(Unsubscribe {
-                    channel: self.channel.clone(),
-                });
-                self.sub = Sub::Off;
-                self.own_unlocks = 0;
-            }
         } else if self.wake_timer.is_none() {
             self.schedule(None, ctx);
         }
+        let unneeded: Vec<String> = self
+            .subs
+            .iter()
+            .filter(|(channel, sub)| **sub == Sub::On && !self.needs(channel))
+            .map(|(channel, _)| channel.clone())
+            .collect();
+        for channel in unneeded {
+            self.subs.remove(&channel);
+            self.shared.subscriber.do_send(Unsubscribe { channel });
+        }
+        if self.subs.is_empty() {
+            self.own_unlocks = 0;
+        }
+        self.fair_timers(ctx);
         let idle = self.queue.is_empty()
-            && self.holding.is_none()
+            && self.holdings.is_empty()
             && self.lost.is_empty()
             && self.attempt.is_none()
             && self.unresolved.is_none()
             && self.releases == 0
-            && self.sub == Sub::Off;
+            && self.leaves == 0
+            && !self.refreshing
+            && self.subs.is_empty();
         match (idle, self.idle_timer.is_some()) {
             (true, false) => {
                 let after = self.shared.config.idle_timeout;
@@ -203,33 +240,56 @@ impl LockActor {
         ctx.stop();
     }
 
-    /// After a restart: asks Redis whether the holding still stands, then restarts
-    /// its timers (or reports it lost) and lets waiters try.
+    /// Whether some waiter listens on `channel`.
+    fn needs(&self, channel: &str) -> bool {
+        match self.kind {
+            Kind::Fair => self
+                .fair_field_of(channel)
+                .is_some_and(|field| self.queue.iter().any(|w| &*w.field == field)),
+            Kind::Exclusive | Kind::ReadWrite => channel == self.channel && !self.queue.is_empty(),
+        }
+    }
+
+    /// Whether `channel` is subscribed (and routed here).
+    fn listening(&self, channel: &str) -> bool {
+        self.subs.get(channel) == Some(&Sub::On)
+    }
+
+    /// After a restart: asks Redis whether the holdings still stand, then restarts
+    /// their timers (or reports them lost) and lets waiters try.
     fn verify_after_restart(&mut self, ctx: &mut Context<Self>) {
-        let Some(h) = &self.holding else {
+        if self.holdings.is_empty() {
             self.pump(ctx);
             return;
-        };
-        let (epoch, field) = (h.epoch, h.field.clone());
-        let mut conn = self.shared.conn.clone();
+        }
+        let held: Vec<(u64, Arc<str>)> = self
+            .holdings
+            .iter()
+            .map(|h| (h.epoch, h.field.clone()))
+            .collect();
+        let conn = self.shared.conn.clone();
         let name = self.name.clone();
         let fut = async move {
-            redis::cmd("HGET")
-                .arg(&*name)
-                .arg(&*field)
-                .query_async::<Option<u32>>(&mut conn)
-                .await
+            let mut counts = Vec::with_capacity(held.len());
+            for (epoch, field) in held {
+                let res = redis::cmd("HGET")
+                    .arg(&*name)
+                    .arg(&*field)
+                    .query_async::<Option<u32>>(&mut conn.clone())
+                    .await;
+                counts.push((epoch, res));
+            }
+            counts
         };
-        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
-            if act.holding.as_ref().is_none_or(|h| h.epoch != epoch) {
-                return act.pump(ctx);
+        ctx.spawn(fut.into_actor(self).map(move |counts, act, ctx| {
+            for (epoch, res) in counts {
+                // Gone meanwhile, or cannot tell now (the watchdog and the expiry
+                // timer will): nothing to do here.
+                if matches!(res, Ok(None) | Ok(Some(0))) {
+                    act.lose(epoch, LostReason::OwnerGone, ctx);
+                }
             }
-            match res {
-                Ok(Some(holds)) if holds > 0 => act.resume_holding(ctx),
-                Ok(_) => act.lose(LostReason::OwnerGone, ctx),
-                // Cannot tell now: the watchdog and the expiry timer will.
-                Err(_) => act.resume_holding(ctx),
-            }
+            act.resume_holding(ctx);
             act.pump(ctx);
         }));
     }
@@ -243,6 +303,7 @@ impl LockActor {
         };
         let msg = Idle {
             name: self.name.clone(),
+            kind: self.kind,
             addr: ctx.address(),
             received: self.received,
         };
@@ -273,9 +334,10 @@ impl Actor for LockActor {
             // The Supervisor restarts this same struct: keep everything.
             return;
         }
-        // Whatever is still queued will never be served by this actor.
-        self.queue.fail_all(|| LockError::Stopped);
-        if let Some(h) = self.holding.take() {
+        // Whatever is still queued will never be served by this actor. Places in a
+        // fair queue cannot be given back now: they lapse unrefreshed.
+        let _ = self.queue.fail_all(|| LockError::Stopped);
+        for h in self.holdings.drain() {
             let _ = h.lost_tx.send(Some(LostReason::ManagerStopped));
         }
     }
@@ -320,16 +382,23 @@ impl Supervised for LockActor {
         }
         self.woken = false;
         self.resolving = false;
-        self.renewing = false;
+        self.holdings.reset_renewing();
+        self.refreshing = false;
+        self.leaves = 0;
+        // Fair waiters may have missed their message: each tries again.
+        for w in self.queue.iter_mut() {
+            w.due = true;
+        }
         // Their callers got a mailbox error; a hold they may have left behind is
         // found by the next release (StillHeld with no guard) or expires unrenewed.
         self.releases = 0;
         self.wake_timer = None;
         self.renew_timer = None;
         self.expiry_timer = None;
+        self.refresh_timer = None;
         self.idle_timer = None;
         // Subscribed again at the next busy answer (the route is simply replaced).
-        self.sub = Sub::Off;
+        self.subs.clear();
         self.own_unlocks = 0;
         self.restart_requested = false;
         self.restarted = true;
@@ -341,10 +410,13 @@ impl Handler<Enqueue> for LockActor {
 
     fn handle(&mut self, Enqueue(waiter): Enqueue, ctx: &mut Context<Self>) {
         self.received += 1;
-        let reentrant = self
-            .holding
-            .as_ref()
-            .is_some_and(|h| h.owner == waiter.owner);
+        if self.holdings.is_upgrade(waiter.owner, waiter.kind) {
+            // It would wait for its own read holds: refused now, not queued.
+            waiter.fail(LockError::UpgradeRefused);
+            self.settle(ctx);
+            return;
+        }
+        let reentrant = self.holdings.reenters(waiter.owner, waiter.kind);
         self.queue.push(waiter, reentrant);
         self.pump(ctx);
     }
@@ -354,8 +426,11 @@ impl Handler<Cancel> for LockActor {
     type Result = ();
 
     fn handle(&mut self, msg: Cancel, ctx: &mut Context<Self>) {
-        if self.queue.take(msg.waiter).is_some() {
+        if let Some(w) = self.queue.take(msg.waiter) {
             debug!(lock = %self.name, waiter = msg.waiter, "waiter left");
+            if w.queued {
+                self.leave(vec![w.field.clone()], ctx);
+            }
         }
         self.pump(ctx);
     }
@@ -377,13 +452,20 @@ impl Handler<Unlocked> for LockActor {
     type Result = ();
 
     fn handle(&mut self, msg: Unlocked, ctx: &mut Context<Self>) {
-        // An exclusive lock admits one holder either way, so "wake all" and "wake
-        // one" both mean: let the head waiter try.
-        tracing::trace!(lock = %self.name, wake_all = msg.wake_all, "unlock message");
+        tracing::trace!(lock = %self.name, channel = %msg.channel, wake_all = msg.wake_all, "unlock message");
+        if self.kind == Kind::Fair {
+            // A fair lock's message names its waiter by channel: that one tries.
+            // Its own releases' messages are news too (they may name a local waiter).
+            self.wake_channel(&msg.channel, ctx);
+            return;
+        }
         if self.own_unlocks > 0 {
             self.own_unlocks -= 1;
             return;
         }
+        // "Wake all" and "wake one" both mean: let the head waiter try. Each grant
+        // lets the next head try at once, so after a write release every local
+        // reader gets its turn, one short round trip apart.
         self.wake(ctx);
     }
 }
@@ -393,6 +475,11 @@ impl Handler<Resync> for LockActor {
 
     fn handle(&mut self, _msg: Resync, ctx: &mut Context<Self>) {
         self.own_unlocks = 0;
+        // Messages may have been lost while the subscriber was away: every fair
+        // waiter tries again (one of them may be at the head of a free lock).
+        for w in self.queue.iter_mut() {
+            w.due = true;
+        }
         self.wake(ctx);
     }
 }

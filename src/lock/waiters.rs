@@ -1,9 +1,13 @@
 //! The local waiter queue of one lock: pending acquisitions in arrival order.
 //!
-//! A waiter is a reply channel plus what its attempt needs (owner, lease) and when it
-//! gives up. The queue itself never talks to Redis; the lock actor decides when the
-//! head may try. Waiters whose caller went away are noticed here (their reply channel
-//! is closed) and dropped without an answer.
+//! A waiter is a reply channel plus what its attempt needs (kind, owner, lease) and
+//! when it gives up. The queue itself never talks to Redis; the lock actor decides
+//! when the head may try. Waiters whose caller went away are noticed here (their
+//! reply channel is closed) and dropped without an answer.
+//!
+//! A fair-lock waiter also has a place in the Redis queue once its first attempt is
+//! sent (`queued`): whoever removes it from this queue gets its owner field back in
+//! [`Gone`], so that the lock actor can take it out of the Redis queue too.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -15,15 +19,19 @@ use tracing::Span;
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::keys::Owner;
+use crate::lock::AcquireKind;
 
 /// One pending acquisition.
 #[derive(Debug)]
 pub(crate) struct Waiter {
     /// Unique within the manager; used to cancel it and to match attempt results.
     pub(crate) id: u64,
+    /// What it takes (a kind the lock actor serves).
+    pub(crate) kind: AcquireKind,
     /// The owner that will hold the lock.
     pub(crate) owner: Owner,
-    /// `<client id>:<owner>`, computed once.
+    /// The hash field it will hold: `<client id>:<owner>`, with `:write` after it for
+    /// a writer; computed once.
     pub(crate) field: Arc<str>,
     /// The explicit lease, or `None` for watchdog mode.
     pub(crate) lease: Option<Duration>,
@@ -39,6 +47,12 @@ pub(crate) struct Waiter {
     pub(crate) reply: oneshot::Sender<Result<LockGuard, LockError>>,
     /// The acquisition's tracing span.
     pub(crate) span: Span,
+    /// Fair lock: an attempt that may have queued it in Redis was sent, so it may
+    /// have a place there.
+    pub(crate) queued: bool,
+    /// Fair lock: it should try now (new, told it is at the head, or a timer or
+    /// resync asked); the other kinds let the head try whenever the actor pumps.
+    pub(crate) due: bool,
 }
 
 impl Waiter {
@@ -54,6 +68,25 @@ impl Waiter {
         self.span
             .in_scope(|| tracing::debug!(?waited, "gave up waiting"));
         self.fail(LockError::Timeout { waited });
+    }
+}
+
+/// Owner fields of removed waiters that may have a place in a fair lock's queue.
+#[derive(Debug, Default)]
+#[must_use = "waiters with a place in the fair queue must leave it"]
+pub(crate) struct Gone {
+    /// How many waiters were removed.
+    pub(crate) count: usize,
+    /// The owner fields of those that may have a place in the Redis queue.
+    pub(crate) queued: Vec<Arc<str>>,
+}
+
+impl Gone {
+    fn add(&mut self, w: &Waiter) {
+        self.count += 1;
+        if w.queued {
+            self.queued.push(w.field.clone());
+        }
     }
 }
 
@@ -99,53 +132,86 @@ impl WaiterQueue {
         self.items.remove(at)
     }
 
-    /// Drops waiters whose caller stopped listening. Returns how many.
-    pub(crate) fn remove_gone(&mut self) -> usize {
-        let before = self.items.len();
-        self.items.retain(|w| !w.reply.is_closed());
-        before - self.items.len()
+    /// The first waiter that `pick` accepts.
+    pub(crate) fn first(&self, pick: impl Fn(&Waiter) -> bool) -> Option<&Waiter> {
+        self.items.iter().find(|w| pick(w))
+    }
+
+    /// Every waiter, head first.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Waiter> {
+        self.items.iter()
+    }
+
+    /// Every waiter, head first, to change their flags.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Waiter> {
+        self.items.iter_mut()
+    }
+
+    /// The waiter with this id, if it is still queued, to change its flags.
+    pub(crate) fn find_mut(&mut self, id: u64) -> Option<&mut Waiter> {
+        self.items.iter_mut().find(|w| w.id == id)
+    }
+
+    /// Drops waiters whose caller stopped listening.
+    pub(crate) fn remove_gone(&mut self) -> Gone {
+        let mut gone = Gone::default();
+        self.items.retain(|w| {
+            let closed = w.reply.is_closed();
+            if closed {
+                gone.add(w);
+            }
+            !closed
+        });
+        gone
     }
 
     /// Answers every waiter whose deadline is at or before `now`: with `cause`, the
     /// Redis error the last attempt met (it says why), or else "timed out".
-    /// Returns how many.
-    pub(crate) fn expire(&mut self, now: Instant, cause: Option<&redis::RedisError>) -> usize {
+    pub(crate) fn expire(&mut self, now: Instant, cause: Option<&redis::RedisError>) -> Gone {
         self.answer_where(|w| w.deadline.is_some_and(|d| d <= now), cause)
     }
 
-    /// Answers every try-once waiter, whose one attempt was just made: with `cause`
-    /// if it failed with a Redis error, else "timed out" (the lock was held).
-    pub(crate) fn fail_try_once(&mut self, cause: Option<&redis::RedisError>) -> usize {
-        self.answer_where(|w| w.try_once, cause)
+    /// Answers the try-once waiters that `pick` accepts, whose one attempt was just
+    /// made: with `cause` if it failed with a Redis error, else "timed out" (the lock
+    /// was held).
+    pub(crate) fn fail_try_once(
+        &mut self,
+        pick: impl Fn(&Waiter) -> bool,
+        cause: Option<&redis::RedisError>,
+    ) -> Gone {
+        self.answer_where(|w| w.try_once && pick(w), cause)
     }
 
     fn answer_where(
         &mut self,
         pick: impl Fn(&Waiter) -> bool,
         cause: Option<&redis::RedisError>,
-    ) -> usize {
-        let mut answered = 0;
+    ) -> Gone {
+        let mut gone = Gone::default();
         let mut kept = VecDeque::with_capacity(self.items.len());
         for w in self.items.drain(..) {
             if !pick(&w) {
                 kept.push_back(w);
                 continue;
             }
+            gone.add(&w);
             match cause {
                 Some(e) => w.fail(LockError::Redis(e.clone())),
                 None => w.time_out(),
             }
-            answered += 1;
         }
         self.items = kept;
-        answered
+        gone
     }
 
     /// Fails every waiter with a copy of one error.
-    pub(crate) fn fail_all(&mut self, err: impl Fn() -> LockError) {
+    pub(crate) fn fail_all(&mut self, err: impl Fn() -> LockError) -> Gone {
+        let mut gone = Gone::default();
         for w in self.items.drain(..) {
+            gone.add(&w);
             w.fail(err());
         }
+        gone
     }
 
     /// The earliest deadline of any waiter.

@@ -44,3 +44,43 @@ pub fn raw<T: redis::FromRedisValue>(server: &RedisServer, args: &[&str]) -> T {
     cmd.query(&mut server.conn())
         .unwrap_or_else(|e| panic!("{args:?}: {e}"))
 }
+
+/// Fills the server with 4 MB of data, then sets `maxmemory` below what is used
+/// under `noeviction`: from now on Redis refuses every command that could grow
+/// memory (outside a script that has already written), whatever buffers come and go.
+pub fn fill_until_oom(server: &RedisServer) {
+    let mut conn = server.conn();
+    let blob = "x".repeat(64 * 1024);
+    for i in 0..64 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("fill:{i}"))
+            .arg(&blob)
+            .query(&mut conn)
+            .expect("fill");
+    }
+    let _: () = raw(server, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    let _: () = raw(server, &["CONFIG", "SET", "maxmemory", "2mb"]);
+    let refused: redis::RedisResult<()> =
+        redis::cmd("SET").arg("one:more").arg("x").query(&mut conn);
+    assert!(
+        refused.is_err_and(|e| e.to_string().contains("OOM")),
+        "Redis should refuse writes now"
+    );
+}
+
+/// Whether a key exists on the test server.
+pub fn exists(server: &RedisServer, key: &str) -> bool {
+    raw::<i64>(server, &["EXISTS", key]) == 1
+}
+
+/// The payload of the next message of a pub/sub stream, within 2 s.
+pub async fn next_payload(
+    messages: &mut (impl futures::Stream<Item = redis::Msg> + Unpin),
+) -> String {
+    let next = futures::StreamExt::next(messages);
+    let msg = tokio::time::timeout(std::time::Duration::from_secs(2), next)
+        .await
+        .expect("message within 2 s")
+        .expect("stream open");
+    msg.get_payload::<String>().expect("text payload")
+}

@@ -1,0 +1,122 @@
+-- fair_acquire.lua: take a fair (FIFO) lock when the caller is at the head of its
+-- queue, re-enter it as its owner, or take (or keep) a place in the queue.
+--
+-- KEYS[1]  the lock hash (the lock name itself): owner field -> hold count
+-- KEYS[2]  the queue, redisson_lock_queue:{<name>}: owner fields, head first
+-- KEYS[3]  the deadlines, redisson_lock_timeout:{<name>}: owner field -> ms (server clock)
+-- KEYS[4]  the fencing token counter, redisson_lock_token:{<name>}
+-- KEYS[5]  the unlock channel, redisson_lock__channel:{<name>}; a waiter's own
+--          channel is this followed by ':<owner field>'
+-- ARGV[1]  lease in whole milliseconds, >= 1
+-- ARGV[2]  owner field, "<client id>:<owner number>"
+-- ARGV[3]  how long a place in the queue is kept without a refresh, whole ms >= 1
+-- ARGV[4]  '1' to queue the caller when it cannot take the lock, '0' to only try
+--
+-- Returns {1, token, holds} when the caller now holds the lock, or {0, wait, head}
+-- when it does not: wait is how long until that may change at the latest (the
+-- lock's PTTL while it is held, else the time left on the head waiter's place; -1
+-- for no bound), head is the owner field at the head of the queue ('' if none).
+--
+-- Time is the Redis server's (TIME), never a client's. Waiters whose deadline has
+-- passed are first dropped from the head of the queue; if that leaves a free lock
+-- with someone else at the head, that waiter is told on its own channel, so a dead
+-- waiter holds up the queue for at most one place lease.
+--
+-- Every argument and every key's type is checked before the first write: a script
+-- is not a transaction, and an error after a write would leave that write behind.
+-- Out of memory, a new place is refused (its ZADD is the first write) while a
+-- waiter already queued keeps its place (PEXPIRE, never refused, comes first).
+local lease = tonumber(ARGV[1])
+local place = tonumber(ARGV[3])
+if lease == nil or lease < 1 or lease ~= math.floor(lease) then
+  return redis.error_reply('ERR lockwarden: lease must be a whole number of milliseconds >= 1')
+end
+if place == nil or place < 1 or place ~= math.floor(place) then
+  return redis.error_reply('ERR lockwarden: place lease must be a whole number of milliseconds >= 1')
+end
+if ARGV[2] == nil or ARGV[2] == '' then
+  return redis.error_reply('ERR lockwarden: empty owner field')
+end
+if ARGV[4] ~= '0' and ARGV[4] ~= '1' then
+  return redis.error_reply('ERR lockwarden: queue flag must be 0 or 1')
+end
+for i, want in ipairs({'hash', 'list', 'zset'}) do
+  local kind = redis.call('type', KEYS[i]).ok
+  if kind ~= 'none' and kind ~= want then
+    return redis.error_reply('WRONGTYPE lockwarden: ' .. KEYS[i] .. ' is a ' .. kind .. ', not a ' .. want)
+  end
+end
+
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- Drop waiters whose place has lapsed, from the head only (the others are dropped
+-- when they reach it: behind a live head they hold nobody up).
+local popped = 0
+while true do
+  local first = redis.call('lindex', KEYS[2], 0)
+  if not first then break end
+  local deadline = tonumber(redis.call('zscore', KEYS[3], first))
+  if deadline ~= nil and deadline > now then break end
+  redis.call('lpop', KEYS[2])
+  redis.call('zrem', KEYS[3], first)
+  popped = popped + 1
+end
+
+local free = redis.call('exists', KEYS[1]) == 0
+local head = redis.call('lindex', KEYS[2], 0)
+if (free and (not head or head == ARGV[2])) or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  if free then
+    -- The taker leaves the queue (it is its head, or the queue is empty).
+    redis.call('lrem', KEYS[2], 1, ARGV[2])
+    redis.call('zrem', KEYS[3], ARGV[2])
+  end
+  local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], lease)
+  -- Seeded from the server clock when missing, as in acquire.lua.
+  if redis.call('exists', KEYS[4]) == 0 then
+    redis.call('set', KEYS[4], t[1] .. string.rep('0', 6 - #t[2]) .. t[2])
+  end
+  local token = redis.call('incr', KEYS[4])
+  return {1, token, holds}
+end
+
+if ARGV[4] == '1' then
+  -- The queue keys expire once every deadline in them has passed, so a queue of
+  -- waiters that all died does not stay behind.
+  local last = redis.call('zrange', KEYS[3], -1, -1, 'withscores')
+  local keep = place
+  if last[2] then
+    keep = math.max(math.floor(tonumber(last[2]) - now), place)
+  end
+  if redis.call('zscore', KEYS[3], ARGV[2]) then
+    -- Already queued: keep the place. PEXPIRE first, never refused out of
+    -- memory, so that a waiter keeps its place even then.
+    redis.call('pexpire', KEYS[2], keep)
+    redis.call('pexpire', KEYS[3], keep)
+    redis.call('zadd', KEYS[3], 'xx', now + place, ARGV[2])
+  else
+    -- A new place: ZADD first, refused out of memory before anything is written
+    -- (unless lapsed waiters were dropped above).
+    redis.call('zadd', KEYS[3], now + place, ARGV[2])
+    redis.call('rpush', KEYS[2], ARGV[2])
+    redis.call('pexpire', KEYS[2], keep)
+    redis.call('pexpire', KEYS[3], keep)
+  end
+  head = redis.call('lindex', KEYS[2], 0)
+end
+
+if popped > 0 and free and head and head ~= ARGV[2] then
+  redis.call('publish', KEYS[5] .. ':' .. head, '0')
+end
+
+local wait = -1
+if not free then
+  wait = redis.call('pttl', KEYS[1])
+elseif head then
+  local deadline = tonumber(redis.call('zscore', KEYS[3], head))
+  if deadline ~= nil then
+    wait = math.max(deadline - now, 0)
+  end
+end
+return {0, wait, head or ''}

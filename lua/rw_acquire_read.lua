@@ -1,0 +1,56 @@
+-- rw_acquire_read.lua: take a read hold of a read-write lock: the first, another
+-- reader's alongside, a re-entry, or the writer's own (a downgrade).
+--
+-- KEYS[1]  the lock hash (the lock name itself): `mode` -> read/write, owner
+--          fields -> hold counts
+-- KEYS[2]  the fencing token counter, redisson_lock_token:{<name>}
+-- KEYS[3]  this reader's hold timeout prefix, {<name>}:<owner field>:rwlock_timeout;
+--          hold n lives at '<prefix>:<n>'
+-- ARGV[1]  lease in whole milliseconds, >= 1
+-- ARGV[2]  owner field, "<client id>:<owner number>"
+-- ARGV[3]  the same owner's writer field, "<owner field>:write"
+--
+-- Returns {1, token, holds} when the caller now holds one more read hold (holds is
+-- its read hold count), or {0, pttl} when another owner holds the write lock.
+--
+-- Each read hold gets its own timeout key with the lease, so a crashed reader's
+-- holds lapse on their own; the hash's TTL is kept at the longest of them (never
+-- shortened here: other holders may need it). Arguments and the key's type are
+-- checked before the first write, and the hash gets its TTL before the token
+-- counter (the only command after it that can fail) is touched.
+local lease = tonumber(ARGV[1])
+if lease == nil or lease < 1 or lease ~= math.floor(lease) then
+  return redis.error_reply('ERR lockwarden: lease must be a whole number of milliseconds >= 1')
+end
+if ARGV[2] == nil or ARGV[2] == '' or ARGV[3] == nil or ARGV[3] == '' then
+  return redis.error_reply('ERR lockwarden: empty owner field')
+end
+local kind = redis.call('type', KEYS[1]).ok
+if kind ~= 'none' and kind ~= 'hash' then
+  return redis.error_reply('WRONGTYPE lockwarden: key is a ' .. kind .. ', not a lock')
+end
+
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode ~= false and mode ~= 'read' and mode ~= 'write' then
+  return redis.error_reply('ERR lockwarden: not a read-write lock (mode ' .. tostring(mode) .. ')')
+end
+if mode == false and kind == 'hash' then
+  -- An exclusive (or fair) lock is held under this name: busy.
+  return {0, redis.call('pttl', KEYS[1])}
+end
+if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+  return {0, redis.call('pttl', KEYS[1])}
+end
+
+if mode == false then
+  redis.call('hset', KEYS[1], 'mode', 'read')
+end
+local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+redis.call('set', KEYS[3] .. ':' .. holds, 1, 'px', lease)
+redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), lease))
+if redis.call('exists', KEYS[2]) == 0 then
+  local now = redis.call('time')
+  redis.call('set', KEYS[2], now[1] .. string.rep('0', 6 - #now[2]) .. now[2])
+end
+local token = redis.call('incr', KEYS[2])
+return {1, token, holds}

@@ -1,0 +1,50 @@
+-- rw_acquire_write.lua: take the write lock of a read-write lock, or re-enter it.
+--
+-- KEYS[1]  the lock hash (the lock name itself)
+-- KEYS[2]  the fencing token counter, redisson_lock_token:{<name>}
+-- ARGV[1]  lease in whole milliseconds, >= 1
+-- ARGV[2]  the writer field, "<client id>:<owner number>:write"
+-- ARGV[3]  the same owner's reader field, "<client id>:<owner number>"
+--
+-- Returns {1, token, holds} when the caller now holds the write lock (holds is its
+-- write hold count), {0, pttl} when others hold the lock, or {-1} when the caller
+-- holds read holds and not the write lock: waiting for the write lock would wait
+-- for itself (an upgrade deadlocks), so it is refused, not queued.
+--
+-- Arguments and the key's type are checked before the first write; the hash gets
+-- its TTL before the token counter is touched.
+local lease = tonumber(ARGV[1])
+if lease == nil or lease < 1 or lease ~= math.floor(lease) then
+  return redis.error_reply('ERR lockwarden: lease must be a whole number of milliseconds >= 1')
+end
+if ARGV[2] == nil or ARGV[2] == '' or ARGV[3] == nil or ARGV[3] == '' then
+  return redis.error_reply('ERR lockwarden: empty owner field')
+end
+local kind = redis.call('type', KEYS[1]).ok
+if kind ~= 'none' and kind ~= 'hash' then
+  return redis.error_reply('WRONGTYPE lockwarden: key is a ' .. kind .. ', not a lock')
+end
+
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode ~= false and mode ~= 'read' and mode ~= 'write' then
+  return redis.error_reply('ERR lockwarden: not a read-write lock (mode ' .. tostring(mode) .. ')')
+end
+local writer = mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1
+if not writer and mode ~= false and redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
+  return {-1}
+end
+if kind == 'hash' and not writer then
+  return {0, redis.call('pttl', KEYS[1])}
+end
+
+if mode == false then
+  redis.call('hset', KEYS[1], 'mode', 'write')
+end
+local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), lease))
+if redis.call('exists', KEYS[2]) == 0 then
+  local now = redis.call('time')
+  redis.call('set', KEYS[2], now[1] .. string.rep('0', 6 - #now[2]) .. now[2])
+end
+local token = redis.call('incr', KEYS[2])
+return {1, token, holds}
