@@ -17,7 +17,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::config::Config;
 use crate::error::LockError;
-use crate::inspect::Holder;
+use crate::inspect::{Holder, QueuedWaiter};
 use crate::keys;
 use crate::scripts;
 
@@ -78,6 +78,8 @@ pub struct LockSummary {
     pub holders: Vec<Holder>,
     /// Time until it expires; `None` when the key has no expiry.
     pub ttl: Option<Duration>,
+    /// A fair lock's waiters, head first, with the time left on their places.
+    pub queue: Vec<QueuedWaiter>,
 }
 
 /// Read-only access to the locks of one Redis server; see the module documentation.
@@ -113,9 +115,7 @@ impl Admin {
     pub async fn describe(&self, name: &str) -> Result<Option<LockSummary>, LockError> {
         keys::validate_name(name, self.max_name_len)?;
         let found = scripts::inspect(self.conn.clone(), name).await?;
-        Ok(found
-            .exists
-            .then(|| summarize(name, found.ttl, found.fields)))
+        Ok(found.exists.then(|| summarize(name, found)))
     }
 
     /// The locks whose names match the glob `pattern` (`*` for all), sorted by
@@ -146,7 +146,7 @@ impl Admin {
             let looks = join_all(names.iter().map(|n| scripts::inspect(conn.clone(), n))).await;
             for (name, look) in names.iter().zip(looks) {
                 if let Some(found) = look.ok().filter(|f| f.exists) {
-                    let lock = summarize(name, found.ttl, found.fields);
+                    let lock = summarize(name, found);
                     if lock.kind != LockKind::NotALock {
                         locks.push(lock);
                     }
@@ -165,7 +165,10 @@ impl Admin {
 }
 
 /// A lock's summary from its raw hash.
-fn summarize(name: &str, ttl: Option<Duration>, fields: Vec<(String, String)>) -> LockSummary {
+fn summarize(name: &str, found: scripts::Inspected) -> LockSummary {
+    let scripts::Inspected {
+        ttl, fields, queue, ..
+    } = found;
     let kind = classify(&fields).unwrap_or(LockKind::NotALock);
     // An application's hash has no holders, whatever numbers it keeps.
     let holders = fields
@@ -185,6 +188,7 @@ fn summarize(name: &str, ttl: Option<Duration>, fields: Vec<(String, String)>) -
         kind,
         holders,
         ttl,
+        queue,
     }
 }
 

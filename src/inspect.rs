@@ -85,9 +85,21 @@ pub struct LockInfo {
     pub holders: Vec<Holder>,
     /// Time until it expires; `None` when it is free or has no expiry.
     pub ttl: Option<Duration>,
-    /// A fair lock's waiters, by owner field, in the order they will be served
-    /// (some may be waiters that died and have not lapsed yet); empty otherwise.
-    pub queue: Vec<String>,
+    /// A fair lock's waiters in the order they will be served (some may be
+    /// waiters that died and whose place has not lapsed yet); empty otherwise.
+    pub queue: Vec<QueuedWaiter>,
+}
+
+/// One waiter in a fair lock's queue, as [`Inspect`] saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueuedWaiter {
+    /// The waiter's owner field.
+    pub owner_field: String,
+    /// Time left before its place lapses unless the waiter refreshes it (live
+    /// waiters do, every third of `Config::fair_waiter_lease`), by the Redis
+    /// server's clock; zero once lapsed, `None` when it has no deadline.
+    pub expires_in: Option<Duration>,
 }
 
 impl LockInfo {

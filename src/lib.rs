@@ -81,7 +81,7 @@ pub use admin::{check_lock_name, Admin, LockKind, LockSummary};
 pub use config::Config;
 pub use error::{LockError, LostReason, NameError};
 pub use guard::{LockGuard, LockHandle, LockLost, ReleaseOutcome};
-pub use inspect::{ForceUnlock, Holder, Inspect, LockInfo};
+pub use inspect::{ForceUnlock, Holder, Inspect, LockInfo, QueuedWaiter};
 pub use keys::Owner;
 pub use lock::AcquireKind;
 pub use manager::{Acquire, AcquireResponse, GetStats, Handle, LockManager};

@@ -100,7 +100,15 @@ async fn waiters_from_three_managers_acquire_in_queue_order() {
         .await
         .expect("running")
         .expect("inspect");
-    assert_eq!(info.queue, queued, "Inspect shows the queue, head first");
+    let fields: Vec<String> = info.queue.iter().map(|w| w.owner_field.clone()).collect();
+    assert_eq!(fields, queued, "Inspect shows the queue, head first");
+    for w in &info.queue {
+        let left = w.expires_in.expect("every queued waiter has a deadline");
+        assert!(
+            left > Duration::ZERO,
+            "a live waiter's place has lapsed: {w:?}"
+        );
+    }
     assert_eq!(info.kind, Some(lockwarden::LockKind::Exclusive));
 
     first.release().await.expect("released");

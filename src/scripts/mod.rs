@@ -22,6 +22,7 @@ use redis::{RedisResult, Script};
 
 pub(crate) use fair::{leave as fair_leave, refresh as fair_refresh, Place};
 
+use crate::inspect::QueuedWaiter;
 use crate::keys;
 use crate::lock::AcquireKind;
 
@@ -287,8 +288,27 @@ pub(crate) struct Inspected {
     pub(crate) ttl: Option<Duration>,
     /// The hash's fields and values.
     pub(crate) fields: Vec<(String, String)>,
-    /// The fair queue's owner fields, head first.
-    pub(crate) queue: Vec<String>,
+    /// The fair queue, head first: each waiter's owner field and the time left
+    /// before its place lapses (zero once lapsed, `None` with no deadline).
+    pub(crate) queue: Vec<QueuedWaiter>,
+}
+
+/// Reads the queue part of `lua/inspect.lua`'s answer: owner field, ms left, ...
+fn queued_waiters(flat: &redis::Value) -> RedisResult<Vec<QueuedWaiter>> {
+    let redis::Value::Array(items) = flat else {
+        return Err(unexpected("inspect script returned an unknown queue shape"));
+    };
+    items
+        .chunks_exact(2)
+        .map(|pair| {
+            let owner_field: String = redis::from_redis_value_ref(&pair[0])?;
+            let left: i64 = redis::from_redis_value_ref(&pair[1])?;
+            Ok(QueuedWaiter {
+                owner_field,
+                expires_in: (left != -1).then(|| Duration::from_millis(left.max(0) as u64)),
+            })
+        })
+        .collect()
 }
 
 /// Runs `lua/inspect.lua`.
@@ -297,6 +317,7 @@ pub(crate) async fn inspect(mut conn: ConnectionManager, name: &str) -> RedisRes
         .inspect
         .key(name)
         .key(keys::fair_queue(name))
+        .key(keys::fair_timeouts(name))
         .invoke_async(&mut conn)
         .await?;
     let redis::Value::Array(parts) = reply else {
@@ -313,7 +334,7 @@ pub(crate) async fn inspect(mut conn: ConnectionManager, name: &str) -> RedisRes
                 exists: *pttl != -2,
                 ttl: ttl_from_pttl(*pttl),
                 fields,
-                queue: redis::from_redis_value_ref(queue)?,
+                queue: queued_waiters(queue)?,
             })
         }
         _ => Err(unexpected("inspect script returned an unknown shape")),

@@ -105,7 +105,7 @@ pub async fn acquire(
     opts: &AcquireOpts,
     signals: &mut Signals,
 ) -> Result<Waited, Failure> {
-    let mut msg = Acquire::new(name);
+    let mut msg = Acquire::new(name).kind(opts.kind());
     if let Some(wait) = opts.wait {
         msg = msg.wait(wait);
     }

@@ -146,17 +146,30 @@ pub struct AcquireOpts {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub lease: Option<Duration>,
 
-    /// Use a fair (FIFO across clients) lock. Not available yet.
+    /// Use a fair lock: granted in the order waiters queued, across all clients.
     #[arg(long, conflicts_with_all = ["read", "write"])]
     pub fair: bool,
 
-    /// Take the read side of a read-write lock. Not available yet.
+    /// Take a read hold of a read-write lock: shared with other readers.
     #[arg(long, conflicts_with = "write")]
     pub read: bool,
 
-    /// Take the write side of a read-write lock. Not available yet.
+    /// Take the write side of a read-write lock: excludes readers and writers.
     #[arg(long)]
     pub write: bool,
+}
+
+impl AcquireOpts {
+    /// The kind of acquisition the flags ask for (exclusive without any).
+    pub fn kind(&self) -> lockwarden::AcquireKind {
+        use lockwarden::AcquireKind;
+        match (self.fair, self.read, self.write) {
+            (true, _, _) => AcquireKind::Fair,
+            (_, true, _) => AcquireKind::Read,
+            (_, _, true) => AcquireKind::Write,
+            _ => AcquireKind::Exclusive,
+        }
+    }
 }
 
 /// What to do with the command when the lock is lost while it runs.

@@ -57,6 +57,13 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
         };
         say!("  {}  holds: {}  ({look})", h.owner_field, h.holds);
     }
+    for (place, w) in lock.queue.iter().enumerate() {
+        let left = match w.expires_in {
+            Some(left) => format!("place lapses in {} unless refreshed", human(left)),
+            None => "no deadline".into(),
+        };
+        say!("  queued #{}: {}  ({left})", place + 1, w.owner_field);
+    }
     Ok(outcome::OK)
 }
 
@@ -106,7 +113,7 @@ fn to_json(name: &str, lock: Option<&LockSummary>) -> Value {
     let Some(lock) = lock else {
         return json!({
             "lock": name, "kind": "none", "mode": null, "held": false,
-            "ttl_ms": null, "holders": [],
+            "ttl_ms": null, "holders": [], "queue": [],
         });
     };
     let holders: Vec<Value> = lock
@@ -124,6 +131,11 @@ fn to_json(name: &str, lock: Option<&LockSummary>) -> Value {
         LockKind::ReadWrite { mode } => Some(mode.as_str()),
         _ => None,
     };
+    let queue: Vec<Value> = lock
+        .queue
+        .iter()
+        .map(|w| json!({"owner": w.owner_field, "expires_in_ms": w.expires_in.map(millis)}))
+        .collect();
     json!({
         "lock": lock.name,
         "kind": lock.kind.as_str(),
@@ -131,6 +143,7 @@ fn to_json(name: &str, lock: Option<&LockSummary>) -> Value {
         "held": !lock.holders.is_empty(),
         "ttl_ms": lock.ttl.map(millis),
         "holders": holders,
+        "queue": queue,
     })
 }
 

@@ -41,7 +41,7 @@ use clap::Parser;
 
 use crate::cli::{Cli, Command};
 use crate::outcome::{note, Failure};
-use crate::session::{check_kind, Session};
+use crate::session::Session;
 
 fn main() {
     let cli = match Cli::try_parse() {
@@ -65,12 +65,10 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
     let session = Session::new(&cli.common)?;
     match cli.command {
         Command::Run(args) => {
-            check_kind(&args.acquire)?;
             session.check_name(&args.name)?;
             run::run(&session, args).await
         }
         Command::Hold(args) => {
-            check_kind(&args.acquire)?;
             session.check_name(&args.name)?;
             hold::hold(&session, args).await
         }

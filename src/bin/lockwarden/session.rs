@@ -11,7 +11,7 @@
 use actix::Addr;
 use lockwarden::{check_lock_name, Admin, Config, LockManager};
 
-use crate::cli::{AcquireOpts, Common};
+use crate::cli::Common;
 use crate::outcome::Failure;
 
 /// The checked settings of one invocation.
@@ -65,25 +65,6 @@ impl Session {
         LockManager::start(self.config.clone())
             .await
             .map_err(|e| Failure::usage(format!("cannot reach Redis at {}: {e}", self.shown_url)))
-    }
-}
-
-/// Refuses the lock kinds that the library does not have yet, with one line.
-pub fn check_kind(opts: &AcquireOpts) -> Result<(), Failure> {
-    let missing = if opts.fair {
-        Some(("--fair", "fair locks"))
-    } else if opts.read {
-        Some(("--read", "read-write locks"))
-    } else if opts.write {
-        Some(("--write", "read-write locks"))
-    } else {
-        None
-    };
-    match missing {
-        Some((flag, kind)) => Err(Failure::usage(format!(
-            "{flag}: {kind} are not available yet in this version"
-        ))),
-        None => Ok(()),
     }
 }
 
