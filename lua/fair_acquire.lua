@@ -26,6 +26,8 @@
 -- is not a transaction, and an error after a write would leave that write behind.
 -- Out of memory, a new place is refused (its ZADD is the first write) while a
 -- waiter already queued keeps its place (PEXPIRE, never refused, comes first).
+--
+-- Runs with lua/fair_prelude.lua in front (fair_type_error, server_ms, drop_lapsed).
 local lease = tonumber(ARGV[1])
 local place = tonumber(ARGV[3])
 if lease == nil or lease < 1 or lease ~= math.floor(lease) then
@@ -40,28 +42,16 @@ end
 if ARGV[4] ~= '0' and ARGV[4] ~= '1' then
   return redis.error_reply('ERR lockwarden: queue flag must be 0 or 1')
 end
-for i, want in ipairs({'hash', 'list', 'zset'}) do
-  local kind = redis.call('type', KEYS[i]).ok
-  if kind ~= 'none' and kind ~= want then
-    return redis.error_reply('WRONGTYPE lockwarden: ' .. KEYS[i] .. ' is a ' .. kind .. ', not a ' .. want)
-  end
+local type_error = fair_type_error()
+if type_error then
+  return type_error
 end
 
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now, t = server_ms()
 
 -- Drop waiters whose place has lapsed, from the head only (the others are dropped
 -- when they reach it: behind a live head they hold nobody up).
-local popped = 0
-while true do
-  local first = redis.call('lindex', KEYS[2], 0)
-  if not first then break end
-  local deadline = tonumber(redis.call('zscore', KEYS[3], first))
-  if deadline ~= nil and deadline > now then break end
-  redis.call('lpop', KEYS[2])
-  redis.call('zrem', KEYS[3], first)
-  popped = popped + 1
-end
+local popped = drop_lapsed(now)
 
 local free = redis.call('exists', KEYS[1]) == 0
 local head = redis.call('lindex', KEYS[2], 0)

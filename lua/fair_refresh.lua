@@ -17,6 +17,8 @@
 -- if that leaves a free lock the new head is told on its channel. The first write
 -- is LPOP, ZREM or PEXPIRE, none refused out of memory, so refreshing keeps working
 -- when Redis is full (ZADD after a write is not refused either).
+--
+-- Runs with lua/fair_prelude.lua in front (fair_type_error, server_ms, drop_lapsed).
 local place = tonumber(ARGV[1])
 if place == nil or place < 1 or place ~= math.floor(place) then
   return redis.error_reply('ERR lockwarden: place lease must be a whole number of milliseconds >= 1')
@@ -24,25 +26,13 @@ end
 if #ARGV < 2 then
   return redis.error_reply('ERR lockwarden: refresh needs at least one owner field')
 end
-for i, want in ipairs({'hash', 'list', 'zset'}) do
-  local kind = redis.call('type', KEYS[i]).ok
-  if kind ~= 'none' and kind ~= want then
-    return redis.error_reply('WRONGTYPE lockwarden: ' .. KEYS[i] .. ' is a ' .. kind .. ', not a ' .. want)
-  end
+local type_error = fair_type_error()
+if type_error then
+  return type_error
 end
 
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local popped = 0
-while true do
-  local first = redis.call('lindex', KEYS[2], 0)
-  if not first then break end
-  local deadline = tonumber(redis.call('zscore', KEYS[3], first))
-  if deadline ~= nil and deadline > now then break end
-  redis.call('lpop', KEYS[2])
-  redis.call('zrem', KEYS[3], first)
-  popped = popped + 1
-end
+local now = server_ms()
+local popped = drop_lapsed(now)
 
 local present = {}
 local any = false

@@ -21,6 +21,8 @@
 -- every argument and key type is checked before the first write; and the first
 -- write is never one that Redis refuses when out of memory (LPOP, ZREM, PEXPIRE,
 -- DEL), so a release works even then.
+--
+-- Runs with lua/fair_prelude.lua in front (fair_type_error, server_ms, drop_lapsed).
 local lease = tonumber(ARGV[1])
 local latch_ttl = tonumber(ARGV[3])
 if lease == nil or lease < 1 or lease ~= math.floor(lease) then
@@ -32,11 +34,9 @@ end
 if ARGV[2] == nil or ARGV[2] == '' then
   return redis.error_reply('ERR lockwarden: empty owner field')
 end
-for i, want in ipairs({'hash', 'list', 'zset'}) do
-  local kind = redis.call('type', KEYS[i]).ok
-  if kind ~= 'none' and kind ~= want then
-    return redis.error_reply('WRONGTYPE lockwarden: ' .. KEYS[i] .. ' is a ' .. kind .. ', not a ' .. want)
-  end
+local type_error = fair_type_error()
+if type_error then
+  return type_error
 end
 
 local done = redis.call('get', KEYS[4])
@@ -57,18 +57,8 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 and holds == nil then
 end
 
 -- Lapsed waiters leave the head of the queue (server clock).
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local popped = 0
-while true do
-  local first = redis.call('lindex', KEYS[2], 0)
-  if not first then break end
-  local deadline = tonumber(redis.call('zscore', KEYS[3], first))
-  if deadline ~= nil and deadline > now then break end
-  redis.call('lpop', KEYS[2])
-  redis.call('zrem', KEYS[3], first)
-  popped = popped + 1
-end
+local now = server_ms()
+local popped = drop_lapsed(now)
 
 local result
 if holds == nil then

@@ -15,7 +15,9 @@ use redis::{RedisResult, Script};
 use super::{acquire_reply, release_reply, unexpected, AcquireReply, AttemptOpts, ReleaseReply};
 use crate::keys;
 
-/// The compiled fair-lock scripts.
+/// The compiled fair-lock scripts. Those that drop lapsed waiters get
+/// `lua/fair_prelude.lua` in front: Redis scripts cannot include one another, and
+/// that rule must be the same code in every script that applies it.
 struct Scripts {
     /// `lua/fair_acquire.lua`
     acquire: Script,
@@ -28,9 +30,18 @@ struct Scripts {
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    acquire: Script::new(include_str!("../../lua/fair_acquire.lua")),
-    release: Script::new(include_str!("../../lua/fair_release.lua")),
-    refresh: Script::new(include_str!("../../lua/fair_refresh.lua")),
+    acquire: Script::new(concat!(
+        include_str!("../../lua/fair_prelude.lua"),
+        include_str!("../../lua/fair_acquire.lua")
+    )),
+    release: Script::new(concat!(
+        include_str!("../../lua/fair_prelude.lua"),
+        include_str!("../../lua/fair_release.lua")
+    )),
+    refresh: Script::new(concat!(
+        include_str!("../../lua/fair_prelude.lua"),
+        include_str!("../../lua/fair_refresh.lua")
+    )),
     leave: Script::new(include_str!("../../lua/fair_leave.lua")),
 });
 
