@@ -58,8 +58,9 @@
 //!   [`Handle`], [`GetStats`]).
 //! - `inspect`: its messages on one lock by name, of any kind: [`Inspect`]
 //!   ([`LockInfo`], [`Holder`]) and [`ForceUnlock`].
-//! - `lock`: the per-name-and-kind lock actor: waiter queue, watchdog, fallback
+//! - `lock`: the per-name-and-kind lock actor: waiter queue, holdings, fallback
 //!   timers, the fair queue's places; [`AcquireKind`] (exclusive, fair, read, write).
+//! - `renewer`: the watchdog, one per manager, renewing held locks in batches.
 //! - `subscriber`: the pub/sub actor that routes unlock messages, supervised.
 //! - `guard`: [`LockGuard`] and [`LockHandle`].
 //! - `stats`: the manager's counters ([`Stats`]).
@@ -73,6 +74,7 @@ mod inspect;
 mod keys;
 mod lock;
 mod manager;
+mod renewer;
 mod scripts;
 mod stats;
 mod subscriber;

@@ -27,6 +27,7 @@ use crate::error::LockError;
 use crate::guard::{LockGuard, LockHandle, LockLost};
 use crate::keys::{self, Owner};
 use crate::lock::{AcquireKind, Cancel, Enqueue, Kind, LockActor, Waiter};
+use crate::renewer::{RenewTable, Renewer};
 use crate::stats::{Counters, Stats};
 use crate::subscriber::Subscriber;
 
@@ -43,6 +44,8 @@ pub(crate) struct Shared {
     pub(crate) subscriber: Addr<Subscriber>,
     /// Health counters.
     pub(crate) counters: Arc<Counters>,
+    /// The watchdog holdings of all lock actors, swept by the [`Renewer`].
+    pub(crate) renewals: RenewTable,
 }
 
 /// The registry entry of one running lock actor.
@@ -89,7 +92,9 @@ impl LockManager {
             conn,
             subscriber,
             counters,
+            renewals: RenewTable::default(),
         });
+        Renewer::new(Arc::downgrade(&shared)).start();
         Ok(LockManager {
             shared,
             locks: HashMap::new(),

@@ -164,3 +164,71 @@ async fn renewal_period_must_be_shorter_than_the_lease() {
     let err = LockManager::start(bad).await.expect_err("must be refused");
     assert!(matches!(err, LockError::InvalidConfig(_)), "got {err:?}");
 }
+
+/// The watchdog renews a manager's locks in batches: 400 locks held over four
+/// leases stay held, every one renewed each period, for a few script calls per
+/// period instead of one per lock.
+#[actix_rt::test]
+async fn many_held_locks_are_renewed_in_few_calls() {
+    const LOCKS: usize = 400;
+    let server = RedisServer::start();
+    let m = manager(&server, |c| c.watchdog_lease(LEASE)).await;
+    let mut guards = Vec::with_capacity(LOCKS);
+    for i in 0..LOCKS {
+        guards.push(hold(&m, &format!("many:{i}"), |a| a).await);
+    }
+    let before = server.commandstats();
+    let start = Instant::now();
+    // The window is what is measured: four leases, twelve renewal periods.
+    actix_rt::time::sleep(LEASE * 4).await;
+    let after = server.commandstats();
+    let window = start.elapsed();
+    let delta = |cmd: &str| after.get(cmd).unwrap_or(&0) - before.get(cmd).unwrap_or(&0);
+    for (i, g) in guards.iter().enumerate() {
+        assert!(g.is_lost().is_none(), "lock {i} lost");
+        let held: i64 = raw(&server, &["HEXISTS", &format!("many:{i}"), g.owner_field()]);
+        assert_eq!(held, 1, "lock {i} expired while held");
+    }
+    let periods = window.as_secs_f64() / (LEASE.as_secs_f64() / 3.0);
+    let renewed = delta("pexpire") as f64 / LOCKS as f64;
+    assert!(
+        renewed >= periods - 2.0,
+        "each lock renewed {renewed:.1} times in {periods:.1} periods"
+    );
+    let calls = delta("evalsha") as f64;
+    assert!(
+        calls <= 15.0 * (periods + 1.0),
+        "{calls} script calls for {LOCKS} locks over {periods:.1} periods: not batched"
+    );
+    for g in &guards {
+        g.release().await.expect("released");
+    }
+    let stats = m.send(lockwarden::GetStats).await.expect("running");
+    assert_eq!((stats.lost, stats.renewals_failed), (0, 0));
+}
+
+/// A released watchdog holding is no longer renewed: when the same owner takes
+/// the lock again with an explicit lease, that lease is not extended by a
+/// renewal left over from the first holding.
+#[actix_rt::test]
+async fn released_watchdog_holding_is_no_longer_renewed() {
+    let server = RedisServer::start();
+    let m = manager(&server, |c| c.watchdog_lease(LEASE)).await;
+    let owner = lockwarden::Owner::new();
+    let first = hold(&m, "again", |a| a.owner(owner)).await;
+    first.release().await.expect("released");
+    let lease = Duration::from_millis(300);
+    let start = Instant::now();
+    let second = hold(&m, "again", |a| a.owner(owner).lease(lease)).await;
+    assert_eq!(second.owner_field(), first.owner_field());
+    let gone = eventually(LEASE * 3, || raw::<i64>(&server, &["EXISTS", "again"]) == 0).await;
+    assert!(
+        gone,
+        "explicit lease still renewed after {:?}",
+        start.elapsed()
+    );
+    let reason = tokio::time::timeout(LEASE, second.lost())
+        .await
+        .expect("lost() resolves");
+    assert_eq!(reason, LostReason::LeaseExpired);
+}

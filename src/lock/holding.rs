@@ -1,15 +1,18 @@
 //! The held lock: what this manager knows while its owners hold the lock, and the
-//! lock actor's work on it (grant, watchdog renewal, expiry, release, loss).
+//! lock actor's work on it (grant, expiry, release, loss).
 //!
 //! Redis is the truth about who holds a lock; this is the local cache that lets the
-//! actor renew it, report its loss, and hand it to the next local waiter without
-//! asking Redis first. An exclusive or fair lock has at most one live holding here;
+//! actor report its loss and hand it to the next local waiter without asking Redis
+//! first. Watchdog holdings are renewed by the manager's [`crate::renewer`], which
+//! renews many locks per call; this file enters them in its table and takes them
+//! out when they end. An exclusive or fair lock has at most one live holding here;
 //! a read-write lock has one per (owner, side): many readers, or a writer and its
 //! own read holds. Each holding gets an epoch: guards carry it, so a guard from a
 //! holding that was lost can never act on a later holding of the same owner, nor a
 //! read guard on the same owner's write holding.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,7 +25,12 @@ use crate::config::{backoff, millis};
 use crate::error::{redis_is_protocol_error, redis_is_transient, LockError, LostReason};
 use crate::guard::{LockGuard, LockLost, ReleaseOutcome};
 use crate::keys::Owner;
+use crate::renewer::{Lapsed, Watched};
 use crate::scripts::{self, ReleaseReply};
+
+/// Holding epochs are unique in the process, so the manager's renewal table can
+/// key holdings of all its lock actors by epoch alone.
+static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
 
 /// The live holding of the lock by one local owner, of one kind.
 #[derive(Debug)]
@@ -38,15 +46,15 @@ pub(crate) struct Holding {
     /// Guards of this holding not yet released (equals the Redis hold count unless
     /// something outside this manager changed it).
     pub(crate) guards: u32,
-    /// Whether the watchdog renews it (some guard was taken without a lease).
+    /// Whether the watchdog renews it (some guard was taken without a lease); it
+    /// is then in the manager's renewal table until it ends.
     pub(crate) watchdog: bool,
     /// The lease last set in Redis, used again when a release leaves holds.
     pub(crate) lease: Duration,
     /// Until when the lock is surely held: the send time of the last successful
-    /// acquisition or renewal plus its lease, on this process's monotonic clock.
+    /// acquisition or release plus its lease, on this process's monotonic clock.
+    /// For a watchdog holding the renewer keeps the newer value.
     pub(crate) valid_until: Instant,
-    /// A renewal of it is in flight.
-    renewing: bool,
     /// Tells the guards when the lock is lost.
     pub(crate) lost_tx: watch::Sender<Option<LostReason>>,
     /// Actors that asked for a [`LockLost`] message.
@@ -99,7 +107,8 @@ impl Holdings {
             .find(|h| h.owner == owner && h.kind == kind)
     }
 
-    pub(crate) fn remove(&mut self, epoch: u64) -> Option<Holding> {
+    /// Takes a holding out (its caller stops renewing it: see `LockActor::forget`).
+    fn remove(&mut self, epoch: u64) -> Option<Holding> {
         let at = self.live.iter().position(|h| h.epoch == epoch)?;
         Some(self.live.swap_remove(at))
     }
@@ -132,13 +141,6 @@ impl Holdings {
         kind == AcquireKind::Write
             && self.of(owner, AcquireKind::Read).is_some()
             && self.of(owner, AcquireKind::Write).is_none()
-    }
-
-    /// Calls in flight died with the old context (after a restart).
-    pub(crate) fn reset_renewing(&mut self) {
-        for h in &mut self.live {
-            h.renewing = false;
-        }
     }
 }
 
@@ -211,8 +213,7 @@ impl LockActor {
         {
             Some(at) => at,
             None => {
-                let epoch = self.next_epoch;
-                self.next_epoch += 1;
+                let epoch = NEXT_EPOCH.fetch_add(1, Ordering::Relaxed);
                 self.holdings.live.push(Holding {
                     epoch,
                     kind,
@@ -222,7 +223,6 @@ impl LockActor {
                     watchdog: false,
                     lease: lease_len,
                     valid_until: sent,
-                    renewing: false,
                     lost_tx: watch::Sender::new(None),
                     watchers: Vec::new(),
                 });
@@ -237,6 +237,16 @@ impl LockActor {
         h.watchdog |= lease.is_none();
         h.watchers.extend(on_lost);
         let lost_rx = h.lost_tx.subscribe();
+        if h.watchdog {
+            let held = Watched {
+                name: self.name.clone(),
+                field: h.field.clone(),
+                kind,
+                lock: ctx.address(),
+                valid_until: h.valid_until,
+            };
+            self.shared.renewals.watch(epoch, held);
+        }
         self.holding_timers(ctx);
         LockGuard::new(
             ctx.address(),
@@ -251,30 +261,20 @@ impl LockActor {
         )
     }
 
-    /// Restarts the holdings' timers (after an actor restart), with one renewal now.
-    pub(super) fn resume_holding(&mut self, ctx: &mut Context<Self>) {
-        self.holding_timers(ctx);
-        self.renew(ctx);
-    }
-
-    /// Brings the expiry timer and the watchdog in line with the holdings: the
-    /// expiry timer at the earliest `valid_until`, the watchdog while any holding
-    /// is renewed by it.
+    /// Brings the expiry timer in line with the holdings: armed at the earliest
+    /// `valid_until` of a holding with an explicit lease. Watchdog holdings need no
+    /// timer here: the renewer declares them lost.
     pub(super) fn holding_timers(&mut self, ctx: &mut Context<Self>) {
         self.arm_expiry(ctx);
-        let watchdog = self.holdings.iter().any(|h| h.watchdog);
-        match (watchdog, self.renew_timer.is_some()) {
-            (true, false) => {
-                let every = self.shared.config.renew_every();
-                self.renew_timer = Some(ctx.run_interval(every, |act, ctx| act.renew(ctx)));
-            }
-            (false, true) => {
-                if let Some(t) = self.renew_timer.take() {
-                    ctx.cancel_future(t);
-                }
-            }
-            _ => {}
+    }
+
+    /// Takes a holding out and stops renewing it.
+    pub(super) fn forget(&mut self, epoch: u64) -> Option<Holding> {
+        let h = self.holdings.remove(epoch)?;
+        if h.watchdog {
+            self.shared.renewals.unwatch(epoch);
         }
+        Some(h)
     }
 
     /// Arms (or re-arms) the timer that declares holdings lost when their
@@ -283,7 +283,8 @@ impl LockActor {
         if let Some(t) = self.expiry_timer.take() {
             ctx.cancel_future(t);
         }
-        let Some(first) = self.holdings.iter().map(|h| h.valid_until).min() else {
+        let explicit = self.holdings.iter().filter(|h| !h.watchdog);
+        let Some(first) = explicit.map(|h| h.valid_until).min() else {
             return;
         };
         let delay = first.saturating_duration_since(Instant::now());
@@ -293,15 +294,8 @@ impl LockActor {
             let due: Vec<(u64, LostReason)> = act
                 .holdings
                 .iter()
-                .filter(|h| now >= h.valid_until)
-                .map(|h| {
-                    let reason = if h.watchdog {
-                        LostReason::Unreachable
-                    } else {
-                        LostReason::LeaseExpired
-                    };
-                    (h.epoch, reason)
-                })
+                .filter(|h| !h.watchdog && now >= h.valid_until)
+                .map(|h| (h.epoch, LostReason::LeaseExpired))
                 .collect();
             for (epoch, reason) in due {
                 act.lose(epoch, reason, ctx);
@@ -313,7 +307,7 @@ impl LockActor {
 
     /// The holding is lost: tell its guards, stop its timers. The caller pumps.
     pub(super) fn lose(&mut self, epoch: u64, reason: LostReason, ctx: &mut Context<Self>) {
-        let Some(h) = self.holdings.remove(epoch) else {
+        let Some(h) = self.forget(epoch) else {
             return;
         };
         self.shared.counters.lost();
@@ -329,50 +323,6 @@ impl LockActor {
         }
         self.lost.insert(h.epoch, reason, h.guards);
         self.holding_timers(ctx);
-    }
-
-    /// The watchdog tick: extend the lease of every watchdog holding.
-    pub(super) fn renew(&mut self, ctx: &mut Context<Self>) {
-        let lease = self.shared.config.watchdog_lease;
-        let due: Vec<(u64, AcquireKind, Arc<str>)> = self
-            .holdings
-            .live
-            .iter_mut()
-            .filter(|h| h.watchdog && !h.renewing)
-            .map(|h| {
-                h.renewing = true;
-                (h.epoch, h.kind, h.field.clone())
-            })
-            .collect();
-        for (epoch, kind, field) in due {
-            let conn = self.shared.conn.clone();
-            let name = self.name.clone();
-            let sent = Instant::now();
-            let fut = async move { scripts::renew(conn, kind, &name, &field, millis(lease)).await };
-            ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
-                // Released or lost meanwhile: a late reply revives nothing.
-                let Some(h) = act.holdings.get_mut(epoch) else {
-                    return;
-                };
-                h.renewing = false;
-                match res {
-                    Ok(true) => {
-                        h.lease = lease;
-                        h.valid_until = sent + lease;
-                        act.arm_expiry(ctx);
-                    }
-                    Ok(false) => {
-                        act.lose(epoch, LostReason::OwnerGone, ctx);
-                        act.pump(ctx);
-                    }
-                    Err(e) if redis_is_protocol_error(&e) => act.restart(&e, ctx),
-                    Err(e) => {
-                        act.shared.counters.renewal_failed();
-                        warn!(lock = %act.name, error = %e, "renewal failed; retrying until the lease runs out");
-                    }
-                }
-            }));
-        }
     }
 
     /// Runs the release script for one hold of a live holding.
@@ -443,7 +393,7 @@ impl LockActor {
                 }
                 if live {
                     if guards_left == 0 {
-                        self.holdings.remove(epoch);
+                        self.forget(epoch);
                         self.holding_timers(ctx);
                     } else {
                         // Redis counted fewer holds than guards exist here: something
@@ -481,11 +431,20 @@ impl LockActor {
                 warn!(lock = %self.name, error = %e, "release failed; the lock frees when its lease runs out");
                 if live && guards_left == 0 {
                     // Stop renewing so that the lock expires within one lease.
-                    self.holdings.remove(epoch);
+                    self.forget(epoch);
                     self.holding_timers(ctx);
                 }
                 Err(LockError::Redis(e))
             }
         }
+    }
+}
+
+impl Handler<Lapsed> for LockActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Lapsed, ctx: &mut Context<Self>) {
+        self.lose(msg.epoch, msg.reason, ctx);
+        self.pump(ctx);
     }
 }

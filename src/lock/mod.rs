@@ -92,8 +92,6 @@ pub(crate) struct LockActor {
     holdings: Holdings,
     /// Lost holdings whose guards are still alive.
     lost: LostHoldings,
-    /// Next holding epoch.
-    next_epoch: u64,
     /// The waiter whose acquisition attempt is in flight.
     attempt: Option<u64>,
     /// An unlock (or resync) arrived while an attempt was in flight: if that attempt
@@ -106,9 +104,7 @@ pub(crate) struct LockActor {
     subs: HashMap<String, Sub>,
     /// Fallback retry / deadline timer.
     wake_timer: Option<SpawnHandle>,
-    /// Watchdog interval while a watchdog holding exists.
-    renew_timer: Option<SpawnHandle>,
-    /// Fires when the earliest holding's `valid_until` passes without a renewal.
+    /// Fires when the earliest explicit lease of a holding runs out.
     expiry_timer: Option<SpawnHandle>,
     /// Fair lock: the interval that refreshes the waiters' places in the queue.
     refresh_timer: Option<SpawnHandle>,
@@ -157,13 +153,11 @@ impl LockActor {
             queue: WaiterQueue::default(),
             holdings: Holdings::default(),
             lost: LostHoldings::default(),
-            next_epoch: 1,
             attempt: None,
             woken: false,
             own_unlocks: 0,
             subs: HashMap::new(),
             wake_timer: None,
-            renew_timer: None,
             expiry_timer: None,
             refresh_timer: None,
             refreshing: false,
@@ -256,7 +250,9 @@ impl LockActor {
     }
 
     /// After a restart: asks Redis whether the holdings still stand, then restarts
-    /// their timers (or reports them lost) and lets waiters try.
+    /// their expiry timer (or reports them lost) and lets waiters try. The renewer
+    /// went on renewing the watchdog holdings meanwhile (this actor's address
+    /// outlives the restart).
     fn verify_after_restart(&mut self, ctx: &mut Context<Self>) {
         if self.holdings.is_empty() {
             self.pump(ctx);
@@ -289,7 +285,7 @@ impl LockActor {
                     act.lose(epoch, LostReason::OwnerGone, ctx);
                 }
             }
-            act.resume_holding(ctx);
+            act.holding_timers(ctx);
             act.pump(ctx);
         }));
     }
@@ -338,6 +334,9 @@ impl Actor for LockActor {
         // fair queue cannot be given back now: they lapse unrefreshed.
         let _ = self.queue.fail_all(|| LockError::Stopped);
         for h in self.holdings.drain() {
+            if h.watchdog {
+                self.shared.renewals.unwatch(h.epoch);
+            }
             let _ = h.lost_tx.send(Some(LostReason::ManagerStopped));
         }
     }
@@ -382,7 +381,6 @@ impl Supervised for LockActor {
         }
         self.woken = false;
         self.resolving = false;
-        self.holdings.reset_renewing();
         self.refreshing = false;
         self.leaves = 0;
         // Fair waiters may have missed their message: each tries again.
@@ -393,7 +391,6 @@ impl Supervised for LockActor {
         // found by the next release (StillHeld with no guard) or expires unrenewed.
         self.releases = 0;
         self.wake_timer = None;
-        self.renew_timer = None;
         self.expiry_timer = None;
         self.refresh_timer = None;
         self.idle_timer = None;

@@ -1,0 +1,350 @@
+//! The watchdog: one [`Renewer`] per manager extends the lease of every lock that
+//! manager holds in watchdog mode, many locks per script call.
+//!
+//! Renewing each lock on its own timer costs one script call (and one timer) per
+//! held lock per period: at 100,000 held locks that is most of what Redis does. So
+//! lock actors do not renew; they enter their watchdog holdings in the manager's
+//! [`RenewTable`] and take them out when they end, and the renewer sweeps the table.
+//! The renewal period is cut into [`SLOTS`] slots; a holding joins the slot that was
+//! swept last, so its first renewal comes one period after it was granted, like a
+//! timer of its own would have, and each tick renews only one slot's holdings,
+//! which spreads the work evenly over the period. A slot's exclusive and fair locks
+//! go to Redis as one `renew.lua` call per [`CHUNK`] keys.
+//!
+//! The renewer also decides when a watchdog holding is lost: when Redis says the
+//! owner no longer holds it (`OwnerGone`), or when no renewal succeeded before the
+//! lease that the last success set runs out (`Unreachable`; measured on this
+//! process's monotonic clock from the *send* time of that success, so it errs
+//! early, never late). It then tells the lock actor with [`Lapsed`], which informs
+//! the guards.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use tracing::{debug, warn};
+
+use crate::config::millis;
+use crate::error::LostReason;
+use crate::lock::{AcquireKind, LockActor};
+use crate::manager::Shared;
+use crate::scripts;
+
+/// Slots per renewal period: a tick every period / `SLOTS` renews one slot.
+const SLOTS: usize = 10;
+
+/// Keys per `renew.lua` call. A call this size keeps Redis busy for well under a
+/// millisecond, so other clients' commands never wait long behind it.
+const CHUNK: usize = 512;
+
+/// A watchdog holding's lease ran out or its owner no longer holds it (sent to the
+/// lock actor, which reports the loss to the guards).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct Lapsed {
+    /// The holding.
+    pub(crate) epoch: u64,
+    /// Why it is lost.
+    pub(crate) reason: LostReason,
+}
+
+/// One watchdog holding to renew.
+#[derive(Debug)]
+pub(crate) struct Watched {
+    /// The lock name (the hash key).
+    pub(crate) name: Arc<str>,
+    /// The holder's hash field.
+    pub(crate) field: Arc<str>,
+    /// Which script renews it.
+    pub(crate) kind: AcquireKind,
+    /// Who to tell when it is lost.
+    pub(crate) lock: Addr<LockActor>,
+    /// Until when it is surely held (send time of the last success plus its lease).
+    pub(crate) valid_until: Instant,
+}
+
+#[derive(Debug)]
+struct Entry {
+    held: Watched,
+    /// The slot it is swept in.
+    slot: usize,
+    /// A renewal of it is in flight.
+    renewing: bool,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    /// Holding epoch (unique in the process) -> entry.
+    entries: HashMap<u64, Entry>,
+    /// The epochs of each slot. Removal is lazy: a sweep drops epochs that are no
+    /// longer entries, so taking a holding out costs one hash removal.
+    slots: [Vec<u64>; SLOTS],
+    /// The slot swept last.
+    current: usize,
+}
+
+/// The watchdog holdings of one manager, shared by its lock actors (which add and
+/// remove them) and its renewer (which sweeps them). A plain mutex rather than
+/// messages: entering a holding is on every watchdog acquisition's path, and a
+/// table insert is far cheaper than a mailbox round.
+#[derive(Debug, Default)]
+pub(crate) struct RenewTable {
+    table: Mutex<Table>,
+}
+
+impl RenewTable {
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        // Nothing can panic while the table is locked; if it ever did, the data
+        // (plain maps) is still consistent.
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts renewing a holding, or, if it is renewed already, notes a later
+    /// `valid_until` (a re-entry set the lease again).
+    pub(crate) fn watch(&self, epoch: u64, held: Watched) {
+        let mut t = self.lock();
+        if let Some(e) = t.entries.get_mut(&epoch) {
+            e.held.valid_until = e.held.valid_until.max(held.valid_until);
+            return;
+        }
+        let slot = t.current;
+        t.slots[slot].push(epoch);
+        t.entries.insert(
+            epoch,
+            Entry {
+                held,
+                slot,
+                renewing: false,
+            },
+        );
+    }
+
+    /// Stops renewing a holding (released or lost). Unknown epochs are ignored.
+    pub(crate) fn unwatch(&self, epoch: u64) {
+        self.lock().entries.remove(&epoch);
+    }
+
+    /// How many holdings are renewed.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+}
+
+/// What one tick sends: the renewable holdings of one slot, by script.
+#[derive(Default)]
+struct Due {
+    /// Exclusive and fair holdings: `renew.lua` takes many at once.
+    hashes: Vec<(u64, Arc<str>, Arc<str>)>,
+    /// Read-write holdings: one `rw_renew.lua` call each.
+    rw: Vec<(u64, AcquireKind, Arc<str>, Arc<str>)>,
+    /// Holdings whose lease ran out unrenewed.
+    lapsed: Vec<(u64, Addr<LockActor>)>,
+}
+
+/// The actor that sweeps a manager's [`RenewTable`]; see the module documentation.
+pub(crate) struct Renewer {
+    /// The manager's shared state, weakly: the renewer stops once the manager and
+    /// all its lock actors are gone.
+    shared: Weak<Shared>,
+}
+
+impl Renewer {
+    pub(crate) fn new(shared: Weak<Shared>) -> Renewer {
+        Renewer { shared }
+    }
+
+    /// Takes one slot's due holdings out of the table.
+    fn collect(table: &RenewTable, now: Instant) -> Due {
+        let mut t = table.lock();
+        let t = &mut *t;
+        t.current = (t.current + 1) % SLOTS;
+        let slot = t.current;
+        let mut due = Due::default();
+        let mut ids = std::mem::take(&mut t.slots[slot]);
+        ids.retain(|id| {
+            let Some(e) = t.entries.get_mut(id) else {
+                return false;
+            };
+            if e.slot != slot {
+                return false;
+            }
+            if e.held.valid_until <= now {
+                due.lapsed.push((*id, e.held.lock.clone()));
+                return true; // removed below
+            }
+            if !e.renewing {
+                e.renewing = true;
+                let (name, field) = (e.held.name.clone(), e.held.field.clone());
+                match e.held.kind {
+                    AcquireKind::Exclusive | AcquireKind::Fair => {
+                        due.hashes.push((*id, name, field))
+                    }
+                    kind => due.rw.push((*id, kind, name, field)),
+                }
+            }
+            true
+        });
+        for (id, _) in &due.lapsed {
+            t.entries.remove(id);
+        }
+        ids.retain(|id| t.entries.contains_key(id));
+        t.slots[slot] = ids;
+        due
+    }
+
+    /// One tick: renew the next slot's holdings.
+    fn tick(&mut self, ctx: &mut Context<Self>) {
+        let Some(shared) = self.shared.upgrade() else {
+            ctx.stop();
+            return;
+        };
+        let now = Instant::now();
+        let due = Self::collect(&shared.renewals, now);
+        for (epoch, lock) in due.lapsed {
+            lapse(&shared, epoch, &lock, LostReason::Unreachable);
+        }
+        let lease = shared.config.watchdog_lease;
+        for chunk in due.hashes.chunks(CHUNK) {
+            let ids: Vec<u64> = chunk.iter().map(|(id, _, _)| *id).collect();
+            let locks: Vec<(Arc<str>, Arc<str>)> = chunk
+                .iter()
+                .map(|(_, name, field)| (name.clone(), field.clone()))
+                .collect();
+            let conn = shared.conn.clone();
+            let fut = async move {
+                let pairs: Vec<(&str, &str)> = locks.iter().map(|(n, f)| (&**n, &**f)).collect();
+                match scripts::renew_many(conn, &pairs, millis(lease)).await {
+                    Ok(held) => held.into_iter().map(Ok).collect(),
+                    Err(e) => vec![Err(e)],
+                }
+            };
+            self.send(ids, now, fut, ctx);
+        }
+        for (id, kind, name, field) in due.rw {
+            let conn = shared.conn.clone();
+            let fut = async move {
+                let res = scripts::renew(conn, kind, &name, &field, millis(lease)).await;
+                vec![res]
+            };
+            self.send(vec![id], now, fut, ctx);
+        }
+    }
+
+    /// Runs one renewal call for `ids` and applies its answers (one per id, or a
+    /// single error for all). Until it answers, a timer stands ready to declare the
+    /// holdings lost at the end of their current lease.
+    fn send<F>(&mut self, ids: Vec<u64>, sent: Instant, call: F, ctx: &mut Context<Self>)
+    where
+        F: std::future::Future<Output = Vec<redis::RedisResult<bool>>> + 'static,
+    {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let deadline = {
+            let t = shared.renewals.lock();
+            ids.iter()
+                .filter_map(|id| t.entries.get(id).map(|e| e.held.valid_until))
+                .min()
+        };
+        let guard = deadline.map(|at| {
+            let ids = ids.clone();
+            let delay = at.saturating_duration_since(Instant::now());
+            ctx.run_later(delay, move |act, _| act.expire(&ids))
+        });
+        ctx.spawn(call.into_actor(self).map(move |answers, act, ctx| {
+            let Some(shared) = act.shared.upgrade() else {
+                return;
+            };
+            let lease = shared.config.watchdog_lease;
+            let mut gone = Vec::new();
+            let mut failed = None;
+            {
+                let mut t = shared.renewals.lock();
+                for (i, id) in ids.iter().enumerate() {
+                    let answer = answers.get(i).or(answers.first());
+                    let Some(e) = t.entries.get_mut(id) else {
+                        continue;
+                    };
+                    e.renewing = false;
+                    match answer {
+                        Some(Ok(true)) => {
+                            e.held.valid_until = e.held.valid_until.max(sent + lease);
+                        }
+                        Some(Ok(false)) => gone.push(*id),
+                        Some(Err(err)) => failed = Some(err.to_string()),
+                        None => failed = Some("no answer".into()),
+                    }
+                }
+            }
+            match failed {
+                Some(error) => {
+                    shared.counters.renewal_failed();
+                    warn!(locks = ids.len(), %error, "renewal failed; retrying until the leases run out");
+                }
+                None => {
+                    if let Some(g) = guard {
+                        ctx.cancel_future(g);
+                    }
+                }
+            }
+            for id in gone {
+                let lock = shared.renewals.lock().entries.remove(&id);
+                if let Some(e) = lock {
+                    lapse(&shared, id, &e.held.lock, LostReason::OwnerGone);
+                }
+            }
+        }));
+    }
+
+    /// A renewal call did not succeed in time: the holdings among `ids` whose lease
+    /// has run out are lost.
+    fn expire(&mut self, ids: &[u64]) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let now = Instant::now();
+        let lapsed: Vec<(u64, Addr<LockActor>)> = {
+            let mut t = shared.renewals.lock();
+            let out: Vec<u64> = ids
+                .iter()
+                .copied()
+                .filter(|id| t.entries.get(id).is_some_and(|e| e.held.valid_until <= now))
+                .collect();
+            out.into_iter()
+                .filter_map(|id| t.entries.remove(&id).map(|e| (id, e.held.lock)))
+                .collect()
+        };
+        for (epoch, lock) in lapsed {
+            lapse(&shared, epoch, &lock, LostReason::Unreachable);
+        }
+    }
+}
+
+/// Tells a lock actor that a holding is lost (it was taken out of the table).
+fn lapse(shared: &Shared, epoch: u64, lock: &Addr<LockActor>, reason: LostReason) {
+    debug!(epoch, %reason, "watchdog holding lapsed");
+    if lock.connected() {
+        lock.do_send(Lapsed { epoch, reason });
+    } else {
+        // The lock actor is gone; its guards were told when it stopped.
+        shared.counters.lost();
+        warn!(epoch, %reason, "lock lost after its lock actor stopped");
+    }
+}
+
+impl Actor for Renewer {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let Some(shared) = self.shared.upgrade() else {
+            ctx.stop();
+            return;
+        };
+        let every = shared.config.renew_every() / SLOTS as u32;
+        ctx.run_interval(every.max(Duration::from_millis(1)), |act, ctx| {
+            act.tick(ctx)
+        });
+    }
+}
