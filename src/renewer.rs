@@ -124,12 +124,6 @@ impl RenewTable {
     pub(crate) fn unwatch(&self, epoch: u64) {
         self.lock().entries.remove(&epoch);
     }
-
-    /// How many holdings are renewed.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.lock().entries.len()
-    }
 }
 
 /// What one tick sends: the renewable holdings of one slot, by script.
