@@ -12,13 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Addr;
-use tokio::sync::watch;
 
 use crate::error::{LockError, LostReason};
 use crate::inspect::{ForceUnlock, Inspect, LockInfo};
 use crate::keys::Owner;
 use crate::lock::{AcquireKind, LockActor, Release};
 use crate::manager::{Acquire, LockManager};
+use crate::signal::LostWatch;
 
 /// Sent to the actor registered with [`Acquire::on_lost`] when a lock it holds is
 /// lost while held (the same moment [`LockGuard::lost`] resolves).
@@ -81,7 +81,7 @@ pub struct LockGuard {
     /// Set once the guard was released (by `release` or drop).
     released: AtomicBool,
     /// Becomes `Some` when the lock is lost while held.
-    lost: watch::Receiver<Option<LostReason>>,
+    lost: LostWatch,
 }
 
 impl LockGuard {
@@ -95,7 +95,7 @@ impl LockGuard {
         token: u64,
         lease: Option<Duration>,
         epoch: u64,
-        lost: watch::Receiver<Option<LostReason>>,
+        lost: LostWatch,
     ) -> LockGuard {
         LockGuard {
             lock,
@@ -152,17 +152,15 @@ impl LockGuard {
 
     /// Why the lock was lost, if it was lost while held; `None` while it is held.
     pub fn is_lost(&self) -> Option<LostReason> {
-        *self.lost.borrow()
+        self.lost.lost()
     }
 
     /// Resolves when the lock is lost while held, with the reason. It does not
     /// resolve while the lock is held; after a release it never resolves.
     pub async fn lost(&self) -> LostReason {
-        let mut rx = self.lost.clone();
-        let seen = rx.wait_for(Option::is_some).await.map(|reason| *reason);
-        match seen {
-            Ok(reason) => reason.unwrap_or(LostReason::ManagerStopped),
-            Err(_) => {
+        match self.lost.ended().await {
+            Some(reason) => reason,
+            None => {
                 if self.released.load(Ordering::Acquire) {
                     // Released: the lock was never lost, so this never resolves.
                     std::future::pending::<()>().await;

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
+use actix::WeakAddr;
 use tracing::{debug, warn};
 
 use crate::config::millis;
@@ -58,8 +59,9 @@ pub(crate) struct Watched {
     pub(crate) field: Arc<str>,
     /// Which script renews it.
     pub(crate) kind: AcquireKind,
-    /// Who to tell when it is lost.
-    pub(crate) lock: Addr<LockActor>,
+    /// Who to tell when it is lost. Weakly: a strong address costs two small
+    /// allocations of its own, and only a lapse needs one.
+    pub(crate) lock: WeakAddr<LockActor>,
     /// Until when it is surely held (send time of the last success plus its lease).
     pub(crate) valid_until: Instant,
 }
@@ -134,7 +136,7 @@ struct Due {
     /// Read-write holdings: one `rw_renew.lua` call each.
     rw: Vec<(u64, AcquireKind, Arc<str>, Arc<str>)>,
     /// Holdings whose lease ran out unrenewed.
-    lapsed: Vec<(u64, Addr<LockActor>)>,
+    lapsed: Vec<(u64, WeakAddr<LockActor>)>,
 }
 
 /// The actor that sweeps a manager's [`RenewTable`]; see the module documentation.
@@ -299,7 +301,7 @@ impl Renewer {
             return;
         };
         let now = Instant::now();
-        let lapsed: Vec<(u64, Addr<LockActor>)> = {
+        let lapsed: Vec<(u64, WeakAddr<LockActor>)> = {
             let mut t = shared.renewals.lock();
             let out: Vec<u64> = ids
                 .iter()
@@ -317,9 +319,9 @@ impl Renewer {
 }
 
 /// Tells a lock actor that a holding is lost (it was taken out of the table).
-fn lapse(shared: &Shared, epoch: u64, lock: &Addr<LockActor>, reason: LostReason) {
+fn lapse(shared: &Shared, epoch: u64, lock: &WeakAddr<LockActor>, reason: LostReason) {
     debug!(epoch, %reason, "watchdog holding lapsed");
-    if lock.connected() {
+    if let Some(lock) = lock.upgrade().filter(Addr::connected) {
         lock.do_send(Lapsed { epoch, reason });
     } else {
         // The lock actor is gone; its guards were told when it stopped.

@@ -337,7 +337,7 @@ impl Actor for LockActor {
             if h.watchdog {
                 self.shared.renewals.unwatch(h.epoch);
             }
-            let _ = h.lost_tx.send(Some(LostReason::ManagerStopped));
+            h.lost_tx.lose(LostReason::ManagerStopped);
         }
     }
 }

@@ -110,6 +110,9 @@ impl WaiterQueue {
     /// Appends a waiter; a re-entry by the current holder goes first instead, since
     /// making it wait behind others who wait for that holder would deadlock.
     pub(crate) fn push(&mut self, waiter: Waiter, reentrant: bool) {
+        // Most locks have one waiter at a time; a VecDeque's first push would make
+        // room for four (600 bytes), kept for as long as the lock actor lives.
+        self.items.reserve_exact(1);
         if reentrant {
             self.items.push_front(waiter);
         } else {
@@ -129,7 +132,12 @@ impl WaiterQueue {
     /// Removes and returns the waiter with this id, if it is still queued.
     pub(crate) fn take(&mut self, id: u64) -> Option<Waiter> {
         let at = self.items.iter().position(|w| w.id == id)?;
-        self.items.remove(at)
+        let w = self.items.remove(at);
+        if self.items.is_empty() {
+            // A held lock keeps no room for waiters it no longer has.
+            self.items = VecDeque::new();
+        }
+        w
     }
 
     /// The first waiter that `pick` accepts.
