@@ -5,10 +5,11 @@
 //! held lock per period: at 100,000 held locks that is most of what Redis does. So
 //! lock actors do not renew; they enter their watchdog holdings in the manager's
 //! [`RenewTable`] and take them out when they end, and the renewer sweeps the table.
-//! The renewal period is cut into [`SLOTS`] slots; a holding joins the slot that was
-//! swept last, so its first renewal comes one period after it was granted, like a
-//! timer of its own would have, and each tick renews only one slot's holdings,
-//! which spreads the work evenly over the period. A slot's exclusive and fair locks
+//! The renewal period is cut into [`SLOTS`] slots and each tick renews only one
+//! slot's holdings. A holding joins the emptiest of the slots swept in the last half
+//! period, so its first renewal comes between half a period and a period after it
+//! was granted (never later than a timer of its own would have), and a burst of
+//! acquisitions is spread over half the ticks instead of landing on one. A slot's exclusive and fair locks
 //! go to Redis as one `renew.lua` call per [`CHUNK`] keys.
 //!
 //! The renewer also decides when a watchdog holding is lost: when Redis says the
@@ -110,7 +111,13 @@ impl RenewTable {
             e.held.valid_until = e.held.valid_until.max(held.valid_until);
             return;
         }
-        let slot = t.current;
+        // Of the slots swept in the last half period (so the first renewal comes
+        // between half a period and a period after the grant), the emptiest: a
+        // burst of acquisitions is spread over several ticks instead of one.
+        let slot = (0..SLOTS / 2)
+            .map(|back| (t.current + SLOTS - back) % SLOTS)
+            .min_by_key(|&s| t.slots[s].len())
+            .unwrap_or(t.current);
         t.slots[slot].push(epoch);
         t.entries.insert(
             epoch,

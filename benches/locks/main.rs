@@ -120,6 +120,18 @@ fn main() {
                 ));
                 results.c.entry(k).or_default().rounds.push(cell);
             }
+            if let (true, Some(&k)) = (settings.many_at_default, settings.lock_counts.iter().max())
+            {
+                probe::flush(&url);
+                let (lease, period) = (settings::DEFAULT_LEASE, settings::DEFAULT_PERIOD);
+                let cell = many::run(&url, k, lease, period);
+                progress(format!(
+                    "C K={k} at the default lease {}: redis cpu {:.1}%",
+                    Impl::Lockwarden.name(),
+                    cell.redis_cpu_pct
+                ));
+                results.c_default.push(cell);
+            }
         }
     }
 

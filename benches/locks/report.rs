@@ -22,6 +22,8 @@ pub struct Results {
     pub b: BTreeMap<(usize, usize, Impl), contended::Merged>,
     /// Scenario C by lock count.
     pub c: BTreeMap<usize, many::Merged>,
+    /// Scenario C's largest K at the default lease, one cell per round.
+    pub c_default: Vec<many::Cell>,
 }
 
 /// A plain text table with columns sized to their content.
@@ -250,15 +252,37 @@ pub fn contended(results: &Results) {
     t.print(3);
 }
 
-/// Scenario C's table and JSON lines.
+/// Scenario C's tables and JSON lines: the K sweep at the short lease, then the
+/// largest K at the default lease.
 pub fn many(results: &Results, settings: &Settings) {
-    if results.c.is_empty() {
+    if results.c.is_empty() && results.c_default.is_empty() {
+        return;
+    }
+    let sweep: Vec<(usize, usize, &many::Cell)> = results
+        .c
+        .iter()
+        .flat_map(|(&k, m)| m.rounds.iter().enumerate().map(move |(r, c)| (k, r + 1, c)))
+        .collect();
+    many_table(&sweep, settings.many_lease, "short lease");
+    let default: Vec<(usize, usize, &many::Cell)> = results
+        .c_default
+        .iter()
+        .enumerate()
+        .map(|(r, c)| (c.locks, r + 1, c))
+        .collect();
+    many_table(&default, crate::settings::DEFAULT_LEASE, "default lease");
+}
+
+/// One table of scenario C: one row per (K, round), since a round that fell over
+/// (locks lost) must not be averaged into one that did not.
+fn many_table(rows: &[(usize, usize, &many::Cell)], lease: std::time::Duration, which: &str) {
+    if rows.is_empty() {
         return;
     }
     println!(
-        "\n## C. many locks held at once: lockwarden, watchdog lease {} ms (renewal every {} ms)",
-        settings.many_lease.as_millis(),
-        settings.many_lease.as_millis() / 3
+        "\n## C. many locks held at once ({which}): lockwarden, watchdog lease {} ms (renewal every {} ms)",
+        lease.as_millis(),
+        lease.as_millis() / 3
     );
     let mut t = Table::new(vec![
         "K",
@@ -275,44 +299,40 @@ pub fn many(results: &Results, settings: &Settings) {
         "lost",
     ]);
     // The watchdog renews every third of the lease.
-    let period = settings.many_lease.as_secs_f64() / 3.0;
-    // One row per round: a round that fell over (locks lost) must not be averaged
-    // into one that did not.
-    for (&k, m) in &results.c {
-        for (round, c) in m.rounds.iter().enumerate() {
-            let per_renewal = c.requests_per_sec * period / k as f64;
-            t.row(vec![
-                k.to_string(),
-                (round + 1).to_string(),
-                format!("{:.2}s", c.acquire_secs),
-                format!("{:.2}s", c.release_secs),
-                format!("{:.0}", c.commands_per_sec),
-                format!("{:.0}", c.requests_per_sec),
-                format!("{per_renewal:.3}"),
-                format!("{:.1}%", c.redis_cpu_pct),
-                format!("{:.0}", c.redis_bytes_per_lock),
-                format!("{:.0}", c.client_bytes_per_lock),
-                format!("{:.1}%", c.client_cpu_pct),
-                c.lost.to_string(),
-            ]);
-            json_line(json!({
-                "scenario": "C",
-                "locks": k,
-                "round": round + 1,
-                "impl": Impl::Lockwarden.name(),
-                "lease_ms": settings.many_lease.as_millis() as u64,
-                "acquire_all_secs": c.acquire_secs,
-                "release_all_secs": c.release_secs,
-                "redis_commands_per_sec": c.commands_per_sec,
-                "redis_requests_per_sec": c.requests_per_sec,
-                "requests_per_lock_per_renewal": per_renewal,
-                "redis_cpu_pct": c.redis_cpu_pct,
-                "redis_bytes_per_lock": c.redis_bytes_per_lock,
-                "client_bytes_per_lock": c.client_bytes_per_lock,
-                "client_cpu_pct": c.client_cpu_pct,
-                "lost": c.lost,
-            }));
-        }
+    let period = lease.as_secs_f64() / 3.0;
+    for &(k, round, c) in rows {
+        let per_renewal = c.requests_per_sec * period / k as f64;
+        t.row(vec![
+            k.to_string(),
+            round.to_string(),
+            format!("{:.2}s", c.acquire_secs),
+            format!("{:.2}s", c.release_secs),
+            format!("{:.0}", c.commands_per_sec),
+            format!("{:.0}", c.requests_per_sec),
+            format!("{per_renewal:.3}"),
+            format!("{:.1}%", c.redis_cpu_pct),
+            format!("{:.0}", c.redis_bytes_per_lock),
+            format!("{:.0}", c.client_bytes_per_lock),
+            format!("{:.1}%", c.client_cpu_pct),
+            c.lost.to_string(),
+        ]);
+        json_line(json!({
+            "scenario": "C",
+            "locks": k,
+            "round": round,
+            "impl": Impl::Lockwarden.name(),
+            "lease_ms": lease.as_millis() as u64,
+            "acquire_all_secs": c.acquire_secs,
+            "release_all_secs": c.release_secs,
+            "redis_commands_per_sec": c.commands_per_sec,
+            "redis_requests_per_sec": c.requests_per_sec,
+            "requests_per_lock_per_renewal": per_renewal,
+            "redis_cpu_pct": c.redis_cpu_pct,
+            "redis_bytes_per_lock": c.redis_bytes_per_lock,
+            "client_bytes_per_lock": c.client_bytes_per_lock,
+            "client_cpu_pct": c.client_cpu_pct,
+            "lost": c.lost,
+        }));
     }
     t.print(0);
 }

@@ -299,11 +299,32 @@ fn many(results: &Results, settings: &Settings, out: &mut Vec<Verdict>) {
     } else {
         format!("{at_100k:.0}% at a {lease} s lease (linear from {cpu:.1}% at K={k})")
     };
-    out.push(Verdict {
-        target: "100k held locks renewed with Redis <= 5% of one core",
-        measured: format!("{how}; ~{at_default:.1}% at the default 30 s lease"),
-        met: Some(at_100k <= 5.0),
-    });
+    // Measured at the default lease when that row ran (with no lock lost), else
+    // scaled from the short lease.
+    let direct: Vec<f64> = results
+        .c_default
+        .iter()
+        .filter(|c| c.lost == 0 && c.locks >= 100_000)
+        .map(|c| c.redis_cpu_pct)
+        .collect();
+    let verdict = if direct.is_empty() {
+        Verdict {
+            target: "100k held locks renewed with Redis <= 5% of one core",
+            measured: format!("{how}; ~{at_default:.1}% at the default 30 s lease (scaled)"),
+            met: Some(at_default <= 5.0),
+        }
+    } else {
+        let measured = crate::stats::mean(&direct);
+        Verdict {
+            target: "100k held locks renewed with Redis <= 5% of one core",
+            measured: format!(
+                "{measured:.1}% measured at K=100000 over one renewal period at the \
+                 default 30 s lease; {how}"
+            ),
+            met: Some(measured <= 5.0),
+        }
+    };
+    out.push(verdict);
     let bytes = mean(|c| c.client_bytes_per_lock);
     out.push(Verdict {
         target: "<= 2 KiB client memory per held lock",
