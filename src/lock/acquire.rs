@@ -212,7 +212,7 @@ impl LockActor {
                 }
                 let gone = self.queue.fail_try_once(|_| true, Some(&e));
                 self.leave(gone.queued, ctx);
-                self.last_error = Some(e);
+                self.last_error = Some(Box::new(e));
                 self.schedule(Some(delay), ctx);
             }
             Err(e) => {
@@ -266,7 +266,7 @@ impl LockActor {
         }
         let channel = match self.kind {
             Kind::Fair => keys::fair_channel(&self.name, &attempt.field),
-            Kind::Exclusive | Kind::ReadWrite => self.channel.clone(),
+            Kind::Exclusive | Kind::ReadWrite => self.channel(),
         };
         // A fair waiter's channel is its own: no use subscribing for one that left.
         let listener = !fair || self.queue.find(attempt.waiter).is_some();
@@ -349,7 +349,7 @@ impl LockActor {
             let delay = at.saturating_duration_since(now);
             self.wake_timer = Some(ctx.run_later(delay, |act, ctx| {
                 act.wake_timer = None;
-                let expired = act.queue.expire(Instant::now(), act.last_error.as_ref());
+                let expired = act.queue.expire(Instant::now(), act.last_error.as_deref());
                 for _ in 0..expired.count {
                     act.shared.counters.timeout();
                 }

@@ -41,7 +41,7 @@ impl LockActor {
     /// The owner field a fair waiter's channel names, if it is one of this lock's.
     pub(super) fn fair_field_of<'c>(&self, channel: &'c str) -> Option<&'c str> {
         channel
-            .strip_prefix(self.channel.as_str())
+            .strip_prefix(self.channel().as_str())
             .and_then(|rest| rest.strip_prefix(':'))
     }
 

@@ -11,7 +11,6 @@
 //! holding that was lost can never act on a later holding of the same owner, nor a
 //! read guard on the same owner's write holding.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -149,24 +148,26 @@ impl Holdings {
 /// else by now.
 #[derive(Debug, Default)]
 pub(crate) struct LostHoldings {
-    /// epoch -> (why, guards not yet released)
-    by_epoch: HashMap<u64, (LostReason, u32)>,
+    /// (epoch, why, guards not yet released); a Vec because it is nearly always
+    /// empty, and an empty Vec is half the size of an empty map in every actor.
+    by_epoch: Vec<(u64, LostReason, u32)>,
 }
 
 impl LostHoldings {
     pub(crate) fn insert(&mut self, epoch: u64, reason: LostReason, guards: u32) {
         if guards > 0 {
-            self.by_epoch.insert(epoch, (reason, guards));
+            self.by_epoch.push((epoch, reason, guards));
         }
     }
 
     /// Accounts for one released guard of a lost holding; returns why it was lost.
     pub(crate) fn release_one(&mut self, epoch: u64) -> Option<LostReason> {
-        let (reason, guards) = self.by_epoch.get_mut(&epoch)?;
+        let at = self.by_epoch.iter().position(|(e, _, _)| *e == epoch)?;
+        let (_, reason, guards) = &mut self.by_epoch[at];
         let reason = *reason;
         *guards -= 1;
         if *guards == 0 {
-            self.by_epoch.remove(&epoch);
+            self.by_epoch.swap_remove(at);
         }
         Some(reason)
     }
@@ -391,7 +392,11 @@ impl LockActor {
         match res {
             Ok(ReleaseReply::Released { published }) => {
                 self.shared.counters.released();
-                if published && self.kind.hears_own_unlocks() && self.listening(&self.channel) {
+                if published
+                    && self.kind.hears_own_unlocks()
+                    && !self.subs.is_empty()
+                    && self.listening(&self.channel())
+                {
                     self.own_unlocks += 1;
                 }
                 if live {

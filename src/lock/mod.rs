@@ -79,9 +79,6 @@ pub(crate) struct LockActor {
     name: Arc<str>,
     /// Which kind of lock it serves.
     kind: Kind,
-    /// The channel its waiters listen on: the unlock channel (exclusive; for the
-    /// fair lock, the prefix of each waiter's own channel) or the read-write channel.
-    channel: String,
     /// Connection, config, client id, subscriber and counters of the manager.
     shared: Arc<Shared>,
     /// The manager, weakly: a lock actor must not keep its manager alive.
@@ -129,7 +126,7 @@ pub(crate) struct LockActor {
     restarted: bool,
     /// The Redis error the last attempt met, if it failed: waiters whose deadline
     /// passes get it instead of a bare "timed out".
-    last_error: Option<redis::RedisError>,
+    last_error: Option<Box<redis::RedisError>>,
     /// Consecutive Redis errors of acquisition attempts, for the backoff.
     failures: u32,
 }
@@ -142,10 +139,6 @@ impl LockActor {
         manager: WeakAddr<LockManager>,
     ) -> Self {
         LockActor {
-            channel: match kind {
-                Kind::Exclusive | Kind::Fair => keys::channel(&name),
-                Kind::ReadWrite => keys::rw_channel(&name),
-            },
             name,
             kind,
             shared,
@@ -234,13 +227,26 @@ impl LockActor {
         ctx.stop();
     }
 
+    /// The channel its waiters listen on: the unlock channel (exclusive; for the
+    /// fair lock, the prefix of each waiter's own channel) or the read-write
+    /// channel. Made when needed rather than kept: only waiters need it, and a held
+    /// lock's actor should stay small.
+    fn channel(&self) -> String {
+        match self.kind {
+            Kind::Exclusive | Kind::Fair => keys::channel(&self.name),
+            Kind::ReadWrite => keys::rw_channel(&self.name),
+        }
+    }
+
     /// Whether some waiter listens on `channel`.
     fn needs(&self, channel: &str) -> bool {
         match self.kind {
             Kind::Fair => self
                 .fair_field_of(channel)
                 .is_some_and(|field| self.queue.iter().any(|w| &*w.field == field)),
-            Kind::Exclusive | Kind::ReadWrite => channel == self.channel && !self.queue.is_empty(),
+            Kind::Exclusive | Kind::ReadWrite => {
+                !self.queue.is_empty() && channel == self.channel()
+            }
         }
     }
 
