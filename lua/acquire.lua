@@ -23,14 +23,17 @@ end
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], lease)
-  -- A missing counter (first use, or Redis restarted empty) is seeded from the
-  -- server clock in microseconds, so tokens never go backwards across a restart
-  -- unless more than a million acquisitions a second had been made on this lock.
-  if redis.call('exists', KEYS[2]) == 0 then
+  local token = redis.call('incr', KEYS[2])
+  -- INCR answering 1 means the counter was missing (first use, or Redis restarted
+  -- empty). It is then seeded from the server clock in microseconds, so tokens
+  -- never go backwards across a restart unless more than a million acquisitions a
+  -- second had been made on this lock. Checking with INCR itself instead of an
+  -- EXISTS first saves a command on every acquisition but the first.
+  if token == 1 then
     local now = redis.call('time')
     redis.call('set', KEYS[2], now[1] .. string.rep('0', 6 - #now[2]) .. now[2])
+    token = redis.call('incr', KEYS[2])
   end
-  local token = redis.call('incr', KEYS[2])
   return {1, token, holds}
 end
 

@@ -192,10 +192,15 @@ async fn scripts_refuse_bad_arguments_before_writing() {
     assert!(res.is_err(), "acquire with an empty owner must fail");
     assert_eq!(dbsize(&server), 0, "a refused acquire wrote something");
 
-    // A held lock survives a release with a bad lease or latch lifetime.
+    // A held lock survives a release with a bad lease, latch lifetime or retry flag.
     let m = manager(&server, |c| c).await;
     let g = hold(&m, "raw", |a| a).await;
-    for (lease, latch) in [("0", "1000"), ("1000", "0"), ("x", "1000")] {
+    for (lease, latch, retry) in [
+        ("0", "1000", "0"),
+        ("1000", "0", "0"),
+        ("x", "1000", "0"),
+        ("1000", "1000", "yes"),
+    ] {
         let res: redis::RedisResult<i64> = release
             .key("raw")
             .key("redisson_lock__channel:{raw}")
@@ -204,10 +209,11 @@ async fn scripts_refuse_bad_arguments_before_writing() {
             .arg(g.owner_field())
             .arg(latch)
             .arg("0")
+            .arg(retry)
             .invoke(&mut conn);
         assert!(
             res.is_err(),
-            "release with lease {lease:?} latch {latch:?} must fail"
+            "release with lease {lease:?} latch {latch:?} retry {retry:?} must fail"
         );
         let count: String = raw(&server, &["HGET", "raw", g.owner_field()]);
         assert_eq!(count, "1");

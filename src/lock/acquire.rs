@@ -407,6 +407,7 @@ impl LockActor {
                 millis(lease),
                 &request_id,
                 latch_ms,
+                false,
             )
             .await?;
             Ok::<_, redis::RedisError>(true)

@@ -404,6 +404,7 @@ impl LockActor {
                     millis(lease),
                     &request_id,
                     millis(config.latch_ttl),
+                    tries > 0,
                 )
                 .await;
                 match res {

@@ -158,7 +158,11 @@ pub(crate) async fn acquire(
 }
 
 /// Gives back one hold of `kind` of the hash field `field`; a retry with the same
-/// `request_id` returns the first outcome.
+/// `request_id` returns the first outcome. `retry` says that an earlier attempt with
+/// this id may have run: only then does the exclusive script read its latch.
+// One argument over clippy's limit: each is one script argument, and bundling them
+// would only move the list elsewhere.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn release(
     conn: ConnectionManager,
     kind: AcquireKind,
@@ -167,10 +171,11 @@ pub(crate) async fn release(
     lease_ms: u64,
     request_id: &str,
     latch_ttl_ms: u64,
+    retry: bool,
 ) -> RedisResult<ReleaseReply> {
     match kind {
         AcquireKind::Exclusive => {
-            release_exclusive(conn, name, field, lease_ms, request_id, latch_ttl_ms).await
+            release_exclusive(conn, name, field, lease_ms, request_id, latch_ttl_ms, retry).await
         }
         AcquireKind::Fair => {
             fair::release(conn, name, field, lease_ms, request_id, latch_ttl_ms).await
@@ -227,6 +232,7 @@ async fn release_exclusive(
     lease_ms: u64,
     request_id: &str,
     latch_ttl_ms: u64,
+    retry: bool,
 ) -> RedisResult<ReleaseReply> {
     let left: i64 = SCRIPTS
         .release
@@ -237,6 +243,7 @@ async fn release_exclusive(
         .arg(owner_field)
         .arg(latch_ttl_ms)
         .arg(keys::WAKE_ONE)
+        .arg(if retry { "1" } else { "0" })
         .invoke_async(&mut conn)
         .await?;
     Ok(release_reply(left, true))
