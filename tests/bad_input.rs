@@ -174,7 +174,9 @@ async fn scripts_refuse_bad_arguments_before_writing() {
     let acquire = redis::Script::new(include_str!("../lua/acquire.lua"));
     let release = redis::Script::new(include_str!("../lua/release.lua"));
     let mut conn = server.conn();
-    for lease in ["0", "-5", "abc", "1.5", ""] {
+    // "1e3" is a number to Lua but not to PEXPIRE, which would refuse it only
+    // after the hash was written.
+    for lease in ["0", "-5", "abc", "1.5", "", "1e3", "1234567890123456"] {
         let res: redis::RedisResult<redis::Value> = acquire
             .key("raw")
             .key("redisson_lock_token:{raw}")
