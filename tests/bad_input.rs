@@ -126,6 +126,9 @@ async fn bad_configs_are_refused_at_start() {
                 .max_lease(Duration::from_secs(1))
                 .watchdog_lease(Duration::from_secs(2)),
         ),
+        ("empty batches", config(&server).batching(0, 2)),
+        ("batches over 1024 ops", config(&server).batching(1025, 2)),
+        ("no batch in flight", config(&server).batching(128, 0)),
     ];
     for (what, cfg) in cases {
         let got = LockManager::start(cfg).await.expect_err(what);

@@ -387,7 +387,7 @@ impl LockActor {
         let (kind, field, lease) = (h.kind, h.field.clone(), h.lease);
         self.releases += 1;
         let config = self.shared.config.clone();
-        let conn = self.shared.conn.clone();
+        let via = self.shared.coalescer.clone();
         let name = self.name.clone();
         let request_id = uuid::Uuid::new_v4().to_string();
         let sent = Instant::now();
@@ -397,7 +397,7 @@ impl LockActor {
             let mut tries = 0u32;
             loop {
                 let res = scripts::release(
-                    conn.clone(),
+                    via.clone(),
                     kind,
                     &name,
                     &field,
