@@ -166,8 +166,10 @@ impl Config {
     /// `max_ops` in one script call (any that are left take the next slot). Nothing
     /// is ever held back to fill a batch, so a lone call pays no delay. Fewer calls
     /// in flight make bigger batches (less Redis CPU per lock operation) at the cost
-    /// of a little latency under load; `max_ops` 1 turns coalescing off. `max_ops`
-    /// is 1 to 1024 and `in_flight` at least 1. Defaults to 128 and 2.
+    /// of a little latency under load. `max_ops` 1 sends every call alone, but
+    /// still at most `in_flight` at a time, which caps throughput: to turn
+    /// coalescing off, raise `in_flight` too. `max_ops` is 1 to 1024 and
+    /// `in_flight` at least 1. Defaults to 128 and 2.
     pub fn batching(mut self, max_ops: usize, in_flight: usize) -> Config {
         self.batch_max_ops = max_ops;
         self.batch_in_flight = in_flight;
