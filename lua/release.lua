@@ -3,57 +3,75 @@
 -- KEYS[1]  the lock hash
 -- KEYS[2]  the unlock channel, redisson_lock__channel:{<name>}
 -- KEYS[3]  the release latch, redisson_unlock_latch:{<name>}:<request id>
--- ARGV[1]  lease in whole milliseconds, >= 1, set again when holds remain
+-- ARGV[1]  lease in whole milliseconds, >= 1, set again when holds remain (decimal
+--          digits, at most 15, as every number here)
 -- ARGV[2]  owner field
 -- ARGV[3]  latch lifetime in whole milliseconds, >= 1
 -- ARGV[4]  the message to publish when the lock frees ("0": wake one waiter)
+-- ARGV[5]  "1" when this is a retry of a release whose reply was lost, else "0"
+--          (or absent)
 --
 -- Returns the caller's remaining hold count: 0 when the lock was freed (and the
 -- message published), > 0 when it is still held by the caller, or -1 when the
 -- caller does not hold it (nothing is changed then).
 --
 -- The latch records the outcome under the request id, so a release retried after
--- its reply was lost returns the first outcome instead of releasing twice.
+-- its reply was lost returns the first outcome instead of releasing twice. Every
+-- attempt writes the latch; only a retry reads it: a first attempt carries a fresh
+-- request id, so there is nothing to read yet, and the GET would be a wasted
+-- command on every release.
 --
 -- Out of memory under noeviction, Redis refuses a script's memory-growing command
 -- only while the script has written nothing yet. So the first write here is always
 -- one that is never refused (PEXPIRE or DEL): a release must work even then.
-local lease = tonumber(ARGV[1])
-local latch_ttl = tonumber(ARGV[3])
-if lease == nil or lease < 1 or lease ~= math.floor(lease) then
+--
+-- Numbers are checked as text and passed on as sent (see acquire.lua).
+local lease, latch_ttl = ARGV[1], ARGV[3]
+if lease == nil or #lease > 15 or not string.find(lease, '^[1-9]%d*$') then
   return redis.error_reply('ERR lockwarden: lease must be a whole number of milliseconds >= 1')
 end
-if latch_ttl == nil or latch_ttl < 1 or latch_ttl ~= math.floor(latch_ttl) then
+if latch_ttl == nil or #latch_ttl > 15 or not string.find(latch_ttl, '^[1-9]%d*$') then
   return redis.error_reply('ERR lockwarden: latch lifetime must be a whole number of milliseconds >= 1')
 end
 if ARGV[2] == nil or ARGV[2] == '' then
   return redis.error_reply('ERR lockwarden: empty owner field')
 end
-
-local done = redis.call('get', KEYS[3])
-if done then
-  if done == '1' then
-    return 0
-  end
-  -- The first attempt left holds in place: report what remains of them now.
-  local left = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
-  if left ~= nil and left > 0 then
-    return left
-  end
-  return 1
+if ARGV[5] ~= nil and ARGV[5] ~= '0' and ARGV[5] ~= '1' then
+  return redis.error_reply('ERR lockwarden: retry flag must be 0 or 1')
 end
 
-if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+if ARGV[5] == '1' then
+  local done = redis.call('get', KEYS[3])
+  if done then
+    if done == '1' then
+      return 0
+    end
+    -- The first attempt left holds in place: report what remains of them now.
+    local left = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+    if left ~= nil and left > 0 then
+      return left
+    end
+    return 1
+  end
+end
+
+-- One HGET answers both "does the caller hold it" (false: no such field or key)
+-- and "how many times".
+local count = redis.call('hget', KEYS[1], ARGV[2])
+if not count then
   return -1
 end
-
-local holds = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
-if holds == nil then
-  return redis.error_reply('ERR lockwarden: hold count is not a number')
+-- The usual case, a single hold, needs no number parsing.
+local holds = 1
+if count ~= '1' then
+  holds = tonumber(count)
+  if holds == nil then
+    return redis.error_reply('ERR lockwarden: hold count is not a number')
+  end
 end
 if holds > 1 then
   redis.call('pexpire', KEYS[1], lease)
-  local left = redis.call('hincrby', KEYS[1], ARGV[2], -1)
+  local left = redis.call('hincrby', KEYS[1], ARGV[2], '-1')
   redis.call('set', KEYS[3], '0', 'px', latch_ttl)
   return left
 end

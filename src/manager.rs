@@ -28,6 +28,7 @@ use crate::guard::{LockGuard, LockHandle, LockLost};
 use crate::keys::{self, Owner};
 use crate::lock::{AcquireKind, Cancel, Enqueue, Kind, LockActor, Waiter};
 use crate::renewer::{RenewTable, Renewer};
+use crate::scripts::Coalescer;
 use crate::stats::{Counters, Stats};
 use crate::subscriber::Subscriber;
 
@@ -40,6 +41,9 @@ pub(crate) struct Shared {
     pub(crate) config: Arc<Config>,
     /// The command connection (cloning it shares the socket).
     pub(crate) conn: ConnectionManager,
+    /// The exclusive lock's acquire and release calls go through this, so that
+    /// those of many locks that are ready together share one script call.
+    pub(crate) coalescer: Coalescer,
     /// The pub/sub actor.
     pub(crate) subscriber: Addr<Subscriber>,
     /// Health counters.
@@ -78,6 +82,8 @@ impl LockManager {
             .set_min_delay(config.reconnect_min)
             .set_max_delay(config.reconnect_max);
         let conn = ConnectionManager::new_with_config(config.client.clone(), cm_config).await?;
+        let coalescer =
+            Coalescer::start(conn.clone(), config.batch_max_ops, config.batch_in_flight);
         let config = Arc::new(config);
         let counters = Arc::new(Counters::default());
         let subscriber = {
@@ -90,6 +96,7 @@ impl LockManager {
             client_id,
             config,
             conn,
+            coalescer,
             subscriber,
             counters,
             renewals: RenewTable::default(),

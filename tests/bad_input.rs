@@ -126,6 +126,9 @@ async fn bad_configs_are_refused_at_start() {
                 .max_lease(Duration::from_secs(1))
                 .watchdog_lease(Duration::from_secs(2)),
         ),
+        ("empty batches", config(&server).batching(0, 2)),
+        ("batches over 1024 ops", config(&server).batching(1025, 2)),
+        ("no batch in flight", config(&server).batching(128, 0)),
     ];
     for (what, cfg) in cases {
         let got = LockManager::start(cfg).await.expect_err(what);
@@ -174,7 +177,9 @@ async fn scripts_refuse_bad_arguments_before_writing() {
     let acquire = redis::Script::new(include_str!("../lua/acquire.lua"));
     let release = redis::Script::new(include_str!("../lua/release.lua"));
     let mut conn = server.conn();
-    for lease in ["0", "-5", "abc", "1.5", ""] {
+    // "1e3" is a number to Lua but not to PEXPIRE, which would refuse it only
+    // after the hash was written.
+    for lease in ["0", "-5", "abc", "1.5", "", "1e3", "1234567890123456"] {
         let res: redis::RedisResult<redis::Value> = acquire
             .key("raw")
             .key("redisson_lock_token:{raw}")
@@ -192,10 +197,15 @@ async fn scripts_refuse_bad_arguments_before_writing() {
     assert!(res.is_err(), "acquire with an empty owner must fail");
     assert_eq!(dbsize(&server), 0, "a refused acquire wrote something");
 
-    // A held lock survives a release with a bad lease or latch lifetime.
+    // A held lock survives a release with a bad lease, latch lifetime or retry flag.
     let m = manager(&server, |c| c).await;
     let g = hold(&m, "raw", |a| a).await;
-    for (lease, latch) in [("0", "1000"), ("1000", "0"), ("x", "1000")] {
+    for (lease, latch, retry) in [
+        ("0", "1000", "0"),
+        ("1000", "0", "0"),
+        ("x", "1000", "0"),
+        ("1000", "1000", "yes"),
+    ] {
         let res: redis::RedisResult<i64> = release
             .key("raw")
             .key("redisson_lock__channel:{raw}")
@@ -204,10 +214,11 @@ async fn scripts_refuse_bad_arguments_before_writing() {
             .arg(g.owner_field())
             .arg(latch)
             .arg("0")
+            .arg(retry)
             .invoke(&mut conn);
         assert!(
             res.is_err(),
-            "release with lease {lease:?} latch {latch:?} must fail"
+            "release with lease {lease:?} latch {latch:?} retry {retry:?} must fail"
         );
         let count: String = raw(&server, &["HGET", "raw", g.owner_field()]);
         assert_eq!(count, "1");

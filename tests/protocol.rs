@@ -196,3 +196,37 @@ async fn release_and_renew_work_when_redis_is_out_of_memory() {
     let exists: i64 = raw(&server, &["EXISTS", "oom"]);
     assert_eq!(exists, 0);
 }
+
+/// `release.lua` reads its latch only when told it is a retry: a retried release
+/// (same request id, flag "1") answers the first outcome although the lock is gone,
+/// while a first attempt (flag "0") does not look and finds nothing to release.
+#[actix_rt::test]
+async fn a_retried_release_answers_from_its_latch() {
+    let server = RedisServer::start();
+    let m = manager(&server, |c| c).await;
+    let g = hold(&m, "latched", |a| a).await;
+    let release = redis::Script::new(include_str!("../lua/release.lua"));
+    let mut conn = server.conn();
+    let run = |retry: &str, conn: &mut redis::Connection| -> i64 {
+        release
+            .key("latched")
+            .key("redisson_lock__channel:{latched}")
+            .key("redisson_unlock_latch:{latched}:r1")
+            .arg("30000")
+            .arg(g.owner_field())
+            .arg("10000")
+            .arg("0")
+            .arg(retry)
+            .invoke(conn)
+            .expect("release script")
+    };
+    assert_eq!(run("0", &mut conn), 0, "the first attempt frees the lock");
+    assert_eq!(run("1", &mut conn), 0, "a retry answers the first outcome");
+    assert_eq!(
+        run("0", &mut conn),
+        -1,
+        "a first attempt does not read the latch"
+    );
+    let latch: String = raw(&server, &["GET", "redisson_unlock_latch:{latched}:r1"]);
+    assert_eq!(latch, "1");
+}

@@ -172,6 +172,8 @@ impl Raw {
             .arg(&held.field)
             .arg(LATCH_TTL_MS)
             .arg("0")
+            // First attempt: the script skips reading the latch.
+            .arg("0")
             .invoke_async(&mut self.conn.clone())
             .await
             .expect("raw release script");

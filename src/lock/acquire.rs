@@ -113,11 +113,11 @@ impl LockActor {
         };
         self.attempt = Some(attempt.waiter);
         self.woken = false;
-        let conn = self.shared.conn.clone();
+        let via = self.shared.coalescer.clone();
         let name = self.name.clone();
         let sent = Instant::now();
         let (kind, field) = (attempt.kind, attempt.field.clone());
-        let fut = async move { scripts::acquire(conn, kind, &name, &field, lease_ms, opts).await };
+        let fut = async move { scripts::acquire(via, kind, &name, &field, lease_ms, opts).await };
         ctx.spawn(
             fut.into_actor(self)
                 .map(move |res, act, ctx| act.on_attempt(attempt, sent, res, ctx)),
@@ -387,6 +387,7 @@ impl LockActor {
         let lease = held_here.map_or(self.shared.config.watchdog_lease, |h| h.lease);
         let latch_ms = millis(self.shared.config.latch_ttl);
         let conn = self.shared.conn.clone();
+        let via = self.shared.coalescer.clone();
         let name = self.name.clone();
         let fut = async move {
             let mut c = conn.clone();
@@ -400,13 +401,14 @@ impl LockActor {
             }
             let request_id = uuid::Uuid::new_v4().to_string();
             scripts::release(
-                conn,
+                via,
                 u.kind,
                 &name,
                 &u.field,
                 millis(lease),
                 &request_id,
                 latch_ms,
+                false,
             )
             .await?;
             Ok::<_, redis::RedisError>(true)

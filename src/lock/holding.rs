@@ -341,7 +341,7 @@ impl LockActor {
         let (kind, field, lease) = (h.kind, h.field.clone(), h.lease);
         self.releases += 1;
         let config = self.shared.config.clone();
-        let conn = self.shared.conn.clone();
+        let via = self.shared.coalescer.clone();
         let name = self.name.clone();
         let request_id = uuid::Uuid::new_v4().to_string();
         let sent = Instant::now();
@@ -351,13 +351,14 @@ impl LockActor {
             let mut tries = 0u32;
             loop {
                 let res = scripts::release(
-                    conn.clone(),
+                    via.clone(),
                     kind,
                     &name,
                     &field,
                     millis(lease),
                     &request_id,
                     millis(config.latch_ttl),
+                    tries > 0,
                 )
                 .await;
                 match res {
@@ -452,6 +453,13 @@ impl Handler<Lapsed> for LockActor {
     type Result = ();
 
     fn handle(&mut self, msg: Lapsed, ctx: &mut Context<Self>) {
+        if self.holdings.get(msg.epoch).is_some_and(|h| h.guards == 0) {
+            // Its last hold is being released: a renewal that ran after the release
+            // script finds the owner gone before this actor has seen the release's
+            // reply. The release settles the holding either way.
+            debug!(lock = %self.name, epoch = msg.epoch, "lapse of a holding being released");
+            return;
+        }
         self.lose(msg.epoch, msg.reason, ctx);
         self.pump(ctx);
     }

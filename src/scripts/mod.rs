@@ -9,8 +9,11 @@
 //! This file holds the exclusive lock's scripts, the ones every kind shares
 //! (force release, inspect) and the typed answers; `fair` and `rw` hold the fair and
 //! read-write locks' scripts. [`acquire`], [`release`] and [`renew`] pick the script
-//! of a kind, so the lock actor asks the same three questions of every kind.
+//! of a kind, so the lock actor asks the same three questions of every kind. The
+//! exclusive lock's acquire and release go through the [`Coalescer`] (`batch`), which
+//! sends those that are ready at the same moment as one script call.
 
+mod batch;
 mod fair;
 mod rw;
 
@@ -20,6 +23,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::{RedisResult, Script};
 
+pub(crate) use batch::Coalescer;
 pub(crate) use fair::{leave as fair_leave, refresh as fair_refresh, Place};
 
 use crate::inspect::QueuedWaiter;
@@ -142,15 +146,16 @@ fn release_reply(left: i64, published: bool) -> ReleaseReply {
 /// One acquisition attempt of `kind` for the hash field `field` (`<owner field>`,
 /// or `<owner field>:write` for a writer).
 pub(crate) async fn acquire(
-    conn: ConnectionManager,
+    via: Coalescer,
     kind: AcquireKind,
     name: &str,
     field: &str,
     lease_ms: u64,
     opts: AttemptOpts,
 ) -> RedisResult<AcquireReply> {
+    let conn = via.conn();
     match kind {
-        AcquireKind::Exclusive => acquire_exclusive(conn, name, field, lease_ms).await,
+        AcquireKind::Exclusive => acquire_exclusive(&via, name, field, lease_ms).await,
         AcquireKind::Fair => fair::acquire(conn, name, field, lease_ms, opts).await,
         AcquireKind::Read => rw::acquire_read(conn, name, field, lease_ms).await,
         AcquireKind::Write => rw::acquire_write(conn, name, field, lease_ms).await,
@@ -158,19 +163,25 @@ pub(crate) async fn acquire(
 }
 
 /// Gives back one hold of `kind` of the hash field `field`; a retry with the same
-/// `request_id` returns the first outcome.
+/// `request_id` returns the first outcome. `retry` says that an earlier attempt with
+/// this id may have run: only then does the exclusive script read its latch.
+// One argument over clippy's limit: each is one script argument, and bundling them
+// would only move the list elsewhere.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn release(
-    conn: ConnectionManager,
+    via: Coalescer,
     kind: AcquireKind,
     name: &str,
     field: &str,
     lease_ms: u64,
     request_id: &str,
     latch_ttl_ms: u64,
+    retry: bool,
 ) -> RedisResult<ReleaseReply> {
+    let conn = via.conn();
     match kind {
         AcquireKind::Exclusive => {
-            release_exclusive(conn, name, field, lease_ms, request_id, latch_ttl_ms).await
+            release_exclusive(&via, name, field, lease_ms, request_id, latch_ttl_ms, retry).await
         }
         AcquireKind::Fair => {
             fair::release(conn, name, field, lease_ms, request_id, latch_ttl_ms).await
@@ -201,45 +212,48 @@ pub(crate) async fn renew(
     }
 }
 
-/// Runs `lua/acquire.lua` for one owner field.
+/// Runs `lua/acquire.lua` for one owner field, through the coalescer.
 async fn acquire_exclusive(
-    mut conn: ConnectionManager,
+    via: &Coalescer,
     name: &str,
     owner_field: &str,
     lease_ms: u64,
 ) -> RedisResult<AcquireReply> {
-    let reply: Vec<redis::Value> = SCRIPTS
-        .acquire
-        .key(name)
-        .key(keys::token(name))
-        .arg(lease_ms)
-        .arg(owner_field)
-        .invoke_async(&mut conn)
-        .await?;
-    acquire_reply(&reply)
+    let keys = vec![name.to_string(), keys::token(name)];
+    let args = vec![lease_ms.to_string(), owner_field.to_string()];
+    match via.run(batch::Call::Acquire, keys, args).await? {
+        redis::Value::Array(reply) => acquire_reply(&reply),
+        _ => Err(unexpected("acquire script returned an unknown shape")),
+    }
 }
 
-/// Runs `lua/release.lua`: one hold of `owner_field` is given back.
+/// Runs `lua/release.lua` through the coalescer: one hold of `owner_field` is given
+/// back.
 async fn release_exclusive(
-    mut conn: ConnectionManager,
+    via: &Coalescer,
     name: &str,
     owner_field: &str,
     lease_ms: u64,
     request_id: &str,
     latch_ttl_ms: u64,
+    retry: bool,
 ) -> RedisResult<ReleaseReply> {
-    let left: i64 = SCRIPTS
-        .release
-        .key(name)
-        .key(keys::channel(name))
-        .key(keys::latch(name, request_id))
-        .arg(lease_ms)
-        .arg(owner_field)
-        .arg(latch_ttl_ms)
-        .arg(keys::WAKE_ONE)
-        .invoke_async(&mut conn)
-        .await?;
-    Ok(release_reply(left, true))
+    let keys = vec![
+        name.to_string(),
+        keys::channel(name),
+        keys::latch(name, request_id),
+    ];
+    let args = vec![
+        lease_ms.to_string(),
+        owner_field.to_string(),
+        latch_ttl_ms.to_string(),
+        keys::WAKE_ONE.to_string(),
+        if retry { "1" } else { "0" }.to_string(),
+    ];
+    match via.run(batch::Call::Release, keys, args).await? {
+        redis::Value::Int(left) => Ok(release_reply(left, true)),
+        _ => Err(unexpected("release script returned an unknown shape")),
+    }
 }
 
 /// Runs `lua/renew.lua` over `(lock name, owner field)` pairs: one round trip for
