@@ -116,7 +116,18 @@ impl Client {
     pub async fn connect(which: Impl, url: &str, contended: Option<&str>) -> Client {
         match which {
             Impl::Lockwarden => {
-                let config = Config::from_url(url).expect("redis url");
+                let mut config = Config::from_url(url).expect("redis url");
+                // LOCKWARDEN_BENCH_BATCHING="max_ops,in_flight" tries other coalescing
+                // settings than the library's defaults.
+                if let Ok(spec) = std::env::var("LOCKWARDEN_BENCH_BATCHING") {
+                    let n: Vec<usize> = spec
+                        .split(',')
+                        .filter_map(|v| v.trim().parse().ok())
+                        .collect();
+                    if let [max_ops, in_flight] = n[..] {
+                        config = config.batching(max_ops, in_flight);
+                    }
+                }
                 Client::Lockwarden(LockManager::start(config).await.expect("lockwarden start"))
             }
             Impl::Raw => Client::Raw(Raw::connect(url, contended).await),
