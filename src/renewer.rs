@@ -218,29 +218,26 @@ impl Renewer {
             let conn = shared.conn.clone();
             let fut = async move {
                 let pairs: Vec<(&str, &str)> = locks.iter().map(|(n, f)| (&**n, &**f)).collect();
-                match scripts::renew_many(conn, &pairs, millis(lease)).await {
-                    Ok(held) => held.into_iter().map(Ok).collect(),
-                    Err(e) => vec![Err(e)],
-                }
+                scripts::renew_many(conn, &pairs, millis(lease)).await
             };
             self.send(ids, now, fut, ctx);
         }
         for (id, kind, name, field) in due.rw {
             let conn = shared.conn.clone();
             let fut = async move {
-                let res = scripts::renew(conn, kind, &name, &field, millis(lease)).await;
-                vec![res]
+                let held = scripts::renew(conn, kind, &name, &field, millis(lease)).await?;
+                Ok(vec![held])
             };
             self.send(vec![id], now, fut, ctx);
         }
     }
 
-    /// Runs one renewal call for `ids` and applies its answers (one per id, or a
-    /// single error for all). Until it answers, a timer stands ready to declare the
+    /// Runs one renewal call for `ids` and applies its answer: whether each is
+    /// still held (`renew_many` checks there is one per id), or an error for all. Until it answers, a timer stands ready to declare the
     /// holdings lost at the end of their current lease.
     fn send<F>(&mut self, ids: Vec<u64>, sent: Instant, call: F, ctx: &mut Context<Self>)
     where
-        F: std::future::Future<Output = Vec<redis::RedisResult<bool>>> + 'static,
+        F: std::future::Future<Output = redis::RedisResult<Vec<bool>>> + 'static,
     {
         let Some(shared) = self.shared.upgrade() else {
             return;
@@ -256,37 +253,34 @@ impl Renewer {
             let delay = at.saturating_duration_since(Instant::now());
             ctx.run_later(delay, move |act, _| act.expire(&ids))
         });
-        ctx.spawn(call.into_actor(self).map(move |answers, act, ctx| {
+        ctx.spawn(call.into_actor(self).map(move |answer, act, ctx| {
             let Some(shared) = act.shared.upgrade() else {
                 return;
             };
             let lease = shared.config.watchdog_lease;
             let mut gone = Vec::new();
-            let mut failed = None;
             {
                 let mut t = shared.renewals.lock();
                 for (i, id) in ids.iter().enumerate() {
-                    let answer = answers.get(i).or(answers.first());
                     let Some(e) = t.entries.get_mut(id) else {
                         continue;
                     };
                     e.renewing = false;
-                    match answer {
-                        Some(Ok(true)) => {
+                    match &answer {
+                        Ok(held) if held[i] => {
                             e.held.valid_until = e.held.valid_until.max(sent + lease);
                         }
-                        Some(Ok(false)) => gone.push(*id),
-                        Some(Err(err)) => failed = Some(err.to_string()),
-                        None => failed = Some("no answer".into()),
+                        Ok(_) => gone.push(*id),
+                        Err(_) => {}
                     }
                 }
             }
-            match failed {
-                Some(error) => {
+            match &answer {
+                Err(error) => {
                     shared.counters.renewal_failed();
                     warn!(locks = ids.len(), %error, "renewal failed; retrying until the leases run out");
                 }
-                None => {
+                Ok(_) => {
                     if let Some(g) = guard {
                         ctx.cancel_future(g);
                     }

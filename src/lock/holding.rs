@@ -241,19 +241,22 @@ impl LockActor {
         h.watchdog |= lease.is_none();
         h.watchers.extend(on_lost);
         let lost_rx = h.lost_tx.watch();
+        // One address for the guard; the renewal table keeps a weak copy of it
+        // (each strong address made costs two small allocations).
+        let addr = ctx.address();
         if h.watchdog {
             let held = Watched {
                 name: self.name.clone(),
                 field: h.field.clone(),
                 kind,
-                lock: ctx.address().downgrade(),
+                lock: addr.downgrade(),
                 valid_until: h.valid_until,
             };
             self.shared.renewals.watch(epoch, held);
         }
         self.holding_timers(ctx);
         LockGuard::new(
-            ctx.address(),
+            addr,
             self.name.clone(),
             kind,
             owner,
