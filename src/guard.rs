@@ -1,23 +1,23 @@
-//! [`LockGuard`], what a successful acquisition gives back, and [`LockHandle`], an
-//! addr-based handle on one lock name.
+//! [`LockGuard`], what a successful acquisition gives back, and the messages and
+//! answers that go with it ([`Release`], [`ReleaseOutcome`], [`LockLost`]).
 //!
-//! A guard holds an address of its lock's actor, which keeps that actor alive for as
-//! long as the guard lives. Releasing is a message to that actor; dropping a guard
-//! that was not released only queues that message (it never blocks the runtime), so
-//! a guard dropped on any path, including a panic unwinding, gives its hold back.
+//! A guard holds a recipient of its lock's actor, which keeps that actor alive for
+//! as long as the guard lives. Releasing is a message to that actor; dropping a
+//! guard that was not released only queues that message (it never blocks the
+//! runtime), so a guard dropped on any path, including a panic unwinding, gives its
+//! hold back. The guard names no actor type: the lock actor, which makes guards,
+//! sits above this file.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::Addr;
+use actix::{Message, Recipient};
 
 use crate::error::{LockError, LostReason};
-use crate::inspect::{ForceUnlock, Inspect, LockInfo};
 use crate::keys::Owner;
-use crate::lock::{AcquireKind, LockActor, Release};
-use crate::manager::{Acquire, LockManager};
+use crate::kind::AcquireKind;
 use crate::signal::LostWatch;
 
 /// Sent to the actor registered with [`Acquire::on_lost`] when a lock it holds is
@@ -34,6 +34,14 @@ pub struct LockLost {
     pub owner_field: String,
     /// Why it was lost.
     pub reason: LostReason,
+}
+
+/// Give back one hold (sent by a guard to its lock's actor).
+#[derive(Message, Debug)]
+#[rtype(result = "Result<ReleaseOutcome, LockError>")]
+pub(crate) struct Release {
+    /// The holding the guard belongs to.
+    pub(crate) epoch: u64,
 }
 
 /// What a release did.
@@ -63,7 +71,7 @@ pub enum ReleaseOutcome {
 /// a hold of the fair lock.
 pub struct LockGuard {
     /// The lock's actor; keeps it alive while the guard lives.
-    lock: Addr<LockActor>,
+    lock: Recipient<Release>,
     /// The lock name.
     name: Arc<str>,
     /// What it holds.
@@ -87,7 +95,7 @@ pub struct LockGuard {
 impl LockGuard {
     #[allow(clippy::too_many_arguments)] // one private constructor, called in one place
     pub(crate) fn new(
-        lock: Addr<LockActor>,
+        lock: Recipient<Release>,
         name: Arc<str>,
         kind: AcquireKind,
         owner: Owner,
@@ -119,12 +127,6 @@ impl LockGuard {
     /// What this guard holds: an exclusive or fair lock, or a read or write hold.
     pub fn kind(&self) -> AcquireKind {
         self.kind
-    }
-
-    /// The lock's actor (for the crate's own tests).
-    #[cfg(test)]
-    pub(crate) fn actor(&self) -> &Addr<LockActor> {
-        &self.lock
     }
 
     /// The owner that holds the lock through this guard.
@@ -201,77 +203,5 @@ impl fmt::Debug for LockGuard {
             .field("lease", &self.lease)
             .field("released", &self.released.load(Ordering::Relaxed))
             .finish_non_exhaustive()
-    }
-}
-
-/// A handle on one lock name and kind, for code that takes the same lock again and
-/// again.
-///
-/// Cheap to clone; it holds the manager's address, the (already validated) name and
-/// the kind its acquisitions take ([`Handle::fair`](crate::Handle::fair),
-/// [`read`](crate::Handle::read), [`write`](crate::Handle::write)).
-#[derive(Clone, Debug)]
-pub struct LockHandle {
-    /// The manager that serves it.
-    manager: Addr<LockManager>,
-    /// The lock name.
-    name: Arc<str>,
-    /// What its acquisitions take.
-    kind: AcquireKind,
-}
-
-impl LockHandle {
-    pub(crate) fn new(manager: Addr<LockManager>, name: Arc<str>, kind: AcquireKind) -> LockHandle {
-        LockHandle {
-            manager,
-            name,
-            kind,
-        }
-    }
-
-    /// The lock's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// What its acquisitions take.
-    pub fn kind(&self) -> AcquireKind {
-        self.kind
-    }
-
-    /// Waits until the lock is acquired, in watchdog mode, for a new owner.
-    pub async fn acquire(&self) -> Result<LockGuard, LockError> {
-        self.acquire_with(|a| a).await
-    }
-
-    /// Makes one attempt: `Ok(None)` when someone else holds the lock.
-    pub async fn try_acquire(&self) -> Result<Option<LockGuard>, LockError> {
-        match self.acquire_with(|a| a.wait(Duration::ZERO)).await {
-            Ok(guard) => Ok(Some(guard)),
-            Err(LockError::Timeout { .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Acquires with options: `handle.acquire_with(|a| a.wait(d).lease(l).owner(o))`
-    /// (the handle's kind is set first).
-    pub async fn acquire_with(
-        &self,
-        options: impl FnOnce(Acquire) -> Acquire,
-    ) -> Result<LockGuard, LockError> {
-        let msg = options(Acquire::new(&*self.name).kind(self.kind));
-        self.manager.send(msg).await?
-    }
-
-    /// Deletes the lock whoever holds it, whatever its kind, and wakes its waiters
-    /// (a fair lock's head, all of a read-write lock's). Returns whether there was
-    /// a lock to delete. Its holders learn of the loss at their next renewal.
-    pub async fn force_unlock(&self) -> Result<bool, LockError> {
-        self.manager.send(ForceUnlock::new(&*self.name)).await?
-    }
-
-    /// Who holds the lock now, with hold counts and the remaining TTL.
-    pub async fn inspect(&self) -> Result<LockInfo, LockError> {
-        self.manager.send(Inspect::new(&*self.name)).await?
     }
 }

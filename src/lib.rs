@@ -49,43 +49,50 @@
 //! - Bad input is refused with a typed error before anything reaches Redis.
 //!
 //! # Layout
-//! - `config`: [`Config`], every setting and its default.
-//! - `error`: [`LockError`], [`NameError`], [`LostReason`].
-//! - `keys`: Redis key, channel and owner-field naming ([`Owner`]), name checks.
-//! - `scripts`: the Lua scripts of `lua/`, loaded once, with typed results (one
-//!   file per kind of lock).
-//! - `manager`: the [`LockManager`] actor and its messages ([`Acquire`],
-//!   [`Handle`], [`GetStats`]).
-//! - `inspect`: its messages on one lock by name, of any kind: [`Inspect`]
-//!   ([`LockInfo`], [`Holder`]) and [`ForceUnlock`].
-//! - `lock`: the per-name-and-kind lock actor: waiter queue, holdings, fallback
-//!   timers, the fair queue's places; [`AcquireKind`] (exclusive, fair, read, write).
-//! - `renewer`: the watchdog, one per manager, renewing held locks in batches.
-//! - `subscriber`: the pub/sub actor that routes unlock messages, supervised.
-//! - `guard`: [`LockGuard`] and [`LockHandle`].
-//! - `stats`: the manager's counters ([`Stats`]).
+//! The crate is built in layers; each imports only the ones below it.
+//! - Words every layer uses: `config` ([`Config`]), `error` ([`LockError`],
+//!   [`NameError`], [`LostReason`]), `keys` (Redis key, channel and owner-field
+//!   naming; [`Owner`]), `kind` ([`AcquireKind`]), `view` (the read model of a lock:
+//!   [`LockInfo`], [`Holder`], [`QueuedWaiter`], [`LockKind`]), `guard`
+//!   ([`LockGuard`], [`ReleaseOutcome`], [`LockLost`]), `signal` (how a holding
+//!   tells its guards it was lost), `stats` ([`Stats`]).
+//! - `wire`: the Lua scripts of `lua/` as typed calls, one struct per script, over
+//!   any redis-rs connection; knows no actor and no deployment.
+//! - `node`: the Redis seam, the only code that knows the deployment: it connects,
+//!   hands out the command connection, the pub/sub source and the key groups that
+//!   batches follow; the coalescer that merges script calls.
+//! - `actors`: the lock actor (one file per kind of lock under `lock/kinds/`), the
+//!   subscriber that routes unlock messages, the renewer (the watchdog).
+//! - `front`: the [`LockManager`] and its messages ([`Acquire`], [`Handle`] /
+//!   [`LockHandle`], [`Inspect`], [`ForceUnlock`], [`GetStats`]), and [`Admin`] for
+//!   operators.
+//!
+//! `docs/architecture.md` draws the layers and says where a new lock kind or a new
+//! Redis deployment goes.
 #![deny(missing_docs, missing_debug_implementations)]
 
-mod admin;
+mod actors;
 mod config;
 mod error;
+mod front;
 mod guard;
-mod inspect;
 mod keys;
-mod lock;
-mod manager;
-mod renewer;
-mod scripts;
+mod kind;
+mod node;
 mod signal;
 mod stats;
-mod subscriber;
+mod view;
+mod wire;
 
-pub use admin::{check_lock_name, Admin, LockKind, LockSummary};
 pub use config::Config;
 pub use error::{LockError, LostReason, NameError};
-pub use guard::{LockGuard, LockHandle, LockLost, ReleaseOutcome};
-pub use inspect::{ForceUnlock, Holder, Inspect, LockInfo, QueuedWaiter};
+pub use front::acquire::{Acquire, AcquireResponse};
+pub use front::admin::{check_lock_name, Admin, LockSummary};
+pub use front::handle::{Handle, LockHandle};
+pub use front::inspect::{ForceUnlock, Inspect};
+pub use front::manager::{GetStats, LockManager};
+pub use guard::{LockGuard, LockLost, ReleaseOutcome};
 pub use keys::Owner;
-pub use lock::AcquireKind;
-pub use manager::{Acquire, AcquireResponse, GetStats, Handle, LockManager};
+pub use kind::AcquireKind;
 pub use stats::Stats;
+pub use view::{Holder, LockInfo, LockKind, QueuedWaiter};

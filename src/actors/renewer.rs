@@ -18,20 +18,25 @@
 //! process's monotonic clock from the *send* time of that success, so it errs
 //! early, never late). It then tells the lock actor with [`Lapsed`], which informs
 //! the guards.
+//!
+//! The renewer sits below the lock actor: it knows a holding only by what the
+//! [`RenewTable`] entry says (names, field, which script renews it, and a weak
+//! recipient for [`Lapsed`]), never the lock actor's type. Batches are cut by node
+//! group ([`Node::group`]), so on a cluster one call never spans two slots.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use actix::WeakAddr;
+use actix::WeakRecipient;
 use tracing::{debug, warn};
 
 use crate::config::millis;
 use crate::error::LostReason;
-use crate::lock::{AcquireKind, LockActor};
-use crate::manager::Shared;
-use crate::scripts;
+use crate::node::{Group, Node};
+use crate::stats::Counters;
+use crate::wire::{self, RenewHashes, RwRenew};
 
 /// Slots per renewal period: a tick every period / `SLOTS` renews one slot.
 const SLOTS: usize = 10;
@@ -51,6 +56,19 @@ pub(crate) struct Lapsed {
     pub(crate) reason: LostReason,
 }
 
+/// Which script renews a holding (the lock kind decides).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// `lua/renew.lua`, many holdings per call: exclusive and fair locks.
+    Hash,
+    /// `lua/rw_renew.lua`, one holder per call: a read-write lock's reader, or
+    /// its writer (`write`).
+    ReadWrite {
+        /// Whether it is the write side.
+        write: bool,
+    },
+}
+
 /// One watchdog holding to renew.
 #[derive(Debug)]
 pub(crate) struct Watched {
@@ -59,10 +77,10 @@ pub(crate) struct Watched {
     /// The holder's hash field.
     pub(crate) field: Arc<str>,
     /// Which script renews it.
-    pub(crate) kind: AcquireKind,
-    /// Who to tell when it is lost. Weakly: a strong address costs two small
-    /// allocations of its own, and only a lapse needs one.
-    pub(crate) lock: WeakAddr<LockActor>,
+    pub(crate) renewal: Renewal,
+    /// Who to tell when it is lost. Weakly: renewal must not keep a lock actor
+    /// alive, and only a lapse needs to reach it.
+    pub(crate) lock: WeakRecipient<Lapsed>,
     /// Until when it is surely held (send time of the last success plus its lease).
     pub(crate) valid_until: Instant,
 }
@@ -135,27 +153,50 @@ impl RenewTable {
     }
 }
 
+/// A holding that `renew.lua` renews: (epoch, lock name, owner field).
+type HashHolding = (u64, Arc<str>, Arc<str>);
+
 /// What one tick sends: the renewable holdings of one slot, by script.
 #[derive(Default)]
 struct Due {
-    /// Exclusive and fair holdings: `renew.lua` takes many at once.
-    hashes: Vec<(u64, Arc<str>, Arc<str>)>,
+    /// Exclusive and fair holdings: `renew.lua` takes many at once (of one group).
+    hashes: Vec<HashHolding>,
     /// Read-write holdings: one `rw_renew.lua` call each.
-    rw: Vec<(u64, AcquireKind, Arc<str>, Arc<str>)>,
+    rw: Vec<(u64, bool, Arc<str>, Arc<str>)>,
     /// Holdings whose lease ran out unrenewed.
-    lapsed: Vec<(u64, WeakAddr<LockActor>)>,
+    lapsed: Vec<(u64, WeakRecipient<Lapsed>)>,
 }
 
 /// The actor that sweeps a manager's [`RenewTable`]; see the module documentation.
 pub(crate) struct Renewer {
-    /// The manager's shared state, weakly: the renewer stops once the manager and
-    /// all its lock actors are gone.
-    shared: Weak<Shared>,
+    /// The table, weakly: the renewer stops once the manager and all its lock
+    /// actors (which hold the table) are gone.
+    table: Weak<RenewTable>,
+    /// Where the locks are.
+    node: Node,
+    /// The watchdog lease set by each renewal.
+    lease: Duration,
+    /// The renewal period (cut into [`SLOTS`] ticks).
+    every: Duration,
+    /// Health counters (failed renewals, lost locks).
+    counters: Arc<Counters>,
 }
 
 impl Renewer {
-    pub(crate) fn new(shared: Weak<Shared>) -> Renewer {
-        Renewer { shared }
+    pub(crate) fn new(
+        table: Weak<RenewTable>,
+        node: Node,
+        lease: Duration,
+        every: Duration,
+        counters: Arc<Counters>,
+    ) -> Renewer {
+        Renewer {
+            table,
+            node,
+            lease,
+            every,
+            counters,
+        }
     }
 
     /// Takes one slot's due holdings out of the table.
@@ -180,11 +221,9 @@ impl Renewer {
             if !e.renewing {
                 e.renewing = true;
                 let (name, field) = (e.held.name.clone(), e.held.field.clone());
-                match e.held.kind {
-                    AcquireKind::Exclusive | AcquireKind::Fair => {
-                        due.hashes.push((*id, name, field))
-                    }
-                    kind => due.rw.push((*id, kind, name, field)),
+                match e.held.renewal {
+                    Renewal::Hash => due.hashes.push((*id, name, field)),
+                    Renewal::ReadWrite { write } => due.rw.push((*id, write, name, field)),
                 }
             }
             true
@@ -199,34 +238,53 @@ impl Renewer {
 
     /// One tick: renew the next slot's holdings.
     fn tick(&mut self, ctx: &mut Context<Self>) {
-        let Some(shared) = self.shared.upgrade() else {
+        let Some(table) = self.table.upgrade() else {
             ctx.stop();
             return;
         };
         let now = Instant::now();
-        let due = Self::collect(&shared.renewals, now);
+        let due = Self::collect(&table, now);
         for (epoch, lock) in due.lapsed {
-            lapse(&shared, epoch, &lock, LostReason::Unreachable);
+            self.lapse(epoch, &lock, LostReason::Unreachable);
         }
-        let lease = shared.config.watchdog_lease;
-        for chunk in due.hashes.chunks(CHUNK) {
+        let lease_ms = millis(self.lease);
+        let mut groups: BTreeMap<Group, Vec<HashHolding>> = BTreeMap::new();
+        for held in due.hashes {
+            groups
+                .entry(self.node.group(&held.1))
+                .or_default()
+                .push(held);
+        }
+        for chunk in groups.values().flat_map(|g| g.chunks(CHUNK)) {
             let ids: Vec<u64> = chunk.iter().map(|(id, _, _)| *id).collect();
             let locks: Vec<(Arc<str>, Arc<str>)> = chunk
                 .iter()
                 .map(|(_, name, field)| (name.clone(), field.clone()))
                 .collect();
-            let conn = shared.conn.clone();
+            let mut conn = self.node.conn();
             let fut = async move {
-                let pairs: Vec<(&str, &str)> = locks.iter().map(|(n, f)| (&**n, &**f)).collect();
-                scripts::renew_many(conn, &pairs, millis(lease)).await
+                let locks: Vec<(&str, &str)> = locks.iter().map(|(n, f)| (&**n, &**f)).collect();
+                wire::call(
+                    &mut conn,
+                    &RenewHashes {
+                        locks: &locks,
+                        lease_ms,
+                    },
+                )
+                .await
             };
             self.send(ids, now, fut, ctx);
         }
-        for (id, kind, name, field) in due.rw {
-            let conn = shared.conn.clone();
+        for (id, write, name, field) in due.rw {
+            let mut conn = self.node.conn();
             let fut = async move {
-                let held = scripts::renew(conn, kind, &name, &field, millis(lease)).await?;
-                Ok(vec![held])
+                let call = RwRenew {
+                    name: &name,
+                    field: &field,
+                    write,
+                    lease_ms,
+                };
+                Ok(vec![wire::call(&mut conn, &call).await?])
             };
             self.send(vec![id], now, fut, ctx);
         }
@@ -239,11 +297,11 @@ impl Renewer {
     where
         F: std::future::Future<Output = redis::RedisResult<Vec<bool>>> + 'static,
     {
-        let Some(shared) = self.shared.upgrade() else {
+        let Some(table) = self.table.upgrade() else {
             return;
         };
         let deadline = {
-            let t = shared.renewals.lock();
+            let t = table.lock();
             ids.iter()
                 .filter_map(|id| t.entries.get(id).map(|e| e.held.valid_until))
                 .min()
@@ -254,13 +312,13 @@ impl Renewer {
             ctx.run_later(delay, move |act, _| act.expire(&ids))
         });
         ctx.spawn(call.into_actor(self).map(move |answer, act, ctx| {
-            let Some(shared) = act.shared.upgrade() else {
+            let Some(table) = act.table.upgrade() else {
                 return;
             };
-            let lease = shared.config.watchdog_lease;
+            let lease = act.lease;
             let mut gone = Vec::new();
             {
-                let mut t = shared.renewals.lock();
+                let mut t = table.lock();
                 for (i, id) in ids.iter().enumerate() {
                     let Some(e) = t.entries.get_mut(id) else {
                         continue;
@@ -277,7 +335,7 @@ impl Renewer {
             }
             match &answer {
                 Err(error) => {
-                    shared.counters.renewal_failed();
+                    act.counters.renewal_failed();
                     warn!(locks = ids.len(), %error, "renewal failed; retrying until the leases run out");
                 }
                 Ok(_) => {
@@ -287,9 +345,9 @@ impl Renewer {
                 }
             }
             for id in gone {
-                let lock = shared.renewals.lock().entries.remove(&id);
+                let lock = table.lock().entries.remove(&id);
                 if let Some(e) = lock {
-                    lapse(&shared, id, &e.held.lock, LostReason::OwnerGone);
+                    act.lapse(id, &e.held.lock, LostReason::OwnerGone);
                 }
             }
         }));
@@ -298,12 +356,12 @@ impl Renewer {
     /// A renewal call did not succeed in time: the holdings among `ids` whose lease
     /// has run out are lost.
     fn expire(&mut self, ids: &[u64]) {
-        let Some(shared) = self.shared.upgrade() else {
+        let Some(table) = self.table.upgrade() else {
             return;
         };
         let now = Instant::now();
-        let lapsed: Vec<(u64, WeakAddr<LockActor>)> = {
-            let mut t = shared.renewals.lock();
+        let lapsed: Vec<(u64, WeakRecipient<Lapsed>)> = {
+            let mut t = table.lock();
             let out: Vec<u64> = ids
                 .iter()
                 .copied()
@@ -314,20 +372,20 @@ impl Renewer {
                 .collect()
         };
         for (epoch, lock) in lapsed {
-            lapse(&shared, epoch, &lock, LostReason::Unreachable);
+            self.lapse(epoch, &lock, LostReason::Unreachable);
         }
     }
-}
 
-/// Tells a lock actor that a holding is lost (it was taken out of the table).
-fn lapse(shared: &Shared, epoch: u64, lock: &WeakAddr<LockActor>, reason: LostReason) {
-    debug!(epoch, %reason, "watchdog holding lapsed");
-    if let Some(lock) = lock.upgrade().filter(Addr::connected) {
-        lock.do_send(Lapsed { epoch, reason });
-    } else {
-        // The lock actor is gone; its guards were told when it stopped.
-        shared.counters.lost();
-        warn!(epoch, %reason, "lock lost after its lock actor stopped");
+    /// Tells a lock actor that a holding is lost (it was taken out of the table).
+    fn lapse(&self, epoch: u64, lock: &WeakRecipient<Lapsed>, reason: LostReason) {
+        debug!(epoch, %reason, "watchdog holding lapsed");
+        if let Some(lock) = lock.upgrade().filter(Recipient::connected) {
+            lock.do_send(Lapsed { epoch, reason });
+        } else {
+            // The lock actor is gone; its guards were told when it stopped.
+            self.counters.lost();
+            warn!(epoch, %reason, "lock lost after its lock actor stopped");
+        }
     }
 }
 
@@ -335,11 +393,7 @@ impl Actor for Renewer {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let Some(shared) = self.shared.upgrade() else {
-            ctx.stop();
-            return;
-        };
-        let every = shared.config.renew_every() / SLOTS as u32;
+        let every = self.every / SLOTS as u32;
         ctx.run_interval(every.max(Duration::from_millis(1)), |act, ctx| {
             act.tick(ctx)
         });

@@ -18,12 +18,14 @@ use actix::prelude::*;
 use tracing::{debug, warn};
 
 use super::holding::Claim;
-use super::{AcquireKind, Kind, LockActor, Sub, Waiter};
+use super::kinds::{self, Giveback};
+use super::{LockActor, Sub, Waiter};
+use crate::actors::subscriber::Subscribe;
 use crate::config::{backoff, millis};
 use crate::error::{redis_is_protocol_error, redis_is_transient, LockError};
-use crate::keys::{self, Owner};
-use crate::scripts::{self, AcquireReply, AttemptOpts};
-use crate::subscriber::Subscribe;
+use crate::keys::Owner;
+use crate::kind::AcquireKind;
+use crate::wire::{self, AcquireReply};
 
 /// The acquisition attempt in flight: enough to undo its grant if its waiter left.
 #[derive(Debug)]
@@ -85,15 +87,17 @@ impl LockActor {
         }
         let gone = self.queue.remove_gone();
         self.leave(gone.queued, ctx);
-        let picked = match self.kind {
-            Kind::Fair => self.pick_fair(ctx),
-            Kind::Exclusive | Kind::ReadWrite => self.pick_head(ctx),
+        let per_waiter = self.rules().per_waiter();
+        let picked = if per_waiter {
+            self.pick_fair(ctx)
+        } else {
+            self.pick_head(ctx)
         };
         let Some(w) = picked.and_then(|id| self.queue.find_mut(id)) else {
             self.settle(ctx);
             return;
         };
-        let queue = self.kind == Kind::Fair && !w.try_once;
+        let queue = per_waiter && !w.try_once;
         // Once sent, the attempt may put it in the Redis queue: from now on,
         // leaving this queue must leave that one too.
         w.queued |= queue;
@@ -106,18 +110,17 @@ impl LockActor {
             lease: w.lease,
             queue,
         };
-        let lease_ms = millis(attempt.lease.unwrap_or(self.shared.config.watchdog_lease));
-        let opts = AttemptOpts {
-            place_ms: millis(self.shared.config.fair_waiter_lease),
+        let call = kinds::Attempt {
+            name: self.name.clone(),
+            kind: attempt.kind,
+            field: attempt.field.clone(),
+            lease_ms: millis(attempt.lease.unwrap_or(self.shared.config.watchdog_lease)),
             queue,
         };
         self.attempt = Some(attempt.waiter);
         self.woken = false;
-        let via = self.shared.coalescer.clone();
-        let name = self.name.clone();
         let sent = Instant::now();
-        let (kind, field) = (attempt.kind, attempt.field.clone());
-        let fut = async move { scripts::acquire(via, kind, &name, &field, lease_ms, opts).await };
+        let fut = self.rules().acquire(&self.shared, call);
         ctx.spawn(
             fut.into_actor(self)
                 .map(move |res, act, ctx| act.on_attempt(attempt, sent, res, ctx)),
@@ -237,7 +240,7 @@ impl LockActor {
         woken: bool,
         ctx: &mut Context<Self>,
     ) {
-        let fair = self.kind == Kind::Fair;
+        let fair = self.rules().per_waiter();
         if fair {
             // Only this waiter's one attempt was made; the others make their own.
             let gone = self.queue.fail_try_once(|w| w.id == attempt.waiter, None);
@@ -264,10 +267,7 @@ impl LockActor {
             self.pump(ctx);
             return;
         }
-        let channel = match self.kind {
-            Kind::Fair => keys::fair_channel(&self.name, &attempt.field),
-            Kind::Exclusive | Kind::ReadWrite => self.channel(),
-        };
+        let channel = self.rules().waiter_channel(&self.name, &attempt.field);
         // A fair waiter's channel is its own: no use subscribing for one that left.
         let listener = !fair || self.queue.find(attempt.waiter).is_some();
         if listener && !self.subs.contains_key(&channel) {
@@ -288,7 +288,7 @@ impl LockActor {
     /// been released between the failed attempt and the subscription.
     pub(super) fn subscribe(&mut self, channel: String, ctx: &mut Context<Self>) {
         self.subs.insert(channel.clone(), Sub::Pending);
-        if self.kind.hears_own_unlocks() {
+        if self.rules().hears_own_unlocks() {
             self.own_unlocks = 0;
         }
         let msg = Subscribe {
@@ -314,7 +314,7 @@ impl LockActor {
     /// A message (or a confirmed subscription) on `channel`: the fair waiter whose
     /// channel it is tries now; for the other kinds, the head does.
     pub(super) fn wake_channel(&mut self, channel: &str, ctx: &mut Context<Self>) {
-        if self.kind == Kind::Fair {
+        if self.rules().per_waiter() {
             if let Some(field) = self.fair_field_of(channel).map(str::to_owned) {
                 self.fair_mark_due(&field);
             }
@@ -385,32 +385,22 @@ impl LockActor {
         let held_here = self.holdings.of(u.owner, u.kind);
         let expected = held_here.map_or(0, |h| h.guards);
         let lease = held_here.map_or(self.shared.config.watchdog_lease, |h| h.lease);
-        let latch_ms = millis(self.shared.config.latch_ttl);
-        let conn = self.shared.conn.clone();
-        let via = self.shared.coalescer.clone();
+        let mut conn = self.shared.node.conn();
         let name = self.name.clone();
+        let giveback = Giveback {
+            name: name.clone(),
+            kind: u.kind,
+            field: u.field.clone(),
+            lease_ms: millis(lease),
+            request_id: Arc::from(uuid::Uuid::new_v4().to_string()),
+            retry: false,
+        };
+        let release = self.rules().release(&self.shared, giveback);
         let fut = async move {
-            let mut c = conn.clone();
-            let count: Option<u32> = redis::cmd("HGET")
-                .arg(&*name)
-                .arg(&*u.field)
-                .query_async(&mut c)
-                .await?;
-            if count.unwrap_or(0) <= expected {
+            if wire::hold_count(&mut conn, &name, &u.field).await? <= expected {
                 return Ok(false);
             }
-            let request_id = uuid::Uuid::new_v4().to_string();
-            scripts::release(
-                via,
-                u.kind,
-                &name,
-                &u.field,
-                millis(lease),
-                &request_id,
-                latch_ms,
-                false,
-            )
-            .await?;
+            release.await?;
             Ok::<_, redis::RedisError>(true)
         };
         ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {

@@ -3,15 +3,27 @@
 //! forced with a test-only message; in service it follows a Redis reply of a shape the
 //! protocol does not allow.)
 
-#[path = "../../tests/support/server.rs"]
+#[path = "../../../tests/support/server.rs"]
 #[allow(dead_code)]
 mod server;
 
 use std::time::Duration;
 
-use super::{Derail, QueueLen};
+use actix::Addr;
+
+use super::{Derail, LockActor, QueueLen};
+use crate::front::manager::ActorOf;
+use crate::kind::Kind;
 use crate::{Acquire, Config, LockManager, LostReason, ReleaseOutcome};
 use server::RedisServer;
+
+/// The running actor of the exclusive lock `name`.
+async fn actor_of(m: &Addr<LockManager>, name: &'static str) -> Addr<LockActor> {
+    m.send(ActorOf(name, Kind::Exclusive))
+        .await
+        .expect("running")
+        .expect("the lock has an actor")
+}
 
 fn config(redis: &RedisServer, lease_ms: u64) -> Config {
     Config::from_url(&redis.url())
@@ -40,9 +52,10 @@ async fn a_restarted_lock_actor_keeps_its_waiters_and_holding() {
                 .await
         }
     });
+    let actor = actor_of(&m, "r").await;
     let mut queued = 0;
     for _ in 0..500 {
-        queued = guard.actor().send(QueueLen).await.expect("delivered");
+        queued = actor.send(QueueLen).await.expect("delivered");
         if queued == 1 {
             break;
         }
@@ -50,9 +63,9 @@ async fn a_restarted_lock_actor_keeps_its_waiters_and_holding() {
     }
     assert_eq!(queued, 1, "the waiter never queued");
 
-    guard.actor().send(Derail).await.expect("delivered");
+    actor.send(Derail).await.expect("delivered");
     assert_eq!(
-        guard.actor().send(QueueLen).await.expect("delivered"),
+        actor.send(QueueLen).await.expect("delivered"),
         1,
         "the restart dropped the waiter"
     );
@@ -98,7 +111,11 @@ async fn a_restarted_lock_actor_rereads_its_holding_from_redis() {
         .arg("gone")
         .query(&mut redis.conn())
         .expect("DEL");
-    guard.actor().send(Derail).await.expect("delivered");
+    actor_of(&m, "gone")
+        .await
+        .send(Derail)
+        .await
+        .expect("delivered");
     let reason = tokio::time::timeout(Duration::from_secs(2), guard.lost())
         .await
         .expect("noticed at the restart");

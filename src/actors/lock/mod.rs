@@ -10,16 +10,16 @@
 //! [`crate::scripts`]; this file decides when to run them and what their answers
 //! mean for the waiters and holders.
 //!
-//! The three kinds of lock (`kind`: exclusive, fair, read-write) are one actor with a
-//! [`Kind`]: it picks the scripts, the channel a waiter listens on, and which local
-//! holders stand in a waiter's way; the fair lock adds its waiters' places in the
-//! Redis queue (`fair`). The queue, attempts, timers, renewal and supervision are
-//! the same code for all.
+//! The three kinds of lock (exclusive, fair, read-write) are one actor with a
+//! [`Kind`]; what a kind does differently (its scripts, the channel a waiter listens
+//! on, its renewal) is in its own file under `kinds/`, reached through
+//! [`LockActor::rules`]. The fair lock adds its waiters' places in the Redis queue
+//! (`kinds/fair.rs`). The queue, attempts, timers, holdings and supervision are the
+//! same code for all: `waiters`, `acquire`, `holding` and this file.
 
 mod acquire;
-mod fair;
 mod holding;
-mod kind;
+mod kinds;
 #[cfg(test)]
 mod tests;
 mod waiters;
@@ -28,18 +28,19 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use actix::prelude::*;
-use actix::WeakAddr;
+use actix::WeakRecipient;
 use tracing::{debug, error};
 
+use super::shared::Shared;
+use super::subscriber::{Resync, Unlocked, Unsubscribe};
 use crate::error::{LockError, LostReason};
-use crate::guard::ReleaseOutcome;
-use crate::keys::{self};
-use crate::manager::{Idle, LockManager, Shared};
-use crate::subscriber::{Resync, Unlocked, Unsubscribe};
+use crate::guard::{Release, ReleaseOutcome};
+use crate::kind::Kind;
+use crate::wire;
 
 use holding::{Holdings, LostHoldings};
-pub use kind::AcquireKind;
-pub(crate) use kind::Kind;
+use kinds::fair::FairPlaces;
+use kinds::KindRules;
 pub(crate) use waiters::Waiter;
 use waiters::WaiterQueue;
 
@@ -55,12 +56,21 @@ pub(crate) struct Cancel {
     pub(crate) waiter: u64,
 }
 
-/// Give back one hold (sent by a guard).
+/// A lock actor has had nothing to do for a while and offers to stop (sent to the
+/// manager). The answer `true` (stop) comes when the manager has sent it nothing
+/// it has not seen; the registry entry is then gone, so the next request for that
+/// name starts a fresh actor.
 #[derive(Message, Debug)]
-#[rtype(result = "Result<ReleaseOutcome, LockError>")]
-pub(crate) struct Release {
-    /// The holding the guard belongs to.
-    pub(crate) epoch: u64,
+#[rtype(result = "bool")]
+pub(crate) struct Idle {
+    /// The lock name.
+    pub(crate) name: Arc<str>,
+    /// Its kind.
+    pub(crate) kind: Kind,
+    /// Which actor asks: a stale one (replaced in the registry) is told to stop.
+    pub(crate) addr: Addr<LockActor>,
+    /// Enqueue messages it received, compared with those sent.
+    pub(crate) received: u64,
 }
 
 /// State of one channel subscription of this lock (a channel not in the map is
@@ -82,7 +92,7 @@ pub(crate) struct LockActor {
     /// Connection, config, client id, subscriber and counters of the manager.
     shared: Arc<Shared>,
     /// The manager, weakly: a lock actor must not keep its manager alive.
-    manager: WeakAddr<LockManager>,
+    manager: WeakRecipient<Idle>,
     /// Local waiters, head first.
     queue: WaiterQueue,
     /// The local owners holding the lock.
@@ -103,12 +113,8 @@ pub(crate) struct LockActor {
     wake_timer: Option<SpawnHandle>,
     /// Fires when the earliest explicit lease of a holding runs out.
     expiry_timer: Option<SpawnHandle>,
-    /// Fair lock: the interval that refreshes the waiters' places in the queue.
-    refresh_timer: Option<SpawnHandle>,
-    /// Fair lock: a refresh is in flight.
-    refreshing: bool,
-    /// Fair lock: calls in flight that take waiters out of the queue.
-    leaves: u32,
+    /// Fair lock: the waiters' places in the Redis queue.
+    fair: FairPlaces,
     /// Release scripts in flight.
     releases: u32,
     /// Stops the actor after a quiet period.
@@ -136,7 +142,7 @@ impl LockActor {
         name: Arc<str>,
         kind: Kind,
         shared: Arc<Shared>,
-        manager: WeakAddr<LockManager>,
+        manager: WeakRecipient<Idle>,
     ) -> Self {
         LockActor {
             name,
@@ -152,9 +158,7 @@ impl LockActor {
             subs: HashMap::new(),
             wake_timer: None,
             expiry_timer: None,
-            refresh_timer: None,
-            refreshing: false,
-            leaves: 0,
+            fair: FairPlaces::default(),
             releases: 0,
             idle_timer: None,
             received: 0,
@@ -198,8 +202,7 @@ impl LockActor {
             && self.attempt.is_none()
             && self.unresolved.is_none()
             && self.releases == 0
-            && self.leaves == 0
-            && !self.refreshing
+            && !self.fair.busy()
             && self.subs.is_empty();
         match (idle, self.idle_timer.is_some()) {
             (true, false) => {
@@ -232,21 +235,21 @@ impl LockActor {
     /// channel. Made when needed rather than kept: only waiters need it, and a held
     /// lock's actor should stay small.
     fn channel(&self) -> String {
-        match self.kind {
-            Kind::Exclusive | Kind::Fair => keys::channel(&self.name),
-            Kind::ReadWrite => keys::rw_channel(&self.name),
-        }
+        self.rules().channel(&self.name)
+    }
+
+    /// What this lock's kind does differently.
+    fn rules(&self) -> &'static dyn KindRules {
+        kinds::rules(self.kind)
     }
 
     /// Whether some waiter listens on `channel`.
     fn needs(&self, channel: &str) -> bool {
-        match self.kind {
-            Kind::Fair => self
-                .fair_field_of(channel)
-                .is_some_and(|field| self.queue.iter().any(|w| &*w.field == field)),
-            Kind::Exclusive | Kind::ReadWrite => {
-                !self.queue.is_empty() && channel == self.channel()
-            }
+        if self.rules().per_waiter() {
+            self.fair_field_of(channel)
+                .is_some_and(|field| self.queue.iter().any(|w| &*w.field == field))
+        } else {
+            !self.queue.is_empty() && channel == self.channel()
         }
     }
 
@@ -269,17 +272,12 @@ impl LockActor {
             .iter()
             .map(|h| (h.epoch, h.field.clone()))
             .collect();
-        let conn = self.shared.conn.clone();
+        let mut conn = self.shared.node.conn();
         let name = self.name.clone();
         let fut = async move {
             let mut counts = Vec::with_capacity(held.len());
             for (epoch, field) in held {
-                let res = redis::cmd("HGET")
-                    .arg(&*name)
-                    .arg(&*field)
-                    .query_async::<Option<u32>>(&mut conn.clone())
-                    .await;
-                counts.push((epoch, res));
+                counts.push((epoch, wire::hold_count(&mut conn, &name, &field).await));
             }
             counts
         };
@@ -287,7 +285,7 @@ impl LockActor {
             for (epoch, res) in counts {
                 // Gone meanwhile, or cannot tell now (the watchdog and the expiry
                 // timer will): nothing to do here.
-                if matches!(res, Ok(None) | Ok(Some(0))) {
+                if matches!(res, Ok(0)) {
                     act.lose(epoch, LostReason::OwnerGone, ctx);
                 }
             }
@@ -387,8 +385,7 @@ impl Supervised for LockActor {
         }
         self.woken = false;
         self.resolving = false;
-        self.refreshing = false;
-        self.leaves = 0;
+        self.fair.reset();
         // Fair waiters may have missed their message: each tries again.
         for w in self.queue.iter_mut() {
             w.due = true;
@@ -398,7 +395,6 @@ impl Supervised for LockActor {
         self.releases = 0;
         self.wake_timer = None;
         self.expiry_timer = None;
-        self.refresh_timer = None;
         self.idle_timer = None;
         // Subscribed again at the next busy answer (the route is simply replaced).
         self.subs.clear();
@@ -456,7 +452,7 @@ impl Handler<Unlocked> for LockActor {
 
     fn handle(&mut self, msg: Unlocked, ctx: &mut Context<Self>) {
         tracing::trace!(lock = %self.name, channel = %msg.channel, wake_all = msg.wake_all, "unlock message");
-        if self.kind == Kind::Fair {
+        if self.rules().per_waiter() {
             // A fair lock's message names its waiter by channel: that one tries.
             // Its own releases' messages are news too (they may name a local waiter).
             self.wake_channel(&msg.channel, ctx);

@@ -22,6 +22,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::{backoff, Config};
 use crate::keys;
+use crate::node::PubSubSource;
 use crate::stats::Counters;
 
 /// A lock's unlock message arrived: retry for one waiter, or for all of them.
@@ -68,7 +69,9 @@ struct Route {
 
 /// The pub/sub actor; see the module documentation.
 pub(crate) struct Subscriber {
-    /// Settings: the client to connect with, backoff and timeouts.
+    /// Where its connections come from (the node seam).
+    source: PubSubSource,
+    /// Settings: backoff and timeouts.
     config: Arc<Config>,
     /// Subscribes and unsubscribes on the live connection; `None` while disconnected.
     sink: Option<PubSubSink>,
@@ -81,8 +84,13 @@ pub(crate) struct Subscriber {
 }
 
 impl Subscriber {
-    pub(crate) fn new(config: Arc<Config>, counters: Arc<Counters>) -> Subscriber {
+    pub(crate) fn new(
+        source: PubSubSource,
+        config: Arc<Config>,
+        counters: Arc<Counters>,
+    ) -> Subscriber {
         Subscriber {
+            source,
             config,
             sink: None,
             routes: HashMap::new(),
@@ -95,15 +103,11 @@ impl Subscriber {
     /// Nothing else is handled until this finishes (`ctx.wait`), so no Subscribe can
     /// slip in between the connection and the resubscription.
     fn connect(&mut self, ctx: &mut Context<Self>) {
-        let client = self.config.client.clone();
+        let source = self.source.clone();
         let timeout = self.config.connection_timeout;
         let channels: Vec<String> = self.routes.keys().cloned().collect();
         let fut = async move {
-            let pubsub = tokio::time::timeout(timeout, client.get_async_pubsub())
-                .await
-                .map_err(|_| "timed out connecting".to_string())?
-                .map_err(|e| e.to_string())?;
-            let (mut sink, stream) = pubsub.split();
+            let (mut sink, stream) = source.open().await?.split();
             if !channels.is_empty() {
                 tokio::time::timeout(timeout, sink.subscribe(&channels))
                     .await

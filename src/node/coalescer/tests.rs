@@ -13,20 +13,16 @@ use redis::aio::ConnectionManager;
 use server::RedisServer;
 
 use super::Coalescer;
-use crate::lock::AcquireKind;
-use crate::scripts::{self, AcquireReply, AttemptOpts, ReleaseReply};
+use crate::node::{Conn, Topology};
+use crate::wire::{self, AcquireReply, ReleaseReply, ScriptCall};
 
 const LEASE_MS: u64 = 30_000;
 const LATCH_MS: u64 = 10_000;
-const OPTS: AttemptOpts = AttemptOpts {
-    place_ms: 1_000,
-    queue: false,
-};
 
 async fn coalescer(redis: &RedisServer) -> Coalescer {
     let client = redis::Client::open(redis.url()).expect("test URL");
     let conn = ConnectionManager::new(client).await.expect("connect");
-    Coalescer::start(conn, 128, 1)
+    Coalescer::start(Conn::Standalone(conn), Topology::Standalone, 128, 1)
 }
 
 fn script_calls(redis: &RedisServer) -> u64 {
@@ -35,14 +31,11 @@ fn script_calls(redis: &RedisServer) -> u64 {
 
 /// Acquires `name` for `field` through the coalescer.
 async fn acquire(via: &Coalescer, name: &str, field: &str) -> redis::RedisResult<AcquireReply> {
-    scripts::acquire(
-        via.clone(),
-        AcquireKind::Exclusive,
+    via.call(&wire::Acquire {
         name,
         field,
-        LEASE_MS,
-        OPTS,
-    )
+        lease_ms: LEASE_MS,
+    })
     .await
 }
 
@@ -54,16 +47,14 @@ async fn release(
     request_id: &str,
     retry: bool,
 ) -> redis::RedisResult<ReleaseReply> {
-    scripts::release(
-        via.clone(),
-        AcquireKind::Exclusive,
+    via.call(&wire::Release {
         name,
         field,
-        LEASE_MS,
+        lease_ms: LEASE_MS,
         request_id,
-        LATCH_MS,
+        latch_ttl_ms: LATCH_MS,
         retry,
-    )
+    })
     .await
 }
 
@@ -220,11 +211,27 @@ async fn a_lone_call_runs_the_plain_script() {
             .await
             .expect("release");
     }
+    let acquire = wire::Acquire {
+        name: "x",
+        field: "x",
+        lease_ms: 1,
+    }
+    .invocation();
+    let release = wire::Release {
+        name: "x",
+        field: "x",
+        lease_ms: 1,
+        request_id: "x",
+        latch_ttl_ms: 1,
+        retry: false,
+    }
+    .invocation();
+    let batch = wire::batch_invocation([&acquire, &release].into_iter());
     let loaded: Vec<bool> = redis::cmd("SCRIPT")
         .arg("EXISTS")
-        .arg(super::BATCH.get_hash())
-        .arg(super::SCRIPTS.acquire.get_hash())
-        .arg(super::SCRIPTS.release.get_hash())
+        .arg(batch.script.get_hash())
+        .arg(acquire.script.get_hash())
+        .arg(release.script.get_hash())
         .query(&mut redis.conn())
         .expect("SCRIPT EXISTS");
     assert_eq!(loaded, [false, true, true]);

@@ -19,7 +19,7 @@ use tracing::Span;
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::keys::Owner;
-use crate::lock::AcquireKind;
+use crate::kind::AcquireKind;
 
 /// One pending acquisition.
 #[derive(Debug)]

@@ -1,13 +1,13 @@
-//! The kinds of lock: what an acquisition asks for ([`AcquireKind`]) and which
-//! kind of lock actor serves it ([`Kind`]), with the rules that differ between them.
+//! The kinds of lock, as words every layer uses: what an acquisition asks for
+//! ([`AcquireKind`]) and which kind of lock actor serves it ([`Kind`]).
 //!
-//! Everything else about a lock (the waiter queue, the attempt in flight, timers,
-//! renewal, supervision) is shared by every kind; what a kind decides is which
-//! scripts run, which channel wakes a waiter, and which local holders stand in a
-//! waiter's way. Read and write acquisitions of one name share one actor (the
-//! read-write kind) because each must see the other's local holders: a writer
-//! waits for local readers, a reader's request for the write lock is refused at
-//! once, and a writer's read request (a downgrade) goes straight through.
+//! What a kind *does* differently (its scripts, its channel, its wake rule, its
+//! renewal) lives in its own file under `actors/lock/kinds/`; this file only names
+//! the kinds and says which holds exclude which. Read and write acquisitions of one
+//! name share one actor (the read-write kind) because each must see the other's
+//! local holders: a writer waits for local readers, a reader's request for the
+//! write lock is refused at once, and a writer's read request (a downgrade) goes
+//! straight through.
 
 use std::fmt;
 
@@ -77,15 +77,36 @@ pub(crate) enum Kind {
     ReadWrite,
 }
 
-impl Kind {
-    /// Whether an unlock message this actor published itself comes back to it on a
-    /// channel it listens to, and can be skipped (the local release already handed
-    /// over). A fair release is addressed to the head waiter's own channel, which
-    /// may be a local waiter that must hear it.
-    pub(crate) fn hears_own_unlocks(self) -> bool {
-        self != Kind::Fair
-    }
+/// The setters that pick a kind, shared by the messages that carry one
+/// ([`Acquire`](crate::Acquire) and [`Handle`](crate::Handle)): `$what` starts each
+/// setter's doc line ("Take", "A handle whose acquisitions take").
+macro_rules! impl_kind_setters {
+    ($ty:ident, $what:literal) => {
+        impl $ty {
+            #[doc = concat!($what, " this kind of lock. Defaults to [`AcquireKind::Exclusive`](crate::AcquireKind::Exclusive).")]
+            pub fn kind(mut self, kind: $crate::AcquireKind) -> $ty {
+                self.kind = kind;
+                self
+            }
+
+            #[doc = concat!($what, " the fair lock of this name: waiters are served in the order they first queued, across all processes (Redisson's fair lock).")]
+            pub fn fair(self) -> $ty {
+                self.kind($crate::AcquireKind::Fair)
+            }
+
+            #[doc = concat!($what, " a read hold of the read-write lock of this name: shared with other readers, and with the owner's own write hold (a downgrade).")]
+            pub fn read(self) -> $ty {
+                self.kind($crate::AcquireKind::Read)
+            }
+
+            #[doc = concat!($what, " the write lock of the read-write lock of this name. An owner that holds read holds of it (and not the write lock) is refused with [`LockError::UpgradeRefused`](crate::LockError::UpgradeRefused) at once.")]
+            pub fn write(self) -> $ty {
+                self.kind($crate::AcquireKind::Write)
+            }
+        }
+    };
 }
+pub(crate) use impl_kind_setters;
 
 #[cfg(test)]
 mod tests {

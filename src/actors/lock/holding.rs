@@ -18,14 +18,16 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{debug, warn};
 
-use super::{AcquireKind, LockActor};
+use super::kinds::Giveback;
+use super::LockActor;
+use crate::actors::renewer::{Lapsed, Watched};
 use crate::config::{backoff, millis};
 use crate::error::{redis_is_protocol_error, redis_is_transient, LockError, LostReason};
 use crate::guard::{LockGuard, LockLost, ReleaseOutcome};
 use crate::keys::Owner;
-use crate::renewer::{Lapsed, Watched};
-use crate::scripts::{self, ReleaseReply};
+use crate::kind::AcquireKind;
 use crate::signal::LostSignal;
+use crate::wire::ReleaseReply;
 
 /// Holding epochs are unique in the process, so the manager's renewal table can
 /// key holdings of all its lock actors by epoch alone.
@@ -233,6 +235,7 @@ impl LockActor {
                 self.holdings.live.len() - 1
             }
         };
+        let renewal = self.rules().renewal(kind);
         let h = &mut self.holdings.live[at];
         let epoch = h.epoch;
         h.guards += 1;
@@ -248,15 +251,15 @@ impl LockActor {
             let held = Watched {
                 name: self.name.clone(),
                 field: h.field.clone(),
-                kind,
-                lock: addr.downgrade(),
+                renewal,
+                lock: addr.downgrade().recipient(),
                 valid_until: h.valid_until,
             };
             self.shared.renewals.watch(epoch, held);
         }
         self.holding_timers(ctx);
         LockGuard::new(
-            addr,
+            addr.recipient(),
             self.name.clone(),
             kind,
             owner,
@@ -343,27 +346,24 @@ impl LockActor {
         h.guards = h.guards.saturating_sub(1);
         let (kind, field, lease) = (h.kind, h.field.clone(), h.lease);
         self.releases += 1;
+        let (rules, shared) = (self.rules(), self.shared.clone());
         let config = self.shared.config.clone();
-        let via = self.shared.coalescer.clone();
-        let name = self.name.clone();
-        let request_id = uuid::Uuid::new_v4().to_string();
+        let mut giveback = Giveback {
+            name: self.name.clone(),
+            kind,
+            field,
+            lease_ms: millis(lease),
+            request_id: Arc::from(uuid::Uuid::new_v4().to_string()),
+            retry: false,
+        };
         let sent = Instant::now();
         // A release whose reply was lost is retried with the same request id: the
         // latch in Redis returns the first outcome, so it is never applied twice.
         let fut = async move {
             let mut tries = 0u32;
             loop {
-                let res = scripts::release(
-                    via.clone(),
-                    kind,
-                    &name,
-                    &field,
-                    millis(lease),
-                    &request_id,
-                    millis(config.latch_ttl),
-                    tries > 0,
-                )
-                .await;
+                giveback.retry = tries > 0;
+                let res = rules.release(&shared, giveback.clone()).await;
                 match res {
                     Err(e) if redis_is_transient(&e) && sent.elapsed() < config.latch_ttl / 2 => {
                         let delay = backoff(config.reconnect_min, config.reconnect_max, tries);
@@ -397,7 +397,7 @@ impl LockActor {
             Ok(ReleaseReply::Released { published }) => {
                 self.shared.counters.released();
                 if published
-                    && self.kind.hears_own_unlocks()
+                    && self.rules().hears_own_unlocks()
                     && !self.subs.is_empty()
                     && self.listening(&self.channel())
                 {

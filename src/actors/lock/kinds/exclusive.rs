@@ -1,0 +1,70 @@
+//! The exclusive reentrant lock (Redisson `getLock`): one owner at a time, no order
+//! among waiters, every waiter listening on the lock's one unlock channel.
+//!
+//! Its acquire and release go through the manager's coalescer, so that those of
+//! many locks that are ready at the same moment share one script call; the
+//! watchdog renews its holdings many per call.
+
+use futures::future::LocalBoxFuture;
+use futures::FutureExt;
+use redis::RedisResult;
+
+use super::{Attempt, Giveback, KindRules};
+use crate::actors::renewer::Renewal;
+use crate::actors::shared::Shared;
+use crate::config::millis;
+use crate::keys;
+use crate::kind::AcquireKind;
+use crate::wire::{self, AcquireReply, ReleaseReply};
+
+/// See the module documentation.
+#[derive(Debug)]
+pub(super) struct Exclusive;
+
+impl KindRules for Exclusive {
+    fn channel(&self, name: &str) -> String {
+        keys::channel(name)
+    }
+
+    fn renewal(&self, _kind: AcquireKind) -> Renewal {
+        Renewal::Hash
+    }
+
+    fn acquire(
+        &self,
+        shared: &Shared,
+        a: Attempt,
+    ) -> LocalBoxFuture<'static, RedisResult<AcquireReply>> {
+        let via = shared.coalescer.clone();
+        async move {
+            let call = wire::Acquire {
+                name: &a.name,
+                field: &a.field,
+                lease_ms: a.lease_ms,
+            };
+            via.call(&call).await
+        }
+        .boxed_local()
+    }
+
+    fn release(
+        &self,
+        shared: &Shared,
+        g: Giveback,
+    ) -> LocalBoxFuture<'static, RedisResult<ReleaseReply>> {
+        let via = shared.coalescer.clone();
+        let latch_ttl_ms = millis(shared.config.latch_ttl);
+        async move {
+            let call = wire::Release {
+                name: &g.name,
+                field: &g.field,
+                lease_ms: g.lease_ms,
+                request_id: &g.request_id,
+                latch_ttl_ms,
+                retry: g.retry,
+            };
+            via.call(&call).await
+        }
+        .boxed_local()
+    }
+}

@@ -1,0 +1,114 @@
+//! What a kind of lock does differently, one file per kind, behind one trait.
+//!
+//! The lock actor (`super`) is the same skeleton for every kind: waiter queue,
+//! attempt in flight, holdings, timers, supervision. Where kinds differ it asks its
+//! [`KindRules`], found by [`rules`], the one place that maps a [`Kind`] to its
+//! file:
+//! - which scripts acquire and release (`exclusive`: through the coalescer;
+//!   `fair`; `rw`: read and write sides);
+//! - which channel a waiter listens on, and whether each waiter has a place and a
+//!   channel of its own (the fair lock: then waiters try when they are due rather
+//!   than head first, and the fair file also keeps their places in the Redis queue);
+//! - whether the lock hears its own unlock messages back;
+//! - which script the watchdog renews a holding with.
+//!
+//! A new kind of lock is a new file here that implements [`KindRules`], a [`Kind`]
+//! variant, and one arm in [`rules`].
+
+mod exclusive;
+pub(super) mod fair;
+mod rw;
+
+use std::sync::Arc;
+
+use futures::future::LocalBoxFuture;
+use redis::RedisResult;
+
+use crate::actors::renewer::Renewal;
+use crate::actors::shared::Shared;
+use crate::kind::{AcquireKind, Kind};
+use crate::wire::{AcquireReply, ReleaseReply};
+
+/// One acquisition attempt, as every kind's acquire script needs it.
+#[derive(Debug, Clone)]
+pub(super) struct Attempt {
+    /// The lock name.
+    pub(super) name: Arc<str>,
+    /// What it takes (a kind this lock serves).
+    pub(super) kind: AcquireKind,
+    /// The hash field that will hold it.
+    pub(super) field: Arc<str>,
+    /// The lease to set, in ms.
+    pub(super) lease_ms: u64,
+    /// Fair lock: take a place in the queue when the lock cannot be taken now.
+    pub(super) queue: bool,
+}
+
+/// One release of a hold, as every kind's release script needs it.
+#[derive(Debug, Clone)]
+pub(super) struct Giveback {
+    /// The lock name.
+    pub(super) name: Arc<str>,
+    /// What is given back.
+    pub(super) kind: AcquireKind,
+    /// The holder's hash field.
+    pub(super) field: Arc<str>,
+    /// The lease to set again when holds remain, in ms.
+    pub(super) lease_ms: u64,
+    /// Names this release in the latch key; a retry keeps it.
+    pub(super) request_id: Arc<str>,
+    /// An earlier attempt with this request id may have run.
+    pub(super) retry: bool,
+}
+
+/// What differs between kinds of lock; see the module documentation.
+pub(super) trait KindRules: Sync {
+    /// The channel this lock's waiters listen on; for a kind with a channel per
+    /// waiter, the prefix of every waiter's channel.
+    fn channel(&self, name: &str) -> String;
+
+    /// The channel to subscribe to for the waiter with hash field `field` after a
+    /// busy answer.
+    fn waiter_channel(&self, name: &str, _field: &str) -> String {
+        self.channel(name)
+    }
+
+    /// Whether each waiter has its own place in a Redis queue and its own channel
+    /// (then waiters try when they are due, not head first).
+    fn per_waiter(&self) -> bool {
+        false
+    }
+
+    /// Whether an unlock message this actor published itself comes back to it on
+    /// a channel it listens to, and can be skipped (the local release already
+    /// handed over).
+    fn hears_own_unlocks(&self) -> bool {
+        true
+    }
+
+    /// How the watchdog renews a holding of `kind`.
+    fn renewal(&self, kind: AcquireKind) -> Renewal;
+
+    /// Runs one acquisition attempt.
+    fn acquire(
+        &self,
+        shared: &Shared,
+        attempt: Attempt,
+    ) -> LocalBoxFuture<'static, RedisResult<AcquireReply>>;
+
+    /// Gives back one hold.
+    fn release(
+        &self,
+        shared: &Shared,
+        giveback: Giveback,
+    ) -> LocalBoxFuture<'static, RedisResult<ReleaseReply>>;
+}
+
+/// The rules of `kind`: the one place a kind is mapped to its file.
+pub(super) fn rules(kind: Kind) -> &'static dyn KindRules {
+    match kind {
+        Kind::Exclusive => &exclusive::Exclusive,
+        Kind::Fair => &fair::Fair,
+        Kind::ReadWrite => &rw::ReadWrite,
+    }
+}

@@ -1,0 +1,20 @@
+//! The actors layer: the per-lock actor and the two actors every lock of a manager
+//! shares.
+//!
+//! - `lock`: the [`LockActor`](lock::LockActor), one per lock name and kind, owning
+//!   that lock's waiters, holdings and timers; one file per kind of lock under
+//!   `lock/kinds/`.
+//! - `subscriber`: the pub/sub actor that routes unlock messages to lock actors.
+//! - `renewer`: the watchdog, renewing every watchdog holding of a manager in
+//!   batches.
+//! - `shared`: what a manager's lock actors share ([`Shared`](shared::Shared)).
+//!
+//! The actors talk to Redis only through the wire layer's typed calls on the node
+//! seam. Messages that must go upward (a lapse from the renewer, an idle lock actor
+//! offering to retire, a guard's release) travel as `Recipient`s of messages
+//! defined here or below, never by naming a higher type.
+
+pub(crate) mod lock;
+pub(crate) mod renewer;
+pub(crate) mod shared;
+pub(crate) mod subscriber;

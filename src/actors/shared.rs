@@ -1,0 +1,37 @@
+//! [`Shared`]: what a lock manager shares with its lock actors.
+//!
+//! One value per manager, behind an `Arc`: the client id that names its holders,
+//! the settings, the Redis node and its coalescer, the subscriber, the counters and
+//! the renewal table. Lock actors hold it strongly (a held lock keeps what it needs
+//! to be released); the renewer holds only the table, weakly, so it stops once the
+//! manager and every lock actor are gone.
+
+use std::sync::Arc;
+
+use actix::Addr;
+
+use super::renewer::RenewTable;
+use super::subscriber::Subscriber;
+use crate::config::Config;
+use crate::node::{Coalescer, Node};
+use crate::stats::Counters;
+
+/// See the module documentation.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// This manager's random id: the first half of every owner field.
+    pub(crate) client_id: String,
+    /// The settings.
+    pub(crate) config: Arc<Config>,
+    /// The Redis deployment: command connection, pub/sub source, key groups.
+    pub(crate) node: Node,
+    /// The exclusive lock's acquire and release calls go through this, so that
+    /// those of many locks that are ready together share one script call.
+    pub(crate) coalescer: Coalescer,
+    /// The pub/sub actor.
+    pub(crate) subscriber: Addr<Subscriber>,
+    /// Health counters.
+    pub(crate) counters: Arc<Counters>,
+    /// The watchdog holdings of all lock actors, swept by the renewer.
+    pub(crate) renewals: Arc<RenewTable>,
+}

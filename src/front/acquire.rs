@@ -1,0 +1,233 @@
+//! [`Acquire`], the manager's main message, and how its answer reaches the caller.
+//!
+//! The manager checks the request, makes a waiter of it and queues it at the lock's
+//! actor without waiting on Redis itself (so one slow lock cannot hold up another).
+//! The answer travels back on a oneshot channel that the reply ([`AcquireResponse`])
+//! watches together with the caller: a caller that stops waiting (drops the `send`
+//! future, or its actor stops) takes its waiter out of the queue at once, through
+//! the [`Ticket`]'s drop.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::dev::{MessageResponse, OneshotSender};
+use actix::prelude::*;
+use futures::future::{select, Either};
+use tokio::sync::oneshot;
+use tracing::info_span;
+
+use super::manager::LockManager;
+use crate::actors::lock::{Cancel, Enqueue, LockActor, Waiter};
+use crate::error::LockError;
+use crate::guard::{LockGuard, LockLost};
+use crate::keys::{self, Owner};
+use crate::kind::{impl_kind_setters, AcquireKind};
+
+/// Acquire a lock. Answers with a [`LockGuard`] or the reason there is none.
+///
+/// Defaults: the exclusive lock, wait until acquired, watchdog lease, a new owner of
+/// its own. [`fair`](Acquire::fair), [`read`](Acquire::read) and
+/// [`write`](Acquire::write) take the other kinds, with the same options.
+///
+/// ```no_run
+/// # async fn demo(manager: actix::Addr<lockwarden::LockManager>) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use lockwarden::Acquire;
+/// let guard = manager
+///     .send(Acquire::new("orders:42").wait(Duration::from_secs(5)))
+///     .await??;
+/// println!("token {}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Acquire {
+    /// The lock name.
+    name: String,
+    /// What to take.
+    kind: AcquireKind,
+    /// How long to wait; `None` waits until acquired.
+    wait: Option<Duration>,
+    /// Explicit lease; `None` lets the watchdog renew.
+    lease: Option<Duration>,
+    /// Owner for reentrancy; `None` makes a new one.
+    owner: Option<Owner>,
+    /// Who to tell if the lock is lost while held.
+    on_lost: Option<Recipient<LockLost>>,
+}
+
+impl Acquire {
+    /// Acquire the lock `name`.
+    pub fn new(name: impl Into<String>) -> Acquire {
+        Acquire {
+            name: name.into(),
+            kind: AcquireKind::Exclusive,
+            wait: None,
+            lease: None,
+            owner: None,
+            on_lost: None,
+        }
+    }
+
+    /// Give up with [`LockError::Timeout`] after this long; zero makes exactly one
+    /// attempt. Defaults to waiting until acquired.
+    pub fn wait(mut self, wait: Duration) -> Acquire {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Hold the lock for at most this long, without renewal (1 ms up to
+    /// [`Config::max_lease`]). Defaults to watchdog mode: the configured watchdog
+    /// lease, renewed while held.
+    pub fn lease(mut self, lease: Duration) -> Acquire {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Acquire as this owner: a second acquisition by an owner that holds the lock
+    /// re-enters it. Defaults to a new owner of its own.
+    pub fn owner(mut self, owner: Owner) -> Acquire {
+        self.owner = Some(owner);
+        self
+    }
+
+    /// Also send [`LockLost`] to this actor if the lock is lost while held (the
+    /// guard's [`lost`](LockGuard::lost) resolves either way). Defaults to nobody.
+    pub fn on_lost(mut self, recipient: Recipient<LockLost>) -> Acquire {
+        self.on_lost = Some(recipient);
+        self
+    }
+}
+
+impl_kind_setters!(Acquire, "Take");
+
+impl Message for Acquire {
+    type Result = Result<LockGuard, LockError>;
+}
+
+static NEXT_WAITER: AtomicU64 = AtomicU64::new(1);
+
+impl Handler<Acquire> for LockManager {
+    type Result = AcquireResponse;
+
+    fn handle(&mut self, msg: Acquire, ctx: &mut Context<Self>) -> AcquireResponse {
+        if let Err(e) = self.check_name(&msg.name).and(self.check_lease(msg.lease)) {
+            return AcquireResponse::Ready(Err(e));
+        }
+        let owner = msg.owner.unwrap_or_default();
+        let since = Instant::now();
+        let (reply, rx) = oneshot::channel();
+        let id = NEXT_WAITER.fetch_add(1, Ordering::Relaxed);
+        let field = keys::owner_field(&self.shared().client_id, owner);
+        let waiter = Waiter {
+            id,
+            kind: msg.kind,
+            owner,
+            field: Arc::from(match msg.kind {
+                AcquireKind::Write => keys::write_field(&field),
+                _ => field,
+            }),
+            lease: msg.lease,
+            // A zero wait is answered by its one attempt, not by a timer (which
+            // would fire before the attempt returns). A wait too long to represent
+            // is the same as no deadline.
+            deadline: msg
+                .wait
+                .filter(|w| !w.is_zero())
+                .and_then(|w| since.checked_add(w)),
+            try_once: msg.wait.is_some_and(|w| w.is_zero()),
+            since,
+            on_lost: msg.on_lost,
+            reply,
+            span: info_span!("acquire", lock = %msg.name, kind = %msg.kind, owner = owner.id()),
+            queued: false,
+            due: true,
+        };
+        let entry = self.lock_actor(&msg.name, msg.kind.actor_kind(), ctx);
+        entry.sent += 1;
+        entry.addr.do_send(Enqueue(waiter));
+        AcquireResponse::Waiting {
+            rx,
+            ticket: Ticket {
+                lock: Some(entry.addr.clone()),
+                waiter: id,
+            },
+        }
+    }
+}
+
+/// Tells the lock actor that a waiter's caller went away, unless disarmed first.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Ticket {
+    lock: Option<Addr<LockActor>>,
+    waiter: u64,
+}
+
+impl Ticket {
+    /// The waiter was answered: nothing to cancel.
+    fn disarm(mut self) {
+        self.lock = None;
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            lock.do_send(Cancel {
+                waiter: self.waiter,
+            });
+        }
+    }
+}
+
+/// The manager's reply to [`Acquire`]. It watches the caller: if the caller stops
+/// waiting (drops the `send` future, or its actor stops), the waiter leaves the
+/// lock's queue at once instead of being served to nobody.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum AcquireResponse {
+    /// Refused before reaching a lock actor.
+    Ready(Result<LockGuard, LockError>),
+    /// Queued at the lock actor.
+    Waiting {
+        rx: oneshot::Receiver<Result<LockGuard, LockError>>,
+        ticket: Ticket,
+    },
+}
+
+impl MessageResponse<LockManager, Acquire> for AcquireResponse {
+    fn handle(
+        self,
+        _ctx: &mut Context<LockManager>,
+        tx: Option<OneshotSender<Result<LockGuard, LockError>>>,
+    ) {
+        match self {
+            AcquireResponse::Ready(res) => {
+                if let Some(tx) = tx {
+                    let _ = tx.send(res);
+                }
+            }
+            AcquireResponse::Waiting { rx, ticket } => {
+                // `do_send` leaves nobody to answer: the ticket's drop cancels.
+                let Some(mut tx) = tx else { return };
+                actix_rt::spawn(async move {
+                    let outcome = match select(rx, Box::pin(tx.closed())).await {
+                        Either::Left((res, _)) => Some(res),
+                        Either::Right(_) => None,
+                    };
+                    match outcome {
+                        Some(res) => {
+                            ticket.disarm();
+                            // A guard that cannot be delivered any more is dropped,
+                            // which releases it.
+                            let _ = tx.send(res.unwrap_or(Err(LockError::Stopped)));
+                        }
+                        None => drop(ticket),
+                    }
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! [`Admin`]: read-only views over the locks in a Redis server, for operators (the
+//! `lockwarden` command) rather than for services that take locks.
+//!
+//! A service asks about one lock it knows by name ([`Inspect`](crate::Inspect)).
+//! An operator also needs to find the locks that exist ([`Admin::list`]) and to tell
+//! their kinds apart, which needs the raw hash: a read-write lock is the same hash as
+//! an exclusive one plus a `mode` field. These views need no lock manager (no client
+//! id, no subscriber), so they live here with their own connection, made with a
+//! single attempt so that an unreachable server is reported at once instead of after
+//! a round of reconnect backoff. Finding locks uses SCAN with a type filter, never
+//! KEYS, which would block the server for as long as it walks the whole keyspace.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+
+use crate::config::Config;
+use crate::error::LockError;
+use crate::keys;
+use crate::node::{self, Conn, Purpose};
+use crate::view::{Holder, Inspected, LockKind, QueuedWaiter};
+use crate::wire::{self, Inspect};
+
+/// How many keys one SCAN call is asked to look at: large enough to walk a big
+/// keyspace in few round trips, small enough that each call stays short.
+const SCAN_COUNT: usize = 500;
+
+/// Checks a lock name with the rules and limits of `config`, before anything is sent
+/// to Redis: the same check every message of the lock manager makes.
+pub fn check_lock_name(config: &Config, name: &str) -> Result<(), LockError> {
+    keys::validate_name(name, config.max_name_len).map_err(LockError::from)
+}
+
+/// One lock as an operator sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockSummary {
+    /// The lock name (its key).
+    pub name: String,
+    /// Its kind.
+    pub kind: LockKind,
+    /// Its holders and their hold counts (never marked as this manager's: an
+    /// [`Admin`] has no client id).
+    pub holders: Vec<Holder>,
+    /// Time until it expires; `None` when the key has no expiry.
+    pub ttl: Option<Duration>,
+    /// A fair lock's waiters, head first, with the time left on their places.
+    pub queue: Vec<QueuedWaiter>,
+}
+
+/// Read-only access to the locks of one Redis server; see the module documentation.
+#[derive(Clone, Debug)]
+pub struct Admin {
+    /// The command connection.
+    conn: Conn,
+    /// Longest accepted lock name, from the config.
+    max_name_len: usize,
+}
+
+impl Admin {
+    /// Connects to the server of `config`, with one attempt bounded by its
+    /// connection timeout, and checks that it answers PING.
+    pub async fn connect(config: &Config) -> Result<Admin, LockError> {
+        let node = node::connect(config, Purpose::Operator).await?;
+        Ok(Admin {
+            conn: node.conn(),
+            max_name_len: config.max_name_len,
+        })
+    }
+
+    /// The lock `name` with its kind, holders and TTL; `None` when there is no such
+    /// key, kind [`LockKind::NotALock`] for a hash that does not look like a lock.
+    /// Fails for a key that is not a hash, and with [`LockError::InvalidName`] for
+    /// a name no lock can have.
+    pub async fn describe(&self, name: &str) -> Result<Option<LockSummary>, LockError> {
+        keys::validate_name(name, self.max_name_len)?;
+        let found = wire::call(&mut self.conn.clone(), &Inspect { name }).await?;
+        Ok(found.exists.then(|| summarize(name, found)))
+    }
+
+    /// The locks whose names match the glob `pattern` (`*` for all), sorted by
+    /// name. Hashes that do not look like locks (an owner field and a hold
+    /// count in every field but `mode`) are left out; a
+    /// key that vanishes or changes type while the scan runs is skipped.
+    pub async fn list(&self, pattern: &str) -> Result<Vec<LockSummary>, LockError> {
+        let mut conn = self.conn.clone();
+        let mut cursor: u64 = 0;
+        let mut locks = Vec::new();
+        loop {
+            let (next, batch): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(SCAN_COUNT)
+                .arg("TYPE")
+                .arg("hash")
+                .query_async(&mut conn)
+                .await?;
+            // Lock names are text; a binary key is not one of ours.
+            let names: Vec<String> = batch
+                .into_iter()
+                .filter_map(|k| String::from_utf8(k).ok())
+                .collect();
+            // The connection is multiplexed: these go out as one pipeline.
+            let looks = join_all(names.iter().map(|name| {
+                let mut conn = conn.clone();
+                async move { wire::call(&mut conn, &Inspect { name }).await }
+            }))
+            .await;
+            for (name, look) in names.iter().zip(looks) {
+                if let Some(found) = look.ok().filter(|f| f.exists) {
+                    let lock = summarize(name, found);
+                    if lock.kind != LockKind::NotALock {
+                        locks.push(lock);
+                    }
+                }
+            }
+            // SCAN may return a key more than once; the cursor 0 ends the walk.
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        locks.sort_by(|a, b| a.name.cmp(&b.name));
+        locks.dedup_by(|a, b| a.name == b.name);
+        Ok(locks)
+    }
+}
+
+/// A lock's summary from one look at its keys (no holder is marked as ours: an
+/// [`Admin`] has no client id).
+fn summarize(name: &str, found: Inspected) -> LockSummary {
+    let info = found.into_info(name, None);
+    LockSummary {
+        name: info.name,
+        kind: info.kind.unwrap_or(LockKind::NotALock),
+        holders: info.holders,
+        ttl: info.ttl,
+        queue: info.queue,
+    }
+}

@@ -1,0 +1,118 @@
+//! [`LockHandle`], an addr-based handle on one lock name and kind, and [`Handle`],
+//! the manager's message that makes one.
+//!
+//! A handle is the everyday shape for code that takes the same lock again and
+//! again: the name is checked once, and each call is an [`Acquire`] (or an
+//! [`Inspect`], a [`ForceUnlock`]) sent to the manager on the caller's behalf.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+
+use super::acquire::Acquire;
+use super::inspect::{ForceUnlock, Inspect};
+use super::manager::LockManager;
+use crate::error::LockError;
+use crate::guard::LockGuard;
+use crate::kind::{impl_kind_setters, AcquireKind};
+use crate::view::LockInfo;
+
+/// Get a [`LockHandle`] for one lock name (validated now, once) and kind.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "Result<LockHandle, LockError>")]
+pub struct Handle {
+    /// The lock name.
+    name: String,
+    /// What the handle's acquisitions take.
+    kind: AcquireKind,
+}
+
+impl Handle {
+    /// A handle on the exclusive lock `name`.
+    pub fn new(name: impl Into<String>) -> Handle {
+        Handle {
+            name: name.into(),
+            kind: AcquireKind::Exclusive,
+        }
+    }
+}
+
+impl_kind_setters!(Handle, "A handle whose acquisitions take");
+
+impl Handler<Handle> for LockManager {
+    type Result = Result<LockHandle, LockError>;
+
+    fn handle(&mut self, msg: Handle, ctx: &mut Context<Self>) -> Self::Result {
+        self.check_name(&msg.name)?;
+        Ok(LockHandle {
+            manager: ctx.address(),
+            name: Arc::from(msg.name),
+            kind: msg.kind,
+        })
+    }
+}
+
+/// A handle on one lock name and kind, for code that takes the same lock again and
+/// again.
+///
+/// Cheap to clone; it holds the manager's address, the (already validated) name and
+/// the kind its acquisitions take ([`Handle::fair`](crate::Handle::fair),
+/// [`read`](crate::Handle::read), [`write`](crate::Handle::write)).
+#[derive(Clone, Debug)]
+pub struct LockHandle {
+    /// The manager that serves it.
+    manager: Addr<LockManager>,
+    /// The lock name.
+    name: Arc<str>,
+    /// What its acquisitions take.
+    kind: AcquireKind,
+}
+
+impl LockHandle {
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What its acquisitions take.
+    pub fn kind(&self) -> AcquireKind {
+        self.kind
+    }
+
+    /// Waits until the lock is acquired, in watchdog mode, for a new owner.
+    pub async fn acquire(&self) -> Result<LockGuard, LockError> {
+        self.acquire_with(|a| a).await
+    }
+
+    /// Makes one attempt: `Ok(None)` when someone else holds the lock.
+    pub async fn try_acquire(&self) -> Result<Option<LockGuard>, LockError> {
+        match self.acquire_with(|a| a.wait(Duration::ZERO)).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(LockError::Timeout { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Acquires with options: `handle.acquire_with(|a| a.wait(d).lease(l).owner(o))`
+    /// (the handle's kind is set first).
+    pub async fn acquire_with(
+        &self,
+        options: impl FnOnce(Acquire) -> Acquire,
+    ) -> Result<LockGuard, LockError> {
+        let msg = options(Acquire::new(&*self.name).kind(self.kind));
+        self.manager.send(msg).await?
+    }
+
+    /// Deletes the lock whoever holds it, whatever its kind, and wakes its waiters
+    /// (a fair lock's head, all of a read-write lock's). Returns whether there was
+    /// a lock to delete. Its holders learn of the loss at their next renewal.
+    pub async fn force_unlock(&self) -> Result<bool, LockError> {
+        self.manager.send(ForceUnlock::new(&*self.name)).await?
+    }
+
+    /// Who holds the lock now, with hold counts and the remaining TTL.
+    pub async fn inspect(&self) -> Result<LockInfo, LockError> {
+        self.manager.send(Inspect::new(&*self.name)).await?
+    }
+}

@@ -1,0 +1,192 @@
+//! The [`LockManager`] actor, the front door: one per process.
+//!
+//! The manager owns what every lock of the process shares (see
+//! [`Shared`](crate::actors::shared::Shared): the client id, the config, the Redis
+//! node, the coalescer, the subscriber, the renewal table) and the registry from
+//! (lock name, kind) to lock actor: the exclusive, fair and read-write locks of one
+//! name are three actors, so a guard of one kind can never act on another's
+//! holdings. Its messages live beside it, one file each: [`Acquire`](crate::Acquire)
+//! (`acquire`), [`Handle`](crate::Handle) (`handle`), [`Inspect`](crate::Inspect)
+//! and [`ForceUnlock`](crate::ForceUnlock) (`inspect`); here are the registry,
+//! [`GetStats`] and the idle handshake with lock actors.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use tracing::{debug, info};
+
+use crate::actors::lock::{Idle, LockActor};
+use crate::actors::renewer::{RenewTable, Renewer};
+use crate::actors::shared::Shared;
+use crate::actors::subscriber::Subscriber;
+use crate::config::Config;
+use crate::error::LockError;
+use crate::keys;
+use crate::kind::Kind;
+use crate::node::{self, Coalescer, Purpose};
+use crate::stats::Stats;
+
+/// The registry entry of one running lock actor.
+#[derive(Debug)]
+pub(super) struct Entry {
+    /// The actor.
+    pub(super) addr: Addr<LockActor>,
+    /// Enqueue messages sent to it, compared with what it saw in the idle handshake.
+    pub(super) sent: u64,
+}
+
+/// The lock manager actor; start one per process with [`LockManager::start`].
+#[derive(Debug)]
+pub struct LockManager {
+    /// What lock actors share.
+    shared: Arc<Shared>,
+    /// (Lock name, kind) -> its running actor.
+    locks: HashMap<(Arc<str>, Kind), Entry>,
+}
+
+impl LockManager {
+    /// Connects to Redis and starts the manager and its subscriber. Must be called
+    /// inside a running actix system (`#[actix::main]`, `#[actix_rt::test]`).
+    /// Fails if the configuration is inconsistent or Redis cannot be reached.
+    pub async fn start(config: Config) -> Result<Addr<LockManager>, LockError> {
+        let node = node::connect(&config, Purpose::Locks).await?;
+        let coalescer = Coalescer::start(
+            node.conn(),
+            node.topology(),
+            config.batch_max_ops,
+            config.batch_in_flight,
+        );
+        let config = Arc::new(config);
+        let counters = Arc::new(Default::default());
+        let subscriber = {
+            let (source, config, counters) = (node.pubsub(), config.clone(), Arc::clone(&counters));
+            Supervisor::start(move |_| Subscriber::new(source, config, counters))
+        };
+        let client_id = uuid::Uuid::new_v4().to_string();
+        info!(%client_id, "lock manager started");
+        let renewals = Arc::new(RenewTable::default());
+        Renewer::new(
+            Arc::downgrade(&renewals),
+            node.clone(),
+            config.watchdog_lease,
+            config.renew_every(),
+            Arc::clone(&counters),
+        )
+        .start();
+        let shared = Arc::new(Shared {
+            client_id,
+            config,
+            node,
+            coalescer,
+            subscriber,
+            counters,
+            renewals,
+        });
+        Ok(LockManager {
+            shared,
+            locks: HashMap::new(),
+        }
+        .start())
+    }
+
+    /// What lock actors share (for the manager's messages, each in its own file).
+    pub(super) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Checks a name against the configured rules.
+    pub(crate) fn check_name(&self, name: &str) -> Result<(), LockError> {
+        keys::validate_name(name, self.shared.config.max_name_len).map_err(LockError::from)
+    }
+
+    /// Checks an explicit lease: at least 1 ms (PEXPIRE 0 would delete the lock)
+    /// and at most the configured maximum.
+    pub(super) fn check_lease(&self, lease: Option<Duration>) -> Result<(), LockError> {
+        let Some(lease) = lease else { return Ok(()) };
+        let reason = if lease < Duration::from_millis(1) {
+            "must be at least 1 ms"
+        } else if lease > self.shared.config.max_lease {
+            "is over the configured maximum lease"
+        } else {
+            return Ok(());
+        };
+        Err(LockError::InvalidLease { lease, reason })
+    }
+
+    /// The actor of `name` and `kind`, started if there is none.
+    pub(super) fn lock_actor(
+        &mut self,
+        name: &str,
+        kind: Kind,
+        ctx: &mut Context<Self>,
+    ) -> &mut Entry {
+        let shared = &self.shared;
+        self.locks
+            .entry((Arc::from(name), kind))
+            .or_insert_with_key(|(name, kind)| {
+                let manager = ctx.address().recipient().downgrade();
+                let (name, kind, shared) = (name.clone(), *kind, shared.clone());
+                Entry {
+                    // Supervised: a lock actor that stops to recover is restarted
+                    // with its waiters; one that retires (idle) has no address left,
+                    // so it stays stopped.
+                    addr: Supervisor::start(move |_| LockActor::new(name, kind, shared, manager)),
+                    sent: 0,
+                }
+            })
+    }
+}
+
+impl Actor for LockManager {
+    type Context = Context<Self>;
+}
+
+/// Read the manager's counters.
+#[derive(Message, Clone, Copy, Debug, Default)]
+#[rtype(result = "Stats")]
+pub struct GetStats;
+
+impl Handler<GetStats> for LockManager {
+    type Result = MessageResult<GetStats>;
+
+    fn handle(&mut self, _msg: GetStats, _ctx: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.shared.counters.snapshot())
+    }
+}
+
+impl Handler<Idle> for LockManager {
+    type Result = bool;
+
+    fn handle(&mut self, msg: Idle, _ctx: &mut Context<Self>) -> bool {
+        let key = (msg.name, msg.kind);
+        match self.locks.get(&key) {
+            Some(entry) if entry.addr != msg.addr => true,
+            Some(entry) if entry.sent == msg.received => {
+                self.locks.remove(&key);
+                debug!(lock = %key.0, kind = ?key.1, "retired idle lock actor");
+                true
+            }
+            Some(_) => false,
+            None => true,
+        }
+    }
+}
+
+/// Test hook: the actor of a lock name and kind, if one runs.
+#[cfg(test)]
+#[derive(Message, Debug)]
+#[rtype(result = "Option<Addr<LockActor>>")]
+pub(crate) struct ActorOf(pub(crate) &'static str, pub(crate) Kind);
+
+#[cfg(test)]
+impl Handler<ActorOf> for LockManager {
+    type Result = Option<Addr<LockActor>>;
+
+    fn handle(&mut self, msg: ActorOf, _ctx: &mut Context<Self>) -> Self::Result {
+        self.locks
+            .get(&(Arc::from(msg.0), msg.1))
+            .map(|e| e.addr.clone())
+    }
+}

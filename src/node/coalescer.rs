@@ -1,0 +1,177 @@
+//! The coalescer: exclusive-lock acquisitions and releases that are ready at the same
+//! moment go to Redis as one script call.
+//!
+//! At high load most of what an acquire+release pair costs Redis is the per-call
+//! overhead of EVALSHA (parsing the request, looking up the script, setting up Lua),
+//! not the few commands inside. So every lock actor hands its exclusive acquire and
+//! release calls to one driver task instead of sending them itself. The driver sends
+//! a call at once when fewer than the configured number of batches are in flight;
+//! otherwise the calls wait in its channel and leave together, as one call of
+//! `lua/batch.lua` over all their keys, when a batch returns. Each lock keeps its own
+//! queue, timers and decisions; only the round trip is shared. Nothing is delayed on
+//! purpose: with nothing in flight, a call leaves at once as its plain script
+//! (`lua/acquire.lua` or `lua/release.lua`), so an idle acquire+release still costs
+//! exactly two round trips, and the batching only starts when calls queue up anyway.
+//!
+//! A failed round trip (timeout, dropped connection) fails every call of its batch
+//! with the same error, which each lock actor already handles (a lost acquisition is
+//! checked by hold count, a release is retried with its request id). An error of one
+//! op inside a batch (a key of the wrong type) comes back as that op's error alone.
+//! Ops are batched only with ops of the same node group ([`super::Group`]), so a
+//! batch never spans two cluster slots.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use redis::{RedisError, RedisResult, Value};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use super::{Conn, Group, Topology};
+use crate::wire::{self, Invocation, ScriptCall};
+
+/// One script call waiting for its round trip.
+#[derive(Debug)]
+struct Op {
+    /// The call (with a batch code when it may share a round trip).
+    call: Invocation,
+    /// Where its reply goes: the script's answer, or its error.
+    reply: oneshot::Sender<RedisResult<Value>>,
+}
+
+/// A handle on the coalescer (cloning it shares the driver).
+#[derive(Debug, Clone)]
+pub(crate) struct Coalescer {
+    /// The driver's queue. When the last handle goes, the driver ends.
+    ops: mpsc::UnboundedSender<Op>,
+}
+
+impl Coalescer {
+    /// Starts the driver on the current actix runtime: at most `max_batch` ops per
+    /// script call and at most `in_flight` calls awaiting their reply at once.
+    pub(crate) fn start(
+        conn: Conn,
+        topology: Topology,
+        max_batch: usize,
+        in_flight: usize,
+    ) -> Self {
+        let (ops, queue) = mpsc::unbounded_channel();
+        actix_rt::spawn(drive(
+            conn,
+            topology,
+            queue,
+            max_batch.max(1),
+            in_flight.max(1),
+        ));
+        Coalescer { ops }
+    }
+
+    /// Runs `call`, alone or in a batch with others that are ready at the same
+    /// moment, and reads its reply. A call without a batch code always goes alone.
+    pub(crate) async fn call<S: ScriptCall>(&self, call: &S) -> RedisResult<S::Reply> {
+        let (reply, answer) = oneshot::channel();
+        let op = Op {
+            call: call.invocation(),
+            reply,
+        };
+        self.ops.send(op).map_err(|_| stopped())?;
+        let value = answer.await.map_err(|_| stopped())??;
+        call.parse(value)
+    }
+}
+
+/// The error of an op whose driver is gone (its runtime is shutting down).
+fn stopped() -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::Client,
+        "lockwarden: the script coalescer has stopped",
+    ))
+}
+
+/// The driver: takes the ops that are queued when a slot for a call is free and
+/// sends them, one call per node group. Ends when every handle is gone; calls
+/// still in flight then finish in their own tasks.
+async fn drive(
+    conn: Conn,
+    topology: Topology,
+    mut queue: mpsc::UnboundedReceiver<Op>,
+    max_batch: usize,
+    in_flight: usize,
+) {
+    let slots = Arc::new(Semaphore::new(in_flight));
+    loop {
+        // A slot first, then work: while every slot is taken, ops pile up in the
+        // queue and the next free slot takes them all at once.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let Some(first) = queue.recv().await else {
+            return;
+        };
+        let mut taken = vec![first];
+        while taken.len() < max_batch {
+            match queue.try_recv() {
+                Ok(op) => taken.push(op),
+                Err(_) => break,
+            }
+        }
+        // A call that cannot be batched goes alone; the rest by group. On a
+        // standalone server that is one batch, as before grouping existed.
+        let mut groups: BTreeMap<Option<Group>, Vec<Op>> = BTreeMap::new();
+        for op in taken {
+            let group = op
+                .call
+                .batch
+                .and(op.call.routing_key())
+                .map(|k| topology.group(k));
+            groups.entry(group).or_default().push(op);
+        }
+        let mut batches: Vec<Vec<Op>> = Vec::new();
+        for (group, ops) in groups {
+            match group {
+                Some(_) => batches.push(ops),
+                None => batches.extend(ops.into_iter().map(|op| vec![op])),
+            }
+        }
+        // The slot is shared by this round's calls and freed when the last ends.
+        let slot = Arc::new(slot);
+        for batch in batches {
+            let (conn, slot) = (conn.clone(), slot.clone());
+            actix_rt::spawn(async move {
+                send(conn, batch).await;
+                drop(slot);
+            });
+        }
+    }
+}
+
+/// Sends one batch and hands every op its reply.
+async fn send(mut conn: Conn, mut batch: Vec<Op>) {
+    if batch.len() == 1 {
+        if let Some(op) = batch.pop() {
+            let res = op.call.run(&mut conn).await.and_then(wire::into_result);
+            let _ = op.reply.send(res);
+        }
+        return;
+    }
+    let call = wire::batch_invocation(batch.iter().map(|op| &op.call));
+    let res = call
+        .run(&mut conn)
+        .await
+        .and_then(wire::into_result)
+        .and_then(|reply| wire::split_batch_reply(reply, batch.len()));
+    match res {
+        Ok(replies) => {
+            for (op, reply) in batch.into_iter().zip(replies) {
+                let _ = op.reply.send(wire::into_result(reply));
+            }
+        }
+        Err(e) => {
+            for op in batch {
+                let _ = op.reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

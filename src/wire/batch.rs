@@ -1,0 +1,74 @@
+//! Many exclusive-lock acquisitions and releases as one script call
+//! (`lua/batch.lua`), for the node's coalescer.
+//!
+//! At high load most of what an acquire+release pair costs Redis is the per-call
+//! overhead of EVALSHA, not the few commands inside, so calls that are ready at the
+//! same moment can go together. The batch script runs `lua/acquire.lua` and
+//! `lua/release.lua` unchanged, wrapped as functions, each op in `pcall`, and
+//! answers one reply per op. All ops of one batch must route to one node group
+//! (one slot on a cluster): the caller groups them.
+
+use std::sync::LazyLock;
+
+use redis::{RedisResult, Script, Value};
+
+use super::{unexpected, Invocation};
+
+/// `lua/batch.lua`, with the scripts it runs put in front of it as functions whose
+/// parameters shadow the globals KEYS and ARGV (see the script's header).
+static BATCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        "local function op_acquire(KEYS, ARGV)\n",
+        include_str!("../../lua/acquire.lua"),
+        "\nend\nlocal function op_release(KEYS, ARGV)\n",
+        include_str!("../../lua/release.lua"),
+        "\nend\n",
+        include_str!("../../lua/batch.lua"),
+    ))
+});
+
+/// Which script one op of a batch runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BatchOp {
+    /// `lua/acquire.lua`
+    Acquire,
+    /// `lua/release.lua`
+    Release,
+}
+
+impl BatchOp {
+    /// This op's code in a batch's ARGV (the code fixes its key and argument
+    /// counts, so none are sent).
+    fn code(self) -> &'static str {
+        match self {
+            BatchOp::Acquire => "a",
+            BatchOp::Release => "r",
+        }
+    }
+}
+
+/// One call of the batch script over `ops` (each one with a [`BatchOp`]): every
+/// op's keys, then per op its code and arguments.
+pub(crate) fn batch_invocation<'a>(
+    ops: impl Iterator<Item = &'a Invocation> + Clone,
+) -> Invocation {
+    let mut call = Invocation::new(&BATCH);
+    for op in ops.clone() {
+        call.keys.extend(op.keys.iter().cloned());
+    }
+    for op in ops {
+        let code = op.batch.map_or("?", BatchOp::code);
+        call.args.push(code.to_string());
+        call.args.extend(op.args.iter().cloned());
+    }
+    call
+}
+
+/// The batch script's reply, one entry per op (an error reply for an op that
+/// failed alone).
+pub(crate) fn split_batch_reply(reply: Value, ops: usize) -> RedisResult<Vec<Value>> {
+    match reply {
+        Value::Array(replies) if replies.len() == ops => Ok(replies),
+        _ => Err(unexpected("batch script returned an unknown shape")),
+    }
+}

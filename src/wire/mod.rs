@@ -1,0 +1,257 @@
+//! The wire layer: the Lua scripts of `lua/` as typed calls, and nothing else.
+//!
+//! Each script is one struct (mini-redis's `cmd/` style): its fields are the call's
+//! inputs by name, [`ScriptCall::invocation`] lays them out as the script's KEYS and
+//! ARGV, and [`ScriptCall::parse`] reads the reply into a typed answer. Everything
+//! that changes a lock goes through these scripts: each runs atomically in Redis,
+//! which is what makes the hash, its TTL, the fencing counter and the unlock message
+//! change together.
+//!
+//! This layer knows neither actors nor deployments. An [`Invocation`] runs on any
+//! `redis::aio::ConnectionLike` (a standalone connection or whatever the node seam
+//! stands behind it), sending EVALSHA and loading the script when Redis answers
+//! NOSCRIPT (after a restart, a SCRIPT FLUSH, or on a cluster node that never saw
+//! it). Whether a call goes alone or in a batch is the caller's choice: an
+//! invocation that can share a round trip carries its [`BatchOp`] code.
+//!
+//! The files: `exclusive` (the plain lock's acquire, release and batched renewal),
+//! `fair`, `rw`, `look` (inspect and force release, for every kind), and `batch`
+//! (many exclusive ops as one script call).
+
+mod batch;
+mod exclusive;
+mod fair;
+mod look;
+mod rw;
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+use redis::{Cmd, RedisError, RedisResult, Script, ServerErrorKind, Value};
+
+pub(crate) use batch::{batch_invocation, split_batch_reply, BatchOp};
+pub(crate) use exclusive::{Acquire, Release, RenewHashes};
+pub(crate) use fair::{FairAcquire, FairLeave, FairRefresh, FairRelease, Place};
+pub(crate) use look::{ForceRelease, Inspect};
+pub(crate) use rw::{ReadAcquire, ReadRelease, RwRenew, WriteAcquire, WriteRelease};
+
+/// One script call laid out for the wire: which script, its KEYS and its ARGV.
+#[derive(Debug, Clone)]
+pub(crate) struct Invocation {
+    /// The script (compiled once per process).
+    pub(crate) script: &'static Script,
+    /// Its KEYS; on a cluster they all hash to one slot (`keys::validate_name`).
+    pub(crate) keys: Vec<String>,
+    /// Its ARGV.
+    pub(crate) args: Vec<String>,
+    /// Set when the call may share one `lua/batch.lua` call with others.
+    pub(crate) batch: Option<BatchOp>,
+}
+
+impl Invocation {
+    /// An invocation of `script` that always goes alone.
+    fn new(script: &'static Script) -> Invocation {
+        Invocation {
+            script,
+            keys: Vec::new(),
+            args: Vec::new(),
+            batch: None,
+        }
+    }
+
+    fn key(mut self, key: impl Into<String>) -> Invocation {
+        self.keys.push(key.into());
+        self
+    }
+
+    fn arg(mut self, arg: impl ToString) -> Invocation {
+        self.args.push(arg.to_string());
+        self
+    }
+
+    /// The first key: what a deployment routes the call by.
+    pub(crate) fn routing_key(&self) -> Option<&str> {
+        self.keys.first().map(String::as_str)
+    }
+
+    /// The EVALSHA command of this invocation.
+    fn command(&self) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.get_hash())
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        cmd
+    }
+
+    /// Sends it, loading the script and sending again if Redis does not know it.
+    /// The reply comes back as Redis sent it: an error reply is a
+    /// `Value::ServerError`, not an `Err` (a batch's reply holds one per failed op;
+    /// [`into_result`] turns a lone one into an error). Not
+    /// `Script::invoke_async`, which turns an error anywhere in a reply into an
+    /// error for the whole reply.
+    pub(crate) async fn run<C: ConnectionLike>(&self, conn: &mut C) -> RedisResult<Value> {
+        let cmd = self.command();
+        match conn.req_packed_command(&cmd).await? {
+            Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript) => {
+                self.script.load_async(conn).await?;
+                conn.req_packed_command(&cmd).await
+            }
+            reply => Ok(reply),
+        }
+    }
+}
+
+/// A script as a typed call: see the module documentation.
+pub(crate) trait ScriptCall {
+    /// What the reply means.
+    type Reply;
+
+    /// The script, KEYS and ARGV of this call.
+    fn invocation(&self) -> Invocation;
+
+    /// Reads the script's reply (an error reply already turned into an `Err`).
+    fn parse(&self, reply: Value) -> RedisResult<Self::Reply>;
+}
+
+/// Runs `call` on `conn` and reads its reply.
+pub(crate) async fn call<S: ScriptCall, C: ConnectionLike>(
+    conn: &mut C,
+    call: &S,
+) -> RedisResult<S::Reply> {
+    call.parse(into_result(call.invocation().run(conn).await?)?)
+}
+
+/// An error reply as an error, anything else as it is.
+pub(crate) fn into_result(reply: Value) -> RedisResult<Value> {
+    match reply {
+        Value::ServerError(e) => Err(e.into()),
+        reply => Ok(reply),
+    }
+}
+
+/// The hold count of `field` in the lock hash `name` (0 when absent): how a lock
+/// actor finds out what an attempt with a lost reply did.
+pub(crate) async fn hold_count<C: ConnectionLike>(
+    conn: &mut C,
+    name: &str,
+    field: &str,
+) -> RedisResult<u32> {
+    let count: Option<u32> = redis::cmd("HGET")
+        .arg(name)
+        .arg(field)
+        .query_async(conn)
+        .await?;
+    Ok(count.unwrap_or(0))
+}
+
+/// What an acquisition attempt found (the answer of every acquire script).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// The caller holds the lock now.
+    Acquired {
+        /// The new fencing token.
+        token: u64,
+        /// The caller's hold count (of this kind) after this acquisition.
+        holds: u32,
+    },
+    /// Another owner holds it (or, for a fair lock, waits before the caller).
+    Busy {
+        /// How long until that may change at the latest: the lock frees by itself
+        /// or the fair queue's head loses its place (`None`: no bound, only a
+        /// release frees it).
+        ttl: Option<Duration>,
+        /// The owner field at the head of the fair queue, if any.
+        head: Option<String>,
+    },
+    /// The caller holds read holds and asked for the write lock: refused.
+    UpgradeRefused,
+}
+
+/// What a release did (the answer of every release script).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReleaseReply {
+    /// The owner's last hold (of this kind) was given back.
+    Released {
+        /// Whether an unlock message was published (the lock freed, or a write
+        /// lock became readable).
+        published: bool,
+    },
+    /// The caller still holds the lock this many times.
+    StillHeld(u32),
+    /// The caller did not hold the lock; nothing changed.
+    NotHeld,
+}
+
+/// Converts a PTTL answer: a positive number of ms, or -1 (no expiry).
+fn ttl_from_pttl(pttl: i64) -> Option<Duration> {
+    u64::try_from(pttl).ok().map(Duration::from_millis)
+}
+
+/// The error for a reply of a shape the scripts never produce; a lock actor that
+/// meets one restarts (`error::redis_is_protocol_error`).
+pub(crate) fn unexpected(what: &'static str) -> RedisError {
+    RedisError::from((redis::ErrorKind::UnexpectedReturnType, what))
+}
+
+/// Reads `{1, token, holds}` / `{0, pttl[, head]}` / `{-1}`, the answer shape of
+/// every acquire script.
+fn acquire_reply(reply: Value) -> RedisResult<AcquireReply> {
+    use redis::Value::Int;
+    let Value::Array(reply) = reply else {
+        return Err(unexpected("acquire script returned an unknown shape"));
+    };
+    match reply.as_slice() {
+        [Int(1), Int(token), Int(holds)] => Ok(AcquireReply::Acquired {
+            token: u64::try_from(*token).map_err(|_| unexpected("negative fencing token"))?,
+            holds: u32::try_from(*holds).map_err(|_| unexpected("hold count out of range"))?,
+        }),
+        [Int(0), Int(pttl)] => Ok(AcquireReply::Busy {
+            ttl: ttl_from_pttl(*pttl),
+            head: None,
+        }),
+        [Int(0), Int(wait), head] => {
+            let head: String = redis::from_redis_value_ref(head)?;
+            Ok(AcquireReply::Busy {
+                ttl: ttl_from_pttl(*wait),
+                head: Some(head).filter(|h| !h.is_empty()),
+            })
+        }
+        [Int(-1)] => Ok(AcquireReply::UpgradeRefused),
+        _ => Err(unexpected("acquire script returned an unknown shape")),
+    }
+}
+
+/// Reads the remaining hold count of a release script: 0 released (and published),
+/// > 0 still held, -1 not held.
+fn release_reply(left: i64, published: bool) -> ReleaseReply {
+    match left {
+        0 => ReleaseReply::Released { published },
+        n if n > 0 => ReleaseReply::StillHeld(u32::try_from(n).unwrap_or(u32::MAX)),
+        _ => ReleaseReply::NotHeld,
+    }
+}
+
+/// Reads a release script's `{left, published}` pair (the read-write lock's).
+fn release_pair(reply: Value) -> RedisResult<ReleaseReply> {
+    let (left, published): (i64, i64) = redis::from_redis_value_ref(&reply)?;
+    Ok(release_reply(left, published == 1))
+}
+
+/// Reads a list of integers that must have `len` entries (one per key or field).
+fn answers(reply: Value, len: usize, what: &'static str) -> RedisResult<Vec<i64>> {
+    let answers: Vec<i64> = redis::from_redis_value_ref(&reply)?;
+    if answers.len() != len {
+        return Err(unexpected(what));
+    }
+    Ok(answers)
+}
+
+/// `"1"` or `"0"`, how the scripts take a flag.
+fn flag(on: bool) -> &'static str {
+    if on {
+        "1"
+    } else {
+        "0"
+    }
+}
