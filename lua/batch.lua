@@ -1,6 +1,6 @@
 -- batch.lua: run several exclusive-lock acquisitions and releases in one script call.
 --
--- Not a script on its own: src/scripts/batch.rs puts acquire.lua and release.lua in
+-- Not a script on its own: src/wire/batch.rs puts acquire.lua and release.lua in
 -- front of it, each wrapped as a function whose parameters are named KEYS and ARGV
 -- (op_acquire, op_release). Inside them those names are the op's own keys and
 -- arguments, so both scripts run unchanged, and their `return` returns from the

@@ -1,6 +1,6 @@
 -- fair_prelude.lua: helpers shared by fair_acquire.lua, fair_release.lua and
 -- fair_refresh.lua. Redis scripts cannot include one another, so the crate puts this
--- file in front of each of them when it builds the script (src/scripts/fair.rs). That
+-- file in front of each of them when it builds the script (src/wire/fair.rs). That
 -- keeps the fair lock's central rule, "every fair script first drops lapsed waiters
 -- from the head of the queue", in one place. It only defines functions: it writes
 -- nothing and returns nothing.

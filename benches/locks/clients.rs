@@ -13,11 +13,7 @@ use std::time::Duration;
 use actix::Addr;
 use lockwarden::{Acquire, Config, LockGuard, LockManager};
 
-use crate::direct::{Naive, NaiveHeld, Raw, RawHeld};
-
-/// Lease used by every implementation that takes one per acquisition; lockwarden
-/// uses its watchdog, whose default lease is the same 30 s.
-pub const LEASE: Duration = Duration::from_secs(30);
+use crate::direct::{Naive, NaiveHeld, Raw, RawHeld, LEASE};
 
 /// One implementation under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -2,7 +2,7 @@
 //! and the floor that lockwarden is measured between.
 //!
 //! `Raw` runs lockwarden's own `lua/acquire.lua` and `lua/release.lua` with the same
-//! KEYS and ARGV as lockwarden's exclusive lock in `src/scripts` (same owner field
+//! KEYS and ARGV as lockwarden's exclusive lock in `src/wire` (same owner field
 //! shape, a fresh request id per release) over one multiplexed connection: what the
 //! Lua path costs with no actors in front of it. To wait for a busy lock it does what lockwarden does minus the
 //! actors: one pub/sub connection per client, subscribed to the lock's unlock
@@ -21,7 +21,9 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Script};
 use tokio::sync::Notify;
 
-use crate::clients::LEASE;
+/// Lease used by every implementation that takes one per acquisition; lockwarden
+/// uses its watchdog, whose default lease is the same 30 s.
+pub const LEASE: Duration = Duration::from_secs(30);
 
 /// lockwarden's acquire script, byte for byte.
 static ACQUIRE: LazyLock<Script> =
