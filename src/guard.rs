@@ -69,6 +69,18 @@ pub enum ReleaseOutcome {
 /// A guard belongs to the lock actor of its name and kind, and to one holding of
 /// its owner there: a read guard can only give back a read hold, a fair guard only
 /// a hold of the fair lock.
+///
+/// A guard that is not kept is released at once, so the compiler warns about one
+/// left unused:
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// async fn oops(m: actix::Addr<lockwarden::LockManager>) -> Result<(), Box<dyn std::error::Error>> {
+///     m.send(lockwarden::Acquire::new("orders:42")).await??; // dropped: released at once
+///     Ok(())
+/// }
+/// ```
+#[must_use = "a guard that is not kept releases its lock at once: bind it (`let guard = ...`) for as long as you need the lock"]
 pub struct LockGuard {
     /// The lock's actor; keeps it alive while the guard lives.
     lock: Recipient<Release>,

@@ -172,7 +172,22 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
             .set_max_delay(config.reconnect_max),
         Purpose::Operator => cm.set_number_of_retries(0),
     };
-    let mut conn = Conn::Standalone(ConnectionManager::new_with_config(client.clone(), cm).await?);
+    // The connection manager retries a failed first connection several times with
+    // backoff (4.7 s against a closed port); the documented connection timeout is
+    // the bound a caller was promised, so the whole first connection is held to it.
+    let first = ConnectionManager::new_with_config(client.clone(), cm);
+    let manager = tokio::time::timeout(config.connection_timeout, first)
+        .await
+        .map_err(|_| {
+            redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "could not connect to Redis within the connection timeout ({:?})",
+                    config.connection_timeout
+                ),
+            ))
+        })??;
+    let mut conn = Conn::Standalone(manager);
     if purpose == Purpose::Operator {
         let _: String = redis::cmd("PING").query_async(&mut conn).await?;
     }
