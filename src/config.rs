@@ -50,6 +50,8 @@ pub struct Config {
     pub(crate) batch_max_ops: usize,
     /// Most coalesced script calls awaiting their reply at once.
     pub(crate) batch_in_flight: usize,
+    /// How long a lock's fencing token counter outlives its last grant.
+    pub(crate) token_ttl: Duration,
 }
 
 impl Config {
@@ -75,6 +77,7 @@ impl Config {
             fair_waiter_lease: Duration::from_secs(5),
             batch_max_ops: 32,
             batch_in_flight: 16,
+            token_ttl: Duration::from_secs(3600),
         })
     }
 
@@ -180,6 +183,20 @@ impl Config {
         self
     }
 
+    /// How long a lock's fencing token counter (`redisson_lock_token:{<name>}`)
+    /// stays in Redis after the lock's last grant; every grant sets it again. Tokens
+    /// never depend on the counter surviving (each is at least the Redis server's
+    /// clock in microseconds, docs/faults.md), so a name that is no longer used
+    /// leaves nothing behind after this long, and a service that locks one name per
+    /// request does not grow Redis without bound: it keeps about (new names per
+    /// second) x this many counters, some 90 bytes each. While the counter lives, it
+    /// also keeps tokens increasing if the server clock steps back by less than
+    /// this. At least 1 second. Defaults to 1 hour.
+    pub fn token_ttl(mut self, ttl: Duration) -> Config {
+        self.token_ttl = ttl;
+        self
+    }
+
     /// How often a fair-lock waiter refreshes its place.
     pub(crate) fn fair_refresh_every(&self) -> Duration {
         self.fair_waiter_lease / 3
@@ -225,6 +242,12 @@ impl Config {
             if d < Duration::from_millis(1) {
                 return bad(format!("{what} {d:?} is under 1 ms"));
             }
+        }
+        if self.token_ttl < Duration::from_secs(1) {
+            return bad(format!(
+                "token counter lifetime {:?} is under 1 second",
+                self.token_ttl
+            ));
         }
         if self.fair_waiter_lease < Duration::from_millis(3) {
             return bad(format!(

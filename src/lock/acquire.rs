@@ -110,6 +110,7 @@ impl LockActor {
         let opts = AttemptOpts {
             place_ms: millis(self.shared.config.fair_waiter_lease),
             queue,
+            token_ttl_ms: millis(self.shared.config.token_ttl),
         };
         self.attempt = Some(attempt.waiter);
         self.woken = false;

@@ -75,6 +75,7 @@ pub(super) async fn acquire(
         .arg(owner_field)
         .arg(opts.place_ms)
         .arg(if opts.queue { "1" } else { "0" })
+        .arg(opts.token_ttl_ms)
         .invoke_async(&mut conn)
         .await?;
     acquire_reply(&reply)

@@ -97,6 +97,8 @@ pub(crate) struct AttemptOpts {
     pub(crate) place_ms: u64,
     /// Fair lock: take a place in the queue when the lock cannot be taken now.
     pub(crate) queue: bool,
+    /// Every kind: how long the fencing token counter lives after a grant.
+    pub(crate) token_ttl_ms: u64,
 }
 
 /// Converts a PTTL answer: a positive number of ms, or -1 (no expiry).
@@ -155,10 +157,16 @@ pub(crate) async fn acquire(
 ) -> RedisResult<AcquireReply> {
     let conn = via.conn();
     match kind {
-        AcquireKind::Exclusive => acquire_exclusive(&via, name, field, lease_ms).await,
+        AcquireKind::Exclusive => {
+            acquire_exclusive(&via, name, field, lease_ms, opts.token_ttl_ms).await
+        }
         AcquireKind::Fair => fair::acquire(conn, name, field, lease_ms, opts).await,
-        AcquireKind::Read => rw::acquire_read(conn, name, field, lease_ms).await,
-        AcquireKind::Write => rw::acquire_write(conn, name, field, lease_ms).await,
+        AcquireKind::Read => {
+            rw::acquire_read(conn, name, field, lease_ms, opts.token_ttl_ms).await
+        }
+        AcquireKind::Write => {
+            rw::acquire_write(conn, name, field, lease_ms, opts.token_ttl_ms).await
+        }
     }
 }
 
@@ -218,9 +226,14 @@ async fn acquire_exclusive(
     name: &str,
     owner_field: &str,
     lease_ms: u64,
+    token_ttl_ms: u64,
 ) -> RedisResult<AcquireReply> {
     let keys = vec![name.to_string(), keys::token(name)];
-    let args = vec![lease_ms.to_string(), owner_field.to_string()];
+    let args = vec![
+        lease_ms.to_string(),
+        owner_field.to_string(),
+        token_ttl_ms.to_string(),
+    ];
     match via.run(batch::Call::Acquire, keys, args).await? {
         redis::Value::Array(reply) => acquire_reply(&reply),
         _ => Err(unexpected("acquire script returned an unknown shape")),

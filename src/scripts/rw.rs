@@ -48,6 +48,7 @@ pub(super) async fn acquire_read(
     name: &str,
     field: &str,
     lease_ms: u64,
+    token_ttl_ms: u64,
 ) -> RedisResult<AcquireReply> {
     let reply: Vec<redis::Value> = SCRIPTS
         .acquire_read
@@ -57,6 +58,7 @@ pub(super) async fn acquire_read(
         .arg(lease_ms)
         .arg(field)
         .arg(keys::write_field(field))
+        .arg(token_ttl_ms)
         .invoke_async(&mut conn)
         .await?;
     acquire_reply(&reply)
@@ -68,6 +70,7 @@ pub(super) async fn acquire_write(
     name: &str,
     field: &str,
     lease_ms: u64,
+    token_ttl_ms: u64,
 ) -> RedisResult<AcquireReply> {
     let reply: Vec<redis::Value> = SCRIPTS
         .acquire_write
@@ -76,6 +79,7 @@ pub(super) async fn acquire_write(
         .arg(lease_ms)
         .arg(field)
         .arg(reader_of(field))
+        .arg(token_ttl_ms)
         .invoke_async(&mut conn)
         .await?;
     acquire_reply(&reply)

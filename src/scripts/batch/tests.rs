@@ -20,6 +20,7 @@ const LEASE_MS: u64 = 30_000;
 const LATCH_MS: u64 = 10_000;
 const OPTS: AttemptOpts = AttemptOpts {
     place_ms: 1_000,
+    token_ttl_ms: 60_000,
     queue: false,
 };
 
