@@ -130,9 +130,15 @@ impl LockError {
 
 /// Whether a Redis error may go away by itself (a dropped connection, a timeout, a
 /// loading or failing-over server), as opposed to one that will repeat (a wrong
-/// type, a script error).
+/// type, a script error). Three server answers count as passing too, though
+/// redis-rs does not retry them: BUSY (another client's script is running; it ends
+/// or is killed), OOM (memory under `noeviction` frees as keys expire or are
+/// deleted) and LOADING (a restarted server reading its data). Each is refused
+/// before a script runs, or before its first write, so retrying is safe.
 pub(crate) fn redis_is_transient(e: &redis::RedisError) -> bool {
-    !matches!(e.retry_method(), redis::RetryMethod::NoRetry) || e.is_timeout()
+    !matches!(e.retry_method(), redis::RetryMethod::NoRetry)
+        || e.is_timeout()
+        || matches!(e.code(), Some("BUSY" | "OOM" | "LOADING"))
 }
 
 /// Whether Redis answered in a shape our scripts never produce: local state can no

@@ -28,7 +28,7 @@ use actix::WeakAddr;
 use tracing::{debug, warn};
 
 use crate::config::millis;
-use crate::error::LostReason;
+use crate::error::{redis_is_transient, LostReason};
 use crate::lock::{AcquireKind, LockActor};
 use crate::manager::Shared;
 use crate::scripts;
@@ -259,8 +259,13 @@ impl Renewer {
             };
             let lease = shared.config.watchdog_lease;
             let mut gone = Vec::new();
+            // A passing refusal (BUSY, OOM, LOADING, a dropped connection) is tried
+            // again at the next tick, not a whole period later, when the lease
+            // may have run out.
+            let soon = matches!(&answer, Err(e) if redis_is_transient(e));
             {
                 let mut t = shared.renewals.lock();
+                let next = (t.current + 1) % SLOTS;
                 for (i, id) in ids.iter().enumerate() {
                     let Some(e) = t.entries.get_mut(id) else {
                         continue;
@@ -271,7 +276,13 @@ impl Renewer {
                             e.held.valid_until = e.held.valid_until.max(sent + lease);
                         }
                         Ok(_) => gone.push(*id),
-                        Err(_) => {}
+                        Err(_) => {
+                            if soon && e.slot != next {
+                                // Moved: its old slot drops it lazily.
+                                e.slot = next;
+                                t.slots[next].push(*id);
+                            }
+                        }
                     }
                 }
             }
