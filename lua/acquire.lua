@@ -12,7 +12,8 @@
 -- holds it (pttl as PTTL reports it: -1 means the key has no expiry).
 --
 -- A script is not a transaction: a write made before an error stays. So every
--- argument is checked before the first write, and the order of writes is chosen so that no
+-- argument, and the caller's right to run each command of the path taken (ACL), is
+-- checked before the first write, and the order of writes is chosen so that no
 -- failure can leave a lock hash without a TTL. Numbers are checked as text and
 -- handed to Redis as the caller sent them: converting them to Lua numbers and back
 -- costs more than any command here, and a number that Lua reads but PEXPIRE refuses
@@ -26,6 +27,26 @@ if ARGV[2] == nil or ARGV[2] == '' then
 end
 if keep == nil or #keep > 15 or not string.find(keep, '^[1-9]%d*$') then
   return redis.error_reply('ERR lockwarden: token lifetime must be a whole number of milliseconds >= 1')
+end
+
+-- ACL: a denied command inside a script fails the script where it stands, after
+-- the writes before it. Asking first (Redis 7 and later) turns a missing right
+-- into a NOPERM reply that names the command, with nothing written. The reads come
+-- first and write nothing, but are asked too, so that the reply names them.
+local acl = redis.acl_check_cmd
+if acl then
+  local denied = (not acl('exists', KEYS[1]) and 'EXISTS on the lock')
+    or (not acl('hexists', KEYS[1], ARGV[2]) and 'HEXISTS on the lock')
+    or (not acl('hincrby', KEYS[1], ARGV[2], '1') and 'HINCRBY on the lock')
+    or (not acl('pexpire', KEYS[1], lease) and 'PEXPIRE on the lock')
+    or (not acl('pttl', KEYS[1]) and 'PTTL on the lock')
+    or (not acl('time') and 'TIME')
+    or (not acl('incr', KEYS[2]) and 'INCR on the token counter')
+    or (not acl('set', KEYS[2], '1', 'px', keep) and 'SET on the token counter')
+    or (not acl('pexpire', KEYS[2], keep) and 'PEXPIRE on the token counter')
+  if denied then
+    return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. denied)
+  end
 end
 
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then

@@ -21,6 +21,9 @@
 -- request id, so there is nothing to read yet, and the GET would be a wasted
 -- command on every release.
 --
+-- A command the ACL denies would fail the script after its earlier writes (a DEL
+-- without its PUBLISH), so the rights are asked first, as in acquire.lua.
+--
 -- Out of memory under noeviction, Redis refuses a script's memory-growing command
 -- only while the script has written nothing yet. So the first write here is always
 -- one that is never refused (PEXPIRE or DEL): a release must work even then.
@@ -38,6 +41,23 @@ if ARGV[2] == nil or ARGV[2] == '' then
 end
 if ARGV[5] ~= nil and ARGV[5] ~= '0' and ARGV[5] ~= '1' then
   return redis.error_reply('ERR lockwarden: retry flag must be 0 or 1')
+end
+
+-- ACL: asked before anything is read or written, as in acquire.lua. Every command
+-- either path may run is asked, so a missing right shows on the first release, not
+-- on the first re-entrant one.
+local acl = redis.acl_check_cmd
+if acl then
+  local denied = (not acl('hget', KEYS[1], ARGV[2]) and 'HGET on the lock')
+    or (not acl('get', KEYS[3]) and 'GET on the release latch')
+    or (not acl('pexpire', KEYS[1], lease) and 'PEXPIRE on the lock')
+    or (not acl('hincrby', KEYS[1], ARGV[2], '-1') and 'HINCRBY on the lock')
+    or (not acl('del', KEYS[1]) and 'DEL on the lock')
+    or (not acl('publish', KEYS[2], ARGV[4]) and 'PUBLISH on the unlock channel')
+    or (not acl('set', KEYS[3], '1', 'px', latch_ttl) and 'SET on the release latch')
+  if denied then
+    return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. denied)
+  end
 end
 
 if ARGV[5] == '1' then

@@ -22,8 +22,14 @@ end
 -- formatted again for every key, about a seventh of this loop's cost.
 local ms = ARGV[1]
 local held = {}
+local acl = redis.acl_check_cmd
 for i = 1, #KEYS do
   local key = KEYS[i]
+  -- ACL (Redis 7+): a denied PEXPIRE would fail the call halfway; asking first
+  -- turns it into a NOPERM reply before this key is touched.
+  if acl and not acl('pexpire', key, ms) then
+    return redis.error_reply('NOPERM lockwarden: this Redis user may not run PEXPIRE on the lock')
+  end
   if redis.call('hexists', key, ARGV[i + 1]) == 1 then
     redis.call('pexpire', key, ms)
     held[i] = 1

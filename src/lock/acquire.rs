@@ -220,7 +220,7 @@ impl LockActor {
                 // An error that will repeat (wrong key type, script error): every
                 // waiter would get the same, so all get it now.
                 warn!(lock = %self.name, error = %e, "acquire attempt refused by Redis");
-                let gone = self.queue.fail_all(|| LockError::Redis(e.clone()));
+                let gone = self.queue.fail_all(|| LockError::from(e.clone()));
                 self.leave(gone.queued, ctx);
                 self.settle(ctx);
             }
