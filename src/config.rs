@@ -55,10 +55,17 @@ pub struct Config {
 }
 
 impl Config {
-    /// A configuration for the Redis server at `url` (`redis://host:port/db`), with
-    /// every other setting at its default. Fails with [`LockError::InvalidConfig`]
-    /// only if the URL cannot be parsed (nothing connects yet).
+    /// A configuration for the Redis server at `url` (`redis://host:port/db`, or
+    /// `rediss://` for TLS, which needs the `tls` feature, on by default), with
+    /// every other setting at its default. A TLS server's certificate is checked
+    /// against the system's trusted roots (`SSL_CERT_FILE` names another bundle),
+    /// or against [`Config::tls_root_cert`]. Fails with
+    /// [`LockError::InvalidConfig`] if the URL cannot be parsed or asks for TLS in
+    /// a build without it (nothing connects yet).
     pub fn from_url(url: &str) -> Result<Config, LockError> {
+        if crate::tls::wants_tls(url) {
+            crate::tls::prepare()?;
+        }
         let client = redis::Client::open(url)
             .map_err(|e| LockError::InvalidConfig(format!("bad Redis URL {url:?}: {e}")))?;
         Ok(Config {
@@ -195,6 +202,22 @@ impl Config {
     pub fn token_ttl(mut self, ttl: Duration) -> Config {
         self.token_ttl = ttl;
         self
+    }
+
+    /// For a `rediss://` URL: trust the certificate authority in `pem` (PEM text)
+    /// instead of the system's roots, as for a private CA or a self-signed test
+    /// server. Fails with [`LockError::InvalidConfig`] if the URL is not a TLS one
+    /// or the certificate cannot be used. Defaults to the system's roots.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_cert(mut self, pem: impl Into<Vec<u8>>) -> Result<Config, LockError> {
+        let info = self.client.get_connection_info().clone();
+        let certs = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem.into()),
+        };
+        self.client = redis::Client::build_with_tls(info, certs)
+            .map_err(|e| LockError::InvalidConfig(format!("TLS root certificate: {e}")))?;
+        Ok(self)
     }
 
     /// How often a fair-lock waiter refreshes its place.

@@ -79,6 +79,7 @@ mod scripts;
 mod signal;
 mod stats;
 mod subscriber;
+mod tls;
 
 pub use admin::{check_lock_name, Admin, LockKind, LockSummary};
 pub use config::Config;
