@@ -90,7 +90,7 @@ impl Config {
 
     /// Lease of a lock acquired without an explicit lease; the watchdog keeps
     /// renewing it while the lock is held, so a crashed holder's lock frees within
-    /// this time. Defaults to 30 seconds.
+    /// this time. At least 100 milliseconds. Defaults to 30 seconds.
     pub fn watchdog_lease(mut self, lease: Duration) -> Config {
         self.watchdog_lease = lease;
         self
@@ -233,10 +233,12 @@ impl Config {
     /// Checks that the settings can work together.
     pub fn validate(&self) -> Result<(), LockError> {
         let bad = |why: String| Err(LockError::InvalidConfig(why));
-        if self.watchdog_lease < Duration::from_millis(1) {
+        // A lease shorter than a few renewal round trips lapses before a renewal
+        // can answer: the lock would be lost at once.
+        if self.watchdog_lease < MIN_WATCHDOG_LEASE {
             return bad(format!(
-                "watchdog lease {:?} is under 1 ms",
-                self.watchdog_lease
+                "watchdog lease {:?} is under the minimum of {:?}: it would run out before a renewal could answer",
+                self.watchdog_lease, MIN_WATCHDOG_LEASE
             ));
         }
         if self.watchdog_lease > self.max_lease {
@@ -293,6 +295,10 @@ impl Config {
         Ok(())
     }
 }
+
+/// Shortest watchdog lease accepted: renewed every third of it, a lease must leave
+/// a renewal a few network round trips and a renewer tick to answer.
+const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(100);
 
 /// Milliseconds of a duration for a script argument, saturating (callers have
 /// already bounded it by the maximum lease).

@@ -16,7 +16,8 @@
 //! owner no longer holds it (`OwnerGone`), or when no renewal succeeded before the
 //! lease that the last success set runs out (`Unreachable`; measured on this
 //! process's monotonic clock from the *send* time of that success, so it errs
-//! early, never late). It then tells the lock actor with [`Lapsed`], which informs
+//! early; when that time has come without a renewal having been tried, one is
+//! tried first, with a short budget, since the request may have waited in Redis). It then tells the lock actor with [`Lapsed`], which informs
 //! the guards.
 
 use std::collections::HashMap;
@@ -74,6 +75,8 @@ struct Entry {
     slot: usize,
     /// A renewal of it is in flight.
     renewing: bool,
+    /// Its lease has run out here and one last renewal was tried (see `collect`).
+    late: bool,
 }
 
 #[derive(Debug, Default)]
@@ -125,6 +128,7 @@ impl RenewTable {
                 held,
                 slot,
                 renewing: false,
+                late: false,
             },
         );
     }
@@ -174,8 +178,15 @@ impl Renewer {
                 return false;
             }
             if e.held.valid_until <= now {
-                due.lapsed.push((*id, e.held.lock.clone()));
-                return true; // removed below
+                if e.late && !e.renewing {
+                    due.lapsed.push((*id, e.held.lock.clone()));
+                    return true; // removed below
+                }
+                // valid_until counts from when the grant or renewal was sent; if
+                // the request waited in Redis (CLIENT PAUSE), Redis's TTL runs out
+                // later than that. One renewal is tried before declaring the loss:
+                // only Redis knows whether the owner still holds it.
+                e.late = true;
             }
             if !e.renewing {
                 e.renewing = true;
@@ -248,9 +259,16 @@ impl Renewer {
                 .filter_map(|id| t.entries.get(id).map(|e| e.held.valid_until))
                 .min()
         };
+        // A late renewal (its lease already over here) gets a short budget to
+        // answer before the holdings are declared lost.
+        let late_budget = shared
+            .config
+            .response_timeout
+            .min(shared.config.watchdog_lease / 4);
         let guard = deadline.map(|at| {
             let ids = ids.clone();
-            let delay = at.saturating_duration_since(Instant::now());
+            let now = Instant::now();
+            let delay = if at > now { at - now } else { late_budget };
             ctx.run_later(delay, move |act, _| act.expire(&ids))
         });
         ctx.spawn(call.into_actor(self).map(move |answer, act, ctx| {
@@ -274,6 +292,7 @@ impl Renewer {
                     match &answer {
                         Ok(held) if held[i] => {
                             e.held.valid_until = e.held.valid_until.max(sent + lease);
+                            e.late = false;
                         }
                         Ok(_) => gone.push(*id),
                         Err(_) => {
