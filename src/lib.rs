@@ -76,6 +76,7 @@ mod lock;
 mod manager;
 mod renewer;
 mod scripts;
+mod server_checks;
 mod signal;
 mod stats;
 mod subscriber;

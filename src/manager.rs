@@ -82,6 +82,7 @@ impl LockManager {
             .set_min_delay(config.reconnect_min)
             .set_max_delay(config.reconnect_max);
         let conn = ConnectionManager::new_with_config(config.client.clone(), cm_config).await?;
+        crate::server_checks::warn_if_locks_can_be_evicted(conn.clone()).await;
         let coalescer =
             Coalescer::start(conn.clone(), config.batch_max_ops, config.batch_in_flight);
         let config = Arc::new(config);

@@ -103,14 +103,51 @@ impl fmt::Display for Failure {
 }
 
 /// Prints a warning or progress note on stderr, prefixed like every message of the
-/// command.
+/// command, as one line: control characters (a newline in a lock name or in a
+/// server's error text) are escaped.
 pub fn note(message: impl fmt::Display) {
-    eprintln!("lockwarden: {message}");
+    eprintln!("lockwarden: {}", printable(&message.to_string()));
+}
+
+/// `text` with every control character escaped (`\n`, `\r`, `\t`, `\u{1b}`), so
+/// that what the command prints is one line per message and a lock name cannot
+/// move the cursor or forge a line of output.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
+}
+
+/// What went wrong when connecting, in one line: a server that does not speak the
+/// Redis protocol (an HTTP server, a wrong port) is named as such instead of
+/// redis-rs's multi-line parse report.
+pub fn connect_error(e: &LockError) -> String {
+    match e {
+        LockError::Redis(r) if r.kind() == redis::ErrorKind::Parse => {
+            "the server did not answer in the Redis protocol (is it a Redis server?)".into()
+        }
+        _ => e.to_string(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(printable("plain"), "plain");
+        assert_eq!(printable("a\nb\r\x1b[2J"), "a\\nb\\r\\u{1b}[2J");
+    }
 
     #[test]
     fn refusals_of_input_exit_2_and_losses_exit_76() {
