@@ -57,7 +57,13 @@ mod tests {
     #[test]
     fn only_noeviction_keeps_locks() {
         assert!(!evicts_locks("noeviction"));
-        for p in ["allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru", "volatile-ttl"] {
+        for p in [
+            "allkeys-lru",
+            "allkeys-lfu",
+            "allkeys-random",
+            "volatile-lru",
+            "volatile-ttl",
+        ] {
             assert!(evicts_locks(p), "{p}");
         }
     }

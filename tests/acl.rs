@@ -96,14 +96,20 @@ async fn the_documented_acl_is_enough() {
     assert!(renewed, "no renewal seen");
     let waiting = actix_rt::spawn({
         let b = b.clone();
-        async move { b.send(Acquire::new("acl:1").wait(Duration::from_secs(10))).await }
+        async move {
+            b.send(Acquire::new("acl:1").wait(Duration::from_secs(10)))
+                .await
+        }
     });
     let first = again.release().await;
     assert!(
         matches!(first, Ok(ReleaseOutcome::StillHeld { .. })),
         "{first:?}"
     );
-    assert_eq!(g.release().await.expect("released"), ReleaseOutcome::Released);
+    assert_eq!(
+        g.release().await.expect("released"),
+        ReleaseOutcome::Released
+    );
     let next = waiting
         .await
         .expect("task")

@@ -61,9 +61,12 @@ async fn hold(server: &RedisServer, name: &str) -> lockwarden::LockGuard {
 async fn a_wait_that_ends_while_redis_is_frozen_exits_on_time() {
     let mut server = RedisServer::start();
     let _guard = hold(&server, "frozen").await;
-    let child = lockwarden(&server.url(), &["run", "frozen", "--wait", "1s", "--", "true"])
-        .spawn()
-        .expect("spawn");
+    let child = lockwarden(
+        &server.url(),
+        &["run", "frozen", "--wait", "1s", "--", "true"],
+    )
+    .spawn()
+    .expect("spawn");
     let waiting = eventually(Duration::from_secs(10), || {
         let n: Vec<(String, i64)> = raw(
             &server,
@@ -102,9 +105,8 @@ async fn a_non_redis_endpoint_is_reported_in_one_line() {
             let Ok(mut s) = stream else { return };
             let mut buf = [0u8; 1024];
             let _ = s.read(&mut buf);
-            let _ = s.write_all(
-                b"HTTP/1.1 400 Bad Request\r\nContent-Length: 11\r\n\r\nbad request",
-            );
+            let _ =
+                s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 11\r\n\r\nbad request");
         }
     });
     let url = format!("redis://127.0.0.1:{port}/");
@@ -151,7 +153,8 @@ async fn a_watchdog_lease_too_short_to_renew_is_refused() {
 /// start; a `noeviction` server is not.
 #[actix_rt::test]
 async fn an_evicting_server_is_warned_about_once() {
-    let evicting = RedisServer::start_with(&["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]);
+    let evicting =
+        RedisServer::start_with(&["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]);
     let out = run(&evicting.url(), &["-v", "run", "a", "--", "true"]).await;
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "stderr: {err}");

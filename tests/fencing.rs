@@ -42,7 +42,10 @@ async fn tokens_keep_increasing_after_a_restart_from_an_older_snapshot() {
     before.extend(grants(&m, "fence", 5).await);
     server.restart();
     let counter: u64 = raw(&server, &["GET", "redisson_lock_token:{fence}"]);
-    assert_eq!(counter, before[2], "the snapshot holds the counter of 5 grants ago");
+    assert_eq!(
+        counter, before[2],
+        "the snapshot holds the counter of 5 grants ago"
+    );
 
     let g = m
         .send(Acquire::new("fence").wait(Duration::from_secs(20)))
@@ -122,7 +125,11 @@ async fn distinct_names_leave_no_permanent_keys() {
         t.await.expect("worker");
     }
     let keys: Vec<String> = raw(&server, &["KEYS", "*"]);
-    assert!(keys.len() >= NAMES, "expected the token counters, saw {}", keys.len());
+    assert!(
+        keys.len() >= NAMES,
+        "expected the token counters, saw {}",
+        keys.len()
+    );
     let mut conn = server.conn();
     for key in &keys {
         let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut conn).expect("PTTL");
@@ -133,5 +140,9 @@ async fn distinct_names_leave_no_permanent_keys() {
         raw::<i64>(&server, &["DBSIZE"]) == 0
     })
     .await;
-    assert!(empty, "keys left behind: {:?}", raw::<Vec<String>>(&server, &["KEYS", "*"]));
+    assert!(
+        empty,
+        "keys left behind: {:?}",
+        raw::<Vec<String>>(&server, &["KEYS", "*"])
+    );
 }

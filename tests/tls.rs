@@ -36,12 +36,31 @@ impl Certs {
             );
         };
         run(&[
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-            "/CN=lockwarden test CA", "-keyout", "ca.key", "-out", "ca.crt",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=lockwarden test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
         ]);
         run(&[
-            "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout",
-            "server.key", "-out", "server.csr",
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
         ]);
         std::fs::write(
             dir.path().join("san.ext"),
@@ -49,8 +68,21 @@ impl Certs {
         )
         .expect("write san.ext");
         run(&[
-            "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-            "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", "server.crt",
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "server.crt",
         ]);
         Certs { dir }
     }

@@ -98,7 +98,10 @@ async fn out_of_memory_does_not_end_a_wait() {
     let held = hold(&holder, "m", |a| a).await;
     let waiting = actix_rt::spawn({
         let m = m.clone();
-        async move { m.send(Acquire::new("m").wait(Duration::from_secs(20))).await }
+        async move {
+            m.send(Acquire::new("m").wait(Duration::from_secs(20)))
+                .await
+        }
     });
     let subscribed = eventually(Duration::from_secs(5), || {
         let n: Vec<(String, i64)> =
@@ -158,7 +161,11 @@ async fn a_renewal_that_meets_busy_is_retried_soon() {
     .await;
     let stats = m.send(lockwarden::GetStats).await.expect("running");
     assert!(stats.renewals_failed >= 1, "no renewal met BUSY: {stats:?}");
-    assert!(kept, "no renewal after the busy script; lost: {:?}", g.is_lost());
+    assert!(
+        kept,
+        "no renewal after the busy script; lost: {:?}",
+        g.is_lost()
+    );
     assert_eq!(g.is_lost(), None);
 }
 

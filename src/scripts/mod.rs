@@ -161,9 +161,7 @@ pub(crate) async fn acquire(
             acquire_exclusive(&via, name, field, lease_ms, opts.token_ttl_ms).await
         }
         AcquireKind::Fair => fair::acquire(conn, name, field, lease_ms, opts).await,
-        AcquireKind::Read => {
-            rw::acquire_read(conn, name, field, lease_ms, opts.token_ttl_ms).await
-        }
+        AcquireKind::Read => rw::acquire_read(conn, name, field, lease_ms, opts.token_ttl_ms).await,
         AcquireKind::Write => {
             rw::acquire_write(conn, name, field, lease_ms, opts.token_ttl_ms).await
         }

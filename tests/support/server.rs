@@ -217,7 +217,10 @@ impl RedisServer {
             .expect("CONFIG SET on the master");
         let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !replica.info("replication").contains("master_link_status:up") {
+        while !replica
+            .info("replication")
+            .contains("master_link_status:up")
+        {
             assert!(
                 Instant::now() < deadline,
                 "replica did not sync within 10 s\n{}",

@@ -48,12 +48,10 @@ impl Session {
 
     /// A read-only connection, after one PING.
     pub async fn admin(&self) -> Result<Admin, Failure> {
-        Admin::connect(&self.config)
-            .await
-            .map_err(|e| {
-                let why = crate::outcome::connect_error(&e);
-                Failure::usage(format!("cannot reach Redis at {}: {why}", self.shown_url))
-            })
+        Admin::connect(&self.config).await.map_err(|e| {
+            let why = crate::outcome::connect_error(&e);
+            Failure::usage(format!("cannot reach Redis at {}: {why}", self.shown_url))
+        })
     }
 
     /// A running lock manager, once the server answered a PING.
