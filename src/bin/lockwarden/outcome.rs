@@ -109,14 +109,30 @@ pub fn note(message: impl fmt::Display) {
     eprintln!("lockwarden: {}", printable(&message.to_string()));
 }
 
-/// `text` with every control character escaped (`\n`, `\r`, `\t`, `\u{1b}`), so
-/// that what the command prints is one line per message and a lock name cannot
-/// move the cursor or forge a line of output.
+/// `text` with every control character but the tab escaped (`\n`, `\r`,
+/// `\u{1b}`), so that what the command prints is one line per message and a lock
+/// name cannot move the cursor or forge a line of output. Tabs stay: `list`
+/// separates its columns with them (and escapes tabs in names itself, [`field`]).
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
+    let escaped = |c: char| c.is_control() && c != '\t';
+    if !text.chars().any(escaped) {
         return text.into();
     }
     let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if escaped(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
+}
+
+/// A value for one tab-separated column: every control character escaped, the
+/// tab too.
+pub fn field(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         if c.is_control() {
             out.extend(c.escape_default());
@@ -124,7 +140,7 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
             out.push(c);
         }
     }
-    out.into()
+    out
 }
 
 /// What went wrong when connecting, in one line: a server that does not speak the
@@ -147,6 +163,8 @@ mod tests {
     fn control_characters_are_escaped() {
         assert_eq!(printable("plain"), "plain");
         assert_eq!(printable("a\nb\r\x1b[2J"), "a\\nb\\r\\u{1b}[2J");
+        assert_eq!(printable("col\tcol"), "col\tcol");
+        assert_eq!(field("a\tb\n"), "a\\tb\\n");
     }
 
     #[test]
