@@ -53,6 +53,10 @@ async fn tokens_keep_increasing_after_a_restart_from_an_older_snapshot() {
         .expect("running")
         .expect("acquired after the restart");
     let last = *before.iter().max().expect("tokens");
+    eprintln!(
+        "restart: tokens before {before:?}, counter after {counter}, next token {}",
+        g.fencing_token()
+    );
     assert!(
         g.fencing_token() > last,
         "token {} after the restart repeats one of {before:?}",
@@ -91,6 +95,10 @@ async fn tokens_keep_increasing_after_a_failover_that_lost_the_last_grant() {
     let after = manager(&replica, |c| c).await;
     let g = hold(&after, "fence", |a| a).await;
     let last = *before.iter().max().expect("tokens");
+    eprintln!(
+        "failover: tokens before {before:?}, next token {}",
+        g.fencing_token()
+    );
     assert!(
         g.fencing_token() > last,
         "token {} on the promoted replica repeats one of {before:?}",
