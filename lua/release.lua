@@ -43,21 +43,27 @@ if ARGV[5] ~= nil and ARGV[5] ~= '0' and ARGV[5] ~= '1' then
   return redis.error_reply('ERR lockwarden: retry flag must be 0 or 1')
 end
 
--- ACL: asked before anything is read or written, as in acquire.lua. Every command
--- either path may run is asked, so a missing right shows on the first release, not
--- on the first re-entrant one.
+-- ACL, as in acquire.lua: the commands after the first write are asked for
+-- before it, on the path taken; the reads and the first write run with
+-- redis.pcall, and a denial of one of them is only named. GET of the latch is
+-- asked on every release, though only a retry runs it: a user without it would
+-- otherwise find out on the first lost reply.
 local acl = redis.acl_check_cmd
-if acl then
-  local denied = (not acl('hget', KEYS[1], ARGV[2]) and 'HGET on the lock')
-    or (not acl('get', KEYS[3]) and 'GET on the release latch')
-    or (not acl('pexpire', KEYS[1], lease) and 'PEXPIRE on the lock')
-    or (not acl('hincrby', KEYS[1], ARGV[2], '-1') and 'HINCRBY on the lock')
-    or (not acl('del', KEYS[1]) and 'DEL on the lock')
-    or (not acl('publish', KEYS[2], ARGV[4]) and 'PUBLISH on the unlock channel')
-    or (not acl('set', KEYS[3], '1', 'px', latch_ttl) and 'SET on the release latch')
-  if denied then
-    return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. denied)
+
+-- See acquire.lua.
+local function refused(err, what, ...)
+  if acl and not acl(...) then
+    return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. what)
   end
+  return err
+end
+
+local function deny(what)
+  return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. what)
+end
+
+if acl and not acl('get', KEYS[3]) then
+  return deny('GET on the release latch')
 end
 
 if ARGV[5] == '1' then
@@ -67,7 +73,11 @@ if ARGV[5] == '1' then
       return 0
     end
     -- The first attempt left holds in place: report what remains of them now.
-    local left = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+    local left = redis.pcall('hget', KEYS[1], ARGV[2])
+    if type(left) == 'table' then
+      return refused(left, 'HGET on the lock', 'hget', KEYS[1], ARGV[2])
+    end
+    left = tonumber(left)
     if left ~= nil and left > 0 then
       return left
     end
@@ -77,7 +87,10 @@ end
 
 -- One HGET answers both "does the caller hold it" (false: no such field or key)
 -- and "how many times".
-local count = redis.call('hget', KEYS[1], ARGV[2])
+local count = redis.pcall('hget', KEYS[1], ARGV[2])
+if type(count) == 'table' then
+  return refused(count, 'HGET on the lock', 'hget', KEYS[1], ARGV[2])
+end
 if not count then
   return -1
 end
@@ -90,13 +103,35 @@ if count ~= '1' then
   end
 end
 if holds > 1 then
-  redis.call('pexpire', KEYS[1], lease)
+  if acl then
+    if not acl('hincrby', KEYS[1], ARGV[2], '-1') then
+      return deny('HINCRBY on the lock')
+    end
+    if not acl('set', KEYS[3], '0', 'px', latch_ttl) then
+      return deny('SET on the release latch')
+    end
+  end
+  local r = redis.pcall('pexpire', KEYS[1], lease)
+  if type(r) == 'table' then
+    return refused(r, 'PEXPIRE on the lock', 'pexpire', KEYS[1], lease)
+  end
   local left = redis.call('hincrby', KEYS[1], ARGV[2], '-1')
   redis.call('set', KEYS[3], '0', 'px', latch_ttl)
   return left
 end
 
-redis.call('del', KEYS[1])
+if acl then
+  if not acl('publish', KEYS[2], ARGV[4]) then
+    return deny('PUBLISH on the unlock channel')
+  end
+  if not acl('set', KEYS[3], '1', 'px', latch_ttl) then
+    return deny('SET on the release latch')
+  end
+end
+local r = redis.pcall('del', KEYS[1])
+if type(r) == 'table' then
+  return refused(r, 'DEL on the lock', 'del', KEYS[1])
+end
 redis.call('publish', KEYS[2], ARGV[4])
 redis.call('set', KEYS[3], '1', 'px', latch_ttl)
 return 0
