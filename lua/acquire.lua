@@ -4,40 +4,104 @@
 -- KEYS[2]  the fencing token counter, redisson_lock_token:{<name>}
 -- ARGV[1]  lease in whole milliseconds, >= 1, as decimal digits (at most 15)
 -- ARGV[2]  owner field, "<client id>:<owner number>"
+-- ARGV[3]  lifetime of the token counter in whole milliseconds, >= 1, set again at
+--          every grant
 --
 -- Returns {1, token, holds} when the caller now holds the lock (token is the new
 -- fencing token, holds the caller's hold count), or {0, pttl} when another owner
 -- holds it (pttl as PTTL reports it: -1 means the key has no expiry).
 --
 -- A script is not a transaction: a write made before an error stays. So every
--- argument is checked before the first write, and the order of writes is chosen so
--- that no failure can leave a lock hash without a TTL. Numbers are checked as text
--- and handed to Redis as the caller sent them: converting them to Lua numbers and
--- back costs more than any command here, and a number that Lua reads but PEXPIRE
--- refuses ("1e3") would fail after the first write.
-local lease = ARGV[1]
+-- argument, and the caller's right to run each command that follows the first
+-- write (ACL), is checked before the first write, and the order of writes is chosen
+-- so that no failure can leave a lock hash without a TTL. Numbers are checked as
+-- text and handed to Redis as the caller sent them: converting them to Lua numbers
+-- and back costs more than any command here, and a number that Lua reads but
+-- PEXPIRE refuses ("1e3") would fail after the first write.
+local lease, keep = ARGV[1], ARGV[3]
 if lease == nil or #lease > 15 or not string.find(lease, '^[1-9]%d*$') then
   return redis.error_reply('ERR lockwarden: lease must be a whole number of milliseconds >= 1')
 end
 if ARGV[2] == nil or ARGV[2] == '' then
   return redis.error_reply('ERR lockwarden: empty owner field')
 end
+if keep == nil or #keep > 15 or not string.find(keep, '^[1-9]%d*$') then
+  return redis.error_reply('ERR lockwarden: token lifetime must be a whole number of milliseconds >= 1')
+end
 
-if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  local holds = redis.call('hincrby', KEYS[1], ARGV[2], '1')
+-- ACL: a command the ACL denies inside a script fails the script where it
+-- stands, after the writes before it (a hash without its TTL, held forever). So
+-- the commands that come after the first write are asked for first
+-- (redis.acl_check_cmd, Redis 7 and later), on the grant path only, and those up
+-- to the first write run with redis.pcall: a denial of one of them has written
+-- nothing, and `refused` only names it. Asking for every command up front would
+-- cost as much as the commands themselves on every call.
+local acl = redis.acl_check_cmd
+
+-- The reply for the error `err` of a command run with redis.pcall: a NOPERM one
+-- naming `what` when the ACL denies the command (the rest of the arguments),
+-- else the error itself (WRONGTYPE, OOM ...).
+local function refused(err, what, ...)
+  if acl and not acl(...) then
+    return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. what)
+  end
+  return err
+end
+
+local exists = redis.pcall('exists', KEYS[1])
+if type(exists) == 'table' then
+  return refused(exists, 'EXISTS on the lock', 'exists', KEYS[1])
+end
+local mine = 0
+if exists == 1 then
+  mine = redis.pcall('hexists', KEYS[1], ARGV[2])
+  if type(mine) == 'table' then
+    return refused(mine, 'HEXISTS on the lock', 'hexists', KEYS[1], ARGV[2])
+  end
+end
+
+if exists == 0 or mine == 1 then
+  if acl then
+    local denied = (not acl('pexpire', KEYS[1], lease) and 'PEXPIRE on the lock')
+      or (not acl('time') and 'TIME')
+      or (not acl('set', KEYS[2], '1', 'px', keep, 'get') and 'SET on the token counter')
+    if denied then
+      return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. denied)
+    end
+  end
+  -- The first write: refused with nothing written when denied or out of memory.
+  local holds = redis.pcall('hincrby', KEYS[1], ARGV[2], '1')
+  if type(holds) == 'table' then
+    return refused(holds, 'HINCRBY on the lock', 'hincrby', KEYS[1], ARGV[2], '1')
+  end
   redis.call('pexpire', KEYS[1], lease)
-  local token = redis.call('incr', KEYS[2])
-  -- INCR answering 1 means the counter was missing (first use, or Redis restarted
-  -- empty). It is then seeded from the server clock in microseconds, so tokens
-  -- never go backwards across a restart unless more than a million acquisitions a
-  -- second had been made on this lock. Checking with INCR itself instead of an
-  -- EXISTS first saves a command on every acquisition but the first.
-  if token == 1 then
-    local now = redis.call('time')
-    redis.call('set', KEYS[2], now[1] .. string.rep('0', 6 - #now[2]) .. now[2])
-    token = redis.call('incr', KEYS[2])
+  -- The token is the last token plus one, but never less than the server clock in
+  -- microseconds (TIME). A counter alone goes back in time whenever Redis loses
+  -- recent writes (a restart from an older snapshot, a failover to a replica that
+  -- missed them, the counter's own expiry) and would hand out a token again; the
+  -- clock does not go back with the data. So after such a loss the next token is
+  -- still above every earlier one, as long as the server clock now is past the
+  -- moment those were issued (docs/faults.md). Tokens thus follow the clock: only
+  -- more than one grant of a lock per microsecond runs them ahead of it, and then
+  -- the last token plus one wins.
+  --
+  -- SET ... GET writes the clock and reads the last token in one command, with the
+  -- counter's lifetime (set again at every grant, so a name no longer used leaves
+  -- nothing behind). Both numbers stay below 2^53, so Lua compares them exactly,
+  -- and %.0f writes them back exactly.
+  local t = redis.call('time')
+  local now = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+  local token = tonumber(now)
+  local last = tonumber(redis.call('set', KEYS[2], now, 'px', keep, 'get'))
+  if last and last >= token then
+    token = last + 1
+    redis.call('set', KEYS[2], string.format('%.0f', token), 'px', keep)
   end
   return {1, token, holds}
 end
 
-return {0, redis.call('pttl', KEYS[1])}
+local pttl = redis.pcall('pttl', KEYS[1])
+if type(pttl) == 'table' then
+  return refused(pttl, 'PTTL on the lock', 'pttl', KEYS[1])
+end
+return {0, pttl}

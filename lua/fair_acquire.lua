@@ -11,6 +11,7 @@
 -- ARGV[2]  owner field, "<client id>:<owner number>"
 -- ARGV[3]  how long a place in the queue is kept without a refresh, whole ms >= 1
 -- ARGV[4]  '1' to queue the caller when it cannot take the lock, '0' to only try
+-- ARGV[5]  lifetime of the token counter in whole milliseconds, >= 1
 --
 -- Returns {1, token, holds} when the caller now holds the lock, or {0, wait, head}
 -- when it does not: wait is how long until that may change at the latest (the
@@ -42,6 +43,9 @@ end
 if ARGV[4] ~= '0' and ARGV[4] ~= '1' then
   return redis.error_reply('ERR lockwarden: queue flag must be 0 or 1')
 end
+if ARGV[5] == nil or #ARGV[5] > 15 or not string.find(ARGV[5], '^[1-9]%d*$') then
+  return redis.error_reply('ERR lockwarden: token lifetime must be a whole number of milliseconds >= 1')
+end
 local type_error = fair_type_error()
 if type_error then
   return type_error
@@ -63,11 +67,16 @@ if (free and (not head or head == ARGV[2])) or redis.call('hexists', KEYS[1], AR
   end
   local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], lease)
-  -- Seeded from the server clock when missing, as in acquire.lua.
-  if redis.call('exists', KEYS[4]) == 0 then
-    redis.call('set', KEYS[4], t[1] .. string.rep('0', 6 - #t[2]) .. t[2])
-  end
+  local now_us = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+  -- Never below the server clock in microseconds, and the counter expires after
+  -- a long idle time: see acquire.lua.
   local token = redis.call('incr', KEYS[4])
+  if token <= tonumber(now_us) then
+    token = tonumber(now_us)
+    redis.call('set', KEYS[4], now_us, 'px', ARGV[5])
+  else
+    redis.call('pexpire', KEYS[4], ARGV[5])
+  end
   return {1, token, holds}
 end
 

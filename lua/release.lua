@@ -21,6 +21,9 @@
 -- request id, so there is nothing to read yet, and the GET would be a wasted
 -- command on every release.
 --
+-- A command the ACL denies would fail the script after its earlier writes (a DEL
+-- without its PUBLISH), so the rights are asked first, as in acquire.lua.
+--
 -- Out of memory under noeviction, Redis refuses a script's memory-growing command
 -- only while the script has written nothing yet. So the first write here is always
 -- one that is never refused (PEXPIRE or DEL): a release must work even then.
@@ -40,6 +43,29 @@ if ARGV[5] ~= nil and ARGV[5] ~= '0' and ARGV[5] ~= '1' then
   return redis.error_reply('ERR lockwarden: retry flag must be 0 or 1')
 end
 
+-- ACL, as in acquire.lua: the commands after the first write are asked for
+-- before it, on the path taken; the reads and the first write run with
+-- redis.pcall, and a denial of one of them is only named. GET of the latch is
+-- asked on every release, though only a retry runs it: a user without it would
+-- otherwise find out on the first lost reply.
+local acl = redis.acl_check_cmd
+
+-- See acquire.lua.
+local function refused(err, what, ...)
+  if acl and not acl(...) then
+    return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. what)
+  end
+  return err
+end
+
+local function deny(what)
+  return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. what)
+end
+
+if acl and not acl('get', KEYS[3]) then
+  return deny('GET on the release latch')
+end
+
 if ARGV[5] == '1' then
   local done = redis.call('get', KEYS[3])
   if done then
@@ -47,7 +73,11 @@ if ARGV[5] == '1' then
       return 0
     end
     -- The first attempt left holds in place: report what remains of them now.
-    local left = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+    local left = redis.pcall('hget', KEYS[1], ARGV[2])
+    if type(left) == 'table' then
+      return refused(left, 'HGET on the lock', 'hget', KEYS[1], ARGV[2])
+    end
+    left = tonumber(left)
     if left ~= nil and left > 0 then
       return left
     end
@@ -57,7 +87,10 @@ end
 
 -- One HGET answers both "does the caller hold it" (false: no such field or key)
 -- and "how many times".
-local count = redis.call('hget', KEYS[1], ARGV[2])
+local count = redis.pcall('hget', KEYS[1], ARGV[2])
+if type(count) == 'table' then
+  return refused(count, 'HGET on the lock', 'hget', KEYS[1], ARGV[2])
+end
 if not count then
   return -1
 end
@@ -70,13 +103,35 @@ if count ~= '1' then
   end
 end
 if holds > 1 then
-  redis.call('pexpire', KEYS[1], lease)
+  if acl then
+    if not acl('hincrby', KEYS[1], ARGV[2], '-1') then
+      return deny('HINCRBY on the lock')
+    end
+    if not acl('set', KEYS[3], '0', 'px', latch_ttl) then
+      return deny('SET on the release latch')
+    end
+  end
+  local r = redis.pcall('pexpire', KEYS[1], lease)
+  if type(r) == 'table' then
+    return refused(r, 'PEXPIRE on the lock', 'pexpire', KEYS[1], lease)
+  end
   local left = redis.call('hincrby', KEYS[1], ARGV[2], '-1')
   redis.call('set', KEYS[3], '0', 'px', latch_ttl)
   return left
 end
 
-redis.call('del', KEYS[1])
+if acl then
+  if not acl('publish', KEYS[2], ARGV[4]) then
+    return deny('PUBLISH on the unlock channel')
+  end
+  if not acl('set', KEYS[3], '1', 'px', latch_ttl) then
+    return deny('SET on the release latch')
+  end
+end
+local r = redis.pcall('del', KEYS[1])
+if type(r) == 'table' then
+  return refused(r, 'DEL on the lock', 'del', KEYS[1])
+end
 redis.call('publish', KEYS[2], ARGV[4])
 redis.call('set', KEYS[3], '1', 'px', latch_ttl)
 return 0

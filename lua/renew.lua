@@ -22,13 +22,29 @@ end
 -- formatted again for every key, about a seventh of this loop's cost.
 local ms = ARGV[1]
 local held = {}
+local acl = redis.acl_check_cmd
 for i = 1, #KEYS do
   local key = KEYS[i]
-  if redis.call('hexists', key, ARGV[i + 1]) == 1 then
-    redis.call('pexpire', key, ms)
+  -- ACL (Redis 7+): a denial is named instead of failing the call as Redis words
+  -- it. Each key's PEXPIRE is a whole renewal, so one denied halfway leaves the
+  -- earlier keys renewed and nothing half done.
+  local h = redis.pcall('hexists', key, ARGV[i + 1])
+  if h == 1 then
+    local r = redis.pcall('pexpire', key, ms)
+    if type(r) == 'table' then
+      if acl and not acl('pexpire', key, ms) then
+        return redis.error_reply('NOPERM lockwarden: this Redis user may not run PEXPIRE on the lock')
+      end
+      return r
+    end
     held[i] = 1
-  else
+  elseif h == 0 then
     held[i] = 0
+  else
+    if acl and not acl('hexists', key, ARGV[i + 1]) then
+      return redis.error_reply('NOPERM lockwarden: this Redis user may not run HEXISTS on the lock')
+    end
+    return h
   end
 end
 return held

@@ -9,6 +9,7 @@
 -- ARGV[1]  lease in whole milliseconds, >= 1
 -- ARGV[2]  owner field, "<client id>:<owner number>"
 -- ARGV[3]  the same owner's writer field, "<owner field>:write"
+-- ARGV[4]  lifetime of the token counter in whole milliseconds, >= 1
 --
 -- Returns {1, token, holds} when the caller now holds one more read hold (holds is
 -- its read hold count), or {0, pttl} when another owner holds the write lock.
@@ -24,6 +25,9 @@ if lease == nil or lease < 1 or lease ~= math.floor(lease) then
 end
 if ARGV[2] == nil or ARGV[2] == '' or ARGV[3] == nil or ARGV[3] == '' then
   return redis.error_reply('ERR lockwarden: empty owner field')
+end
+if ARGV[4] == nil or #ARGV[4] > 15 or not string.find(ARGV[4], '^[1-9]%d*$') then
+  return redis.error_reply('ERR lockwarden: token lifetime must be a whole number of milliseconds >= 1')
 end
 local kind = redis.call('type', KEYS[1]).ok
 if kind ~= 'none' and kind ~= 'hash' then
@@ -48,9 +52,15 @@ end
 local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
 redis.call('set', KEYS[3] .. ':' .. holds, 1, 'px', lease)
 redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), lease))
-if redis.call('exists', KEYS[2]) == 0 then
-  local now = redis.call('time')
-  redis.call('set', KEYS[2], now[1] .. string.rep('0', 6 - #now[2]) .. now[2])
-end
+local t = redis.call('time')
+local now_us = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+-- Never below the server clock in microseconds, and the counter expires after
+-- a long idle time: see acquire.lua.
 local token = redis.call('incr', KEYS[2])
+if token <= tonumber(now_us) then
+  token = tonumber(now_us)
+  redis.call('set', KEYS[2], now_us, 'px', ARGV[4])
+else
+  redis.call('pexpire', KEYS[2], ARGV[4])
+end
 return {1, token, holds}

@@ -50,13 +50,22 @@ pub struct Config {
     pub(crate) batch_max_ops: usize,
     /// Most coalesced script calls awaiting their reply at once.
     pub(crate) batch_in_flight: usize,
+    /// How long a lock's fencing token counter outlives its last grant.
+    pub(crate) token_ttl: Duration,
 }
 
 impl Config {
-    /// A configuration for the Redis server at `url` (`redis://host:port/db`), with
-    /// every other setting at its default. Fails with [`LockError::InvalidConfig`]
-    /// only if the URL cannot be parsed (nothing connects yet).
+    /// A configuration for the Redis server at `url` (`redis://host:port/db`, or
+    /// `rediss://` for TLS, which needs the `tls` feature, on by default), with
+    /// every other setting at its default. A TLS server's certificate is checked
+    /// against the system's trusted roots (`SSL_CERT_FILE` names another bundle),
+    /// or against [`Config::tls_root_cert`]. Fails with
+    /// [`LockError::InvalidConfig`] if the URL cannot be parsed or asks for TLS in
+    /// a build without it (nothing connects yet).
     pub fn from_url(url: &str) -> Result<Config, LockError> {
+        if crate::tls::wants_tls(url) {
+            crate::tls::prepare()?;
+        }
         let client = redis::Client::open(url)
             .map_err(|e| LockError::InvalidConfig(format!("bad Redis URL {url:?}: {e}")))?;
         Ok(Config {
@@ -75,12 +84,13 @@ impl Config {
             fair_waiter_lease: Duration::from_secs(5),
             batch_max_ops: 32,
             batch_in_flight: 16,
+            token_ttl: Duration::from_secs(3600),
         })
     }
 
     /// Lease of a lock acquired without an explicit lease; the watchdog keeps
     /// renewing it while the lock is held, so a crashed holder's lock frees within
-    /// this time. Defaults to 30 seconds.
+    /// this time. At least 100 milliseconds. Defaults to 30 seconds.
     pub fn watchdog_lease(mut self, lease: Duration) -> Config {
         self.watchdog_lease = lease;
         self
@@ -180,6 +190,36 @@ impl Config {
         self
     }
 
+    /// How long a lock's fencing token counter (`redisson_lock_token:{<name>}`)
+    /// stays in Redis after the lock's last grant; every grant sets it again. Tokens
+    /// never depend on the counter surviving (each is at least the Redis server's
+    /// clock in microseconds, docs/faults.md), so a name that is no longer used
+    /// leaves nothing behind after this long, and a service that locks one name per
+    /// request does not grow Redis without bound: it keeps about (new names per
+    /// second) x this many counters, some 90 bytes each. While the counter lives, it
+    /// also keeps tokens increasing if the server clock steps back by less than
+    /// this. At least 1 second. Defaults to 1 hour.
+    pub fn token_ttl(mut self, ttl: Duration) -> Config {
+        self.token_ttl = ttl;
+        self
+    }
+
+    /// For a `rediss://` URL: trust the certificate authority in `pem` (PEM text)
+    /// instead of the system's roots, as for a private CA or a self-signed test
+    /// server. Fails with [`LockError::InvalidConfig`] if the URL is not a TLS one
+    /// or the certificate cannot be used. Defaults to the system's roots.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_cert(mut self, pem: impl Into<Vec<u8>>) -> Result<Config, LockError> {
+        let info = self.client.get_connection_info().clone();
+        let certs = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem.into()),
+        };
+        self.client = redis::Client::build_with_tls(info, certs)
+            .map_err(|e| LockError::InvalidConfig(format!("TLS root certificate: {e}")))?;
+        Ok(self)
+    }
+
     /// How often a fair-lock waiter refreshes its place.
     pub(crate) fn fair_refresh_every(&self) -> Duration {
         self.fair_waiter_lease / 3
@@ -193,10 +233,12 @@ impl Config {
     /// Checks that the settings can work together.
     pub fn validate(&self) -> Result<(), LockError> {
         let bad = |why: String| Err(LockError::InvalidConfig(why));
-        if self.watchdog_lease < Duration::from_millis(1) {
+        // A lease shorter than a few renewal round trips lapses before a renewal
+        // can answer: the lock would be lost at once.
+        if self.watchdog_lease < MIN_WATCHDOG_LEASE {
             return bad(format!(
-                "watchdog lease {:?} is under 1 ms",
-                self.watchdog_lease
+                "watchdog lease {:?} is under the minimum of {:?}: it would run out before a renewal could answer",
+                self.watchdog_lease, MIN_WATCHDOG_LEASE
             ));
         }
         if self.watchdog_lease > self.max_lease {
@@ -226,6 +268,12 @@ impl Config {
                 return bad(format!("{what} {d:?} is under 1 ms"));
             }
         }
+        if self.token_ttl < Duration::from_secs(1) {
+            return bad(format!(
+                "token counter lifetime {:?} is under 1 second",
+                self.token_ttl
+            ));
+        }
         if self.fair_waiter_lease < Duration::from_millis(3) {
             return bad(format!(
                 "fair waiter lease {:?} is under 3 ms",
@@ -247,6 +295,10 @@ impl Config {
         Ok(())
     }
 }
+
+/// Shortest watchdog lease accepted: renewed every third of it, a lease must leave
+/// a renewal a few network round trips and a renewer tick to answer.
+const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(100);
 
 /// Milliseconds of a duration for a script argument, saturating (callers have
 /// already bounded it by the maximum lease).

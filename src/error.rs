@@ -107,6 +107,16 @@ pub enum LockError {
     Lost(LostReason),
     /// Redis answered with an error or could not be reached.
     Redis(redis::RedisError),
+    /// The Redis user lacks a right the lock needs (ACL): a command, a key or a
+    /// channel. The lock scripts ask for every right they use before their first
+    /// write, so nothing was changed in Redis. docs/operations.md lists the rights.
+    NoPermission {
+        /// The command refused, upper case (`PEXPIRE`, `EVALSHA`), or `?` when
+        /// Redis did not say which.
+        command: String,
+        /// Redis's message, for the log.
+        detail: String,
+    },
     /// The lock manager or the lock's actor is no longer running.
     Stopped,
     /// The owner asked for the write lock of a read-write lock while it holds read
@@ -130,9 +140,33 @@ impl LockError {
 
 /// Whether a Redis error may go away by itself (a dropped connection, a timeout, a
 /// loading or failing-over server), as opposed to one that will repeat (a wrong
-/// type, a script error).
+/// type, a script error). Three server answers count as passing too, though
+/// redis-rs does not retry them: BUSY (another client's script is running; it ends
+/// or is killed), OOM (memory under `noeviction` frees as keys expire or are
+/// deleted) and LOADING (a restarted server reading its data). Each is refused
+/// before a script runs, or before its first write, so retrying is safe.
 pub(crate) fn redis_is_transient(e: &redis::RedisError) -> bool {
-    !matches!(e.retry_method(), redis::RetryMethod::NoRetry) || e.is_timeout()
+    !matches!(e.retry_method(), redis::RetryMethod::NoRetry)
+        || e.is_timeout()
+        || matches!(e.code(), Some("BUSY" | "OOM" | "LOADING"))
+}
+
+/// The command a permission error names: ours say "... may not run PEXPIRE on
+/// ...", Redis's own "... to run the 'evalsha' command"; `None` if `e` is not a
+/// permission error. A denial inside a script that did not ask first comes as
+/// "ERR ... can't run this command" (Redis 7.0) and names none.
+fn denied_command(e: &redis::RedisError) -> Option<String> {
+    let detail = e.detail().unwrap_or("");
+    if e.code() == Some("NOPERM") {
+        if let Some(rest) = detail.split_once("may not run ").map(|(_, r)| r) {
+            let cmd = rest.split_whitespace().next().unwrap_or("?");
+            return Some(cmd.to_string());
+        }
+        let quoted = detail.split('\'').nth(1).filter(|c| !c.is_empty());
+        return Some(quoted.unwrap_or("?").to_uppercase());
+    }
+    (detail.contains("can't run this command") || detail.contains("no permissions to run"))
+        .then(|| "?".to_string())
 }
 
 /// Whether Redis answered in a shape our scripts never produce: local state can no
@@ -162,6 +196,10 @@ impl fmt::Display for LockError {
             LockError::AlreadyReleased => f.write_str("this guard was already released"),
             LockError::Lost(reason) => write!(f, "lock was lost while held: {reason}"),
             LockError::Redis(e) => write!(f, "redis error: {e}"),
+            LockError::NoPermission { command, detail } => write!(
+                f,
+                "no permission: the Redis user may not run {command} ({detail}); nothing was changed"
+            ),
             LockError::Stopped => f.write_str("the lock manager is not running"),
             LockError::UpgradeRefused => f.write_str(
                 "write lock refused: this owner holds read holds of it (an upgrade would deadlock)",
@@ -180,8 +218,16 @@ impl std::error::Error for LockError {
 }
 
 impl From<redis::RedisError> for LockError {
+    /// A permission error becomes [`LockError::NoPermission`], any other
+    /// [`LockError::Redis`].
     fn from(e: redis::RedisError) -> LockError {
-        LockError::Redis(e)
+        match denied_command(&e) {
+            Some(command) => LockError::NoPermission {
+                command,
+                detail: e.detail().unwrap_or("").replace(['\r', '\n'], " "),
+            },
+            None => LockError::Redis(e),
+        }
     }
 }
 

@@ -81,6 +81,7 @@ mod kind;
 mod node;
 mod signal;
 mod stats;
+mod tls;
 mod view;
 mod wire;
 

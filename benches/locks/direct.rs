@@ -135,6 +135,8 @@ impl Raw {
                 .key(&token_key)
                 .arg(lease_ms)
                 .arg(&field)
+                // The token counter's lifetime: the library's default, an hour.
+                .arg(3_600_000u64)
                 .invoke_async(&mut self.conn.clone())
                 .await
                 .expect("raw acquire script");

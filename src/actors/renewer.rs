@@ -16,7 +16,8 @@
 //! owner no longer holds it (`OwnerGone`), or when no renewal succeeded before the
 //! lease that the last success set runs out (`Unreachable`; measured on this
 //! process's monotonic clock from the *send* time of that success, so it errs
-//! early, never late). It then tells the lock actor with [`Lapsed`], which informs
+//! early; when that time has come without a renewal having been tried, one is
+//! tried first, with a short budget, since the request may have waited in Redis). It then tells the lock actor with [`Lapsed`], which informs
 //! the guards.
 //!
 //! The renewer sits below the lock actor: it knows a holding only by what the
@@ -33,7 +34,8 @@ use actix::WeakRecipient;
 use tracing::{debug, warn};
 
 use crate::config::millis;
-use crate::error::LostReason;
+use crate::config::Config;
+use crate::error::{redis_is_transient, LostReason};
 use crate::node::{Group, Node};
 use crate::stats::Counters;
 use crate::wire::{self, RenewHashes, RwRenew};
@@ -92,6 +94,8 @@ struct Entry {
     slot: usize,
     /// A renewal of it is in flight.
     renewing: bool,
+    /// Its lease has run out here and one last renewal was tried (see `collect`).
+    late: bool,
 }
 
 #[derive(Debug, Default)]
@@ -143,6 +147,7 @@ impl RenewTable {
                 held,
                 slot,
                 renewing: false,
+                late: false,
             },
         );
     }
@@ -178,6 +183,9 @@ pub(crate) struct Renewer {
     lease: Duration,
     /// The renewal period (cut into [`SLOTS`] ticks).
     every: Duration,
+    /// How long a renewal sent after its holding's lease ran out here may take to
+    /// answer before the holding is declared lost.
+    late_budget: Duration,
     /// Health counters (failed renewals, lost locks).
     counters: Arc<Counters>,
 }
@@ -186,15 +194,15 @@ impl Renewer {
     pub(crate) fn new(
         table: Weak<RenewTable>,
         node: Node,
-        lease: Duration,
-        every: Duration,
+        config: &Config,
         counters: Arc<Counters>,
     ) -> Renewer {
         Renewer {
             table,
             node,
-            lease,
-            every,
+            lease: config.watchdog_lease,
+            every: config.renew_every(),
+            late_budget: config.response_timeout.min(config.watchdog_lease / 4),
             counters,
         }
     }
@@ -215,8 +223,15 @@ impl Renewer {
                 return false;
             }
             if e.held.valid_until <= now {
-                due.lapsed.push((*id, e.held.lock.clone()));
-                return true; // removed below
+                if e.late && !e.renewing {
+                    due.lapsed.push((*id, e.held.lock.clone()));
+                    return true; // removed below
+                }
+                // valid_until counts from when the grant or renewal was sent; if
+                // the request waited in Redis (CLIENT PAUSE), Redis's TTL runs out
+                // later than that. One renewal is tried before declaring the loss:
+                // only Redis knows whether the owner still holds it.
+                e.late = true;
             }
             if !e.renewing {
                 e.renewing = true;
@@ -306,9 +321,13 @@ impl Renewer {
                 .filter_map(|id| t.entries.get(id).map(|e| e.held.valid_until))
                 .min()
         };
+        // A late renewal (its lease already over here) gets a short budget to
+        // answer before the holdings are declared lost.
+        let late_budget = self.late_budget;
         let guard = deadline.map(|at| {
             let ids = ids.clone();
-            let delay = at.saturating_duration_since(Instant::now());
+            let now = Instant::now();
+            let delay = if at > now { at - now } else { late_budget };
             ctx.run_later(delay, move |act, _| act.expire(&ids))
         });
         ctx.spawn(call.into_actor(self).map(move |answer, act, ctx| {
@@ -317,8 +336,13 @@ impl Renewer {
             };
             let lease = act.lease;
             let mut gone = Vec::new();
+            // A passing refusal (BUSY, OOM, LOADING, a dropped connection) is tried
+            // again at the next tick, not a whole period later, when the lease
+            // may have run out.
+            let soon = matches!(&answer, Err(e) if redis_is_transient(e));
             {
                 let mut t = table.lock();
+                let next = (t.current + 1) % SLOTS;
                 for (i, id) in ids.iter().enumerate() {
                     let Some(e) = t.entries.get_mut(id) else {
                         continue;
@@ -327,9 +351,16 @@ impl Renewer {
                     match &answer {
                         Ok(held) if held[i] => {
                             e.held.valid_until = e.held.valid_until.max(sent + lease);
+                            e.late = false;
                         }
                         Ok(_) => gone.push(*id),
-                        Err(_) => {}
+                        Err(_) => {
+                            if soon && e.slot != next {
+                                // Moved: its old slot drops it lazily.
+                                e.slot = next;
+                                t.slots[next].push(*id);
+                            }
+                        }
                     }
                 }
             }

@@ -70,8 +70,7 @@ impl LockManager {
         Renewer::new(
             Arc::downgrade(&renewals),
             node.clone(),
-            config.watchdog_lease,
-            config.renew_every(),
+            &config,
             Arc::clone(&counters),
         )
         .start();

@@ -20,6 +20,7 @@
 //! The coalescer (`coalescer`) lives here too: it is how calls reach the server,
 //! not what they mean.
 
+mod checks;
 mod coalescer;
 
 use std::time::Duration;
@@ -188,8 +189,11 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
             ))
         })??;
     let mut conn = Conn::Standalone(manager);
-    if purpose == Purpose::Operator {
-        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+    match purpose {
+        Purpose::Operator => {
+            let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        }
+        Purpose::Locks => checks::warn_if_locks_can_be_evicted(&mut conn).await,
     }
     Ok(Node {
         conn,

@@ -30,6 +30,8 @@ pub(crate) struct Acquire<'a> {
     pub(crate) field: &'a str,
     /// The lease to set, in ms.
     pub(crate) lease_ms: u64,
+    /// How long the fencing token counter lives after this grant, in ms.
+    pub(crate) token_ttl_ms: u64,
 }
 
 impl ScriptCall for Acquire<'_> {
@@ -40,7 +42,8 @@ impl ScriptCall for Acquire<'_> {
             .key(self.name)
             .key(keys::token(self.name))
             .arg(self.lease_ms)
-            .arg(self.field);
+            .arg(self.field)
+            .arg(self.token_ttl_ms);
         call.batch = Some(BatchOp::Acquire);
         call
     }

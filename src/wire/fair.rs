@@ -74,6 +74,8 @@ pub(crate) struct FairAcquire<'a> {
     pub(crate) place_ms: u64,
     /// Take a place when the lock cannot be taken now (not for a one-shot try).
     pub(crate) queue: bool,
+    /// How long the fencing token counter lives after this grant, in ms.
+    pub(crate) token_ttl_ms: u64,
 }
 
 impl ScriptCall for FairAcquire<'_> {
@@ -87,6 +89,7 @@ impl ScriptCall for FairAcquire<'_> {
             .arg(self.field)
             .arg(self.place_ms)
             .arg(flag(self.queue))
+            .arg(self.token_ttl_ms)
     }
 
     fn parse(&self, reply: Value) -> RedisResult<AcquireReply> {

@@ -38,6 +38,8 @@ pub(crate) struct ReadAcquire<'a> {
     pub(crate) field: &'a str,
     /// The hold's lease, in ms.
     pub(crate) lease_ms: u64,
+    /// How long the fencing token counter lives after this grant, in ms.
+    pub(crate) token_ttl_ms: u64,
 }
 
 impl ScriptCall for ReadAcquire<'_> {
@@ -51,6 +53,7 @@ impl ScriptCall for ReadAcquire<'_> {
             .arg(self.lease_ms)
             .arg(self.field)
             .arg(keys::write_field(self.field))
+            .arg(self.token_ttl_ms)
     }
 
     fn parse(&self, reply: Value) -> RedisResult<AcquireReply> {
@@ -67,6 +70,8 @@ pub(crate) struct WriteAcquire<'a> {
     pub(crate) field: &'a str,
     /// The lease, in ms.
     pub(crate) lease_ms: u64,
+    /// How long the fencing token counter lives after this grant, in ms.
+    pub(crate) token_ttl_ms: u64,
 }
 
 impl ScriptCall for WriteAcquire<'_> {
@@ -79,6 +84,7 @@ impl ScriptCall for WriteAcquire<'_> {
             .arg(self.lease_ms)
             .arg(self.field)
             .arg(reader_of(self.field))
+            .arg(self.token_ttl_ms)
     }
 
     fn parse(&self, reply: Value) -> RedisResult<AcquireReply> {

@@ -154,7 +154,8 @@ impl RedisServer {
         }
     }
 
-    /// Kills the server and starts it again on the same port, with no data.
+    /// Kills the server and starts it again on the same port and directory: with no
+    /// data, unless a snapshot was saved there (`SAVE`), which it then loads.
     pub fn restart(&mut self) {
         self.kill();
         let mut last = String::new();
@@ -204,6 +205,38 @@ impl RedisServer {
     /// The server's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_else(|e| format!("(no log: {e})"))
+    }
+
+    /// Starts a replica of `master` and waits until its first sync is done.
+    pub fn start_replica_of(master: &RedisServer) -> RedisServer {
+        let port = master.port().to_string();
+        // Redis waits 5 s for more replicas before a diskless full sync.
+        let _: () = redis::cmd("CONFIG")
+            .arg(&["SET", "repl-diskless-sync-delay", "0"])
+            .query(&mut master.conn())
+            .expect("CONFIG SET on the master");
+        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !replica
+            .info("replication")
+            .contains("master_link_status:up")
+        {
+            assert!(
+                Instant::now() < deadline,
+                "replica did not sync within 10 s\n{}",
+                replica.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        replica
+    }
+
+    /// A section of `INFO`.
+    pub fn info(&self, section: &str) -> String {
+        redis::cmd("INFO")
+            .arg(section)
+            .query(&mut self.conn())
+            .unwrap_or_else(|e| panic!("INFO {section}: {e}"))
     }
 
     /// Calls per command since start (or `CONFIG RESETSTAT`), from `INFO commandstats`;

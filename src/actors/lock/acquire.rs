@@ -116,6 +116,7 @@ impl LockActor {
             field: attempt.field.clone(),
             lease_ms: millis(attempt.lease.unwrap_or(self.shared.config.watchdog_lease)),
             queue,
+            token_ttl_ms: millis(self.shared.config.token_ttl),
         };
         self.attempt = Some(attempt.waiter);
         self.woken = false;
@@ -222,7 +223,7 @@ impl LockActor {
                 // An error that will repeat (wrong key type, script error): every
                 // waiter would get the same, so all get it now.
                 warn!(lock = %self.name, error = %e, "acquire attempt refused by Redis");
-                let gone = self.queue.fail_all(|| LockError::Redis(e.clone()));
+                let gone = self.queue.fail_all(|| LockError::from(e.clone()));
                 self.leave(gone.queued, ctx);
                 self.settle(ctx);
             }

@@ -437,7 +437,7 @@ impl LockActor {
             }
             Err(e) if redis_is_protocol_error(&e) => {
                 self.restart(&e, ctx);
-                Err(LockError::Redis(e))
+                Err(LockError::from(e))
             }
             Err(e) => {
                 warn!(lock = %self.name, error = %e, "release failed; the lock frees when its lease runs out");
@@ -446,7 +446,7 @@ impl LockActor {
                     self.forget(epoch);
                     self.holding_timers(ctx);
                 }
-                Err(LockError::Redis(e))
+                Err(LockError::from(e))
             }
         }
     }

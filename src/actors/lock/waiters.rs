@@ -204,7 +204,7 @@ impl WaiterQueue {
             }
             gone.add(&w);
             match cause {
-                Some(e) => w.fail(LockError::Redis(e.clone())),
+                Some(e) => w.fail(LockError::from(e.clone())),
                 None => w.time_out(),
             }
         }

@@ -24,6 +24,8 @@ use crate::cli::AcquireOpts;
 use crate::duration::human;
 use crate::outcome::{note, Failure};
 
+/// Longest the command asks Redis anything once `--wait` has run out.
+const AFTER_DEADLINE: Duration = Duration::from_millis(250);
 /// How often the progress line asks Redis who holds the lock.
 const PROGRESS_INSPECT_EVERY: Duration = Duration::from_secs(1);
 /// How often the progress line is redrawn.
@@ -139,9 +141,17 @@ pub async fn acquire(
     }
 }
 
-/// Says on stderr that `--wait` ran out, naming who holds the lock now.
+/// Says on stderr that `--wait` ran out, naming who holds the lock now. The
+/// question is bounded by [`AFTER_DEADLINE`]: the caller's time is already up, and a
+/// frozen Redis must not make the answer late.
 pub async fn report_timeout(manager: &Addr<LockManager>, name: &str, waited: Duration) {
-    let holder = holder_text(manager, name).await;
+    let asked = tokio::time::timeout(AFTER_DEADLINE, holder_text(manager, name)).await;
+    let holder = asked.unwrap_or_else(|_| {
+        format!(
+            "holder unknown (Redis did not answer within {})",
+            human(AFTER_DEADLINE)
+        )
+    });
     note(format!(
         "lock \"{name}\" not acquired after waiting {}: {holder}",
         human(waited)

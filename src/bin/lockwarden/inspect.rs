@@ -83,7 +83,7 @@ pub async fn list(session: &Session, args: ListArgs) -> Result<i32, Failure> {
         } else {
             say!(
                 "{}\t{}\tholders={}\t{}",
-                lock.name,
+                outcome::field(&lock.name),
                 lock.kind.as_str(),
                 lock.holders.len(),
                 ttl_text(lock)

@@ -20,7 +20,9 @@
 macro_rules! say {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+        // One line per message: control characters in names are escaped.
+        let line = format!($($arg)*);
+        let _ = writeln!(std::io::stdout().lock(), "{}", crate::outcome::printable(&line));
     }};
 }
 

@@ -103,14 +103,69 @@ impl fmt::Display for Failure {
 }
 
 /// Prints a warning or progress note on stderr, prefixed like every message of the
-/// command.
+/// command, as one line: control characters (a newline in a lock name or in a
+/// server's error text) are escaped.
 pub fn note(message: impl fmt::Display) {
-    eprintln!("lockwarden: {message}");
+    eprintln!("lockwarden: {}", printable(&message.to_string()));
+}
+
+/// `text` with every control character but the tab escaped (`\n`, `\r`,
+/// `\u{1b}`), so that what the command prints is one line per message and a lock
+/// name cannot move the cursor or forge a line of output. Tabs stay: `list`
+/// separates its columns with them (and escapes tabs in names itself, [`field`]).
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let escaped = |c: char| c.is_control() && c != '\t';
+    if !text.chars().any(escaped) {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if escaped(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
+}
+
+/// A value for one tab-separated column: every control character escaped, the
+/// tab too.
+pub fn field(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// What went wrong when connecting, in one line: a server that does not speak the
+/// Redis protocol (an HTTP server, a wrong port) is named as such instead of
+/// redis-rs's multi-line parse report.
+pub fn connect_error(e: &LockError) -> String {
+    match e {
+        LockError::Redis(r) if r.kind() == redis::ErrorKind::Parse => {
+            "the server did not answer in the Redis protocol (is it a Redis server?)".into()
+        }
+        _ => e.to_string(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(printable("plain"), "plain");
+        assert_eq!(printable("a\nb\r\x1b[2J"), "a\\nb\\r\\u{1b}[2J");
+        assert_eq!(printable("col\tcol"), "col\tcol");
+        assert_eq!(field("a\tb\n"), "a\\tb\\n");
+    }
 
     #[test]
     fn refusals_of_input_exit_2_and_losses_exit_76() {

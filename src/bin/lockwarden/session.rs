@@ -48,9 +48,10 @@ impl Session {
 
     /// A read-only connection, after one PING.
     pub async fn admin(&self) -> Result<Admin, Failure> {
-        Admin::connect(&self.config)
-            .await
-            .map_err(|e| Failure::usage(format!("cannot reach Redis at {}: {e}", self.shown_url)))
+        Admin::connect(&self.config).await.map_err(|e| {
+            let why = crate::outcome::connect_error(&e);
+            Failure::usage(format!("cannot reach Redis at {}: {why}", self.shown_url))
+        })
     }
 
     /// A running lock manager, once the server answered a PING.
@@ -62,9 +63,10 @@ impl Session {
     /// A running lock manager, without the quick PING first (for a caller that
     /// already holds an [`Admin`], which made it).
     pub async fn start_manager(&self) -> Result<Addr<LockManager>, Failure> {
-        LockManager::start(self.config.clone())
-            .await
-            .map_err(|e| Failure::usage(format!("cannot reach Redis at {}: {e}", self.shown_url)))
+        LockManager::start(self.config.clone()).await.map_err(|e| {
+            let why = crate::outcome::connect_error(&e);
+            Failure::usage(format!("cannot reach Redis at {}: {why}", self.shown_url))
+        })
     }
 }
 

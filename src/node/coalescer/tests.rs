@@ -35,6 +35,7 @@ async fn acquire(via: &Coalescer, name: &str, field: &str) -> redis::RedisResult
         name,
         field,
         lease_ms: LEASE_MS,
+        token_ttl_ms: 60_000,
     })
     .await
 }
@@ -215,6 +216,7 @@ async fn a_lone_call_runs_the_plain_script() {
         name: "x",
         field: "x",
         lease_ms: 1,
+        token_ttl_ms: 1,
     }
     .invocation();
     let release = wire::Release {

@@ -41,6 +41,7 @@ impl KindRules for Exclusive {
                 name: &a.name,
                 field: &a.field,
                 lease_ms: a.lease_ms,
+                token_ttl_ms: a.token_ttl_ms,
             };
             via.call(&call).await
         }

@@ -73,6 +73,7 @@ impl KindRules for Fair {
                 lease_ms: a.lease_ms,
                 place_ms,
                 queue: a.queue,
+                token_ttl_ms: a.token_ttl_ms,
             };
             wire::call(&mut conn, &call).await
         }

@@ -42,6 +42,8 @@ pub(super) struct Attempt {
     pub(super) lease_ms: u64,
     /// Fair lock: take a place in the queue when the lock cannot be taken now.
     pub(super) queue: bool,
+    /// How long the fencing token counter lives after this grant, in ms.
+    pub(super) token_ttl_ms: u64,
 }
 
 /// One release of a hold, as every kind's release script needs it.

@@ -39,11 +39,13 @@ impl KindRules for ReadWrite {
         let mut conn = shared.node.conn();
         async move {
             let (name, field, lease_ms) = (&*a.name, &*a.field, a.lease_ms);
+            let token_ttl_ms = a.token_ttl_ms;
             if a.kind == AcquireKind::Write {
                 let call = wire::WriteAcquire {
                     name,
                     field,
                     lease_ms,
+                    token_ttl_ms,
                 };
                 wire::call(&mut conn, &call).await
             } else {
@@ -51,6 +53,7 @@ impl KindRules for ReadWrite {
                     name,
                     field,
                     lease_ms,
+                    token_ttl_ms,
                 };
                 wire::call(&mut conn, &call).await
             }

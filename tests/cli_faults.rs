@@ -1,0 +1,172 @@
+//! The `lockwarden` command when things go wrong around it: a Redis frozen at the
+//! moment `--wait` runs out, an endpoint that is not Redis, lock names with control
+//! characters, a watchdog lease too short to work, and a server whose eviction
+//! policy can delete locks. Each against a real process and a real server.
+#![cfg(feature = "cli")]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use lockwarden::{Acquire, Config, LockManager};
+use support::{eventually, raw, RedisServer};
+use tokio::process::Command;
+
+/// Upper bound for any one invocation: far above what each needs.
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// The command with `--redis url` and these arguments, output captured.
+fn lockwarden(url: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockwarden"));
+    cmd.arg("--redis")
+        .arg(url)
+        .args(args)
+        .env_remove("REDIS_URL")
+        .env_remove("LOCKWARDEN_WATCHDOG_LEASE")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+async fn run(url: &str, args: &[&str]) -> Output {
+    tokio::time::timeout(LIMIT, lockwarden(url, args).output())
+        .await
+        .expect("lockwarden exited in time")
+        .expect("lockwarden ran")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+async fn hold(server: &RedisServer, name: &str) -> lockwarden::LockGuard {
+    let config = Config::from_url(&server.url()).expect("url");
+    let m = LockManager::start(config).await.expect("manager");
+    m.send(Acquire::new(name))
+        .await
+        .expect("running")
+        .expect("acquired")
+}
+
+/// `--wait 1s` runs out while Redis is frozen (SIGSTOP): the command still exits
+/// on time (75), since the question "who holds it?" asked after the deadline gets a
+/// short budget. It used to wait the whole response timeout (2 s) more.
+#[actix_rt::test]
+async fn a_wait_that_ends_while_redis_is_frozen_exits_on_time() {
+    let mut server = RedisServer::start();
+    let _guard = hold(&server, "frozen").await;
+    let child = lockwarden(
+        &server.url(),
+        &["run", "frozen", "--wait", "1s", "--", "true"],
+    )
+    .spawn()
+    .expect("spawn");
+    let waiting = eventually(Duration::from_secs(10), || {
+        let n: Vec<(String, i64)> = raw(
+            &server,
+            &["PUBSUB", "NUMSUB", "redisson_lock__channel:{frozen}"],
+        );
+        n.first().is_some_and(|(_, c)| *c >= 1)
+    })
+    .await;
+    assert!(waiting, "the command never started waiting");
+    server.pause();
+    let paused = Instant::now();
+    let out = tokio::time::timeout(LIMIT, child.wait_with_output())
+        .await
+        .expect("exited")
+        .expect("ran");
+    let late = paused.elapsed();
+    server.resume();
+    assert_eq!(out.status.code(), Some(75), "stderr: {}", stderr(&out));
+    // At most 1 s of wait was left when Redis froze.
+    assert!(
+        late < Duration::from_millis(1800),
+        "exited {late:?} after Redis froze; stderr: {}",
+        stderr(&out)
+    );
+    eprintln!("exited {late:?} after Redis froze with at most 1 s of --wait left");
+}
+
+/// An endpoint that answers, but not as Redis (an HTTP server): exit 2 with one
+/// line that says so, not redis-rs's multi-line parse report.
+#[actix_rt::test]
+async fn a_non_redis_endpoint_is_reported_in_one_line() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf);
+            let _ =
+                s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 11\r\n\r\nbad request");
+        }
+    });
+    let url = format!("redis://127.0.0.1:{port}/");
+    let out = run(&url, &["run", "a", "--", "true"]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "not one line: {err:?}");
+    assert!(err.contains("Redis protocol"), "{err}");
+}
+
+/// A lock name with a newline and an escape sequence is printed escaped: the
+/// timeout message stays one line and cannot clear the terminal.
+#[actix_rt::test]
+async fn names_with_control_characters_are_printed_escaped() {
+    let server = RedisServer::start();
+    let name = "a\nb\u{1b}[2J";
+    let _guard = hold(&server, name).await;
+    let out = run(&server.url(), &["run", name, "--wait", "0s", "--", "true"]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(75), "stderr: {err:?}");
+    assert_eq!(err.lines().count(), 1, "not one line: {err:?}");
+    assert!(!err.contains('\u{1b}'), "raw escape printed: {err:?}");
+    assert!(err.contains(r"a\nb\u{1b}[2J"), "{err:?}");
+}
+
+/// `--watchdog-lease 1ms` is refused (exit 2, one line naming the minimum) before
+/// anything is written, instead of losing the lock at once.
+#[actix_rt::test]
+async fn a_watchdog_lease_too_short_to_renew_is_refused() {
+    let server = RedisServer::start();
+    let out = run(
+        &server.url(),
+        &["--watchdog-lease", "1ms", "run", "a", "--", "true"],
+    )
+    .await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "not one line: {err:?}");
+    assert!(err.contains("minimum"), "{err}");
+    assert_eq!(raw::<i64>(&server, &["DBSIZE"]), 0);
+}
+
+/// A server whose eviction policy can delete lock keys is named in a warning at
+/// start; a `noeviction` server is not.
+#[actix_rt::test]
+async fn an_evicting_server_is_warned_about_once() {
+    let evicting =
+        RedisServer::start_with(&["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]);
+    let out = run(&evicting.url(), &["-v", "run", "a", "--", "true"]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "stderr: {err}");
+    assert_eq!(
+        err.matches("maxmemory-policy allkeys-lru").count(),
+        1,
+        "{err}"
+    );
+
+    let safe = RedisServer::start();
+    let out = run(&safe.url(), &["-v", "run", "a", "--", "true"]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "stderr: {err}");
+    assert!(!err.contains("evict"), "{err}");
+}

@@ -1,0 +1,187 @@
+//! TLS (`rediss://`) against a real `redis-server --tls-port`, with a certificate
+//! authority and server certificate this test makes with `openssl`: the library
+//! (trusting the CA through `Config::tls_root_cert`) and the command (trusting it
+//! through `SSL_CERT_FILE`, as with any system bundle) take and release a lock.
+//! Before the `tls` feature, the command panicked on `rediss://` in a build that
+//! shared redis-rs's TLS features with a dev-dependency.
+#![cfg(feature = "tls")]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use lockwarden::{Acquire, Config, LockManager};
+use support::{free_port, RedisServer};
+
+/// A CA and a server certificate for 127.0.0.1 / localhost, in a temp dir.
+struct Certs {
+    dir: tempfile::TempDir,
+}
+
+impl Certs {
+    fn make() -> Certs {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let run = |args: &[&str]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .expect("openssl must be installed for the TLS test");
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=lockwarden test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+        ]);
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ]);
+        std::fs::write(
+            dir.path().join("san.ext"),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+        )
+        .expect("write san.ext");
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "server.crt",
+        ]);
+        Certs { dir }
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        self.dir.path().join(file)
+    }
+}
+
+/// A server with its plain port (for the test's own checks) and a TLS port.
+fn tls_server(certs: &Certs) -> (RedisServer, u16) {
+    let tls_port = free_port();
+    let s = |p: PathBuf| p.to_string_lossy().into_owned();
+    let (cert, key, ca) = (
+        s(certs.path("server.crt")),
+        s(certs.path("server.key")),
+        s(certs.path("ca.crt")),
+    );
+    let server = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port.to_string(),
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        "no",
+    ]);
+    (server, tls_port)
+}
+
+fn pem(path: &Path) -> Vec<u8> {
+    std::fs::read(path).expect("read the CA certificate")
+}
+
+/// The library over TLS: acquire, see the lock in Redis, release.
+#[actix_rt::test]
+async fn the_library_locks_over_tls() {
+    let certs = Certs::make();
+    let (server, port) = tls_server(&certs);
+    let config = Config::from_url(&format!("rediss://127.0.0.1:{port}/"))
+        .expect("rediss URL")
+        .tls_root_cert(pem(&certs.path("ca.crt")))
+        .expect("CA certificate");
+    let m = LockManager::start(config).await.expect("manager over TLS");
+    let g = m
+        .send(Acquire::new("tls:1").wait(Duration::from_secs(5)))
+        .await
+        .expect("running")
+        .expect("acquired over TLS");
+    assert!(support::exists(&server, "tls:1"));
+    g.release().await.expect("released over TLS");
+    assert!(!support::exists(&server, "tls:1"));
+}
+
+/// A certificate nobody vouches for is refused: TLS is checked, not just spoken.
+#[actix_rt::test]
+async fn an_untrusted_server_certificate_is_refused() {
+    let certs = Certs::make();
+    let (_server, port) = tls_server(&certs);
+    let config = Config::from_url(&format!("rediss://127.0.0.1:{port}/"))
+        .expect("rediss URL")
+        .connection_timeout(Duration::from_secs(2));
+    let started = LockManager::start(config).await;
+    assert!(started.is_err(), "connected to an untrusted server");
+}
+
+/// The command over TLS, trusting the CA through SSL_CERT_FILE: `run` takes the
+/// lock, runs its command and exits 0; no panic.
+#[cfg(feature = "cli")]
+#[actix_rt::test]
+async fn the_command_runs_over_tls() {
+    let certs = Certs::make();
+    let (_server, port) = tls_server(&certs);
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockwarden"))
+        .env("SSL_CERT_FILE", certs.path("ca.crt"))
+        .env_remove("REDIS_URL")
+        .env_remove("RUST_LOG")
+        .args([
+            "--redis",
+            &format!("rediss://127.0.0.1:{port}/"),
+            "run",
+            "tls:cli",
+            "--wait",
+            "5s",
+            "--",
+            "true",
+        ])
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(20), out)
+        .await
+        .expect("lockwarden exited in time")
+        .expect("lockwarden ran");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
