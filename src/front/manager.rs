@@ -47,10 +47,50 @@ pub struct LockManager {
 }
 
 impl LockManager {
-    /// Connects to Redis and starts the manager and its subscriber. Must be called
-    /// inside a running actix system (`#[actix::main]`, `#[actix_rt::test]`).
-    /// Fails if the configuration is inconsistent or Redis cannot be reached.
+    /// Connects to Redis and starts the manager and its subscriber. Inside an actix
+    /// system (`#[actix::main]`, `#[actix_rt::test]`) the actors run on it; from a
+    /// plain tokio runtime (`#[tokio::main]`) they run on an actix system of their
+    /// own, on one thread kept for the life of the process. Fails if the
+    /// configuration is inconsistent or Redis cannot be reached within the
+    /// connection timeout.
     pub async fn start(config: Config) -> Result<Addr<LockManager>, LockError> {
+        if actix_rt::System::try_current().is_none() {
+            return Self::start_on_own_system(config).await;
+        }
+        Self::start_here(config).await
+    }
+
+    /// Outside an actix system (a plain tokio runtime, `#[tokio::main]`), the
+    /// manager and its actors run on an actix system of their own, on a thread
+    /// started here and kept for the life of the process. Actix actors need a
+    /// local task set, which a tokio runtime does not provide; their addresses,
+    /// guards and handles are `Send`, so the application's tasks use them from any
+    /// thread as usual.
+    async fn start_on_own_system(config: Config) -> Result<Addr<LockManager>, LockError> {
+        let (started, answer) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("lockwarden".into())
+            .spawn(move || {
+                actix_rt::System::new().block_on(async move {
+                    let res = LockManager::start_here(config).await;
+                    let running = res.is_ok();
+                    let _ = started.send(res);
+                    if running {
+                        // The manager's actors live on this system: keep it, even
+                        // once the manager's address is dropped, for the guards
+                        // and lock actors that outlive it.
+                        std::future::pending::<()>().await;
+                    }
+                });
+            })
+            .map_err(|e| {
+                LockError::InvalidConfig(format!("cannot start a thread for the lock manager: {e}"))
+            })?;
+        answer.await.map_err(|_| LockError::Stopped)?
+    }
+
+    /// Starts the manager on the current actix system.
+    async fn start_here(config: Config) -> Result<Addr<LockManager>, LockError> {
         let node = node::connect(&config, Purpose::Locks).await?;
         let coalescer = Coalescer::start(
             node.conn(),
