@@ -28,3 +28,37 @@ async fn start_against_a_closed_port_fails_within_the_connection_timeout() {
         "start took {took:?} with a connection timeout of {timeout:?}"
     );
 }
+
+/// With Redis frozen (no answer at all), a waiter whose deadline passes is told
+/// that Redis did not answer, not that someone holds the lock (nobody does).
+#[actix_rt::test]
+async fn a_wait_that_ends_while_redis_does_not_answer_says_so() {
+    let mut redis = support::RedisServer::start();
+    let m = support::manager(&redis, |c| c).await;
+    // Warm the connection and the scripts, then freeze the server.
+    support::hold(&m, "warm", |a| a)
+        .await
+        .release()
+        .await
+        .expect("release");
+    redis.pause();
+    let wait = Duration::from_millis(500);
+    let began = Instant::now();
+    let res = m
+        .send(lockwarden::Acquire::new("nobody-holds-this").wait(wait))
+        .await
+        .expect("manager running");
+    let took = began.elapsed();
+    redis.resume();
+    let err = res.expect_err("Redis is frozen");
+    assert!(
+        !matches!(err, LockError::Timeout { .. }),
+        "told the lock is held elsewhere: {err}"
+    );
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(err.to_string().contains("did not answer"), "{err}");
+    assert!(
+        took < wait + Duration::from_millis(500),
+        "answered after {took:?}"
+    );
+}

@@ -138,6 +138,7 @@ impl Handler<Acquire> for LockManager {
                 .and_then(|w| since.checked_add(w)),
             try_once: msg.wait.is_some_and(|w| w.is_zero()),
             since,
+            tried_at: None,
             on_lost: msg.on_lost,
             reply,
             span: info_span!("acquire", lock = %msg.name, kind = %msg.kind, owner = owner.id()),

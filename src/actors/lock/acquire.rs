@@ -27,6 +27,10 @@ use crate::keys::Owner;
 use crate::kind::AcquireKind;
 use crate::wire::{self, AcquireReply};
 
+/// How long an attempt may go unanswered before a waiter whose deadline passes is
+/// told that Redis did not answer rather than that the lock is held.
+const SILENCE: Duration = Duration::from_millis(100);
+
 /// The acquisition attempt in flight: enough to undo its grant if its waiter left.
 #[derive(Debug)]
 pub(super) struct Attempt {
@@ -102,6 +106,7 @@ impl LockActor {
         // leaving this queue must leave that one too.
         w.queued |= queue;
         w.due = false;
+        w.tried_at = Some(Instant::now());
         let attempt = Attempt {
             waiter: w.id,
             kind: w.kind,
@@ -121,6 +126,7 @@ impl LockActor {
         self.attempt = Some(attempt.waiter);
         self.woken = false;
         let sent = Instant::now();
+
         let fut = self.rules().acquire(&self.shared, call);
         ctx.spawn(
             fut.into_actor(self)
@@ -350,7 +356,10 @@ impl LockActor {
             let delay = at.saturating_duration_since(now);
             self.wake_timer = Some(ctx.run_later(delay, |act, ctx| {
                 act.wake_timer = None;
-                let expired = act.queue.expire(Instant::now(), act.last_error.as_deref());
+                let now = Instant::now();
+                let silence = act.silence(now);
+                let cause = act.last_error.as_deref().or(silence.as_ref());
+                let expired = act.queue.expire(now, cause);
                 for _ in 0..expired.count {
                     act.shared.counters.timeout();
                 }
@@ -363,6 +372,27 @@ impl LockActor {
                 act.pump(ctx);
             }));
         }
+    }
+
+    /// The error a waiter gets at its deadline when the attempt in flight has had
+    /// no answer for a while (Redis frozen, a network partition): without it the
+    /// waiter would be told the lock is held elsewhere, which nobody said. An
+    /// attempt normally answers in well under a millisecond; past
+    /// [`SILENCE`] it is not a busy lock that stands in the way.
+    fn silence(&self, now: Instant) -> Option<redis::RedisError> {
+        // Kept in the waiter, not the actor: a held lock has no waiters, so the
+        // send time costs nothing per held lock.
+        let since = self.queue.find(self.attempt?)?.tried_at?;
+        let quiet = now.saturating_duration_since(since);
+        (quiet >= SILENCE).then(|| {
+            redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "Redis did not answer the acquisition attempt for {} ms before the wait ran out (is it reachable?)",
+                    quiet.as_millis()
+                ),
+            ))
+        })
     }
 
     /// The delay before the next try after a Redis error: doubling with each

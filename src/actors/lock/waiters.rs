@@ -41,6 +41,9 @@ pub(crate) struct Waiter {
     pub(crate) try_once: bool,
     /// When the request arrived, for the reported wait time.
     pub(crate) since: Instant,
+    /// When its latest attempt was sent (while that attempt is in flight, how
+    /// long Redis has been silent).
+    pub(crate) tried_at: Option<Instant>,
     /// Who else to tell if the lock is lost while held.
     pub(crate) on_lost: Option<actix::Recipient<crate::guard::LockLost>>,
     /// Where the outcome goes.
