@@ -46,6 +46,9 @@ pub struct Config {
     pub(crate) latch_ttl: Duration,
     /// How long a fair-lock waiter keeps its place in the queue without a refresh.
     pub(crate) fair_waiter_lease: Duration,
+    /// After how long a waiter kept out by another owner of this same process is
+    /// reported (it may be waiting for itself).
+    pub(crate) stall_warning: Duration,
     /// Most exclusive-lock acquisitions and releases sent as one script call.
     pub(crate) batch_max_ops: usize,
     /// Most coalesced script calls awaiting their reply at once.
@@ -82,6 +85,7 @@ impl Config {
             reconnect_max: Duration::from_secs(2),
             latch_ttl: Duration::from_secs(10),
             fair_waiter_lease: Duration::from_secs(5),
+            stall_warning: Duration::from_secs(30),
             batch_max_ops: 32,
             batch_in_flight: 16,
             token_ttl: Duration::from_secs(3600),
@@ -157,6 +161,16 @@ impl Config {
     /// lost reply is not applied twice. Defaults to 10 seconds.
     pub fn latch_ttl(mut self, ttl: Duration) -> Config {
         self.latch_ttl = ttl;
+        self
+    }
+
+    /// After how long a waiter that waits without a deadline, and is kept out by
+    /// another owner *of this same process*, is reported with a warning in the log.
+    /// The usual cause is a task that acquires a lock it already holds without
+    /// passing the same [`Owner`](crate::Owner): it waits for itself, forever.
+    /// Defaults to 30 seconds.
+    pub fn stall_warning(mut self, after: Duration) -> Config {
+        self.stall_warning = after;
         self
     }
 

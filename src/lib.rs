@@ -95,5 +95,8 @@ pub use front::manager::{GetStats, LockManager};
 pub use guard::{LockGuard, LockLost, ReleaseOutcome};
 pub use keys::Owner;
 pub use kind::AcquireKind;
+/// The Redis client error inside [`LockError::Redis`], re-exported so that callers
+/// can name it without depending on `redis` themselves.
+pub use redis::RedisError;
 pub use stats::Stats;
 pub use view::{Holder, LockInfo, LockKind, QueuedWaiter};

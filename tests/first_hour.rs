@@ -62,3 +62,136 @@ async fn a_wait_that_ends_while_redis_does_not_answer_says_so() {
         "answered after {took:?}"
     );
 }
+
+/// A log writer the test can read back.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("log buffer")).into_owned()
+    }
+}
+
+/// The nested-acquire trap is loud: a task that takes a lock it already holds
+/// without passing the same owner, and waits with no deadline, is reported in the
+/// log after `Config::stall_warning`, naming the way out.
+#[actix_rt::test]
+async fn a_task_waiting_for_its_own_lock_is_reported() {
+    let log = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer({
+            let log = log.clone();
+            move || log.clone()
+        })
+        .with_ansi(false)
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+
+    let redis = support::RedisServer::start();
+    let m = support::manager(&redis, |c| c.stall_warning(Duration::from_millis(200))).await;
+    let outer = support::hold(&m, "nested", |a| a).await;
+    // The same task asks again without the owner: it would wait for itself.
+    let inner = actix_rt::spawn({
+        let m = m.clone();
+        async move { m.send(lockwarden::Acquire::new("nested")).await }
+    });
+    let began = Instant::now();
+    while !log.text().contains("waits for itself") {
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "no warning; log:\n{}",
+            log.text()
+        );
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(log.text().contains("Acquire::owner"), "{}", log.text());
+    // Releasing the outer hold lets the waiter in: nothing else was changed.
+    outer.release().await.expect("release");
+    let got = tokio::time::timeout(Duration::from_secs(5), inner)
+        .await
+        .expect("served after the release")
+        .expect("task")
+        .expect("running")
+        .expect("acquired");
+    got.release().await.expect("release");
+}
+
+/// The everyday shape: `with_lock` holds the lock for exactly the work, hands it
+/// the fencing token, releases afterwards; `is_locked`, `remaining_ttl` and
+/// `is_held_by` answer without a hand-written `Inspect`.
+#[actix_rt::test]
+async fn with_lock_holds_for_the_work_and_the_queries_answer() {
+    let redis = support::RedisServer::start();
+    let m = support::manager(&redis, |c| c).await;
+    let orders = m
+        .send(lockwarden::Handle::new("orders"))
+        .await
+        .expect("running")
+        .expect("valid name");
+    assert!(!orders.is_locked().await.expect("is_locked"));
+    let (token, held_inside) = orders
+        .with_lock(|token| {
+            let orders = orders.clone();
+            async move { (token, orders.is_locked().await.expect("is_locked")) }
+        })
+        .await
+        .expect("ran under the lock");
+    assert!(token > 0 && held_inside);
+    assert!(
+        !orders.is_locked().await.expect("is_locked"),
+        "released after"
+    );
+
+    let me = lockwarden::Owner::new();
+    let guard = orders.acquire_with(|a| a.owner(me)).await.expect("acquire");
+    assert!(orders.is_held_by(me).await.expect("is_held_by"));
+    assert!(!orders
+        .is_held_by(lockwarden::Owner::new())
+        .await
+        .expect("is_held_by"));
+    let ttl = orders
+        .remaining_ttl()
+        .await
+        .expect("ttl")
+        .expect("a watchdog lease");
+    assert!(
+        ttl <= Duration::from_secs(30) && ttl > Duration::from_secs(20),
+        "{ttl:?}"
+    );
+    guard.release().await.expect("release");
+    assert_eq!(orders.remaining_ttl().await.expect("ttl"), None);
+}
+
+/// Work under `with_lock` whose lock is lost is cancelled and answered `Lost`.
+#[actix_rt::test]
+async fn with_lock_stops_the_work_when_the_lock_is_lost() {
+    let redis = support::RedisServer::start();
+    let m = support::manager(&redis, |c| c.watchdog_lease(Duration::from_millis(600))).await;
+    let orders = m
+        .send(lockwarden::Handle::new("lost-orders"))
+        .await
+        .expect("running")
+        .expect("valid name");
+    let res = orders
+        .with_lock(|_| async {
+            // Someone clears the lock behind our back; the renewal finds out.
+            let _: i64 = redis::cmd("DEL")
+                .arg("lost-orders")
+                .query(&mut redis.conn())
+                .expect("DEL");
+            std::future::pending::<()>().await
+        })
+        .await;
+    assert!(matches!(res, Err(LockError::Lost(_))), "{res:?}");
+}

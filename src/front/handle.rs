@@ -5,16 +5,19 @@
 //! again: the name is checked once, and each call is an [`Acquire`] (or an
 //! [`Inspect`], a [`ForceUnlock`]) sent to the manager on the caller's behalf.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use futures::future::Either;
 
 use super::acquire::Acquire;
 use super::inspect::{ForceUnlock, Inspect};
 use super::manager::LockManager;
 use crate::error::LockError;
 use crate::guard::LockGuard;
+use crate::keys::Owner;
 use crate::kind::{impl_kind_setters, AcquireKind};
 use crate::view::LockInfo;
 
@@ -114,5 +117,62 @@ impl LockHandle {
     /// Who holds the lock now, with hold counts and the remaining TTL.
     pub async fn inspect(&self) -> Result<LockInfo, LockError> {
         self.manager.send(Inspect::new(&*self.name)).await?
+    }
+
+    /// Whether anyone holds the lock now (one round trip; Redisson's `isLocked`).
+    pub async fn is_locked(&self) -> Result<bool, LockError> {
+        Ok(self.inspect().await?.is_held())
+    }
+
+    /// How long until the lock expires unless renewed; `None` when it is free or
+    /// has no expiry (one round trip; Redisson's `remainTimeToLive`).
+    pub async fn remaining_ttl(&self) -> Result<Option<Duration>, LockError> {
+        Ok(self.inspect().await?.ttl)
+    }
+
+    /// Whether `owner`, of this manager, holds the lock now (either side of a
+    /// read-write lock; one round trip; Redisson's `isHeldByThread`).
+    pub async fn is_held_by(&self, owner: Owner) -> Result<bool, LockError> {
+        let id = owner.id().to_string();
+        Ok(self.inspect().await?.holders.iter().any(|h| {
+            let field = h
+                .owner_field
+                .strip_suffix(":write")
+                .unwrap_or(&h.owner_field);
+            h.this_manager && field.rsplit(':').next() == Some(id.as_str())
+        }))
+    }
+
+    /// Runs `work` while holding the lock, and releases it on every path: when
+    /// `work` ends, when it panics, and when this future is dropped. `work` gets
+    /// the acquisition's fencing token. If the lock is lost while `work` runs,
+    /// `work` is dropped (cancelled at its next `.await`) and the answer is
+    /// [`LockError::Lost`]; a release that finds the lock no longer held is an
+    /// error too, since `work` may then have run without the lock.
+    ///
+    /// ```no_run
+    /// # async fn demo(orders: lockwarden::LockHandle) -> Result<(), lockwarden::LockError> {
+    /// let total = orders
+    ///     .with_lock(|token| async move {
+    ///         // write to the protected resource, passing `token` along
+    ///         token * 2
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_lock<T, F, Fut>(&self, work: F) -> Result<T, LockError>
+    where
+        F: FnOnce(u64) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.acquire().await?;
+        let work = std::pin::pin!(work(guard.fencing_token()));
+        let lost = std::pin::pin!(guard.lost());
+        let out = match futures::future::select(work, lost).await {
+            Either::Left((out, _)) => out,
+            Either::Right((reason, _)) => return Err(LockError::Lost(reason)),
+        };
+        guard.release().await?;
+        Ok(out)
     }
 }

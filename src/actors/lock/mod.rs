@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use actix::WeakRecipient;
-use tracing::{debug, error};
+use tracing::{debug, error, warn};
 
 use super::shared::Shared;
 use super::subscriber::{Resync, Unlocked, Unsubscribe};
@@ -416,8 +416,47 @@ impl Handler<Enqueue> for LockActor {
             return;
         }
         let reentrant = self.holdings.reenters(waiter.owner, waiter.kind);
+        if waiter.deadline.is_none() && !waiter.try_once {
+            // A waiter with no deadline behind a holder of this same process may be
+            // waiting for itself (the same task, another owner): say so, later, if
+            // it is still there then. One timer per such waiter; none for a lock
+            // that is only held.
+            let id = waiter.id;
+            ctx.run_later(self.shared.config.stall_warning, move |act, _| {
+                act.warn_if_stalled(id)
+            });
+        }
         self.queue.push(waiter, reentrant);
         self.pump(ctx);
+    }
+}
+
+impl LockActor {
+    /// The waiter `id` has waited [`Config::stall_warning`](crate::Config::stall_warning)
+    /// without a deadline: if another owner of this process still keeps it out,
+    /// warn that it may be waiting for itself.
+    fn warn_if_stalled(&self, id: u64) {
+        let Some(w) = self.queue.find(id) else {
+            return;
+        };
+        if let Some(h) = self
+            .holdings
+            .iter()
+            .find(|h| h.owner != w.owner && (h.kind.excludes(w.kind) || w.kind.excludes(h.kind)))
+        {
+            w.span.in_scope(|| {
+                warn!(
+                    lock = %self.name,
+                    waited = ?w.since.elapsed(),
+                    holder = %h.owner,
+                    waiter = %w.owner,
+                    "waiting, with no deadline, for a lock that another owner of this same \
+                     process holds; if the same task holds it, it waits for itself forever: \
+                     pass the holder's Owner to re-enter (Acquire::owner), or give the wait a \
+                     deadline (Acquire::wait)"
+                )
+            });
+        }
     }
 }
 
