@@ -20,7 +20,7 @@ use crate::keys::Owner;
 use crate::kind::AcquireKind;
 use crate::signal::LostWatch;
 
-/// Sent to the actor registered with [`Acquire::on_lost`] when a lock it holds is
+/// Sent to the actor registered with [`Acquire::on_lost`](crate::Acquire::on_lost) when a lock it holds is
 /// lost while held (the same moment [`LockGuard::lost`] resolves).
 #[derive(actix::Message, Clone, Debug, PartialEq, Eq)]
 #[rtype(result = "()")]

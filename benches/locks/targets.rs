@@ -33,7 +33,7 @@ pub fn check(results: &Results, settings: &Settings) {
     uncontended(results, &mut verdicts);
     many(results, settings, &mut verdicts);
 
-    println!("\n## Targets (issue 5): lockwarden");
+    println!("\n## Targets: lockwarden");
     let mut t = Table::new(vec!["target", "measured", "verdict"]);
     for v in &verdicts {
         let verdict = match v.met {

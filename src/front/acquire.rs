@@ -78,7 +78,7 @@ impl Acquire {
     }
 
     /// Hold the lock for at most this long, without renewal (1 ms up to
-    /// [`Config::max_lease`]). Defaults to watchdog mode: the configured watchdog
+    /// [`Config::max_lease`](crate::Config::max_lease)). Defaults to watchdog mode: the configured watchdog
     /// lease, renewed while held.
     pub fn lease(mut self, lease: Duration) -> Acquire {
         self.lease = Some(lease);
