@@ -251,6 +251,22 @@ impl Renewer {
         due
     }
 
+    /// Every holding not being renewed already, whatever its slot (after a
+    /// reconnect, when any of them may have been lost).
+    fn collect_all(table: &RenewTable) -> Due {
+        let mut t = table.lock();
+        let mut due = Due::default();
+        for (id, e) in t.entries.iter_mut().filter(|(_, e)| !e.renewing) {
+            e.renewing = true;
+            let (name, field) = (e.held.name.clone(), e.held.field.clone());
+            match e.held.renewal {
+                Renewal::Hash => due.hashes.push((*id, name, field)),
+                Renewal::ReadWrite { write } => due.rw.push((*id, write, name, field)),
+            }
+        }
+        due
+    }
+
     /// One tick: renew the next slot's holdings.
     fn tick(&mut self, ctx: &mut Context<Self>) {
         let Some(table) = self.table.upgrade() else {
@@ -259,6 +275,12 @@ impl Renewer {
         };
         let now = Instant::now();
         let due = Self::collect(&table, now);
+        self.renew(due, now, ctx);
+    }
+
+    /// Sends the renewals of `due` (batched by node group) and reports its lapsed
+    /// holdings.
+    fn renew(&mut self, due: Due, now: Instant, ctx: &mut Context<Self>) {
         for (epoch, lock) in due.lapsed {
             self.lapse(epoch, &lock, LostReason::Unreachable);
         }
@@ -416,6 +438,32 @@ impl Renewer {
             // The lock actor is gone; its guards were told when it stopped.
             self.counters.lost();
             warn!(epoch, %reason, "lock lost after its lock actor stopped");
+        }
+    }
+}
+
+/// The connection to Redis was re-established: locks may have been lost meanwhile
+/// (a restart without persistence, a failover to a replica that missed writes), so
+/// every holding is checked now rather than at its slot's next turn.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub(crate) struct Reconnected;
+
+impl Handler<Reconnected> for Renewer {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Reconnected, ctx: &mut Context<Self>) {
+        let Some(table) = self.table.upgrade() else {
+            return;
+        };
+        let due = Self::collect_all(&table);
+        let count = due.hashes.len() + due.rw.len();
+        if count > 0 {
+            debug!(
+                holdings = count,
+                "checking every held lock after a reconnect"
+            );
+            self.renew(due, Instant::now(), ctx);
         }
     }
 }

@@ -20,6 +20,7 @@ use redis::aio::PubSubSink;
 use redis::Msg;
 use tracing::{debug, info, warn};
 
+use super::renewer::Reconnected;
 use crate::config::{backoff, Config};
 use crate::keys;
 use crate::node::PubSubSource;
@@ -81,6 +82,11 @@ pub(crate) struct Subscriber {
     attempts: u32,
     /// Shared counters (reconnects).
     counters: Arc<Counters>,
+    /// Told after every reconnect (not the first connect): the renewer then checks
+    /// every held lock at once, since a server that went away may have lost them.
+    reconnected: Recipient<Reconnected>,
+    /// Whether a connection was ever made (the next one is a reconnect).
+    connected_once: bool,
 }
 
 impl Subscriber {
@@ -88,8 +94,11 @@ impl Subscriber {
         source: PubSubSource,
         config: Arc<Config>,
         counters: Arc<Counters>,
+        reconnected: Recipient<Reconnected>,
     ) -> Subscriber {
         Subscriber {
+            reconnected,
+            connected_once: false,
             source,
             config,
             sink: None,
@@ -124,6 +133,12 @@ impl Subscriber {
                     debug!("pub/sub connected");
                 }
                 act.attempts = 0;
+                if std::mem::replace(&mut act.connected_once, true) {
+                    // The pub/sub connection and the command connection reach the
+                    // same server: this one coming back is the earliest sign that
+                    // the server may have restarted or failed over.
+                    act.reconnected.do_send(Reconnected);
+                }
                 act.sink = Some(sink);
                 ctx.add_stream(stream);
                 act.routes.retain(|_, route| route.resync.upgrade().is_some());

@@ -100,20 +100,21 @@ impl LockManager {
         );
         let config = Arc::new(config);
         let counters = Arc::new(Default::default());
-        let subscriber = {
-            let (source, config, counters) = (node.pubsub(), config.clone(), Arc::clone(&counters));
-            Supervisor::start(move |_| Subscriber::new(source, config, counters))
-        };
         let client_id = uuid::Uuid::new_v4().to_string();
         info!(%client_id, "lock manager started");
         let renewals = Arc::new(RenewTable::default());
-        Renewer::new(
+        let renewer = Renewer::new(
             Arc::downgrade(&renewals),
             node.clone(),
             &config,
             Arc::clone(&counters),
         )
         .start();
+        let subscriber = {
+            let (source, config, counters) = (node.pubsub(), config.clone(), Arc::clone(&counters));
+            let reconnected = renewer.recipient();
+            Supervisor::start(move |_| Subscriber::new(source, config, counters, reconnected))
+        };
         let shared = Arc::new(Shared {
             client_id,
             config,
