@@ -64,8 +64,8 @@
 //! - `actors`: the lock actor (one file per kind of lock under `lock/kinds/`), the
 //!   subscriber that routes unlock messages, the renewer (the watchdog).
 //! - `front`: the [`LockManager`] and its messages ([`Acquire`], [`Handle`] /
-//!   [`LockHandle`], [`Inspect`], [`ForceUnlock`], [`GetStats`]), and [`Admin`] for
-//!   operators.
+//!   [`LockHandle`], [`Inspect`], [`ForceUnlock`], [`GetStats`]); [`MultiLock`] and
+//!   [`RedLock`] over one or several managers; [`Admin`] for operators.
 //!
 //! `docs/architecture.md` draws the layers and says where a new lock kind or a new
 //! Redis deployment goes.
@@ -92,6 +92,8 @@ pub use front::admin::{check_lock_name, Admin, LockSummary};
 pub use front::handle::{Handle, LockHandle};
 pub use front::inspect::{ForceUnlock, Inspect};
 pub use front::manager::{GetStats, LockManager};
+pub use front::multi::{MultiGuard, MultiLock};
+pub use front::redlock::{RedGuard, RedLock};
 pub use guard::{LockGuard, LockLost, ReleaseOutcome};
 pub use keys::Owner;
 pub use kind::AcquireKind;

@@ -8,6 +8,9 @@
 //!   message;
 //! - `inspect`: [`Inspect`](inspect::Inspect) and
 //!   [`ForceUnlock`](inspect::ForceUnlock);
+//! - `multi`: [`MultiLock`](multi::MultiLock), all of several locks as one;
+//! - `redlock`: [`RedLock`](redlock::RedLock), one lock on a majority of independent
+//!   servers (one manager each);
 //! - `admin`: [`Admin`](admin::Admin), the operator's read-only views, which need no
 //!   manager.
 //!
@@ -19,3 +22,5 @@ pub(crate) mod admin;
 pub(crate) mod handle;
 pub(crate) mod inspect;
 pub(crate) mod manager;
+pub(crate) mod multi;
+pub(crate) mod redlock;

@@ -1,0 +1,242 @@
+//! [`RedLock`]: one lock name held on a majority of independent Redis servers, one
+//! lock manager per server (the RedLock algorithm, as Redisson and rslock run it).
+//!
+//! Every node is asked at once, each attempt bounded by a short per-node wait, so a
+//! node that is down, frozen or slow never holds up the others for longer than
+//! that. The lock is granted when a majority (N/2 + 1) said yes **and** the time
+//! the round took leaves the lease most of its length (validity = lease - elapsed -
+//! a drift allowance); otherwise every node that said yes is released at once and
+//! the round is tried again after a short random pause, until the wait budget runs
+//! out. Each per-node attempt waits on that node's unlock message for the length of
+//! its per-node wait, so a retry follows a release rather than a timer alone.
+//!
+//! In watchdog mode every node's hold is renewed by its own manager, as any lock
+//! is; [`RedGuard::lost`] resolves once fewer than a majority of the holds are
+//! left, which is when the lock stops being a RedLock.
+//!
+//! Fencing: the nodes' counters are independent, so their tokens are not
+//! comparable and there is no one token for the whole lock. The guard offers each
+//! node's token ([`RedGuard::fencing_tokens`]); a resource that wants fencing must
+//! keep, per node, the highest token it accepted and refuse a request that is not
+//! above it on a majority of the nodes it was given.
+
+use std::time::{Duration, Instant};
+
+use actix::Addr;
+use futures::future::join_all;
+use futures::stream::{FuturesUnordered, StreamExt};
+
+use super::handle::{Handle, LockHandle};
+use super::manager::LockManager;
+use super::multi::release_all;
+use crate::error::{LockError, LostReason};
+use crate::guard::LockGuard;
+use crate::keys::Owner;
+
+/// One lock name on a majority of independent nodes; see the module documentation.
+///
+/// ```no_run
+/// # async fn demo(m1: actix::Addr<lockwarden::LockManager>, m2: actix::Addr<lockwarden::LockManager>,
+/// #     m3: actix::Addr<lockwarden::LockManager>) -> Result<(), lockwarden::LockError> {
+/// use std::time::Duration;
+/// use lockwarden::RedLock;
+/// let nodes = [m1, m2, m3];
+/// let g = RedLock::new(&nodes, "payments:run").wait(Duration::from_secs(5)).acquire().await?;
+/// // ... g.lost() resolves if fewer than a majority still hold it
+/// g.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedLock {
+    /// One manager per independent Redis server.
+    nodes: Vec<Addr<LockManager>>,
+    /// The lock name, the same on every node.
+    name: String,
+    /// How long to keep trying; `None` until acquired.
+    wait: Option<Duration>,
+    /// Explicit lease; `None` for watchdog mode.
+    lease: Option<Duration>,
+    /// How long one node may take to answer one round.
+    node_wait: Duration,
+}
+
+impl RedLock {
+    /// The lock `name` on these nodes (one manager per independent server).
+    pub fn new(nodes: &[Addr<LockManager>], name: impl Into<String>) -> RedLock {
+        RedLock {
+            nodes: nodes.to_vec(),
+            name: name.into(),
+            wait: None,
+            lease: None,
+            node_wait: Duration::from_millis(50),
+        }
+    }
+
+    /// Give up after this long, with the last round's failure. Defaults to trying
+    /// until acquired.
+    pub fn wait(mut self, wait: Duration) -> RedLock {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Hold it for at most this long on each node, without renewal. Defaults to
+    /// watchdog mode (each node's manager renews its hold; the managers' watchdog
+    /// lease is the lease the validity is measured against).
+    pub fn lease(mut self, lease: Duration) -> RedLock {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// How long one node may take to grant in one round (it waits on the node's
+    /// unlock message for that long). Defaults to 50 milliseconds.
+    pub fn node_wait(mut self, wait: Duration) -> RedLock {
+        self.node_wait = wait;
+        self
+    }
+
+    /// The number of nodes that must hold it.
+    fn quorum(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// Takes the lock on a majority of the nodes; see the module documentation.
+    /// Bad input (no node, the same node twice, a name a node refuses) is refused
+    /// before anything reaches Redis.
+    pub async fn acquire(&self) -> Result<RedGuard, LockError> {
+        let handles = self.handles().await?;
+        let owner = Owner::new();
+        let deadline = self.wait.and_then(|w| Instant::now().checked_add(w));
+        // The lease the validity is measured against: the explicit one, or a
+        // conservative stand-in for the managers' watchdog lease, which renewal
+        // keeps extending while the guard lives.
+        let lease = self.lease.unwrap_or(Duration::from_secs(30));
+        let drift = lease / 100 + Duration::from_millis(2);
+        loop {
+            let began = Instant::now();
+            let round = handles.iter().map(|h| {
+                let budget = self.node_wait;
+                let lease = self.lease;
+                async move {
+                    // The wait bounds the attempt at the lock actor; the timeout
+                    // bounds it even if that actor cannot answer in time.
+                    let attempt = h.acquire_with(|a| {
+                        let a = a.owner(owner).wait(budget);
+                        match lease {
+                            Some(l) => a.lease(l),
+                            None => a,
+                        }
+                    });
+                    tokio::time::timeout(budget * 4, attempt).await
+                }
+            });
+            let answers = join_all(round).await;
+            let elapsed = began.elapsed();
+            let mut held = Vec::new();
+            let mut last_error = None;
+            for answer in answers {
+                match answer {
+                    Ok(Ok(guard)) => held.push(guard),
+                    Ok(Err(e)) => last_error = Some(e),
+                    Err(_) => {
+                        last_error = Some(LockError::Timeout {
+                            waited: self.node_wait * 4,
+                        })
+                    }
+                }
+            }
+            let valid = lease
+                .checked_sub(elapsed + drift)
+                .is_some_and(|v| !v.is_zero());
+            if held.len() >= self.quorum() && valid {
+                return Ok(RedGuard {
+                    guards: held,
+                    quorum: self.quorum(),
+                });
+            }
+            release_all(held).await;
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(last_error.unwrap_or(LockError::Timeout {
+                    waited: self.wait.unwrap_or_default(),
+                }));
+            }
+            // A random pause so that clients that collided do not collide again.
+            let pause = self
+                .node_wait
+                .mul_f64(0.5 + (uuid::Uuid::new_v4().as_u128() % 1000) as f64 / 1000.0);
+            let pause = deadline.map_or(pause, |d| pause.min(d.saturating_duration_since(now)));
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// A handle per node, checked by its manager (no Redis yet).
+    async fn handles(&self) -> Result<Vec<LockHandle>, LockError> {
+        if self.nodes.is_empty() {
+            return Err(LockError::InvalidConfig(
+                "a RedLock needs at least one node".into(),
+            ));
+        }
+        for (i, node) in self.nodes.iter().enumerate() {
+            if self.nodes[..i].contains(node) {
+                return Err(LockError::InvalidConfig(
+                    "a RedLock lists the same manager twice: its nodes must be independent".into(),
+                ));
+            }
+        }
+        if self.node_wait.is_zero() {
+            return Err(LockError::InvalidConfig(
+                "a RedLock's node wait is zero".into(),
+            ));
+        }
+        let mut handles = Vec::with_capacity(self.nodes.len());
+        for node in &self.nodes {
+            handles.push(node.send(Handle::new(self.name.clone())).await??);
+        }
+        Ok(handles)
+    }
+}
+
+/// Proof of holding a [`RedLock`] on a majority of its nodes. Dropping it releases
+/// every node's hold in the background.
+#[derive(Debug)]
+#[must_use = "a RedGuard that is not kept releases its lock at once"]
+pub struct RedGuard {
+    /// The holds, one per node that granted.
+    guards: Vec<LockGuard>,
+    /// How many must stay held.
+    quorum: usize,
+}
+
+impl RedGuard {
+    /// How many nodes hold it now (granted and not lost since).
+    pub fn holding(&self) -> usize {
+        self.guards.iter().filter(|g| g.is_lost().is_none()).count()
+    }
+
+    /// Each granting node's fencing token. They are not comparable with each
+    /// other: see the module documentation for what a resource can check.
+    pub fn fencing_tokens(&self) -> Vec<u64> {
+        self.guards.iter().map(LockGuard::fencing_token).collect()
+    }
+
+    /// Resolves when fewer than a majority of the nodes still hold the lock, with
+    /// the reason of the loss that tipped it.
+    pub async fn lost(&self) -> LostReason {
+        let mut left = self.guards.len();
+        let mut losses: FuturesUnordered<_> = self.guards.iter().map(|g| g.lost()).collect();
+        while let Some(reason) = losses.next().await {
+            left -= 1;
+            if left < self.quorum {
+                return reason;
+            }
+        }
+        // Every hold ended without being lost: only after a release.
+        std::future::pending().await
+    }
+
+    /// Releases every node's hold at once. Answers the first error among them.
+    pub async fn release(self) -> Result<(), LockError> {
+        let outcomes = join_all(self.guards.iter().map(|g| g.release())).await;
+        outcomes.into_iter().try_for_each(|o| o.map(|_| ()))
+    }
+}
