@@ -73,13 +73,15 @@ local function grant_needs(free)
   end
   return c
 end
--- A place taken or kept.
-local queue_needs = {
-  {'ZADD on the deadlines', 'zadd', KEYS[3], '1', ARGV[2]},
-  {'RPUSH on the queue', 'rpush', KEYS[2], ARGV[2]},
-  {'PEXPIRE on the queue', 'pexpire', KEYS[2], ARGV[3]},
-  {'PEXPIRE on the deadlines', 'pexpire', KEYS[3], ARGV[3]},
-}
+-- A place taken or kept. (Lists are built only on the path that needs them.)
+local function queue_needs()
+  return {
+    {'ZADD on the deadlines', 'zadd', KEYS[3], '1', ARGV[2]},
+    {'RPUSH on the queue', 'rpush', KEYS[2], ARGV[2]},
+    {'PEXPIRE on the queue', 'pexpire', KEYS[2], ARGV[3]},
+    {'PEXPIRE on the deadlines', 'pexpire', KEYS[3], ARGV[3]},
+  }
+end
 
 -- Drop waiters whose place has lapsed, from the head only (the others are dropped
 -- when they reach it: behind a live head they hold nobody up). A pop comes before
@@ -93,7 +95,7 @@ local popped = drop_lapsed(now, function(first)
     {'PUBLISH on a waiter channel', 'publish', KEYS[5] .. ':' .. first, '0'},
   })
   if ARGV[4] == '1' then
-    c = both(c, queue_needs)
+    c = both(c, queue_needs())
   end
   return c
 end)
@@ -139,7 +141,7 @@ if ARGV[4] == '1' then
     keep = math.max(math.floor(tonumber(last[2]) - now), place)
   end
   local queued = run('ZSCORE on the deadlines', 'zscore', KEYS[3], ARGV[2])
-  need(queue_needs)
+  need(queue_needs())
   if queued then
     -- Already queued: keep the place. PEXPIRE first, never refused out of
     -- memory, so that a waiter keeps its place even then.
