@@ -568,3 +568,69 @@ async fn read_write_lock_any_single_right_less_is_a_typed_error_that_changes_not
         );
     }
 }
+
+/// What `ForceUnlock` (`lockwarden unlock --force`) needs, besides `PATTERNS` and
+/// `FAIR_PATTERNS` (docs/operations.md).
+const FORCE_PATTERNS: &[&str] = &[
+    "~redisson_lock_queue:{acl:*",
+    "~redisson_rwlock:{acl:*",
+    "&redisson_rwlock:{acl:*",
+];
+
+/// Commands `ForceUnlock` needs.
+const FORCE_COMMANDS: &[(&str, &str)] = &[
+    ("evalsha", "EVALSHA"),
+    ("script|load", "SCRIPT|LOAD"),
+    ("type", "TYPE"),
+    ("hexists", "HEXISTS"),
+    ("lindex", "LINDEX"),
+    ("del", "DEL"),
+    ("publish", "PUBLISH"),
+];
+
+/// A force unlock of a fair lock with a waiter queued, and of a read-write lock:
+/// with every right it deletes both; with any one less it is `NoPermission`
+/// naming the command and Redis is as it was. (Before, a user without LINDEX or
+/// PUBLISH deleted the lock, left the waiters asleep and was told it failed.)
+#[actix_rt::test]
+async fn force_unlock_asks_before_it_deletes() {
+    let server = RedisServer::start();
+    let lock = |server: &RedisServer| {
+        let _: () = raw(server, &["FLUSHALL"]);
+        let _: () = raw(server, &["HSET", "acl:fair", "x:1", "1"]);
+        let _: () = raw(server, &["RPUSH", "redisson_lock_queue:{acl:fair}", "y:2"]);
+        let _: () = raw(server, &["HSET", "acl:rw", "mode", "read", "x:1", "1"]);
+    };
+    let all: Vec<&str> = FORCE_COMMANDS.iter().map(|(c, _)| *c).collect();
+    for (missing, named) in FORCE_COMMANDS {
+        lock(&server);
+        let rest: Vec<&str> = all.iter().copied().filter(|c| c != missing).collect();
+        set_user_with(&server, FORCE_PATTERNS, &rest);
+        let m = user_manager(&server).await;
+        let mut refused = false;
+        for name in ["acl:fair", "acl:rw"] {
+            let call = m.send(lockwarden::ForceUnlock::new(name));
+            let step = format!("force unlock of {name}");
+            let call = async { call.await.expect("running") };
+            refused |= refused_cleanly(&server, missing, named, &step, call)
+                .await
+                .is_none();
+        }
+        assert!(
+            refused,
+            "without {missing}, everything worked: the right is not needed"
+        );
+    }
+    lock(&server);
+    set_user_with(&server, FORCE_PATTERNS, &all);
+    let m = user_manager(&server).await;
+    for name in ["acl:fair", "acl:rw"] {
+        let deleted = m
+            .send(lockwarden::ForceUnlock::new(name))
+            .await
+            .expect("running")
+            .expect("force unlocked");
+        assert!(deleted, "{name} was not there");
+        assert_eq!(raw::<i64>(&server, &["EXISTS", name]), 0);
+    }
+}
