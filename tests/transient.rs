@@ -175,7 +175,7 @@ async fn a_renewal_that_meets_busy_is_retried_soon() {
 /// waiter whose wait outlasts the loading keeps trying and gets the lock once the
 /// data is in; one whose wait ends first gets the LOADING error (retryable) at its
 /// deadline, not at its first attempt. The loading is made real: 30,000 keys saved,
-/// then read back at 30 µs a key (`key-load-delay`, about 3 s), with the server
+/// then read back at 100 µs a key (`key-load-delay`: at least 3 s), with the server
 /// answering clients every KiB read.
 #[actix_rt::test]
 async fn loading_does_not_end_a_wait() {
@@ -191,7 +191,7 @@ async fn loading_does_not_end_a_wait() {
         c.reconnect_backoff(Duration::from_millis(20), Duration::from_millis(200))
     })
     .await;
-    server.restart_loading(&["--key-load-delay", "30"]);
+    server.restart_loading(&["--key-load-delay", "100"]);
     assert!(server.is_loading(), "the restarted server is not loading");
     // The manager's first call after the restart meets the dropped connection
     // (broken pipe) and reconnects; calls on other locks until one meets LOADING,
