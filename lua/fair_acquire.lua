@@ -25,10 +25,13 @@
 --
 -- Every argument and every key's type is checked before the first write: a script
 -- is not a transaction, and an error after a write would leave that write behind.
+-- For the same reason the commands after the first write are asked for before it
+-- (ACL, Redis 7+), and a denied read is named: see fair_prelude.lua.
 -- Out of memory, a new place is refused (its ZADD is the first write) while a
 -- waiter already queued keeps its place (PEXPIRE, never refused, comes first).
 --
--- Runs with lua/fair_prelude.lua in front (fair_type_error, server_ms, drop_lapsed).
+-- Runs with lua/fair_prelude.lua in front (run, need, both, fair_type_error,
+-- server_ms, drop_lapsed).
 local lease = tonumber(ARGV[1])
 local place = tonumber(ARGV[3])
 if lease == nil or lease < 1 or lease ~= math.floor(lease) then
@@ -53,13 +56,55 @@ end
 
 local now, t = server_ms()
 
--- Drop waiters whose place has lapsed, from the head only (the others are dropped
--- when they reach it: behind a live head they hold nobody up).
-local popped = drop_lapsed(now)
+-- ACL (see fair_prelude.lua): the commands of each path, asked for before its
+-- first write. A grant: the taker leaves the queue (when the lock is free), takes
+-- a hold, sets the lease and the token.
+local function grant_needs(free)
+  local c = {
+    {'HINCRBY on the lock', 'hincrby', KEYS[1], ARGV[2], '1'},
+    {'PEXPIRE on the lock', 'pexpire', KEYS[1], ARGV[1]},
+    {'INCR on the token counter', 'incr', KEYS[4]},
+    {'SET on the token counter', 'set', KEYS[4], '1', 'px', ARGV[5]},
+    {'PEXPIRE on the token counter', 'pexpire', KEYS[4], ARGV[5]},
+  }
+  if free then
+    c[#c + 1] = {'LREM on the queue', 'lrem', KEYS[2], '1', ARGV[2]}
+    c[#c + 1] = {'ZREM on the deadlines', 'zrem', KEYS[3], ARGV[2]}
+  end
+  return c
+end
+-- A place taken or kept. (Lists are built only on the path that needs them.)
+local function queue_needs()
+  return {
+    {'ZADD on the deadlines', 'zadd', KEYS[3], '1', ARGV[2]},
+    {'RPUSH on the queue', 'rpush', KEYS[2], ARGV[2]},
+    {'PEXPIRE on the queue', 'pexpire', KEYS[2], ARGV[3]},
+    {'PEXPIRE on the deadlines', 'pexpire', KEYS[3], ARGV[3]},
+  }
+end
 
-local free = redis.call('exists', KEYS[1]) == 0
-local head = redis.call('lindex', KEYS[2], 0)
-if (free and (not head or head == ARGV[2])) or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+-- Drop waiters whose place has lapsed, from the head only (the others are dropped
+-- when they reach it: behind a live head they hold nobody up). A pop comes before
+-- every read below, so then all of them are asked for too.
+local popped = drop_lapsed(now, function(first)
+  local c = both(grant_needs(true), {
+    {'EXISTS on the lock', 'exists', KEYS[1]},
+    {'HEXISTS on the lock', 'hexists', KEYS[1], ARGV[2]},
+    {'PTTL on the lock', 'pttl', KEYS[1]},
+    {'ZRANGE on the deadlines', 'zrange', KEYS[3], '-1', '-1', 'withscores'},
+    {'PUBLISH on a waiter channel', 'publish', KEYS[5] .. ':' .. first, '0'},
+  })
+  if ARGV[4] == '1' then
+    c = both(c, queue_needs())
+  end
+  return c
+end)
+
+local free = run('EXISTS on the lock', 'exists', KEYS[1]) == 0
+local head = run('LINDEX on the queue', 'lindex', KEYS[2], 0)
+if (free and (not head or head == ARGV[2]))
+    or run('HEXISTS on the lock', 'hexists', KEYS[1], ARGV[2]) == 1 then
+  need(grant_needs(free))
   if free then
     -- The taker leaves the queue (it is its head, or the queue is empty).
     redis.call('lrem', KEYS[2], 1, ARGV[2])
@@ -80,15 +125,24 @@ if (free and (not head or head == ARGV[2])) or redis.call('hexists', KEYS[1], AR
   return {1, token, holds}
 end
 
+-- Read before any write of a place (the answer is the same: nothing here changes
+-- the lock's TTL), so that it need not be asked for.
+local pttl
+if not free then
+  pttl = run('PTTL on the lock', 'pttl', KEYS[1])
+end
+
 if ARGV[4] == '1' then
   -- The queue keys expire once every deadline in them has passed, so a queue of
   -- waiters that all died does not stay behind.
-  local last = redis.call('zrange', KEYS[3], -1, -1, 'withscores')
+  local last = run('ZRANGE on the deadlines', 'zrange', KEYS[3], -1, -1, 'withscores')
   local keep = place
   if last[2] then
     keep = math.max(math.floor(tonumber(last[2]) - now), place)
   end
-  if redis.call('zscore', KEYS[3], ARGV[2]) then
+  local queued = run('ZSCORE on the deadlines', 'zscore', KEYS[3], ARGV[2])
+  need(queue_needs())
+  if queued then
     -- Already queued: keep the place. PEXPIRE first, never refused out of
     -- memory, so that a waiter keeps its place even then.
     redis.call('pexpire', KEYS[2], keep)
@@ -102,6 +156,7 @@ if ARGV[4] == '1' then
     redis.call('pexpire', KEYS[2], keep)
     redis.call('pexpire', KEYS[3], keep)
   end
+  -- LINDEX ran above: allowed.
   head = redis.call('lindex', KEYS[2], 0)
 end
 
@@ -111,8 +166,9 @@ end
 
 local wait = -1
 if not free then
-  wait = redis.call('pttl', KEYS[1])
+  wait = pttl
 elseif head then
+  -- ZSCORE ran above whenever there is a head (in drop_lapsed or for the place).
   local deadline = tonumber(redis.call('zscore', KEYS[3], head))
   if deadline ~= nil then
     wait = math.max(deadline - now, 0)

@@ -18,7 +18,11 @@
 -- is LPOP, ZREM or PEXPIRE, none refused out of memory, so refreshing keeps working
 -- when Redis is full (ZADD after a write is not refused either).
 --
--- Runs with lua/fair_prelude.lua in front (fair_type_error, server_ms, drop_lapsed).
+-- Every command after the first write is asked for before it (ACL, Redis 7+), and
+-- a denied read is named: see fair_prelude.lua.
+--
+-- Runs with lua/fair_prelude.lua in front (run, need, both, fair_type_error,
+-- server_ms, drop_lapsed).
 local place = tonumber(ARGV[1])
 if place == nil or place < 1 or place ~= math.floor(place) then
   return redis.error_reply('ERR lockwarden: place lease must be a whole number of milliseconds >= 1')
@@ -32,25 +36,41 @@ if type_error then
 end
 
 local now = server_ms()
-local popped = drop_lapsed(now)
+
+-- ACL (see fair_prelude.lua): keeping the places is PEXPIRE on both queue keys
+-- and ZADD; after a pop, the reads below come after the first write too.
+local keep_needs = {
+  {'PEXPIRE on the queue', 'pexpire', KEYS[2], ARGV[1]},
+  {'PEXPIRE on the deadlines', 'pexpire', KEYS[3], ARGV[1]},
+  {'ZADD on the deadlines', 'zadd', KEYS[3], 'xx', '1', ARGV[2]},
+}
+local popped = drop_lapsed(now, function(first)
+  return both(keep_needs, {
+    {'ZRANGE on the deadlines', 'zrange', KEYS[3], '-1', '-1', 'withscores'},
+    {'EXISTS on the lock', 'exists', KEYS[1]},
+    {'PUBLISH on a waiter channel', 'publish', KEYS[4] .. ':' .. first, '0'},
+  })
+end)
 
 local present = {}
 local any = false
 for i = 2, #ARGV do
-  present[i - 1] = redis.call('zscore', KEYS[3], ARGV[i]) ~= false
+  present[i - 1] = run('ZSCORE on the deadlines', 'zscore', KEYS[3], ARGV[i]) ~= false
   any = any or present[i - 1]
 end
+-- Read before the writes below, which change neither.
+local free = run('EXISTS on the lock', 'exists', KEYS[1]) == 0
+local head = run('LINDEX on the queue', 'lindex', KEYS[2], 0)
 if any then
   -- Keep the queue keys until the last deadline (this refresh's included); the
   -- PEXPIRE comes first so that the ZADDs below are not refused out of memory.
-  local last = redis.call('zrange', KEYS[3], -1, -1, 'withscores')
+  local last = run('ZRANGE on the deadlines', 'zrange', KEYS[3], -1, -1, 'withscores')
   local keep = math.max(math.floor(tonumber(last[2]) - now), place)
+  need(keep_needs)
   redis.call('pexpire', KEYS[2], keep)
   redis.call('pexpire', KEYS[3], keep)
 end
 
-local free = redis.call('exists', KEYS[1]) == 0
-local head = redis.call('lindex', KEYS[2], 0)
 local answer = {}
 for i = 2, #ARGV do
   if present[i - 1] then

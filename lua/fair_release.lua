@@ -18,11 +18,13 @@
 -- waiters from the head of the queue).
 --
 -- As in release.lua: the latch makes a retried release return the first outcome;
--- every argument and key type is checked before the first write; and the first
+-- every argument and key type is checked, and every command after the first write
+-- asked for (ACL, Redis 7+: see fair_prelude.lua), before the first write; and the first
 -- write is never one that Redis refuses when out of memory (LPOP, ZREM, PEXPIRE,
 -- DEL), so a release works even then.
 --
--- Runs with lua/fair_prelude.lua in front (fair_type_error, server_ms, drop_lapsed).
+-- Runs with lua/fair_prelude.lua in front (run, need, both, fair_type_error,
+-- server_ms, drop_lapsed).
 local lease = tonumber(ARGV[1])
 local latch_ttl = tonumber(ARGV[3])
 if lease == nil or lease < 1 or lease ~= math.floor(lease) then
@@ -39,36 +41,64 @@ if type_error then
   return type_error
 end
 
-local done = redis.call('get', KEYS[4])
+local done = run('GET on the release latch', 'get', KEYS[4])
 if done then
   if done == '1' then
     return 0
   end
-  local left = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+  local left = tonumber(run('HGET on the lock', 'hget', KEYS[1], ARGV[2]))
   if left ~= nil and left > 0 then
     return left
   end
   return 1
 end
 
-local holds = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 and holds == nil then
+local holds = tonumber(run('HGET on the lock', 'hget', KEYS[1], ARGV[2]))
+if run('HEXISTS on the lock', 'hexists', KEYS[1], ARGV[2]) == 1 and holds == nil then
   return redis.error_reply('ERR lockwarden: hold count is not a number')
 end
 
--- Lapsed waiters leave the head of the queue (server clock).
+-- ACL (see fair_prelude.lua): the writes of each path, asked for before the first.
+local keep_needs = {
+  {'PEXPIRE on the lock', 'pexpire', KEYS[1], ARGV[1]},
+  {'HINCRBY on the lock', 'hincrby', KEYS[1], ARGV[2], '-1'},
+  {'SET on the release latch', 'set', KEYS[4], '0', 'px', ARGV[3]},
+}
+local free_needs = {
+  {'DEL on the lock', 'del', KEYS[1]},
+  {'SET on the release latch', 'set', KEYS[4], '1', 'px', ARGV[3]},
+}
+
+-- Lapsed waiters leave the head of the queue (server clock). After a pop, every
+-- command of the caller's path comes after the first write.
 local now = server_ms()
-local popped = drop_lapsed(now)
+local popped = drop_lapsed(now, function(first)
+  local told = {'PUBLISH on a waiter channel', 'publish', KEYS[5] .. ':' .. first, ARGV[4]}
+  if holds == nil then
+    return {{'EXISTS on the lock', 'exists', KEYS[1]}, told}
+  elseif holds > 1 then
+    return keep_needs
+  end
+  return both(free_needs, {told})
+end)
 
 local result
 if holds == nil then
   result = -1
 elseif holds > 1 then
+  need(keep_needs)
   redis.call('pexpire', KEYS[1], lease)
   result = redis.call('hincrby', KEYS[1], ARGV[2], -1)
   redis.call('set', KEYS[4], '0', 'px', latch_ttl)
   return result
 else
+  -- The head, read before the DEL (which does not change it; LINDEX ran in
+  -- drop_lapsed, so it is allowed), to ask for its PUBLISH first.
+  local head = redis.call('lindex', KEYS[2], 0)
+  need(free_needs)
+  if head then
+    need({{'PUBLISH on a waiter channel', 'publish', KEYS[5] .. ':' .. head, ARGV[4]}})
+  end
   redis.call('del', KEYS[1])
   redis.call('set', KEYS[4], '1', 'px', latch_ttl)
   result = 0

@@ -16,26 +16,66 @@
 -- channel. Any other lock wakes one waiter on the unlock channel and, when a fair
 -- queue exists, the waiter at its head on that waiter's own channel. Read holds'
 -- timeout keys are left to expire on their own: without the hash they grant nothing.
--- DEL comes first: it is never refused when Redis is out of memory.
-local kind = redis.call('type', KEYS[1]).ok
+-- DEL comes first: it is never refused when Redis is out of memory. Every read
+-- comes before it, and the PUBLISHes after it are asked for before it (ACL): a
+-- denied PUBLISH would otherwise leave the lock deleted with its waiters asleep.
+-- ACL (Redis 7+), as in fair_prelude.lua: a command the ACL denies fails a script
+-- where it stands, after the writes before it. So the reads and the first write run
+-- with redis.pcall (`run`: a denial there has written nothing; the script ends
+-- with NOPERM naming it), and the commands after the first write are asked for
+-- before it, on the path taken (`need`).
+local acl = redis.acl_check_cmd
+local function deny(what)
+  return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. what)
+end
+local function run(what, ...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    if acl and not acl(...) then
+      error(deny(what))
+    end
+    error(r)
+  end
+  return r
+end
+local function need(checks)
+  if acl then
+    for _, c in ipairs(checks) do
+      if not acl(unpack(c, 2)) then
+        error(deny(c[1]))
+      end
+    end
+  end
+end
+
+local kind = run('TYPE on the lock', 'type', KEYS[1]).ok
 if kind == 'none' then
   return 0
 end
 if kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE lockwarden: key is a ' .. kind .. ', not a lock')
 end
-local queue = redis.call('type', KEYS[4]).ok
-local read_write = redis.call('hexists', KEYS[1], 'mode') == 1
-redis.call('del', KEYS[1])
+local queue = run('TYPE on the queue', 'type', KEYS[4]).ok
+local read_write = run('HEXISTS on the lock', 'hexists', KEYS[1], 'mode') == 1
 if read_write then
+  need({{'PUBLISH on the read-write channel', 'publish', KEYS[3], ARGV[2]}})
+  run('DEL on the lock', 'del', KEYS[1])
   redis.call('publish', KEYS[3], ARGV[2])
   return 1
 end
-redis.call('publish', KEYS[2], ARGV[1])
+-- The head of a fair queue, read before the DEL (which does not change it).
+local head = false
 if queue == 'list' then
-  local head = redis.call('lindex', KEYS[4], 0)
-  if head then
-    redis.call('publish', KEYS[2] .. ':' .. head, ARGV[1])
-  end
+  head = run('LINDEX on the queue', 'lindex', KEYS[4], 0)
+end
+local later = {{'PUBLISH on the unlock channel', 'publish', KEYS[2], ARGV[1]}}
+if head then
+  later[2] = {'PUBLISH on a waiter channel', 'publish', KEYS[2] .. ':' .. head, ARGV[1]}
+end
+need(later)
+run('DEL on the lock', 'del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[1])
+if head then
+  redis.call('publish', KEYS[2] .. ':' .. head, ARGV[1])
 end
 return 1

@@ -12,8 +12,9 @@
 -- holds read holds and not the write lock: waiting for the write lock would wait
 -- for itself (an upgrade deadlocks), so it is refused, not queued.
 --
--- Arguments and the key's type are checked before the first write; the hash gets
--- its TTL before the token counter is touched.
+-- Arguments and the key's type are checked, and every command after the first
+-- write asked for (ACL), before the first write; the hash gets its TTL before the
+-- token counter is touched.
 local lease = tonumber(ARGV[1])
 if lease == nil or lease < 1 or lease ~= math.floor(lease) then
   return redis.error_reply('ERR lockwarden: lease must be a whole number of milliseconds >= 1')
@@ -24,29 +25,71 @@ end
 if ARGV[4] == nil or #ARGV[4] > 15 or not string.find(ARGV[4], '^[1-9]%d*$') then
   return redis.error_reply('ERR lockwarden: token lifetime must be a whole number of milliseconds >= 1')
 end
-local kind = redis.call('type', KEYS[1]).ok
+-- ACL (Redis 7+), as in fair_prelude.lua: a command the ACL denies fails a script
+-- where it stands, after the writes before it. So the reads and the first write run
+-- with redis.pcall (`run`: a denial there has written nothing; the script ends
+-- with NOPERM naming it), and the commands after the first write are asked for
+-- before it, on the path taken (`need`).
+local acl = redis.acl_check_cmd
+local function deny(what)
+  return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. what)
+end
+local function run(what, ...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    if acl and not acl(...) then
+      error(deny(what))
+    end
+    error(r)
+  end
+  return r
+end
+local function need(checks)
+  if acl then
+    for _, c in ipairs(checks) do
+      if not acl(unpack(c, 2)) then
+        error(deny(c[1]))
+      end
+    end
+  end
+end
+
+local kind = run('TYPE on the lock', 'type', KEYS[1]).ok
 if kind ~= 'none' and kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE lockwarden: key is a ' .. kind .. ', not a lock')
 end
 
-local mode = redis.call('hget', KEYS[1], 'mode')
+local mode = run('HGET on the lock', 'hget', KEYS[1], 'mode')
 if mode ~= false and mode ~= 'read' and mode ~= 'write' then
   return redis.error_reply('ERR lockwarden: not a read-write lock (mode ' .. tostring(mode) .. ')')
 end
-local writer = mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1
-if not writer and mode ~= false and redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
+local writer = mode == 'write' and run('HEXISTS on the lock', 'hexists', KEYS[1], ARGV[2]) == 1
+if not writer and mode ~= false and run('HEXISTS on the lock', 'hexists', KEYS[1], ARGV[3]) == 1 then
   return {-1}
 end
+-- Read before the first write (HSET and HINCRBY leave the TTL as it is).
+local pttl = run('PTTL on the lock', 'pttl', KEYS[1])
 if kind == 'hash' and not writer then
-  return {0, redis.call('pttl', KEYS[1])}
+  return {0, pttl}
 end
+local t = run('TIME', 'time')
+local writes = {
+  {'HINCRBY on the lock', 'hincrby', KEYS[1], ARGV[2], '1'},
+  {'PEXPIRE on the lock', 'pexpire', KEYS[1], ARGV[1]},
+  {'INCR on the token counter', 'incr', KEYS[2]},
+  {'SET on the token counter', 'set', KEYS[2], '1', 'px', ARGV[4]},
+  {'PEXPIRE on the token counter', 'pexpire', KEYS[2], ARGV[4]},
+}
+if mode == false then
+  writes[#writes + 1] = {'HSET on the lock', 'hset', KEYS[1], 'mode', 'write'}
+end
+need(writes)
 
 if mode == false then
   redis.call('hset', KEYS[1], 'mode', 'write')
 end
 local holds = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), lease))
-local t = redis.call('time')
+redis.call('pexpire', KEYS[1], math.max(pttl, lease))
 local now_us = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
 -- Never below the server clock in microseconds, and the counter expires after
 -- a long idle time: see acquire.lua.

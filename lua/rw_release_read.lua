@@ -21,7 +21,9 @@
 -- lapse; in write mode (the writer's own read holds) it is left alone, as the
 -- writer's lease governs it. When no hold is left alive the hash is deleted. The
 -- latch makes a retried release return the first outcome. The first write is DEL,
--- never refused when Redis is out of memory, so a release works even then.
+-- never refused when Redis is out of memory, so a release works even then. Every
+-- read (the other readers' hold timeouts included) comes before it, and every
+-- command after it is asked for before it (ACL).
 local latch_ttl = tonumber(ARGV[2])
 if latch_ttl == nil or latch_ttl < 1 or latch_ttl ~= math.floor(latch_ttl) then
   return redis.error_reply('ERR lockwarden: latch lifetime must be a whole number of milliseconds >= 1')
@@ -29,31 +31,99 @@ end
 if ARGV[1] == nil or ARGV[1] == '' then
   return redis.error_reply('ERR lockwarden: empty owner field')
 end
-local kind = redis.call('type', KEYS[1]).ok
+-- ACL (Redis 7+), as in fair_prelude.lua: a command the ACL denies fails a script
+-- where it stands, after the writes before it. So the reads and the first write run
+-- with redis.pcall (`run`: a denial there has written nothing; the script ends
+-- with NOPERM naming it), and the commands after the first write are asked for
+-- before it, on the path taken (`need`).
+local acl = redis.acl_check_cmd
+local function deny(what)
+  return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. what)
+end
+local function run(what, ...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    if acl and not acl(...) then
+      error(deny(what))
+    end
+    error(r)
+  end
+  return r
+end
+local function need(checks)
+  if acl then
+    for _, c in ipairs(checks) do
+      if not acl(unpack(c, 2)) then
+        error(deny(c[1]))
+      end
+    end
+  end
+end
+
+local kind = run('TYPE on the lock', 'type', KEYS[1]).ok
 if kind ~= 'none' and kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE lockwarden: key is a ' .. kind .. ', not a lock')
 end
 
-local done = redis.call('get', KEYS[3])
+local done = run('GET on the release latch', 'get', KEYS[3])
 if done then
   if done == '1' then
     return {0, 0}
   end
-  local left = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
+  local left = tonumber(run('HGET on the lock', 'hget', KEYS[1], ARGV[1]))
   if left ~= nil and left > 0 then
     return {left, 0}
   end
   return {1, 0}
 end
 
-local mode = redis.call('hget', KEYS[1], 'mode')
+local mode = run('HGET on the lock', 'hget', KEYS[1], 'mode')
 local holds = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 if (mode ~= 'read' and mode ~= 'write') or holds == nil or holds < 1 then
   return {-1, 0}
 end
+local left = holds - 1
+
+-- The writes that give the hold back, and the latch.
+local give_back = {
+  {'DEL on the read hold timeout', 'del', KEYS[4] .. ':' .. holds},
+  {'SET on the release latch', 'set', KEYS[3], '1', 'px', ARGV[2]},
+}
+if left > 0 then
+  give_back[3] = {'HINCRBY on the lock', 'hincrby', KEYS[1], ARGV[1], '-1'}
+else
+  give_back[3] = {'HDEL on the lock', 'hdel', KEYS[1], ARGV[1]}
+end
+
+-- The writer's own read holds: the writer's lease governs the hash.
+local longest = -2
+if mode == 'read' then
+  -- The longest remaining read hold, over every reader, read before any write
+  -- (the caller's hold number `holds` is about to go, so it counts `left`).
+  for _, field in ipairs(run('HKEYS on the lock', 'hkeys', KEYS[1])) do
+    if field ~= 'mode' then
+      local n = tonumber(redis.call('hget', KEYS[1], field))
+      if field == ARGV[1] then
+        n = left
+      end
+      if n ~= nil then
+        for i = n, 1, -1 do
+          local key = KEYS[5] .. ':' .. field .. ':rwlock_timeout:' .. i
+          longest = math.max(longest, run('PTTL on a read hold timeout', 'pttl', key))
+        end
+      end
+    end
+  end
+  if longest > 0 then
+    give_back[4] = {'PEXPIRE on the lock', 'pexpire', KEYS[1], tostring(longest)}
+  else
+    give_back[4] = {'DEL on the lock', 'del', KEYS[1]}
+    give_back[5] = {'PUBLISH on the read-write channel', 'publish', KEYS[2], ARGV[3]}
+  end
+end
+need(give_back)
 
 redis.call('del', KEYS[4] .. ':' .. holds)
-local left = holds - 1
 if left > 0 then
   redis.call('hincrby', KEYS[1], ARGV[1], -1)
 else
@@ -65,18 +135,6 @@ if mode == 'write' then
   return {left, 0}
 end
 
--- The longest remaining read hold, over every reader.
-local longest = -2
-for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
-  if field ~= 'mode' then
-    local n = tonumber(redis.call('hget', KEYS[1], field))
-    if n ~= nil then
-      for i = n, 1, -1 do
-        longest = math.max(longest, redis.call('pttl', KEYS[5] .. ':' .. field .. ':rwlock_timeout:' .. i))
-      end
-    end
-  end
-end
 if longest > 0 then
   redis.call('pexpire', KEYS[1], longest)
   redis.call('set', KEYS[3], left > 0 and '0' or '1', 'px', latch_ttl)

@@ -18,7 +18,8 @@
 -- and the lock stays with those holds; the message is published then too, since
 -- other readers may now join (Redisson publishes only when the hash is deleted;
 -- an extra wake is harmless, a missing one leaves readers asleep). The first
--- write is PEXPIRE or HDEL, never refused when Redis is out of memory.
+-- write is PEXPIRE or HDEL, never refused when Redis is out of memory; every read
+-- comes before it and every command after it is asked for before it (ACL).
 local lease = tonumber(ARGV[1])
 local latch_ttl = tonumber(ARGV[3])
 if lease == nil or lease < 1 or lease ~= math.floor(lease) then
@@ -30,37 +31,87 @@ end
 if ARGV[2] == nil or ARGV[2] == '' then
   return redis.error_reply('ERR lockwarden: empty owner field')
 end
-local kind = redis.call('type', KEYS[1]).ok
+-- ACL (Redis 7+), as in fair_prelude.lua: a command the ACL denies fails a script
+-- where it stands, after the writes before it. So the reads and the first write run
+-- with redis.pcall (`run`: a denial there has written nothing; the script ends
+-- with NOPERM naming it), and the commands after the first write are asked for
+-- before it, on the path taken (`need`).
+local acl = redis.acl_check_cmd
+local function deny(what)
+  return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. what)
+end
+local function run(what, ...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    if acl and not acl(...) then
+      error(deny(what))
+    end
+    error(r)
+  end
+  return r
+end
+local function need(checks)
+  if acl then
+    for _, c in ipairs(checks) do
+      if not acl(unpack(c, 2)) then
+        error(deny(c[1]))
+      end
+    end
+  end
+end
+
+local kind = run('TYPE on the lock', 'type', KEYS[1]).ok
 if kind ~= 'none' and kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE lockwarden: key is a ' .. kind .. ', not a lock')
 end
 
-local done = redis.call('get', KEYS[3])
+local done = run('GET on the release latch', 'get', KEYS[3])
 if done then
   if done == '1' then
     return {0, 0}
   end
-  local left = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+  local left = tonumber(run('HGET on the lock', 'hget', KEYS[1], ARGV[2]))
   if left ~= nil and left > 0 then
     return {left, 0}
   end
   return {1, 0}
 end
 
-local holds = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+local holds = tonumber(run('HGET on the lock', 'hget', KEYS[1], ARGV[2]))
 if redis.call('hget', KEYS[1], 'mode') ~= 'write' or holds == nil or holds < 1 then
   return {-1, 0}
 end
 
 if holds > 1 then
-  redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), lease))
+  local pttl = run('PTTL on the lock', 'pttl', KEYS[1])
+  need({
+    {'PEXPIRE on the lock', 'pexpire', KEYS[1], ARGV[1]},
+    {'HINCRBY on the lock', 'hincrby', KEYS[1], ARGV[2], '-1'},
+    {'SET on the release latch', 'set', KEYS[3], '0', 'px', ARGV[3]},
+  })
+  redis.call('pexpire', KEYS[1], math.max(pttl, lease))
   local left = redis.call('hincrby', KEYS[1], ARGV[2], -1)
   redis.call('set', KEYS[3], '0', 'px', latch_ttl)
   return {left, 0}
 end
 
+-- Counted before the HDEL, so one more than after it: `mode` and the writer's
+-- field alone (<= 2) mean no read hold remains.
+local fields = run('HLEN on the lock', 'hlen', KEYS[1])
+local writes = {
+  {'HDEL on the lock', 'hdel', KEYS[1], ARGV[2]},
+  {'PUBLISH on the read-write channel', 'publish', KEYS[2], ARGV[4]},
+  {'SET on the release latch', 'set', KEYS[3], '1', 'px', ARGV[3]},
+}
+if fields <= 2 then
+  writes[4] = {'DEL on the lock', 'del', KEYS[1]}
+else
+  writes[4] = {'HSET on the lock', 'hset', KEYS[1], 'mode', 'read'}
+end
+need(writes)
+
 redis.call('hdel', KEYS[1], ARGV[2])
-if redis.call('hlen', KEYS[1]) <= 1 then
+if fields <= 2 then
   redis.call('del', KEYS[1])
 else
   redis.call('hset', KEYS[1], 'mode', 'read')

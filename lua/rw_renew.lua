@@ -15,7 +15,8 @@
 -- The hash's TTL is raised to the lease, never lowered: other readers' holds may
 -- last longer. A crashed reader's holds are not touched, so they lapse on their
 -- own. Only HGET, PTTL and PEXPIRE are used: renewal keeps working when Redis is
--- out of memory.
+-- out of memory. Reads come before the first write, and the PEXPIREs after it are
+-- asked for before it (ACL).
 local lease = tonumber(ARGV[1])
 if lease == nil or lease < 1 or lease ~= math.floor(lease) then
   return redis.error_reply('ERR lockwarden: lease must be a whole number of milliseconds >= 1')
@@ -23,18 +24,57 @@ end
 if ARGV[3] ~= 'read' and ARGV[3] ~= 'write' then
   return redis.error_reply('ERR lockwarden: side must be read or write')
 end
-local kind = redis.call('type', KEYS[1]).ok
+-- ACL (Redis 7+), as in fair_prelude.lua: a command the ACL denies fails a script
+-- where it stands, after the writes before it. So the reads and the first write run
+-- with redis.pcall (`run`: a denial there has written nothing; the script ends
+-- with NOPERM naming it), and the commands after the first write are asked for
+-- before it, on the path taken (`need`).
+local acl = redis.acl_check_cmd
+local function deny(what)
+  return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. what)
+end
+local function run(what, ...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    if acl and not acl(...) then
+      error(deny(what))
+    end
+    error(r)
+  end
+  return r
+end
+local function need(checks)
+  if acl then
+    for _, c in ipairs(checks) do
+      if not acl(unpack(c, 2)) then
+        error(deny(c[1]))
+      end
+    end
+  end
+end
+
+local kind = run('TYPE on the lock', 'type', KEYS[1]).ok
 if kind ~= 'none' and kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE lockwarden: key is a ' .. kind .. ', not a lock')
 end
-local holds = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+local holds = tonumber(run('HGET on the lock', 'hget', KEYS[1], ARGV[2]))
 if holds == nil or holds < 1 then
   return 0
 end
+local pttl = run('PTTL on the lock', 'pttl', KEYS[1])
 if ARGV[3] == 'read' then
-  for i = 1, holds do
+  -- The first PEXPIRE is the first write; the others are asked for before it.
+  local later = {{'PEXPIRE on the lock', 'pexpire', KEYS[1], ARGV[1]}}
+  for i = 2, holds do
+    later[i] = {'PEXPIRE on a read hold timeout', 'pexpire', KEYS[2] .. ':' .. i, ARGV[1]}
+  end
+  need(later)
+  run('PEXPIRE on a read hold timeout', 'pexpire', KEYS[2] .. ':1', lease)
+  for i = 2, holds do
     redis.call('pexpire', KEYS[2] .. ':' .. i, lease)
   end
+  redis.call('pexpire', KEYS[1], math.max(pttl, lease))
+  return 1
 end
-redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), lease))
+run('PEXPIRE on the lock', 'pexpire', KEYS[1], math.max(pttl, lease))
 return 1

@@ -1,7 +1,7 @@
 //! Redis ACL users: the least-privilege ACL of docs/operations.md is enough for the
-//! exclusive lock (acquire, re-enter, wait, watchdog renewal, release), and a user
-//! with any single right of it less gets `LockError::NoPermission` naming the
-//! command, with nothing changed in Redis. Before the scripts asked for their
+//! exclusive, fair and read-write locks (acquire, re-enter, wait, watchdog renewal,
+//! release), and a user with any single right of it less gets
+//! `LockError::NoPermission` naming the command, with nothing changed in Redis. Before the scripts asked for their
 //! rights first, a user without PEXPIRE left a lock hash with no TTL (locked for
 //! everyone, forever) and one without PUBLISH had its lock deleted but was told
 //! the release failed.
@@ -10,7 +10,7 @@ mod support;
 
 use std::time::Duration;
 
-use lockwarden::{Acquire, LockError, ReleaseOutcome};
+use lockwarden::{Acquire, AcquireKind, LockError, LockGuard, ReleaseOutcome};
 use support::{eventually, raw, RedisServer};
 
 /// Key and channel patterns for locks named `acl:*` (docs/operations.md).
@@ -41,13 +41,83 @@ const COMMANDS: &[(&str, &str)] = &[
     ("publish", "PUBLISH"),
 ];
 
+/// What the fair lock needs besides `PATTERNS` (docs/operations.md).
+const FAIR_PATTERNS: &[&str] = &[
+    "~redisson_lock_queue:{acl:*",
+    "~redisson_lock_timeout:{acl:*",
+];
+
+/// Commands the fair lock needs.
+const FAIR_COMMANDS: &[(&str, &str)] = &[
+    ("evalsha", "EVALSHA"),
+    ("script|load", "SCRIPT|LOAD"),
+    ("type", "TYPE"),
+    ("time", "TIME"),
+    ("exists", "EXISTS"),
+    ("hexists", "HEXISTS"),
+    ("hget", "HGET"),
+    ("hincrby", "HINCRBY"),
+    ("pexpire", "PEXPIRE"),
+    ("pttl", "PTTL"),
+    ("incr", "INCR"),
+    ("set", "SET"),
+    ("get", "GET"),
+    ("del", "DEL"),
+    ("publish", "PUBLISH"),
+    ("lindex", "LINDEX"),
+    ("lpop", "LPOP"),
+    ("lrem", "LREM"),
+    ("rpush", "RPUSH"),
+    ("zadd", "ZADD"),
+    ("zrem", "ZREM"),
+    ("zrange", "ZRANGE"),
+    ("zscore", "ZSCORE"),
+];
+
+/// What the read-write lock needs besides `PATTERNS`: the read holds' timeout
+/// keys (`{<name>}:<owner>:rwlock_timeout:<n>`) and its channel, which the scripts
+/// are handed as a key too.
+const RW_PATTERNS: &[&str] = &[
+    "~{acl:*",
+    "~redisson_rwlock:{acl:*",
+    "&redisson_rwlock:{acl:*",
+];
+
+/// Commands the read-write lock needs.
+const RW_COMMANDS: &[(&str, &str)] = &[
+    ("evalsha", "EVALSHA"),
+    ("script|load", "SCRIPT|LOAD"),
+    ("type", "TYPE"),
+    ("time", "TIME"),
+    ("hexists", "HEXISTS"),
+    ("hget", "HGET"),
+    ("hset", "HSET"),
+    ("hdel", "HDEL"),
+    ("hlen", "HLEN"),
+    ("hkeys", "HKEYS"),
+    ("hincrby", "HINCRBY"),
+    ("pexpire", "PEXPIRE"),
+    ("pttl", "PTTL"),
+    ("incr", "INCR"),
+    ("set", "SET"),
+    ("get", "GET"),
+    ("del", "DEL"),
+    ("publish", "PUBLISH"),
+];
+
 /// Pub/sub rights: without them waiters fall back to polling, nothing fails.
 const PUBSUB: &[&str] = &["+subscribe", "+unsubscribe"];
 
 /// Creates user `lw` (password `pw`) with the patterns and these commands.
 fn set_user(server: &RedisServer, commands: &[&str]) {
+    set_user_with(server, &[], commands);
+}
+
+/// Creates user `lw` with `PATTERNS`, `extra` patterns and these commands.
+fn set_user_with(server: &RedisServer, extra: &[&str], commands: &[&str]) {
     let mut args = vec!["ACL", "SETUSER", "lw", "reset", "on", ">pw", "-@all"];
     args.extend(PATTERNS);
+    args.extend(extra);
     args.extend(PUBSUB);
     let plus: Vec<String> = commands.iter().map(|c| format!("+{c}")).collect();
     args.extend(plus.iter().map(String::as_str));
@@ -127,6 +197,14 @@ fn snapshot(server: &RedisServer) -> Vec<(String, String)> {
             let value = match raw::<String>(server, &["TYPE", &k]).as_str() {
                 "hash" => format!("{:?}", raw::<Vec<String>>(server, &["HGETALL", &k])),
                 "string" => raw::<String>(server, &["GET", &k]),
+                "list" => format!(
+                    "{:?}",
+                    raw::<Vec<String>>(server, &["LRANGE", &k, "0", "-1"])
+                ),
+                "zset" => format!(
+                    "{:?}",
+                    raw::<Vec<String>>(server, &["ZRANGE", &k, "0", "-1", "WITHSCORES"])
+                ),
                 other => other.to_string(),
             };
             (k, value)
@@ -207,5 +285,352 @@ async fn any_single_right_less_is_a_typed_error_that_changes_nothing() {
             released.is_none(),
             "without {missing}, everything worked: the right is not needed"
         );
+    }
+}
+
+/// One call of `kind` on `name` by `m`: a try when `wait` is zero.
+async fn take(
+    m: &actix::Addr<lockwarden::LockManager>,
+    name: &str,
+    kind: AcquireKind,
+    wait: Duration,
+) -> Result<LockGuard, LockError> {
+    m.send(Acquire::new(name).kind(kind).wait(wait))
+        .await
+        .expect("running")
+}
+
+/// A call that should find the lock held by another owner: `Timeout` is success.
+async fn contended(
+    m: &actix::Addr<lockwarden::LockManager>,
+    name: &str,
+    kind: AcquireKind,
+    wait: Duration,
+) -> Result<(), LockError> {
+    match take(m, name, kind, wait).await {
+        Err(LockError::Timeout { .. }) => Ok(()),
+        Err(e) => Err(e),
+        Ok(g) => panic!("a held lock granted again: {g:?}"),
+    }
+}
+
+/// Whether the PTTL of `key` goes back up (a watchdog renewal) within 5 s.
+async fn renewed(server: &RedisServer, key: &str) -> bool {
+    let mut last: i64 = raw(server, &["PTTL", key]);
+    eventually(Duration::from_secs(5), || {
+        let now: i64 = raw(server, &["PTTL", key]);
+        let up = now > last + 100;
+        last = now;
+        up
+    })
+    .await
+}
+
+/// With exactly the documented rights, the fair lock works: grant, re-entry,
+/// renewal, a queued waiter that gets it on release, an attempt that times out
+/// and leaves the queue, and a waiter whose place lapsed dropped from the head.
+#[actix_rt::test]
+async fn the_documented_acl_is_enough_for_the_fair_lock() {
+    let server = RedisServer::start();
+    let all: Vec<&str> = FAIR_COMMANDS.iter().map(|(c, _)| *c).collect();
+    set_user_with(&server, FAIR_PATTERNS, &all);
+    let a = user_manager(&server).await;
+    let b = user_manager(&server).await;
+    let fair = AcquireKind::Fair;
+
+    // A waiter that died at the head of the queue: dropped by the next attempt.
+    let _: () = raw(&server, &["RPUSH", "redisson_lock_queue:{acl:f}", "dead:1"]);
+    let _: () = raw(
+        &server,
+        &["ZADD", "redisson_lock_timeout:{acl:f}", "1", "dead:1"],
+    );
+    let g = take(&a, "acl:f", fair, Duration::ZERO)
+        .await
+        .expect("acquired");
+    let again = a
+        .send(Acquire::new("acl:f").fair().owner(g.owner()))
+        .await
+        .expect("running")
+        .expect("re-entered");
+    assert!(renewed(&server, "acl:f").await, "no renewal seen");
+    contended(&b, "acl:f", fair, Duration::from_millis(300))
+        .await
+        .expect("a timed-out attempt");
+    let waiting = actix_rt::spawn({
+        let b = b.clone();
+        async move { take(&b, "acl:f", fair, Duration::from_secs(10)).await }
+    });
+    let queued = eventually(Duration::from_secs(5), || {
+        raw::<i64>(&server, &["LLEN", "redisson_lock_queue:{acl:f}"]) == 1
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+    again.release().await.expect("released once");
+    g.release().await.expect("released");
+    let next = waiting
+        .await
+        .expect("task")
+        .expect("the waiter got the lock");
+    assert!(next.fencing_token() > g.fencing_token());
+    next.release().await.expect("released");
+}
+
+/// With exactly the documented rights, the read-write lock works: two readers,
+/// renewal, a writer that waits for them, a reader that waits for the writer.
+#[actix_rt::test]
+async fn the_documented_acl_is_enough_for_the_read_write_lock() {
+    let server = RedisServer::start();
+    let all: Vec<&str> = RW_COMMANDS.iter().map(|(c, _)| *c).collect();
+    set_user_with(&server, RW_PATTERNS, &all);
+    let a = user_manager(&server).await;
+    let b = user_manager(&server).await;
+    let (read, write) = (AcquireKind::Read, AcquireKind::Write);
+
+    let r1 = take(&a, "acl:rw", read, Duration::ZERO)
+        .await
+        .expect("read");
+    let r2 = take(&b, "acl:rw", read, Duration::ZERO)
+        .await
+        .expect("read");
+    assert!(
+        renewed(&server, "acl:rw").await,
+        "no renewal of the readers"
+    );
+    contended(&b, "acl:rw", write, Duration::from_millis(200))
+        .await
+        .expect("a timed-out write attempt");
+    let writer = actix_rt::spawn({
+        let b = b.clone();
+        async move { take(&b, "acl:rw", write, Duration::from_secs(10)).await }
+    });
+    r1.release().await.expect("released");
+    assert!(!writer.is_finished(), "the writer got in beside a reader");
+    r2.release().await.expect("released");
+    let w = writer
+        .await
+        .expect("task")
+        .expect("the writer got the lock");
+    assert!(renewed(&server, "acl:rw").await, "no renewal of the writer");
+    let reader = actix_rt::spawn({
+        let a = a.clone();
+        async move { take(&a, "acl:rw", read, Duration::from_secs(10)).await }
+    });
+    w.release().await.expect("released");
+    let r = reader
+        .await
+        .expect("task")
+        .expect("the reader got the lock");
+    assert!(r.fencing_token() > w.fencing_token());
+    r.release().await.expect("released");
+}
+
+/// The steps of one run of the fair lock with a right missing; `lapsed` puts a
+/// dead waiter at the head of the queue first, so that the grant drops it (the
+/// path where the first write comes before every read). Returns whether a step
+/// was refused.
+async fn fair_steps(server: &RedisServer, missing: &str, named: &str, lapsed: bool) -> bool {
+    let _: () = raw(server, &["FLUSHALL"]);
+    let _: () = raw(server, &["SCRIPT", "FLUSH"]);
+    let a = user_manager(server).await;
+    let b = user_manager(server).await;
+    let name = format!("acl:{missing}");
+    let fair = AcquireKind::Fair;
+    if lapsed {
+        let queue = format!("redisson_lock_queue:{{{name}}}");
+        let deadlines = format!("redisson_lock_timeout:{{{name}}}");
+        let _: () = raw(server, &["RPUSH", &queue, "dead:1"]);
+        let _: () = raw(server, &["ZADD", &deadlines, "1", "dead:1"]);
+    }
+    let step =
+        |what: &'static str| format!("fair {what}{}", if lapsed { " (lapsed head)" } else { "" });
+    let grant = take(&a, &name, fair, Duration::ZERO);
+    let Some(g) = refused_cleanly(server, missing, named, &step("grant"), grant).await else {
+        return true;
+    };
+    // Queues, times out, leaves the queue.
+    let busy = contended(&b, &name, fair, Duration::from_millis(200));
+    if refused_cleanly(server, missing, named, &step("queued attempt"), busy)
+        .await
+        .is_none()
+    {
+        return true;
+    }
+    // The waiter leaves the queue after its wait has ended: wait for that.
+    let queue = format!("redisson_lock_queue:{{{name}}}");
+    let left = eventually(Duration::from_secs(5), || {
+        raw::<i64>(server, &["EXISTS", &queue]) == 0
+    })
+    .await;
+    assert!(
+        left,
+        "without {missing}, the timed-out waiter stayed in the queue"
+    );
+    refused_cleanly(server, missing, named, &step("release"), g.release())
+        .await
+        .is_none()
+}
+
+/// The steps of one run of the read-write lock with a right missing: a reader,
+/// a writer that finds it held, the last reader's release, a writer, a reader
+/// that finds it held, the writer's release. Returns whether a step was refused.
+async fn rw_steps(server: &RedisServer, missing: &str, named: &str) -> bool {
+    let _: () = raw(server, &["FLUSHALL"]);
+    let _: () = raw(server, &["SCRIPT", "FLUSH"]);
+    let a = user_manager(server).await;
+    let b = user_manager(server).await;
+    let name = format!("acl:{missing}");
+    let (read, write) = (AcquireKind::Read, AcquireKind::Write);
+    let zero = Duration::ZERO;
+    let Some(r) = refused_cleanly(
+        server,
+        missing,
+        named,
+        "read grant",
+        take(&a, &name, read, zero),
+    )
+    .await
+    else {
+        return true;
+    };
+    let busy = contended(&b, &name, write, zero);
+    if refused_cleanly(server, missing, named, "write attempt on a read lock", busy)
+        .await
+        .is_none()
+    {
+        return true;
+    }
+    if refused_cleanly(server, missing, named, "read release", r.release())
+        .await
+        .is_none()
+    {
+        return true;
+    }
+    let Some(w) = refused_cleanly(
+        server,
+        missing,
+        named,
+        "write grant",
+        take(&b, &name, write, zero),
+    )
+    .await
+    else {
+        return true;
+    };
+    let busy = contended(&a, &name, read, zero);
+    if refused_cleanly(server, missing, named, "read attempt on a write lock", busy)
+        .await
+        .is_none()
+    {
+        return true;
+    }
+    refused_cleanly(server, missing, named, "write release", w.release())
+        .await
+        .is_none()
+}
+
+/// The fair lock with every right less, one at a time: some call (a grant, with
+/// or without a lapsed waiter to drop first, a queued attempt, a release) fails
+/// with `NoPermission` naming the command, and Redis is exactly as it was before
+/// that call.
+#[actix_rt::test]
+async fn fair_lock_any_single_right_less_is_a_typed_error_that_changes_nothing() {
+    let server = RedisServer::start();
+    for (missing, named) in FAIR_COMMANDS {
+        let rest: Vec<&str> = FAIR_COMMANDS
+            .iter()
+            .map(|(c, _)| *c)
+            .filter(|c| c != missing)
+            .collect();
+        set_user_with(&server, FAIR_PATTERNS, &rest);
+        let plain = fair_steps(&server, missing, named, false).await;
+        let lapsed = fair_steps(&server, missing, named, true).await;
+        assert!(
+            plain || lapsed,
+            "without {missing}, everything worked: the right is not needed"
+        );
+    }
+}
+
+/// The read-write lock with every right less, one at a time (see `rw_steps`).
+#[actix_rt::test]
+async fn read_write_lock_any_single_right_less_is_a_typed_error_that_changes_nothing() {
+    let server = RedisServer::start();
+    for (missing, named) in RW_COMMANDS {
+        let rest: Vec<&str> = RW_COMMANDS
+            .iter()
+            .map(|(c, _)| *c)
+            .filter(|c| c != missing)
+            .collect();
+        set_user_with(&server, RW_PATTERNS, &rest);
+        assert!(
+            rw_steps(&server, missing, named).await,
+            "without {missing}, everything worked: the right is not needed"
+        );
+    }
+}
+
+/// What `ForceUnlock` (`lockwarden unlock --force`) needs, besides `PATTERNS` and
+/// `FAIR_PATTERNS` (docs/operations.md).
+const FORCE_PATTERNS: &[&str] = &[
+    "~redisson_lock_queue:{acl:*",
+    "~redisson_rwlock:{acl:*",
+    "&redisson_rwlock:{acl:*",
+];
+
+/// Commands `ForceUnlock` needs.
+const FORCE_COMMANDS: &[(&str, &str)] = &[
+    ("evalsha", "EVALSHA"),
+    ("script|load", "SCRIPT|LOAD"),
+    ("type", "TYPE"),
+    ("hexists", "HEXISTS"),
+    ("lindex", "LINDEX"),
+    ("del", "DEL"),
+    ("publish", "PUBLISH"),
+];
+
+/// A force unlock of a fair lock with a waiter queued, and of a read-write lock:
+/// with every right it deletes both; with any one less it is `NoPermission`
+/// naming the command and Redis is as it was. (Before, a user without LINDEX or
+/// PUBLISH deleted the lock, left the waiters asleep and was told it failed.)
+#[actix_rt::test]
+async fn force_unlock_asks_before_it_deletes() {
+    let server = RedisServer::start();
+    let lock = |server: &RedisServer| {
+        let _: () = raw(server, &["FLUSHALL"]);
+        let _: () = raw(server, &["HSET", "acl:fair", "x:1", "1"]);
+        let _: () = raw(server, &["RPUSH", "redisson_lock_queue:{acl:fair}", "y:2"]);
+        let _: () = raw(server, &["HSET", "acl:rw", "mode", "read", "x:1", "1"]);
+    };
+    let all: Vec<&str> = FORCE_COMMANDS.iter().map(|(c, _)| *c).collect();
+    for (missing, named) in FORCE_COMMANDS {
+        lock(&server);
+        let rest: Vec<&str> = all.iter().copied().filter(|c| c != missing).collect();
+        set_user_with(&server, FORCE_PATTERNS, &rest);
+        let m = user_manager(&server).await;
+        let mut refused = false;
+        for name in ["acl:fair", "acl:rw"] {
+            let call = m.send(lockwarden::ForceUnlock::new(name));
+            let step = format!("force unlock of {name}");
+            let call = async { call.await.expect("running") };
+            refused |= refused_cleanly(&server, missing, named, &step, call)
+                .await
+                .is_none();
+        }
+        assert!(
+            refused,
+            "without {missing}, everything worked: the right is not needed"
+        );
+    }
+    lock(&server);
+    set_user_with(&server, FORCE_PATTERNS, &all);
+    let m = user_manager(&server).await;
+    for name in ["acl:fair", "acl:rw"] {
+        let deleted = m
+            .send(lockwarden::ForceUnlock::new(name))
+            .await
+            .expect("running")
+            .expect("force unlocked");
+        assert!(deleted, "{name} was not there");
+        assert_eq!(raw::<i64>(&server, &["EXISTS", name]), 0);
     }
 }

@@ -1,9 +1,11 @@
 //! Passing refusals from Redis: BUSY (another client's script runs past the busy
-//! threshold) and OOM (`maxmemory` under `noeviction`). Neither means the lock call
+//! threshold), OOM (`maxmemory` under `noeviction`) and LOADING (a restarted server
+//! still reading its snapshot). Neither means the lock call
 //! is wrong, so a waiter keeps trying until its own deadline, the error says it is
 //! retryable, and the watchdog tries again at its next tick instead of a period
 //! later. Each fault is made for real: a Lua loop run by another connection, a
-//! server filled past its memory limit.
+//! server filled past its memory limit, a server restarted on a snapshot that it
+//! reads slowly (`key-load-delay`).
 
 mod support;
 
@@ -167,6 +169,94 @@ async fn a_renewal_that_meets_busy_is_retried_soon() {
         g.is_lost()
     );
     assert_eq!(g.is_lost(), None);
+}
+
+/// A server that is loading its snapshot answers LOADING until it is done. A
+/// waiter whose wait outlasts the loading keeps trying and gets the lock once the
+/// data is in; one whose wait ends first gets the LOADING error (retryable) at its
+/// deadline, not at its first attempt. The loading is made real: 30,000 keys saved,
+/// then read back at 100 µs a key (`key-load-delay`: at least 3 s), with the server
+/// answering clients every KiB read.
+#[actix_rt::test]
+async fn loading_does_not_end_a_wait() {
+    let mut server = RedisServer::start_with(&[
+        "--loading-process-events-interval-bytes",
+        "1024",
+        "--enable-debug-command",
+        "local",
+    ]);
+    let _: () = raw(&server, &["DEBUG", "POPULATE", "30000", "filler"]);
+    let _: () = raw(&server, &["SAVE"]);
+    let m = manager(&server, |c| {
+        c.reconnect_backoff(Duration::from_millis(20), Duration::from_millis(200))
+    })
+    .await;
+    server.restart_loading(&["--key-load-delay", "100"]);
+    assert!(server.is_loading(), "the restarted server is not loading");
+    // The manager's first call after the restart meets the dropped connection
+    // (broken pipe) and reconnects; calls on other locks until one meets LOADING,
+    // so that the waiters below meet only the loading.
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for i in 0.. {
+        let r = m
+            .send(Acquire::new(format!("warm-up:{i}")).wait(Duration::ZERO))
+            .await
+            .expect("running");
+        match r {
+            Err(LockError::Redis(e)) if e.code() == Some("LOADING") => break,
+            other => seen.push(format!("{other:?}")),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the manager never met LOADING: {seen:?}"
+        );
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = Instant::now();
+
+    let long = actix_rt::spawn({
+        let m = m.clone();
+        async move {
+            m.send(Acquire::new("l").wait(Duration::from_secs(60)))
+                .await
+        }
+    });
+    let short = m
+        .send(Acquire::new("l").wait(Duration::from_millis(1000)))
+        .await
+        .expect("running");
+    let short_took = started.elapsed();
+    match short {
+        Err(LockError::Redis(e)) => {
+            assert_eq!(e.code(), Some("LOADING"), "{e} after {short_took:?}");
+            assert!(LockError::Redis(e).is_retryable());
+        }
+        other => panic!("the short wait ended with {other:?} after {short_took:?}"),
+    }
+    assert!(
+        short_took >= Duration::from_millis(900),
+        "the short wait gave up early, after {short_took:?}"
+    );
+    assert!(
+        server.is_loading(),
+        "loading ended before the short wait did"
+    );
+    assert!(!long.is_finished(), "the long wait ended during loading");
+
+    let g = long
+        .await
+        .expect("task")
+        .expect("running")
+        .unwrap_or_else(|e| panic!("the long wait ended after {:?}: {e}", started.elapsed()));
+    assert!(!server.is_loading(), "granted while loading");
+    let keys: i64 = raw(&server, &["DBSIZE"]);
+    assert!(keys > 30_000, "the snapshot was not loaded: {keys} keys");
+    eprintln!(
+        "LOADING: short wait failed after {short_took:?}, long wait acquired after {:?}",
+        started.elapsed()
+    );
+    g.release().await.expect("released");
 }
 
 /// The typed error keeps the Redis error for a caller who wants it.

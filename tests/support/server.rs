@@ -71,6 +71,11 @@ impl RedisServer {
 
     /// Runs the process on `self.port` and waits until it answers PING.
     fn spawn(&mut self) -> Result<(), String> {
+        self.spawn_until(|s| s.ping())
+    }
+
+    /// Runs the process on `self.port` and waits until `ready` holds.
+    fn spawn_until(&mut self, ready: impl Fn(&RedisServer) -> bool) -> Result<(), String> {
         let mut cmd = Command::new(redis_server_bin());
         cmd.arg("--port")
             .arg(self.port.to_string())
@@ -101,7 +106,7 @@ impl RedisServer {
                 self.child = None;
                 return Err(format!("redis-server exited with {status}"));
             }
-            if self.ping() {
+            if ready(self) {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -171,6 +176,63 @@ impl RedisServer {
             self.port,
             self.log()
         );
+    }
+
+    /// Kills the server and starts it again on the same port and directory with
+    /// `extra` arguments added for this run only, and returns as soon as it answers
+    /// at all, LOADING included (`restart` waits for PING to succeed). With a
+    /// snapshot saved and `--key-load-delay`, it is still loading then.
+    pub fn restart_loading(&mut self, extra: &[&str]) {
+        self.kill();
+        let kept = self.args.clone();
+        self.args.extend(extra.iter().map(|a| a.to_string()));
+        let mut started = false;
+        for _ in 0..20 {
+            if self.spawn_answering().is_ok() {
+                started = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.args = kept;
+        assert!(
+            started,
+            "redis-server did not restart on port {}\n{}",
+            self.port,
+            self.log()
+        );
+    }
+
+    /// Runs the process and waits until it answers PING with anything (a reply or
+    /// an error such as LOADING).
+    fn spawn_answering(&mut self) -> Result<(), String> {
+        self.spawn_until(|s| s.answers())
+    }
+
+    fn answers(&self) -> bool {
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
+            return false;
+        };
+        match redis::cmd("PING").query::<String>(&mut conn) {
+            Ok(_) => true,
+            Err(e) => e.code().is_some(),
+        }
+    }
+
+    /// Whether the server answers LOADING right now.
+    pub fn is_loading(&self) -> bool {
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(500)) else {
+            return false;
+        };
+        redis::cmd("PING")
+            .query::<String>(&mut conn)
+            .is_err_and(|e| e.code() == Some("LOADING"))
     }
 
     /// Freezes the server (SIGSTOP): connections stay open but nothing is answered.
