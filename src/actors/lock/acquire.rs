@@ -447,6 +447,9 @@ impl LockActor {
                 Err(e) if redis_is_transient(&e) => {
                     let delay = act.next_backoff();
                     debug!(lock = %act.name, error = %e, retry_in = ?delay, "cannot check the lost attempt yet");
+                    // This is what stands in the way now: a waiter whose deadline
+                    // passes is told this error, not the one that lost the reply.
+                    act.last_error = Some(Box::new(e));
                     act.schedule(Some(delay), ctx);
                 }
                 Err(e) => {
