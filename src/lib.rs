@@ -89,6 +89,7 @@ pub use config::Config;
 pub use error::{LockError, LostReason, NameError};
 pub use front::acquire::{Acquire, AcquireResponse};
 pub use front::admin::{check_lock_name, Admin, LockSummary};
+pub use front::ext::Locks;
 pub use front::handle::{Handle, LockHandle};
 pub use front::inspect::{ForceUnlock, Inspect};
 pub use front::manager::{GetStats, LockManager};

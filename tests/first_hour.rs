@@ -195,3 +195,21 @@ async fn with_lock_stops_the_work_when_the_lock_is_lost() {
         .await;
     assert!(matches!(res, Err(LockError::Lost(_))), "{res:?}");
 }
+
+/// `Locks` answers with one error type: no `??`, and a stopped manager is
+/// `LockError::Stopped`.
+#[actix_rt::test]
+async fn the_locks_methods_need_one_question_mark() {
+    use lockwarden::Locks;
+    let redis = support::RedisServer::start();
+    let m = support::manager(&redis, |c| c).await;
+    let guard: lockwarden::LockGuard = m
+        .acquire(lockwarden::Acquire::new("one-q"))
+        .await
+        .expect("acquired");
+    let handle = m.handle("one-q").await.expect("handle");
+    assert!(handle.is_locked().await.expect("is_locked"));
+    guard.release().await.expect("release");
+    let bad = m.handle("").await.expect_err("empty name");
+    assert!(matches!(bad, LockError::InvalidName(_)), "{bad:?}");
+}

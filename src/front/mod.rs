@@ -6,6 +6,8 @@
 //!   reaches the caller;
 //! - `handle`: [`LockHandle`](handle::LockHandle) and the [`Handle`](handle::Handle)
 //!   message;
+//! - `ext`: [`Locks`](ext::Locks), the everyday calls as methods on the manager's
+//!   address;
 //! - `inspect`: [`Inspect`](inspect::Inspect) and
 //!   [`ForceUnlock`](inspect::ForceUnlock);
 //! - `multi`: [`MultiLock`](multi::MultiLock), all of several locks as one;
@@ -19,6 +21,7 @@
 
 pub(crate) mod acquire;
 pub(crate) mod admin;
+pub(crate) mod ext;
 pub(crate) mod handle;
 pub(crate) mod inspect;
 pub(crate) mod manager;

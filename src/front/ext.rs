@@ -1,0 +1,55 @@
+//! [`Locks`]: the manager's everyday calls as methods on its address, without the
+//! double `??` of an actix `send`.
+//!
+//! `manager.send(Acquire::new(n)).await??` answers twice: the outer error is the
+//! mailbox's (the manager stopped), the inner one the lock's. Both end up as a
+//! [`LockError`] here ([`LockError::Stopped`] for the first), so
+//! `manager.acquire(Acquire::new(n)).await?` is all a caller writes. The message
+//! forms stay first-class: these methods only send them.
+
+use std::future::Future;
+
+use actix::Addr;
+
+use super::acquire::Acquire;
+use super::handle::{Handle, LockHandle};
+use super::manager::LockManager;
+use crate::error::LockError;
+use crate::guard::LockGuard;
+
+/// The manager's everyday calls on its address; see the module documentation.
+///
+/// ```no_run
+/// # async fn demo(manager: actix::Addr<lockwarden::LockManager>) -> Result<(), lockwarden::LockError> {
+/// use std::time::Duration;
+/// use lockwarden::{Acquire, Locks};
+/// let guard = manager.acquire(Acquire::new("orders:42").wait(Duration::from_secs(5))).await?;
+/// guard.release().await?;
+/// let orders = manager.handle("orders:42").await?;
+/// # Ok(()) }
+/// ```
+pub trait Locks {
+    /// Sends `request` and answers with its guard or the one error that stopped it.
+    fn acquire(&self, request: Acquire) -> impl Future<Output = Result<LockGuard, LockError>>;
+
+    /// A [`LockHandle`] on the exclusive lock `name` (checked now, once).
+    fn handle(
+        &self,
+        name: impl Into<String>,
+    ) -> impl Future<Output = Result<LockHandle, LockError>>;
+}
+
+impl Locks for Addr<LockManager> {
+    fn acquire(&self, request: Acquire) -> impl Future<Output = Result<LockGuard, LockError>> {
+        let sent = self.send(request);
+        async move { sent.await? }
+    }
+
+    fn handle(
+        &self,
+        name: impl Into<String>,
+    ) -> impl Future<Output = Result<LockHandle, LockError>> {
+        let sent = self.send(Handle::new(name));
+        async move { sent.await? }
+    }
+}
