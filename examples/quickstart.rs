@@ -197,12 +197,11 @@ async fn worker(
         // The critical section: in a real service, pass the token along to the
         // resource so it can refuse a stale holder. Here it lasts until the other
         // manager is queued, so the lock goes to it next.
-        if log.borrow().holds_of(other) < ROUNDS {
-            if !someone_queued(&manager).await {
-                return Err(format!(
-                    "manager {other} did not queue for the lock within {QUEUE_LIMIT:?}"
-                ));
-            }
+        let other_goes_on = log.borrow().holds_of(other) < ROUNDS;
+        if other_goes_on && !someone_queued(&manager).await {
+            return Err(format!(
+                "manager {other} did not queue for the lock within {QUEUE_LIMIT:?}"
+            ));
         }
         log.borrow_mut().holding = None;
         guard
