@@ -103,7 +103,11 @@ fn refuse(e: clap::Error) -> ! {
     ) {
         e.exit();
     }
-    let mut line = first_paragraph(&e.render().to_string());
+    let rendered = e.render().to_string();
+    let mut line = first_paragraph(&rendered);
+    for tip in similar_tips(&rendered) {
+        line = format!("{line}; {tip}");
+    }
     let args: Vec<String> = std::env::args_os()
         .skip(1)
         .map(|a| a.to_string_lossy().into_owned())
@@ -189,6 +193,17 @@ fn shell_quote(word: &str) -> String {
     }
 }
 
+/// Clap's "a similar argument exists: '--wait'" tips, which [`first_paragraph`]
+/// leaves out; its "to pass '--wiat' as a value, use '-- --wiat'" is left out
+/// too, since an option is hardly ever meant as the command's first word.
+fn similar_tips(rendered: &str) -> Vec<&str> {
+    rendered
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("tip: "))
+        .filter(|tip| tip.contains("similar"))
+        .collect()
+}
+
 /// Clap's message up to its first blank line or usage line, joined into one line,
 /// without the leading `error: `.
 fn first_paragraph(rendered: &str) -> String {
@@ -272,6 +287,17 @@ mod tests {
             "{misplaced}"
         );
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn a_similar_option_is_suggested() {
+        let e = Cli::try_parse_from(["lockwarden", "run", "j", "--wiat", "1s", "--", "x"])
+            .expect_err("refused");
+        let rendered = e.render().to_string();
+        assert_eq!(
+            similar_tips(&rendered),
+            ["a similar argument exists: '--wait'"]
+        );
     }
 
     #[test]
