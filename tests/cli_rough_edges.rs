@@ -3,7 +3,7 @@
 //! 0s` is refused in the words typed, `--help` shows no dangling `[env: NAME=]`,
 //! `--watchdog-lease` is offered only where it acts, and when Redis dies while
 //! `run`'s command runs, stderr says so at once and the release at the end gives up
-//! after a short budget instead of retrying for seconds.
+//! after a short budget instead of retrying for seconds (`hold`'s too).
 #![cfg(feature = "cli")]
 
 mod support;
@@ -181,5 +181,38 @@ async fn redis_dying_during_run_is_said_at_once_and_the_release_is_bounded() {
     assert!(
         rest.iter().any(|l| l.contains("could not be released")),
         "{rest:?}"
+    );
+}
+
+/// `hold --for` whose Redis died while it held: it exits 1 within the release
+/// budget after its time is up, not after the library's retries (9.5 s).
+#[actix_rt::test]
+async fn a_hold_whose_redis_died_gives_up_the_release_quickly() {
+    let mut server = RedisServer::start();
+    let mut child = lockwarden(&server.url())
+        .args(["hold", "h", "--for", "1s", "--json"])
+        .spawn()
+        .expect("spawn");
+    let mut out_lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+    let acquired = tokio::time::timeout(LIMIT, out_lines.next_line())
+        .await
+        .expect("no acquired line in time")
+        .expect("read stdout")
+        .expect("a line");
+    assert!(acquired.contains("\"acquired\""), "{acquired}");
+    server.kill();
+    let killed = Instant::now();
+    let out = tokio::time::timeout(LIMIT, child.wait_with_output())
+        .await
+        .expect("exited")
+        .expect("waited");
+    let took = killed.elapsed();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("did not answer within"), "{err}");
+    // At most 1 s of --for left, then the 2 s budget.
+    assert!(
+        took < Duration::from_secs(5),
+        "exited {took:?} after Redis died: {err}"
     );
 }

@@ -45,9 +45,9 @@ use crate::session::Session;
 const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// How long a probe may take before Redis counts as not answering.
 const PROBE_BUDGET: Duration = Duration::from_secs(1);
-/// Longest the release after the command may take (the library's default response
-/// timeout); past it the lock is left to expire.
-const RELEASE_BUDGET: Duration = Duration::from_secs(2);
+/// Longest the release after the command (or after `hold`) may take (the library's
+/// default response timeout); past it the lock is left to expire.
+pub const RELEASE_BUDGET: Duration = Duration::from_secs(2);
 
 /// Where signals for the command go.
 #[derive(Clone, Copy, Debug)]
