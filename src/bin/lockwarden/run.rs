@@ -213,7 +213,8 @@ async fn supervise(
                     unreachable = true;
                     note(format!(
                         "Redis at {} is not answering while the command runs ({why}); \
-                         lock \"{}\" is lost if that lasts its lease ({})",
+                         lock \"{}\" will be lost if Redis stays unreachable for its \
+                         lease ({})",
                         watch.shown_url,
                         args.name,
                         human(watch.lease)
