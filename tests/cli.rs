@@ -137,7 +137,7 @@ async fn a_run_whose_lock_is_force_unlocked_is_killed_and_exits_76() {
     let dir = tempfile::tempdir().expect("temp dir");
     let (started, finished) = (dir.path().join("started"), dir.path().join("finished"));
     let child = lockwarden(&server)
-        .args(["--watchdog-lease", "1500ms", "run", "orders:42", "--"])
+        .args(["run", "orders:42", "--watchdog-lease", "1500ms", "--"])
         .args([
             "sh",
             "-c",
@@ -232,7 +232,7 @@ async fn hold_json_prints_the_documented_events() {
     // Force-unlocked while held: a lost event and exit code 76.
     let mut child = spawn(
         &server,
-        &["--watchdog-lease", "1500ms", "hold", "b", "--json"],
+        &["hold", "b", "--watchdog-lease", "1500ms", "--json"],
     );
     let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
     let first = tokio::time::timeout(LIMIT, lines.next_line()).await;

@@ -139,7 +139,7 @@ async fn a_watchdog_lease_too_short_to_renew_is_refused() {
     let server = RedisServer::start();
     let out = run(
         &server.url(),
-        &["--watchdog-lease", "1ms", "run", "a", "--", "true"],
+        &["run", "a", "--watchdog-lease", "1ms", "--", "true"],
     )
     .await;
     let err = stderr(&out);

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::duration::parse_duration;
+use crate::duration::{parse_duration, parse_lease};
 
 /// The exit codes, shown by `lockwarden --help` (same table as docs/operations.md).
 const EXIT_CODES: &str = "\
@@ -27,7 +27,7 @@ Exit codes:
 
 Environment:
   REDIS_URL                   Redis to use when --redis is not given
-  LOCKWARDEN_WATCHDOG_LEASE   same as --watchdog-lease
+  LOCKWARDEN_WATCHDOG_LEASE   same as --watchdog-lease (run, hold)
   RUST_LOG                    tracing filter for -v output (e.g. lockwarden=debug)
 
 Examples:
@@ -67,20 +67,6 @@ pub struct Common {
     /// Log what happens on stderr (-v info, -vv debug, -vvv trace).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
-
-    /// Lease of a watchdog-renewed lock (renewed every third of it); a crashed
-    /// holder's lock frees within this time, and a force-unlock is noticed within a
-    /// third of it.
-    #[arg(
-        long,
-        global = true,
-        env = "LOCKWARDEN_WATCHDOG_LEASE",
-        default_value = "30s",
-        value_name = "DURATION",
-        value_parser = parse_duration,
-        hide_short_help = true
-    )]
-    pub watchdog_lease: Duration,
 }
 
 /// The subcommands.
@@ -143,8 +129,25 @@ pub struct AcquireOpts {
 
     /// Hold for at most this long, without renewal. Without it the lock is renewed
     /// while held (watchdog) and frees within the watchdog lease if this process dies.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_lease)]
     pub lease: Option<Duration>,
+
+    /// Lease of a watchdog-renewed lock (renewed every third of it); a crashed
+    /// holder's lock frees within this time, and a force-unlock is noticed within a
+    /// third of it.
+    // Only `run` and `hold` hold a lock, so only they take it (status, list and
+    // unlock would ignore it). The env value is hidden: clap shows an unset
+    // variable as a dangling `[env: NAME=]`.
+    #[arg(
+        long,
+        env = "LOCKWARDEN_WATCHDOG_LEASE",
+        default_value = "30s",
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        hide_env_values = true,
+        hide_short_help = true
+    )]
+    pub watchdog_lease: Duration,
 
     /// Use a fair lock: granted in the order waiters queued, across all clients.
     #[arg(long, conflicts_with_all = ["read", "write"])]

@@ -48,6 +48,21 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("'{text}' is too large"))
 }
 
+/// Parses an explicit `--lease`: a duration of at least 1 ms. A zero lease is
+/// refused here, in the operator's own words (`0s`), with the reason, before
+/// anything connects: Redis would delete the lock at once (`PEXPIRE 0`).
+pub fn parse_lease(text: &str) -> Result<Duration, String> {
+    let lease = parse_duration(text)?;
+    if lease.is_zero() {
+        return Err(format!(
+            "'{}' is no lease: the lock would expire at once (give at least 1ms, \
+             or leave --lease out for a lock renewed while held)",
+            text.trim()
+        ));
+    }
+    Ok(lease)
+}
+
 /// A duration for people: `850ms`, `12.3s`, `4m05s`, `2h03m`.
 pub fn human(d: Duration) -> String {
     let ms = d.as_millis();
@@ -97,6 +112,16 @@ mod tests {
             let err = parse_duration(bad).expect_err(bad);
             assert!(err.contains(says), "{bad}: {err}");
             assert!(!err.contains('\n'), "{bad}: one line");
+        }
+    }
+
+    #[test]
+    fn a_zero_lease_is_refused_as_typed() {
+        assert_eq!(parse_lease("1ms"), Ok(Duration::from_millis(1)));
+        for zero in ["0s", "0ms", "0h"] {
+            let err = parse_lease(zero).expect_err(zero);
+            assert!(err.starts_with(&format!("'{zero}' is no lease")), "{err}");
+            assert!(!err.contains("ns"), "{err}");
         }
     }
 

@@ -19,6 +19,7 @@ use crate::acquire::{acquire, report_timeout, Signals, Waited};
 use crate::cli::HoldArgs;
 use crate::duration::{human, millis};
 use crate::outcome::{self, note, signal_code, Failure};
+use crate::run::RELEASE_BUDGET;
 use crate::session::Session;
 
 /// Milliseconds since the Unix epoch, by this machine's clock (0 before 1970).
@@ -173,7 +174,16 @@ pub async fn hold(session: &Session, args: HoldArgs) -> Result<i32, Failure> {
     }
 
     let (held, at_ms) = (since.elapsed(), unix_ms());
-    match guard.release().await {
+    // Bounded as in `run`: with Redis gone the library would retry for seconds.
+    let Ok(released) = tokio::time::timeout(RELEASE_BUDGET, guard.release()).await else {
+        return Err(Failure::failed(format!(
+            "releasing \"{}\": Redis did not answer within {}; the lock frees by itself \
+             within its lease",
+            args.name,
+            human(RELEASE_BUDGET)
+        )));
+    };
+    match released {
         Ok(_) => {
             events.released(&guard, held, at_ms);
             Ok(outcome::OK)

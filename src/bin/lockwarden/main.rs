@@ -64,7 +64,12 @@ fn main() {
 
 /// Runs the subcommand. Every check that needs no network comes first.
 async fn dispatch(cli: Cli) -> Result<i32, Failure> {
-    let session = Session::new(&cli.common)?;
+    let watchdog_lease = match &cli.command {
+        Command::Run(args) => Some(args.acquire.watchdog_lease),
+        Command::Hold(args) => Some(args.acquire.watchdog_lease),
+        Command::Status(_) | Command::Unlock(_) | Command::List(_) => None,
+    };
+    let session = Session::new(&cli.common, watchdog_lease)?;
     match cli.command {
         Command::Run(args) => {
             session.check_name(&args.name)?;
@@ -98,11 +103,105 @@ fn refuse(e: clap::Error) -> ! {
     ) {
         e.exit();
     }
-    note(format!(
-        "{} (see --help)",
-        first_paragraph(&e.render().to_string())
-    ));
+    let rendered = e.render().to_string();
+    let mut line = first_paragraph(&rendered);
+    for tip in similar_tips(&rendered) {
+        line = format!("{line}; {tip}");
+    }
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    if let Some(hint) = double_dash_hint(&e, &args) {
+        line = format!("{line}; {hint}");
+    }
+    note(format!("{line} (see --help)"));
     std::process::exit(outcome::USAGE);
+}
+
+/// For a `run` whose command was typed without `--` before it (`lockwarden run job
+/// ./x.sh -v`): the same line with `--` put in, since clap's own words ("unexpected
+/// argument './x.sh'") do not say what to do. For `--watchdog-lease` where it is
+/// not taken: where it goes. `None` for any other mistake.
+fn double_dash_hint(e: &clap::Error, args: &[String]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    if e.kind() == ErrorKind::UnknownArgument {
+        if let Some(ContextValue::String(bad)) = e.get(ContextKind::InvalidArg) {
+            if bad == "--watchdog-lease" {
+                // It used to be accepted anywhere, and did nothing outside run/hold.
+                return Some(
+                    "--watchdog-lease is an option of run and hold only, after the \
+                     subcommand (lockwarden run NAME --watchdog-lease 10s -- COMMAND)"
+                        .into(),
+                );
+            }
+        }
+    }
+    let run_at = args.iter().position(|a| a == "run")?;
+    if args.iter().any(|a| a == "--") {
+        return None;
+    }
+    // From `run` on (options before it are not the point), passwords hidden.
+    let shown = |words: &[String]| {
+        let quoted: Vec<String> = words[run_at..]
+            .iter()
+            .map(|w| shell_quote(&session::redact(w)))
+            .collect();
+        format!("lockwarden {}", quoted.join(" "))
+    };
+    match e.kind() {
+        ErrorKind::UnknownArgument => {
+            let Some(ContextValue::String(bad)) = e.get(ContextKind::InvalidArg) else {
+                return None;
+            };
+            // A mistyped option (`--wiat`) is not a command; clap's error is enough.
+            if bad.starts_with('-') {
+                return None;
+            }
+            let at = run_at + 1 + args[run_at + 1..].iter().position(|a| a == bad)?;
+            let mut fixed = args.to_vec();
+            fixed.insert(at, "--".into());
+            Some(format!(
+                "the command to run goes after `--`: {}",
+                shown(&fixed)
+            ))
+        }
+        ErrorKind::MissingRequiredArgument => {
+            let missing = e.get(ContextKind::InvalidArg)?.to_string();
+            missing.contains("COMMAND").then(|| {
+                format!(
+                    "give the command to run after `--`: {} -- COMMAND [ARGS...]",
+                    shown(args)
+                )
+            })
+        }
+        _ => None,
+    }
+}
+
+/// `word` as a shell would need it typed: as is when it is plain, else in single
+/// quotes.
+fn shell_quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// Clap's "a similar argument exists: '--wait'" tips, which [`first_paragraph`]
+/// leaves out; its "to pass '--wiat' as a value, use '-- --wiat'" is left out
+/// too, since an option is hardly ever meant as the command's first word.
+fn similar_tips(rendered: &str) -> Vec<&str> {
+    rendered
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("tip: "))
+        .filter(|tip| tip.contains("similar"))
+        .collect()
 }
 
 /// Clap's message up to its first blank line or usage line, joined into one line,
@@ -141,6 +240,65 @@ fn init_tracing(verbose: u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn hint(args: &[&str]) -> Option<String> {
+        let mut argv = vec!["lockwarden"];
+        argv.extend_from_slice(args);
+        let e = Cli::try_parse_from(&argv).expect_err("refused");
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        double_dash_hint(&e, &args)
+    }
+
+    #[test]
+    fn a_command_without_double_dash_gets_a_hint() {
+        assert_eq!(
+            hint(&["run", "job", "./x.sh", "-v"]).as_deref(),
+            Some("the command to run goes after `--`: lockwarden run job -- ./x.sh -v")
+        );
+        assert_eq!(
+            hint(&["run", "job", "--wait", "5s", "echo", "a b"]).as_deref(),
+            Some("the command to run goes after `--`: lockwarden run job --wait 5s -- echo 'a b'")
+        );
+        let missing = hint(&["run", "job"]).expect("a hint");
+        assert!(
+            missing.contains("lockwarden run job -- COMMAND"),
+            "{missing}"
+        );
+        assert_eq!(hint(&["run", "job", "--wiat", "5s", "--", "x"]), None);
+        assert_eq!(
+            hint(&[
+                "--redis",
+                "redis://u:pw@h",
+                "run",
+                "j",
+                "x",
+                "--redis",
+                "redis://u:pw@h"
+            ])
+            .as_deref(),
+            Some(
+                "the command to run goes after `--`: lockwarden run j -- x --redis 'redis://u:***@h'"
+            )
+        );
+        assert_eq!(hint(&["status", "a", "b"]), None);
+        let misplaced = hint(&["--watchdog-lease", "5s", "status", "a"]).expect("a hint");
+        assert!(
+            misplaced.contains("option of run and hold only"),
+            "{misplaced}"
+        );
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+
+    #[test]
+    fn a_similar_option_is_suggested() {
+        let e = Cli::try_parse_from(["lockwarden", "run", "j", "--wiat", "1s", "--", "x"])
+            .expect_err("refused");
+        let rendered = e.render().to_string();
+        assert_eq!(
+            similar_tips(&rendered),
+            ["a similar argument exists: '--wait'"]
+        );
+    }
 
     #[test]
     fn clap_errors_fold_into_one_line() {

@@ -13,13 +13,21 @@
 //!
 //! On a lost lock, `--on-lost kill` sends SIGTERM, then SIGKILL after `--grace`,
 //! and exits 76 once the command is gone; `--on-lost warn` says so and lets it
-//! finish. The lock is released only after the command has exited.
+//! finish. The lock is released only after the command has exited, within a short
+//! budget: a Redis that is gone does not keep the finished command waiting.
+//!
+//! While the command runs, Redis is asked about the lock once a second through the
+//! manager's connection. A lock is lost only when its lease runs out without a
+//! renewal, possibly after the command has ended, so an outage is said on stderr
+//! when it is first seen (and again when Redis answers), not only at the end.
 
 use std::future::pending;
 use std::io::{ErrorKind, IsTerminal};
+use std::time::Duration;
 
+use actix::Addr;
 use futures::FutureExt;
-use lockwarden::{LockError, LockGuard, LostReason};
+use lockwarden::{Inspect, LockError, LockGuard, LockManager, LostReason};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::Command;
@@ -31,6 +39,15 @@ use crate::cli::{OnLost, RunArgs};
 use crate::duration::human;
 use crate::outcome::{self, child_code, note, signal_code, Failure};
 use crate::session::Session;
+
+/// How often Redis is asked about the lock while the command runs, so that an
+/// outage is reported when it starts.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+/// How long a probe may take before Redis counts as not answering.
+const PROBE_BUDGET: Duration = Duration::from_secs(1);
+/// Longest the release after the command (or after `hold`) may take (the library's
+/// default response timeout); past it the lock is left to expire.
+pub const RELEASE_BUDGET: Duration = Duration::from_secs(2);
 
 /// Where signals for the command go.
 #[derive(Clone, Copy, Debug)]
@@ -71,11 +88,47 @@ pub async fn run(session: &Session, args: RunArgs) -> Result<i32, Failure> {
         }
         Waited::Interrupted(sig) => return Ok(signal_code(sig as i32)),
     };
-    Ok(supervise(&guard, &args, &mut signals).await)
+    let watch = Watch {
+        manager: &manager,
+        shown_url: session.shown_url(),
+        lease: args.acquire.lease.unwrap_or(args.acquire.watchdog_lease),
+    };
+    Ok(supervise(&guard, &args, &mut signals, &watch).await)
+}
+
+/// What `run` needs to keep an eye on Redis while the command runs.
+#[derive(Debug)]
+struct Watch<'a> {
+    /// The manager holding the lock.
+    manager: &'a Addr<LockManager>,
+    /// The Redis URL, password hidden, for messages.
+    shown_url: &'a str,
+    /// The lease the lock is held with (explicit, or the watchdog's).
+    lease: Duration,
+}
+
+impl Watch<'_> {
+    /// Waits [`PROBE_EVERY`], then asks Redis about the lock through the manager's
+    /// connection (the one renewals use); answers why it did not answer, if it did
+    /// not within [`PROBE_BUDGET`].
+    async fn probe(&self, name: &str) -> Result<(), String> {
+        actix_rt::time::sleep(PROBE_EVERY).await;
+        match tokio::time::timeout(PROBE_BUDGET, self.manager.send(Inspect::new(name))).await {
+            Ok(Ok(Ok(_))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(e.to_string()),
+            Ok(Err(_)) => Err("the lock manager stopped".into()),
+            Err(_) => Err(format!("no answer within {}", human(PROBE_BUDGET))),
+        }
+    }
 }
 
 /// Runs the command while `guard` is held and answers the exit code.
-async fn supervise(guard: &LockGuard, args: &RunArgs, signals: &mut Signals) -> i32 {
+async fn supervise(
+    guard: &LockGuard,
+    args: &RunArgs,
+    signals: &mut Signals,
+    watch: &Watch<'_>,
+) -> i32 {
     let on_terminal = std::io::stdin().is_terminal();
     let Some((program, rest)) = args.command.split_first() else {
         // clap requires at least one word after `--`.
@@ -108,7 +161,15 @@ async fn supervise(guard: &LockGuard, args: &RunArgs, signals: &mut Signals) -> 
     };
     let mut lost: Option<LostReason> = None;
     let mut kill_at: Option<Instant> = None;
+    // Whether the last probe found Redis not answering (said once per outage).
+    let mut unreachable = false;
     let status = loop {
+        let probe = async {
+            match lost {
+                Some(_) => pending().await,
+                None => watch.probe(&args.name).await,
+            }
+        };
         let lost_now = async {
             match lost {
                 Some(_) => pending().await,
@@ -144,6 +205,30 @@ async fn supervise(guard: &LockGuard, args: &RunArgs, signals: &mut Signals) -> 
                     )),
                 }
             }
+            answered = probe.fuse() => match answered {
+                // The lock is lost only when its lease runs out without a renewal,
+                // which may be long after the command ends; the operator hears of
+                // the outage now, not from a release that fails at the end.
+                Err(why) if !unreachable => {
+                    unreachable = true;
+                    note(format!(
+                        "Redis at {} is not answering while the command runs ({why}); \
+                         lock \"{}\" will be lost if Redis stays unreachable for its \
+                         lease ({})",
+                        watch.shown_url,
+                        args.name,
+                        human(watch.lease)
+                    ));
+                }
+                Ok(()) if unreachable => {
+                    unreachable = false;
+                    note(format!(
+                        "Redis at {} answers again; lock \"{}\" is still held",
+                        watch.shown_url, args.name
+                    ));
+                }
+                _ => {}
+            },
             _ = kill_timer.fuse() => {
                 note("the command outlived --grace after SIGTERM; sending SIGKILL");
                 target.send(Signal::SIGKILL);
@@ -177,7 +262,21 @@ async fn finish(guard: &LockGuard, args: &RunArgs, lost: Option<LostReason>, cod
     if lost.is_some() {
         return lost_code;
     }
-    match guard.release().await {
+    // Bounded: with Redis gone the library would retry the release for seconds,
+    // and the lock frees by itself within its lease anyway.
+    let released = match tokio::time::timeout(RELEASE_BUDGET, guard.release()).await {
+        Ok(released) => released,
+        Err(_) => {
+            note(format!(
+                "the command finished but lock \"{}\" could not be released: Redis did \
+                 not answer within {}; it frees by itself within its lease",
+                args.name,
+                human(RELEASE_BUDGET)
+            ));
+            return if code == 0 { outcome::FAILED } else { code };
+        }
+    };
+    match released {
         Ok(_) => code,
         Err(LockError::Lost(reason)) => {
             note(format!(

@@ -8,6 +8,8 @@
 //! connection retries with backoff, which is right for a service and slow for a
 //! command that should say "cannot reach Redis" and exit 2.
 
+use std::time::Duration;
+
 use actix::Addr;
 use lockwarden::{check_lock_name, Admin, Config, LockManager};
 
@@ -25,20 +27,27 @@ pub struct Session {
 
 impl Session {
     /// Builds the configuration: no I/O. A URL that does not parse (wrong scheme,
-    /// bad port) is bad input.
-    pub fn new(common: &Common) -> Result<Session, Failure> {
+    /// bad port) is bad input. `watchdog_lease` is `run`'s and `hold`'s
+    /// `--watchdog-lease`; the other subcommands hold no lock and leave the default.
+    pub fn new(common: &Common, watchdog_lease: Option<Duration>) -> Result<Session, Failure> {
         let shown_url = redact(&common.redis_url);
-        let config = Config::from_url(&common.redis_url)
-            .map_err(|e| {
-                Failure::usage(format!(
-                    "invalid Redis URL '{shown_url}': {e} (expected redis://host[:port][/db])"
-                ))
-            })?
-            .watchdog_lease(common.watchdog_lease);
+        let mut config = Config::from_url(&common.redis_url).map_err(|e| {
+            Failure::usage(format!(
+                "invalid Redis URL '{shown_url}': {e} (expected redis://host[:port][/db])"
+            ))
+        })?;
+        if let Some(lease) = watchdog_lease {
+            config = config.watchdog_lease(lease);
+        }
         config
             .validate()
             .map_err(|e| Failure::usage(format!("--watchdog-lease: {e}")))?;
         Ok(Session { config, shown_url })
+    }
+
+    /// The URL, with any password hidden, for messages.
+    pub fn shown_url(&self) -> &str {
+        &self.shown_url
     }
 
     /// Refuses a lock name no lock can have, before anything connects.
@@ -71,7 +80,7 @@ impl Session {
 }
 
 /// The URL with the password (if any) replaced by `***`, so that it can be shown.
-fn redact(url: &str) -> String {
+pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };

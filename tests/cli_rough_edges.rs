@@ -1,0 +1,218 @@
+//! The `lockwarden` command's rough edges from a new user's first hour, each against
+//! a real process: a command typed without `--` gets the corrected line, `--lease
+//! 0s` is refused in the words typed, `--help` shows no dangling `[env: NAME=]`,
+//! `--watchdog-lease` is offered only where it acts, and when Redis dies while
+//! `run`'s command runs, stderr says so at once and the release at the end gives up
+//! after a short budget instead of retrying for seconds (`hold`'s too).
+#![cfg(feature = "cli")]
+
+mod support;
+
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{eventually, free_port, RedisServer};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+/// Upper bound for any one invocation: far above what each needs.
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// The command with `--redis url`, output captured, nothing from the environment.
+fn lockwarden(url: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockwarden"));
+    cmd.arg("--redis")
+        .arg(url)
+        .env_remove("REDIS_URL")
+        .env_remove("LOCKWARDEN_WATCHDOG_LEASE")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// Runs the command to its end against a port nobody listens on: for input that
+/// is refused before anything connects.
+async fn offline(args: &[&str]) -> Output {
+    let url = format!("redis://127.0.0.1:{}/", free_port());
+    let out = lockwarden(&url).args(args).output();
+    tokio::time::timeout(LIMIT, out)
+        .await
+        .expect("lockwarden exited in time")
+        .expect("lockwarden ran")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `run job ./x.sh -v` (no `--`): exit 2, one line that shows the line with `--`.
+#[actix_rt::test]
+async fn a_command_without_double_dash_is_shown_with_it() {
+    let out = offline(&["run", "job", "./x.sh", "-v"]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(err.contains("lockwarden run job -- ./x.sh -v"), "{err}");
+
+    let out = offline(&["run", "job"]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("after `--`"), "{err}");
+}
+
+/// `--lease 0s` is refused as `0s`, with the reason, not as `invalid lease 0ns`.
+#[actix_rt::test]
+async fn a_zero_lease_is_refused_in_the_words_typed() {
+    for args in [
+        &["hold", "a", "--lease", "0s"][..],
+        &["run", "a", "--lease", "0ms", "--", "true"][..],
+    ] {
+        let out = offline(args).await;
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(!err.contains("ns"), "{args:?}: {err}");
+        let typed = args[args.iter().position(|a| *a == "--lease").expect("lease") + 1];
+        assert!(err.contains(&format!("'{typed}'")), "{args:?}: {err}");
+        assert!(err.contains("expire at once"), "{args:?}: {err}");
+    }
+}
+
+/// No help text shows an environment variable as `[env: NAME=]`, and
+/// `--watchdog-lease` is offered by `run` and `hold` only (and refused elsewhere,
+/// with where it goes).
+#[actix_rt::test]
+async fn help_shows_no_dangling_env_and_watchdog_lease_only_where_it_acts() {
+    for (sub, offered) in [
+        (None, false),
+        (Some("run"), true),
+        (Some("hold"), true),
+        (Some("status"), false),
+        (Some("list"), false),
+        (Some("unlock"), false),
+    ] {
+        let mut args: Vec<&str> = sub.into_iter().collect();
+        args.push("--help");
+        let out = offline(&args).await;
+        let help = stdout(&out);
+        assert_eq!(out.status.code(), Some(0), "{sub:?}: {}", stderr(&out));
+        assert!(!help.contains("=]"), "{sub:?}: dangling env text:\n{help}");
+        let has = help.contains("--watchdog-lease <DURATION>");
+        assert_eq!(has, offered, "{sub:?} --watchdog-lease:\n{help}");
+    }
+    for args in [
+        &["status", "a", "--watchdog-lease", "5s"][..],
+        &["--watchdog-lease", "5s", "list"][..],
+    ] {
+        let out = offline(args).await;
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("run and hold"), "{args:?}: {err}");
+    }
+}
+
+/// Redis dies while `run`'s command runs (its lease, 30 s, far from over): a line
+/// on stderr says so within a few seconds, while the command still runs, and once
+/// the command has finished the process exits within a short budget (it used to
+/// say nothing and retry the release for 9.5 s).
+#[actix_rt::test]
+async fn redis_dying_during_run_is_said_at_once_and_the_release_is_bounded() {
+    let mut server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (started, finished) = (dir.path().join("started"), dir.path().join("finished"));
+    let mut child = lockwarden(&server.url())
+        .args(["run", "job", "--", "sh", "-c"])
+        .arg(r#"touch "$STARTED"; sleep 4; touch "$FINISHED""#)
+        .env("STARTED", &started)
+        .env("FINISHED", &finished)
+        .spawn()
+        .expect("spawn");
+    let mut err_lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
+    assert!(
+        eventually(Duration::from_secs(10), || started.exists()).await,
+        "the command did not start"
+    );
+    server.kill();
+    let killed = Instant::now();
+
+    let first = tokio::time::timeout(Duration::from_secs(10), err_lines.next_line())
+        .await
+        .expect("nothing on stderr within 10 s of Redis dying")
+        .expect("read stderr")
+        .expect("a line before stderr closed");
+    let said_after = killed.elapsed();
+    assert!(first.contains("not answering"), "{first}");
+    assert!(first.contains("\"job\""), "{first}");
+    assert!(
+        !finished.exists(),
+        "said only after the command ended: {first}"
+    );
+    assert!(
+        said_after < Duration::from_secs(3),
+        "said {said_after:?} after"
+    );
+
+    assert!(
+        eventually(Duration::from_secs(10), || finished.exists()).await,
+        "the command did not finish"
+    );
+    let command_done = Instant::now();
+    let status = tokio::time::timeout(LIMIT, child.wait())
+        .await
+        .expect("exited")
+        .expect("waited");
+    let release_took = command_done.elapsed();
+    let mut rest = Vec::new();
+    while let Ok(Some(line)) = err_lines.next_line().await {
+        rest.push(line);
+    }
+    assert_eq!(status.code(), Some(1), "release failed: {rest:?}");
+    assert!(
+        release_took < Duration::from_secs(4),
+        "exited {release_took:?} after the command finished: {rest:?}"
+    );
+    assert!(
+        rest.iter().any(|l| l.contains("could not be released")),
+        "{rest:?}"
+    );
+}
+
+/// `hold --for` whose Redis died while it held: it exits 1 within the release
+/// budget after its time is up, not after the library's retries (9.5 s).
+#[actix_rt::test]
+async fn a_hold_whose_redis_died_gives_up_the_release_quickly() {
+    let mut server = RedisServer::start();
+    let mut child = lockwarden(&server.url())
+        .args(["hold", "h", "--for", "1s", "--json"])
+        .spawn()
+        .expect("spawn");
+    let mut out_lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+    let acquired = tokio::time::timeout(LIMIT, out_lines.next_line())
+        .await
+        .expect("no acquired line in time")
+        .expect("read stdout")
+        .expect("a line");
+    assert!(acquired.contains("\"acquired\""), "{acquired}");
+    server.kill();
+    let killed = Instant::now();
+    let out = tokio::time::timeout(LIMIT, child.wait_with_output())
+        .await
+        .expect("exited")
+        .expect("waited");
+    let took = killed.elapsed();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("did not answer within"), "{err}");
+    // At most 1 s of --for left, then the 2 s budget.
+    assert!(
+        took < Duration::from_secs(5),
+        "exited {took:?} after Redis died: {err}"
+    );
+}

@@ -1,0 +1,124 @@
+//! The examples, run as a new user runs them, checked against what they print: the
+//! quickstart's holds really alternate between the two managers with growing
+//! fencing tokens, and the failover demo stamps "A is told its lock is lost" with
+//! the time A learned it (while Redis was frozen), not the time Redis resumed.
+//!
+//! `cargo test` builds the examples but does not say where; a filtered run
+//! (`cargo test --test examples`) does not build them at all. So the test asks cargo
+//! to build them (a no-op when they are fresh) and runs the binaries from the
+//! target directory. Each example gets its own `redis-server`.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use support::RedisServer;
+
+/// `target/debug/examples/<name>`, built once per test run.
+fn example(name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        // Without the variables cargo sets for a test (CARGO_PKG_*, CARGO_MANIFEST_*,
+        // ...): some build scripts track them, and seeing them changed would rebuild
+        // half the dependencies (20 s) instead of finding everything fresh.
+        let keep = |key: &str| {
+            !key.starts_with("CARGO_")
+                || key == "CARGO_HOME"
+                || key == "CARGO_TARGET_DIR"
+                || key.starts_with("CARGO_BUILD_")
+        };
+        let out = Command::new(cargo)
+            .env_clear()
+            .envs(std::env::vars().filter(|(k, _)| keep(k)))
+            .args(["build", "--example", "quickstart", "--example", "failover"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("cannot run cargo");
+        assert!(
+            out.status.success(),
+            "cargo build --example failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    // The test binary is target/<profile>/deps/examples-<hash>.
+    let exe = std::env::current_exe().expect("test binary path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>");
+    profile_dir.join("examples").join(name)
+}
+
+fn run(name: &str, redis_url: Option<&str>) -> Output {
+    let mut cmd = Command::new(example(name));
+    cmd.env_remove("REDIS_URL");
+    if let Some(url) = redis_url {
+        cmd.env("REDIS_URL", url);
+    }
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run example {name}: {e}"))
+}
+
+/// The quickstart's holds alternate A, B, A, ... (every handoff goes to the other
+/// manager), their fencing tokens grow, and the summary counts the handoffs it saw.
+#[test]
+fn quickstart_alternates_managers_with_growing_tokens() {
+    let server = RedisServer::start();
+    let out = run("quickstart", Some(&server.url()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let holds: Vec<(String, u64)> = text
+        .lines()
+        .filter_map(|l| {
+            let rest = l.split_once("manager ")?.1;
+            let (manager, rest) = rest.split_once(" holds the lock: token ")?;
+            let token = rest.split(',').next()?.parse().ok()?;
+            Some((manager.to_string(), token))
+        })
+        .collect();
+    assert_eq!(holds.len(), 12, "twelve holds printed:\n{text}");
+    for pair in holds.windows(2) {
+        assert_ne!(
+            pair[0].0, pair[1].0,
+            "the same manager twice in a row:\n{text}"
+        );
+        assert!(pair[1].1 > pair[0].1, "tokens not increasing:\n{text}");
+    }
+    assert!(
+        text.contains("11 handoffs between managers"),
+        "summary counts the handoffs between managers:\n{text}"
+    );
+}
+
+/// The failover demo prints A's loss at the moment A learned it: on the timeline
+/// that is before "redis-server resumed", since A's lease (800 ms) runs out while
+/// Redis is frozen (1.6 s).
+#[test]
+fn failover_stamps_the_loss_when_it_was_learned() {
+    let out = run("failover", None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "exit {:?}\n{text}", out.status);
+    // "   1.234s  what happened"
+    let stamp = |is: &dyn Fn(&str) -> bool| -> f64 {
+        text.lines()
+            .find_map(|l| {
+                let (secs, what) = l.trim_start().split_once("s  ")?;
+                is(what).then(|| secs.parse().ok()).flatten()
+            })
+            .unwrap_or_else(|| panic!("line not found:\n{text}"))
+    };
+    let lost = stamp(&|what| what.starts_with("A ") && what.contains("told its lock is lost"));
+    let resumed = stamp(&|what| what == "redis-server resumed");
+    assert!(
+        lost < resumed,
+        "loss stamped {lost}s, after Redis resumed at {resumed}s:\n{text}"
+    );
+}
