@@ -100,8 +100,6 @@ pub enum LockError {
     /// The release found that this owner does not hold the lock: its lease ran out
     /// or it was force-unlocked, and someone else may hold it now. Nothing changed.
     NotHeld,
-    /// This guard was already released; nothing changed.
-    AlreadyReleased,
     /// The lock was lost while held (see [`LostReason`]); releasing it again has no
     /// effect.
     Lost(LostReason),
@@ -193,7 +191,6 @@ impl fmt::Display for LockError {
                 )
             }
             LockError::NotHeld => f.write_str("lock is not held by this owner"),
-            LockError::AlreadyReleased => f.write_str("this guard was already released"),
             LockError::Lost(reason) => write!(f, "lock was lost while held: {reason}"),
             LockError::Redis(e) => write!(f, "redis error: {e}"),
             LockError::NoPermission { command, detail } => write!(

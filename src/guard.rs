@@ -185,13 +185,23 @@ impl LockGuard {
     }
 
     /// Gives back this hold. Reports whether the lock is now free or the owner
-    /// still holds it through other guards; fails with [`LockError::AlreadyReleased`]
-    /// on a second call, [`LockError::Lost`] if the lock was lost meanwhile, and
-    /// [`LockError::NotHeld`] if Redis shows this owner no longer holds it.
-    pub async fn release(&self) -> Result<ReleaseOutcome, LockError> {
-        if self.released.swap(true, Ordering::AcqRel) {
-            return Err(LockError::AlreadyReleased);
-        }
+    /// still holds it through other guards; fails with [`LockError::Lost`] if the
+    /// lock was lost meanwhile, and [`LockError::NotHeld`] if Redis shows this
+    /// owner no longer holds it.
+    ///
+    /// It takes the guard, so a released guard cannot be used again (its token
+    /// read, or a second release tried):
+    ///
+    /// ```compile_fail
+    /// async fn twice(guard: lockwarden::LockGuard) {
+    ///     let _ = guard.release().await;
+    ///     let _ = guard.fencing_token(); // moved: does not compile
+    /// }
+    /// ```
+    pub async fn release(self) -> Result<ReleaseOutcome, LockError> {
+        // Marked first: whatever happens to this future, the guard's drop (at the
+        // end of this call, or when the future is dropped) sends nothing more.
+        self.released.store(true, Ordering::Release);
         self.lock.send(Release { epoch: self.epoch }).await?
     }
 }

@@ -23,11 +23,12 @@ async fn hold_count_goes_up_and_down_and_frees_at_zero() {
     let count: String = raw(&server, &["HGET", "account:7", first.owner_field()]);
     assert_eq!(count, "2");
 
+    let field = first.owner_field().to_string();
     assert_eq!(
         first.release().await.expect("release"),
         ReleaseOutcome::StillHeld { holds: 1 }
     );
-    let count: String = raw(&server, &["HGET", "account:7", first.owner_field()]);
+    let count: String = raw(&server, &["HGET", "account:7", &field]);
     assert_eq!(count, "1");
     let attempt = other
         .send(Acquire::new("account:7").wait(Duration::ZERO))
@@ -63,19 +64,20 @@ async fn acquisitions_without_an_owner_do_not_reenter() {
     );
 }
 
-/// A second release of one guard fails cleanly and leaves the other holds alone.
+/// Releasing one guard of a re-entered lock gives back that hold only and leaves
+/// the other alone. (A second release of the same guard does not compile:
+/// `release` takes the guard; see the doctest on `LockGuard::release`.)
 #[actix_rt::test]
-async fn second_release_of_a_guard_is_refused_and_changes_nothing() {
+async fn releasing_one_guard_leaves_the_other_holds_alone() {
     let server = RedisServer::start();
     let m = manager(&server, |c| c).await;
     let me = Owner::new();
     let a = hold(&m, "twice", |r| r.owner(me)).await;
     let _b = hold(&m, "twice", |r| r.owner(me)).await;
+    let field = a.owner_field().to_string();
     a.release().await.expect("first release");
-    let err = a.release().await.expect_err("second release must fail");
-    assert!(matches!(err, LockError::AlreadyReleased), "got {err:?}");
-    let count: String = raw(&server, &["HGET", "twice", a.owner_field()]);
-    assert_eq!(count, "1", "the second release must not decrement");
+    let count: String = raw(&server, &["HGET", "twice", &field]);
+    assert_eq!(count, "1", "one release, one hold given back");
 }
 
 /// A holder whose lease ran out and whose lock was then taken by someone else gets
@@ -94,7 +96,6 @@ async fn release_by_an_owner_that_no_longer_holds_fails_and_leaves_the_lock() {
     );
     let count: String = raw(&server, &["HGET", "job", current.owner_field()]);
     assert_eq!(count, "1", "the current holder's lock is intact");
-    assert!(eventually(Duration::from_secs(1), || stale.is_lost().is_some()).await);
 }
 
 /// A guard dropped without release gives its hold back in the background.

@@ -31,6 +31,7 @@ async fn locks_work(redis: &RedisServer) {
                 .await
         }
     });
+    let first_token = first.fencing_token();
     assert_eq!(
         first.release().await.expect("release"),
         ReleaseOutcome::Released
@@ -41,7 +42,7 @@ async fn locks_work(redis: &RedisServer) {
         .expect("task")
         .expect("manager running")
         .expect("acquired after the release");
-    assert!(second.fencing_token() > first.fencing_token());
+    assert!(second.fencing_token() > first_token);
     assert_eq!(
         second.release().await.expect("release"),
         ReleaseOutcome::Released

@@ -208,7 +208,7 @@ async fn many_held_locks_are_renewed_in_few_calls() {
         calls <= 15.0 * (periods + 1.0),
         "{calls} script calls for {LOCKS} locks over {periods:.1} periods: not batched"
     );
-    for g in &guards {
+    for g in guards {
         g.release().await.expect("released");
     }
     let stats = m.send(lockwarden::GetStats).await.expect("running");
@@ -224,11 +224,12 @@ async fn released_watchdog_holding_is_no_longer_renewed() {
     let m = manager(&server, |c| c.watchdog_lease(LEASE)).await;
     let owner = lockwarden::Owner::new();
     let first = hold(&m, "again", |a| a.owner(owner)).await;
+    let first_field = first.owner_field().to_string();
     first.release().await.expect("released");
     let lease = Duration::from_millis(300);
     let start = Instant::now();
     let second = hold(&m, "again", |a| a.owner(owner).lease(lease)).await;
-    assert_eq!(second.owner_field(), first.owner_field());
+    assert_eq!(second.owner_field(), first_field);
     let gone = eventually(LEASE * 3, || raw::<i64>(&server, &["EXISTS", "again"]) == 0).await;
     assert!(
         gone,

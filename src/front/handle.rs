@@ -166,11 +166,13 @@ impl LockHandle {
         Fut: Future<Output = T>,
     {
         let guard = self.acquire().await?;
-        let work = std::pin::pin!(work(guard.fencing_token()));
-        let lost = std::pin::pin!(guard.lost());
-        let out = match futures::future::select(work, lost).await {
-            Either::Left((out, _)) => out,
-            Either::Right((reason, _)) => return Err(LockError::Lost(reason)),
+        let out = {
+            let work = std::pin::pin!(work(guard.fencing_token()));
+            let lost = std::pin::pin!(guard.lost());
+            match futures::future::select(work, lost).await {
+                Either::Left((out, _)) => out,
+                Either::Right((reason, _)) => return Err(LockError::Lost(reason)),
+            }
         };
         guard.release().await?;
         Ok(out)

@@ -150,7 +150,7 @@ async fn ordered_handles(
 /// Releases every guard, all at once, and waits for the answers (errors are the
 /// members' own business now: each was logged by its lock actor).
 pub(super) async fn release_all(guards: Vec<LockGuard>) {
-    let _ = join_all(guards.iter().map(|g| g.release())).await;
+    let _ = join_all(guards.into_iter().map(LockGuard::release)).await;
 }
 
 /// Proof of holding every member of a [`MultiLock`].
@@ -186,7 +186,7 @@ impl MultiGuard {
     /// Releases every member at once. Answers the first error among them (every
     /// member is released either way).
     pub async fn release(self) -> Result<(), LockError> {
-        let outcomes = join_all(self.guards.iter().map(|g| g.release())).await;
+        let outcomes = join_all(self.guards.into_iter().map(LockGuard::release)).await;
         outcomes.into_iter().try_for_each(|o| o.map(|_| ()))
     }
 }

@@ -236,7 +236,7 @@ impl RedGuard {
 
     /// Releases every node's hold at once. Answers the first error among them.
     pub async fn release(self) -> Result<(), LockError> {
-        let outcomes = join_all(self.guards.iter().map(|g| g.release())).await;
+        let outcomes = join_all(self.guards.into_iter().map(LockGuard::release)).await;
         outcomes.into_iter().try_for_each(|o| o.map(|_| ()))
     }
 }

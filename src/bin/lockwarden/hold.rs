@@ -83,7 +83,7 @@ impl Events<'_> {
         }
     }
 
-    fn released(&self, guard: &LockGuard, held: Duration, at_ms: u64) {
+    fn released(&self, guard: &Holding, held: Duration, at_ms: u64) {
         if self.json {
             say!(
                 "{}",
@@ -105,7 +105,7 @@ impl Events<'_> {
         }
     }
 
-    fn lost(&self, guard: &LockGuard, reason: &str) {
+    fn lost(&self, guard: &Holding, reason: &str) {
         if self.json {
             say!(
                 "{}",
@@ -168,12 +168,14 @@ pub async fn hold(session: &Session, args: HoldArgs) -> Result<i32, Failure> {
         _ = hold_for.fuse() => {}
         _ = signals.recv().fuse() => {}
         reason = guard.lost().fuse() => {
-            events.lost(&guard, &reason.to_string());
+            events.lost(&Holding::of(&guard), &reason.to_string());
             return Ok(outcome::LOST);
         }
     }
 
     let (held, at_ms) = (since.elapsed(), unix_ms());
+    // What the events report after the release, which takes the guard.
+    let holding = Holding::of(&guard);
     // Bounded as in `run`: with Redis gone the library would retry for seconds.
     let Ok(released) = tokio::time::timeout(RELEASE_BUDGET, guard.release()).await else {
         return Err(Failure::failed(format!(
@@ -185,16 +187,16 @@ pub async fn hold(session: &Session, args: HoldArgs) -> Result<i32, Failure> {
     };
     match released {
         Ok(_) => {
-            events.released(&guard, held, at_ms);
+            events.released(&holding, held, at_ms);
             Ok(outcome::OK)
         }
         Err(LockError::Lost(reason)) => {
-            events.lost(&guard, &reason.to_string());
+            events.lost(&holding, &reason.to_string());
             Ok(outcome::LOST)
         }
         Err(LockError::NotHeld) => {
             events.lost(
-                &guard,
+                &holding,
                 "the lock was no longer held by this owner at release",
             );
             Ok(outcome::LOST)
@@ -203,6 +205,33 @@ pub async fn hold(session: &Session, args: HoldArgs) -> Result<i32, Failure> {
             &format!("releasing \"{}\"", args.name),
             e,
         )),
+    }
+}
+
+/// What the events report of a holding, kept apart from its guard (a release
+/// takes the guard).
+#[derive(Debug)]
+struct Holding {
+    /// The holder's field in the lock hash.
+    owner_field: String,
+    /// The acquisition's fencing token.
+    token: u64,
+}
+
+impl Holding {
+    fn of(guard: &LockGuard) -> Holding {
+        Holding {
+            owner_field: guard.owner_field().to_string(),
+            token: guard.fencing_token(),
+        }
+    }
+
+    fn owner_field(&self) -> &str {
+        &self.owner_field
+    }
+
+    fn fencing_token(&self) -> u64 {
+        self.token
     }
 }
 

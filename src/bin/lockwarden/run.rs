@@ -93,7 +93,7 @@ pub async fn run(session: &Session, args: RunArgs) -> Result<i32, Failure> {
         shown_url: session.shown_url(),
         lease: args.acquire.lease.unwrap_or(args.acquire.watchdog_lease),
     };
-    Ok(supervise(&guard, &args, &mut signals, &watch).await)
+    Ok(supervise(guard, &args, &mut signals, &watch).await)
 }
 
 /// What `run` needs to keep an eye on Redis while the command runs.
@@ -124,7 +124,7 @@ impl Watch<'_> {
 
 /// Runs the command while `guard` is held and answers the exit code.
 async fn supervise(
-    guard: &LockGuard,
+    guard: LockGuard,
     args: &RunArgs,
     signals: &mut Signals,
     watch: &Watch<'_>,
@@ -254,7 +254,7 @@ async fn supervise(
 }
 
 /// Releases after the command exited and picks the exit code.
-async fn finish(guard: &LockGuard, args: &RunArgs, lost: Option<LostReason>, code: i32) -> i32 {
+async fn finish(guard: LockGuard, args: &RunArgs, lost: Option<LostReason>, code: i32) -> i32 {
     let lost_code = match args.on_lost {
         OnLost::Kill => outcome::LOST,
         OnLost::Warn => code,
