@@ -69,6 +69,10 @@
 //!
 //! `docs/architecture.md` draws the layers and says where a new lock kind or a new
 //! Redis deployment goes.
+//!
+//! The examples in this documentation are compiled but not run (`no_run`): they need
+//! a Redis server. The same flows run against real servers in `tests/`, which start
+//! their own `redis-server` processes.
 #![deny(missing_docs, missing_debug_implementations)]
 
 mod actors;

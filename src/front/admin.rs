@@ -48,7 +48,10 @@ pub struct LockSummary {
     pub queue: Vec<QueuedWaiter>,
 }
 
-/// Read-only access to the locks of one Redis server; see the module documentation.
+/// Read-only access to the locks of one Redis server, for operators: describe one
+/// lock by name, list the locks whose names match a pattern (SCAN with a type
+/// filter, never KEYS). It needs no lock manager; it connects with a single attempt,
+/// so an unreachable server is reported at once.
 #[derive(Clone, Debug)]
 pub struct Admin {
     /// The command connection.

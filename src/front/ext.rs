@@ -17,7 +17,9 @@ use super::manager::LockManager;
 use crate::error::LockError;
 use crate::guard::LockGuard;
 
-/// The manager's everyday calls on its address; see the module documentation.
+/// The manager's everyday calls as methods on its address: each sends the message
+/// form and answers one [`LockError`] ([`LockError::Stopped`] when the manager is
+/// gone), so one `?` does where `send(..).await??` needed two.
 ///
 /// ```no_run
 /// # async fn demo(manager: actix::Addr<lockwarden::LockManager>) -> Result<(), lockwarden::LockError> {

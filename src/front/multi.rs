@@ -21,7 +21,13 @@ use crate::error::{LockError, LostReason};
 use crate::guard::LockGuard;
 use crate::keys::Owner;
 
-/// All of several locks as one; see the module documentation.
+/// All of several locks, possibly on different managers, taken and released as one.
+///
+/// Members are taken one after another in one global order (by name, then by the
+/// order the caller listed equal names), so two MultiLocks over the same locks never
+/// each hold what the other waits for. All or nothing within the wait: when a member
+/// cannot be had in time, those already taken are released before the error comes
+/// back. Each member is an ordinary lock of its manager, renewed by it.
 ///
 /// ```no_run
 /// # async fn demo(orders: actix::Addr<lockwarden::LockManager>, stock: actix::Addr<lockwarden::LockManager>)

@@ -33,7 +33,17 @@ use crate::error::{LockError, LostReason};
 use crate::guard::LockGuard;
 use crate::keys::Owner;
 
-/// One lock name on a majority of independent nodes; see the module documentation.
+/// One lock name on a majority of independent nodes, one manager per node (the
+/// RedLock algorithm).
+///
+/// Every node is asked at once, each attempt bounded by [`node_wait`](Self::node_wait),
+/// so a node that is down or frozen never holds up the others. The lock is granted
+/// when a majority (N/2 + 1) said yes and the round left the lease most of its length
+/// (lease - elapsed - 1% - 2 ms); otherwise every node that said yes is released at
+/// once and the round is tried again after a short random pause, within the wait. In
+/// watchdog mode each node's manager renews its hold; [`RedGuard::lost`] resolves
+/// once fewer than a majority still hold it. The nodes' fencing tokens are not
+/// comparable: see [`RedGuard::fencing_tokens`].
 ///
 /// ```no_run
 /// # async fn demo(m1: actix::Addr<lockwarden::LockManager>, m2: actix::Addr<lockwarden::LockManager>,
@@ -99,7 +109,7 @@ impl RedLock {
         self.nodes.len() / 2 + 1
     }
 
-    /// Takes the lock on a majority of the nodes; see the module documentation.
+    /// Takes the lock on a majority of the nodes, as described on [`RedLock`].
     /// Bad input (no node, the same node twice, a name a node refuses) is refused
     /// before anything reaches Redis.
     pub async fn acquire(&self) -> Result<RedGuard, LockError> {
@@ -213,8 +223,11 @@ impl RedGuard {
         self.guards.iter().filter(|g| g.is_lost().is_none()).count()
     }
 
-    /// Each granting node's fencing token. They are not comparable with each
-    /// other: see the module documentation for what a resource can check.
+    /// Each granting node's fencing token. They are not comparable with each other
+    /// (the nodes' counters are independent), so there is no one token for the
+    /// lock: a resource that wants fencing keeps, per node, the highest token it
+    /// accepted, and refuses a request that is not above it on a majority of the
+    /// nodes it was given.
     pub fn fencing_tokens(&self) -> Vec<u64> {
         self.guards.iter().map(LockGuard::fencing_token).collect()
     }
