@@ -31,34 +31,8 @@ end
 if ARGV[2] == nil or ARGV[2] == '' then
   return redis.error_reply('ERR lockwarden: empty owner field')
 end
--- ACL (Redis 7+), as in fair_prelude.lua: a command the ACL denies fails a script
--- where it stands, after the writes before it. So the reads and the first write run
--- with redis.pcall (`run`: a denial there has written nothing; the script ends
--- with NOPERM naming it), and the commands after the first write are asked for
--- before it, on the path taken (`need`).
-local acl = redis.acl_check_cmd
-local function deny(what)
-  return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. what)
-end
-local function run(what, ...)
-  local r = redis.pcall(...)
-  if type(r) == 'table' and r.err then
-    if acl and not acl(...) then
-      error(deny(what))
-    end
-    error(r)
-  end
-  return r
-end
-local function need(checks)
-  if acl then
-    for _, c in ipairs(checks) do
-      if not acl(unpack(c, 2)) then
-        error(deny(c[1]))
-      end
-    end
-  end
-end
+-- ACL: `acl`, `run` and `need` come from acl_prelude.lua, put in front of this
+-- script when it is built (src/wire/rw.rs).
 
 local kind = run('TYPE on the lock', 'type', KEYS[1]).ok
 if kind ~= 'none' and kind ~= 'hash' then

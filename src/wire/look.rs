@@ -11,8 +11,12 @@ use super::{ttl_from_pttl, unexpected, Invocation, ScriptCall};
 use crate::keys;
 use crate::view::{Inspected, QueuedWaiter};
 
-static FORCE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/force_release.lua")));
+static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
+        include_str!("../../lua/force_release.lua")
+    ))
+});
 static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/inspect.lua")));
 

@@ -13,16 +13,38 @@ use redis::{RedisResult, Script, Value};
 use super::{acquire_reply, release_pair, AcquireReply, Invocation, ReleaseReply, ScriptCall};
 use crate::keys;
 
-static ACQUIRE_READ: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/rw_acquire_read.lua")));
-static ACQUIRE_WRITE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/rw_acquire_write.lua")));
-static RELEASE_READ: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/rw_release_read.lua")));
-static RELEASE_WRITE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/rw_release_write.lua")));
-static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/rw_renew.lua")));
+// Each script gets `lua/acl_prelude.lua` in front (its ACL helpers): Redis scripts
+// cannot include one another.
+static ACQUIRE_READ: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
+        include_str!("../../lua/rw_acquire_read.lua")
+    ))
+});
+static ACQUIRE_WRITE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
+        include_str!("../../lua/rw_acquire_write.lua")
+    ))
+});
+static RELEASE_READ: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
+        include_str!("../../lua/rw_release_read.lua")
+    ))
+});
+static RELEASE_WRITE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
+        include_str!("../../lua/rw_release_write.lua")
+    ))
+});
+static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
+        include_str!("../../lua/rw_renew.lua")
+    ))
+});
 
 /// The reader field of the writer field `<owner field>:write`.
 fn reader_of(write_field: &str) -> &str {
