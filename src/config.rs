@@ -22,6 +22,9 @@ use crate::error::LockError;
 pub struct Config {
     /// The Redis client (parsed URL); connections are made from it.
     pub(crate) client: redis::Client,
+    /// Set for a master found through Sentinels: its name and the Sentinels'
+    /// URLs (`client` is then the first Sentinel's, used for nothing else).
+    pub(crate) sentinel: Option<(String, Vec<String>)>,
     /// Lease of a lock taken without an explicit lease, renewed by the watchdog.
     pub(crate) watchdog_lease: Duration,
     /// How often the watchdog renews; `None` means a third of the watchdog lease.
@@ -73,6 +76,7 @@ impl Config {
             .map_err(|e| LockError::InvalidConfig(format!("bad Redis URL {url:?}: {e}")))?;
         Ok(Config {
             client,
+            sentinel: None,
             watchdog_lease: Duration::from_secs(30),
             renew_interval: None,
             max_name_len: 1024,
@@ -90,6 +94,34 @@ impl Config {
             batch_in_flight: 16,
             token_ttl: Duration::from_secs(3600),
         })
+    }
+
+    /// A configuration for the master that Redis Sentinel knows as `master`, found
+    /// through these Sentinels (`redis://host:26379`, with a password or TLS as
+    /// the Sentinels need), with every other setting at its default. The master is
+    /// looked up when the manager starts and again whenever its connection fails or
+    /// answers READONLY (a failover demoted it), so the manager follows failovers.
+    /// Fails with [`LockError::InvalidConfig`] if the name is empty, no Sentinel is
+    /// given, or a URL cannot be parsed (nothing connects yet).
+    pub fn sentinel<'a>(
+        master: &str,
+        sentinels: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Config, LockError> {
+        let urls: Vec<String> = sentinels.into_iter().map(str::to_string).collect();
+        if master.is_empty() {
+            return Err(LockError::InvalidConfig(
+                "the Sentinel master name is empty".into(),
+            ));
+        }
+        let Some(first) = urls.first() else {
+            return Err(LockError::InvalidConfig("no Sentinel URL given".into()));
+        };
+        for url in &urls[1..] {
+            Config::from_url(url)?;
+        }
+        let mut config = Config::from_url(first)?;
+        config.sentinel = Some((master.to_string(), urls));
+        Ok(config)
     }
 
     /// Lease of a lock acquired without an explicit lease; the watchdog keeps

@@ -22,7 +22,9 @@
 
 mod checks;
 mod coalescer;
+mod sentinel;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, PubSub};
@@ -32,6 +34,7 @@ use crate::config::Config;
 use crate::error::LockError;
 
 pub(crate) use coalescer::Coalescer;
+use sentinel::Follower;
 
 /// What a connection is for: they differ in how hard they try to reach Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,12 +73,15 @@ impl Topology {
 pub(crate) enum Conn {
     /// A standalone server.
     Standalone(ConnectionManager),
+    /// The master Sentinel names, followed across failovers (`sentinel.rs`).
+    Sentinel(Arc<Follower>),
 }
 
 impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Conn::Standalone(_) => f.write_str("Conn::Standalone"),
+            Conn::Sentinel(s) => write!(f, "Conn::Sentinel({s:?})"),
         }
     }
 }
@@ -84,6 +90,7 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Standalone(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(s) => sentinel::request(s, cmd),
         }
     }
 
@@ -95,12 +102,14 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(s) => sentinel::request_many(s, pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Conn::Standalone(c) => c.get_db(),
+            Conn::Sentinel(s) => sentinel::db(s),
         }
     }
 }
@@ -110,16 +119,32 @@ impl ConnectionLike for Conn {
 /// learns that it must resubscribe).
 #[derive(Clone, Debug)]
 pub(crate) struct PubSubSource {
-    /// Where to connect.
-    client: redis::Client,
+    /// Where to connect: a server, or the master Sentinel names at the time.
+    target: PubSubTarget,
     /// How long one attempt may take.
     timeout: Duration,
+}
+
+/// Where the subscriber's connections go.
+#[derive(Clone, Debug)]
+enum PubSubTarget {
+    /// Always this server (boxed: a client is large, and this enum is cloned).
+    Server(Box<redis::Client>),
+    /// The master the Sentinels name when the connection is opened.
+    Master(Arc<Follower>),
 }
 
 impl PubSubSource {
     /// A new pub/sub connection, or why there is none (a timeout included).
     pub(crate) async fn open(&self) -> Result<PubSub, String> {
-        tokio::time::timeout(self.timeout, self.client.get_async_pubsub())
+        let target = self.target.clone();
+        let open = async move {
+            match target {
+                PubSubTarget::Server(client) => client.get_async_pubsub().await,
+                PubSubTarget::Master(follower) => follower.master().await?.get_async_pubsub().await,
+            }
+        };
+        tokio::time::timeout(self.timeout, open)
             .await
             .map_err(|_| "timed out connecting".to_string())?
             .map_err(|e| e.to_string())
@@ -176,8 +201,15 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
     // The connection manager retries a failed first connection several times with
     // backoff (4.7 s against a closed port); the documented connection timeout is
     // the bound a caller was promised, so the whole first connection is held to it.
-    let first = ConnectionManager::new_with_config(client.clone(), cm);
-    let manager = tokio::time::timeout(config.connection_timeout, first)
+    let first = async {
+        Ok::<_, redis::RedisError>(match &config.sentinel {
+            None => Conn::Standalone(ConnectionManager::new_with_config(client.clone(), cm).await?),
+            Some((master, sentinels)) => {
+                Conn::Sentinel(Follower::connect(master, sentinels, cm).await?)
+            }
+        })
+    };
+    let mut conn = tokio::time::timeout(config.connection_timeout, first)
         .await
         .map_err(|_| {
             redis::RedisError::from(std::io::Error::new(
@@ -188,7 +220,10 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
                 ),
             ))
         })??;
-    let mut conn = Conn::Standalone(manager);
+    let target = match &conn {
+        Conn::Standalone(_) => PubSubTarget::Server(Box::new(client)),
+        Conn::Sentinel(follower) => PubSubTarget::Master(Arc::clone(follower)),
+    };
     match purpose {
         Purpose::Operator => {
             let _: String = redis::cmd("PING").query_async(&mut conn).await?;
@@ -199,7 +234,7 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
         conn,
         topology: Topology::Standalone,
         pubsub: PubSubSource {
-            client,
+            target,
             timeout: config.connection_timeout,
         },
     })

@@ -2,8 +2,11 @@
 //! the setup steps of lockwarden tests. Each test file includes it with `mod support;`.
 #![allow(dead_code)] // each test binary uses a different part of this
 
+mod sentinel;
 mod server;
 
+#[allow(unused_imports)] // only the Sentinel tests use it
+pub use sentinel::*;
 pub use server::*;
 
 /// A config for this server with every other setting at its default.

@@ -64,6 +64,16 @@ pub struct Common {
     )]
     pub redis_url: String,
 
+    /// A Sentinel to find the master through (redis://host:26379); repeat it for
+    /// each Sentinel. With it, --master-name names the master and --redis is not
+    /// used.
+    #[arg(long = "sentinel", global = true, value_name = "URL")]
+    pub sentinels: Vec<String>,
+
+    /// The name the Sentinels know the master by (with --sentinel).
+    #[arg(long = "master-name", global = true, value_name = "NAME")]
+    pub master_name: Option<String>,
+
     /// Log what happens on stderr (-v info, -vv debug, -vvv trace).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,

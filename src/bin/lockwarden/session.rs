@@ -30,12 +30,31 @@ impl Session {
     /// bad port) is bad input. `watchdog_lease` is `run`'s and `hold`'s
     /// `--watchdog-lease`; the other subcommands hold no lock and leave the default.
     pub fn new(common: &Common, watchdog_lease: Option<Duration>) -> Result<Session, Failure> {
-        let shown_url = redact(&common.redis_url);
-        let mut config = Config::from_url(&common.redis_url).map_err(|e| {
-            Failure::usage(format!(
-                "invalid Redis URL '{shown_url}': {e} (expected redis://host[:port][/db])"
-            ))
-        })?;
+        let (shown_url, mut config) = if common.sentinels.is_empty() {
+            if common.master_name.is_some() {
+                return Err(Failure::usage(
+                    "--master-name goes with --sentinel URL (one per Sentinel)",
+                ));
+            }
+            let shown_url = redact(&common.redis_url);
+            let config = Config::from_url(&common.redis_url).map_err(|e| {
+                Failure::usage(format!(
+                    "invalid Redis URL '{shown_url}': {e} (expected redis://host[:port][/db])"
+                ))
+            })?;
+            (shown_url, config)
+        } else {
+            let Some(master) = common.master_name.as_deref() else {
+                return Err(Failure::usage(
+                    "--sentinel needs --master-name: the name the Sentinels know the master by",
+                ));
+            };
+            let shown: Vec<String> = common.sentinels.iter().map(|u| redact(u)).collect();
+            let shown_url = format!("master '{master}' via Sentinel {}", shown.join(", "));
+            let config = Config::sentinel(master, common.sentinels.iter().map(String::as_str))
+                .map_err(|e| Failure::usage(format!("{shown_url}: {e}")))?;
+            (shown_url, config)
+        };
         if let Some(lease) = watchdog_lease {
             config = config.watchdog_lease(lease);
         }

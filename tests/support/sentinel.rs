@@ -1,0 +1,117 @@
+//! Redis Sentinel processes for tests: `redis-server <config> --sentinel` on a free
+//! port, watching a master the test started, with timings small enough that a
+//! failover takes a few seconds.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::server::{free_port, redis_server_bin, RedisServer};
+
+/// The name every test Sentinel monitors its master under.
+pub const MASTER_NAME: &str = "mymaster";
+
+/// One Sentinel; killed on drop (its log is printed if the test panicked).
+pub struct Sentinel {
+    port: u16,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+}
+
+impl Sentinel {
+    /// Starts a Sentinel monitoring `master` with this quorum: the master is
+    /// considered down after 1 s without answers, a failover may take 5 s.
+    pub fn start(master: &RedisServer, quorum: u32) -> Sentinel {
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let port = free_port();
+            let conf = dir.path().join("sentinel.conf");
+            // Sentinel rewrites its config file, so each has its own, writable.
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {log}\n\
+                     sentinel monitor {MASTER_NAME} 127.0.0.1 {master} {quorum}\n\
+                     sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                     sentinel failover-timeout {MASTER_NAME} 5000\n\
+                     sentinel parallel-syncs {MASTER_NAME} 1\n",
+                    dir = dir.path().display(),
+                    log = dir.path().join("sentinel.log").display(),
+                    master = master.port(),
+                ),
+            )
+            .expect("write sentinel.conf");
+            let child = Command::new(redis_server_bin())
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("run redis-server --sentinel");
+            let mut s = Sentinel {
+                port,
+                child: Some(child),
+                dir,
+            };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if s.master_port().is_some() {
+                    return s;
+                }
+                if s.child
+                    .as_mut()
+                    .is_some_and(|c| c.try_wait().ok().flatten().is_some())
+                {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            s.kill();
+        }
+        panic!("redis-server --sentinel did not start");
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The port of the master this Sentinel names now, if it answers.
+    pub fn master_port(&self) -> Option<u16> {
+        let client = redis::Client::open(self.url()).ok()?;
+        let mut conn = client
+            .get_connection_with_timeout(Duration::from_millis(200))
+            .ok()?;
+        let addr: Option<(String, String)> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(MASTER_NAME)
+            .query(&mut conn)
+            .ok()?;
+        addr.and_then(|(_, port)| port.parse().ok())
+    }
+
+    /// Its log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("sentinel.log")).unwrap_or_default()
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "---- sentinel log (port {}) ----\n{}",
+                self.port,
+                self.log()
+            );
+        }
+        self.kill();
+    }
+}
