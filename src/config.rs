@@ -197,7 +197,8 @@ impl Config {
     }
 
     /// After how long a waiter that waits without a deadline, and is kept out by
-    /// another owner *of this same process*, is reported with a warning in the log.
+    /// another owner *of this same process* that held the lock when it asked, is
+    /// reported with a warning in the log.
     /// The usual cause is a task that acquires a lock it already holds without
     /// passing the same [`Owner`](crate::Owner): it waits for itself, forever.
     /// Defaults to 30 seconds.

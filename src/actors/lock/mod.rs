@@ -416,11 +416,15 @@ impl Handler<Enqueue> for LockActor {
             return;
         }
         let reentrant = self.holdings.reenters(waiter.owner, waiter.kind);
-        if waiter.deadline.is_none() && !waiter.try_once {
+        if waiter.deadline.is_none()
+            && !waiter.try_once
+            && self.holdings.blocks(waiter.owner, waiter.kind)
+        {
             // A waiter with no deadline behind a holder of this same process may be
             // waiting for itself (the same task, another owner): say so, later, if
-            // it is still there then. One timer per such waiter; none for a lock
-            // that is only held.
+            // it is still there then. Only such waiters get the timer: one on every
+            // acquisition would stay in the actor for the whole delay (135 bytes
+            // per held lock).
             let id = waiter.id;
             ctx.run_later(self.shared.config.stall_warning, move |act, _| {
                 act.warn_if_stalled(id)
