@@ -1,7 +1,7 @@
--- acl_prelude.lua: the ACL helpers of the scripts built without fair_prelude.lua
--- (the read-write lock's and force_release.lua); src/wire puts this file in front of
--- each of them when it builds the script, because Redis scripts cannot include one
--- another.
+-- acl_prelude.lua: the ACL helpers of the read-write lock's scripts, the fair
+-- lock's (in front of fair_prelude.lua) and force_release.lua; src/wire puts this
+-- file in front of each of them when it builds the script, because Redis scripts
+-- cannot include one another.
 --
 -- ACL (Redis 7+): a command the ACL denies fails a script where it stands, after the
 -- writes before it. So the reads and the first write run with redis.pcall (`run`: a

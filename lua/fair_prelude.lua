@@ -9,47 +9,10 @@
 -- Every user passes the same first three keys: KEYS[1] the lock hash, KEYS[2] the
 -- queue list, KEYS[3] the deadline zset.
 
--- ACL (Redis 7+). A script is not a transaction: a command the ACL denies fails
--- the script where it stands, after the writes before it (a queue popped without
--- the waiter told, a hold taken without its TTL). So, as in acquire.lua, the
--- commands that follow a script's first write are asked for first
--- (redis.acl_check_cmd), on the path taken, and the reads up to the first write
--- run with redis.pcall (`run`): a denial of one of them has written nothing and is
--- only named. Asking for the reads too would cost as much as the reads.
-local acl = redis.acl_check_cmd
-
--- The NOPERM reply naming `what` (src/error.rs reads the command from it).
-local function deny(what)
-  return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. what)
-end
-
--- Runs a command that comes before the script's first write, or is that write,
--- with redis.pcall. On an error the script ends (error() with the reply: nothing
--- is written yet): NOPERM naming `what` when the ACL denies the command, else the
--- error as Redis gave it (WRONGTYPE, OOM ...).
-local function run(what, ...)
-  local r = redis.pcall(...)
-  if type(r) == 'table' and r.err then
-    if acl and not acl(...) then
-      error(deny(what))
-    end
-    error(r)
-  end
-  return r
-end
-
--- Ends the script with NOPERM naming the first of `checks` ({what, command,
--- args...} each) that the user may not run. Called before a first write with
--- every command that may follow it.
-local function need(checks)
-  if acl then
-    for _, c in ipairs(checks) do
-      if not acl(unpack(c, 2)) then
-        error(deny(c[1]))
-      end
-    end
-  end
-end
+-- ACL (Redis 7+): `acl`, `deny`, `run` and `need` come from acl_prelude.lua, which
+-- src/wire/fair.rs puts in front of this file. As in acquire.lua, the commands that
+-- follow a script's first write are asked for first, on the path taken, and the
+-- reads up to the first write run with redis.pcall (`run`).
 
 -- The lists `a` and `b` as one new list.
 local function both(a, b)

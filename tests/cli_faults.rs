@@ -8,7 +8,7 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use lockwarden::{Acquire, Config, LockManager};
@@ -20,17 +20,8 @@ const LIMIT: Duration = Duration::from_secs(20);
 
 /// The command with `--redis url` and these arguments, output captured.
 fn lockwarden(url: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockwarden"));
-    cmd.arg("--redis")
-        .arg(url)
-        .args(args)
-        .env_remove("REDIS_URL")
-        .env_remove("LOCKWARDEN_WATCHDOG_LEASE")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+    let mut cmd = support::lockwarden_at(env!("CARGO_BIN_EXE_lockwarden"), url);
+    cmd.args(args);
     cmd
 }
 

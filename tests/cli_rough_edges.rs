@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use support::{eventually, free_port, RedisServer};
@@ -20,17 +20,7 @@ const LIMIT: Duration = Duration::from_secs(20);
 
 /// The command with `--redis url`, output captured, nothing from the environment.
 fn lockwarden(url: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockwarden"));
-    cmd.arg("--redis")
-        .arg(url)
-        .env_remove("REDIS_URL")
-        .env_remove("LOCKWARDEN_WATCHDOG_LEASE")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    cmd
+    support::lockwarden_at(env!("CARGO_BIN_EXE_lockwarden"), url)
 }
 
 /// Runs the command to its end against a port nobody listens on: for input that

@@ -17,23 +17,26 @@ use super::{
 };
 use crate::keys;
 
-/// Those that drop lapsed waiters get `lua/fair_prelude.lua` in front: Redis
-/// scripts cannot include one another, and that rule must be the same code in every
-/// script that applies it.
+/// Those that drop lapsed waiters get `lua/acl_prelude.lua` (the ACL helpers) and
+/// `lua/fair_prelude.lua` in front: Redis scripts cannot include one another, and
+/// those rules must be the same code in every script that applies them.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/fair_prelude.lua"),
         include_str!("../../lua/fair_acquire.lua")
     ))
 });
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/fair_prelude.lua"),
         include_str!("../../lua/fair_release.lua")
     ))
 });
 static REFRESH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/fair_prelude.lua"),
         include_str!("../../lua/fair_refresh.lua")
     ))

@@ -87,3 +87,21 @@ pub async fn next_payload(
         .expect("stream open");
     msg.get_payload::<String>().expect("text payload")
 }
+
+/// The `lockwarden` command (`bin`: the test's `env!("CARGO_BIN_EXE_lockwarden")`,
+/// which the examples that share this file do not have) with `--redis url`, output
+/// captured, no input, and nothing taken from the environment (REDIS_URL,
+/// LOCKWARDEN_*, RUST_LOG).
+pub fn lockwarden_at(bin: &str, url: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.arg("--redis")
+        .arg(url)
+        .env_remove("REDIS_URL")
+        .env_remove("LOCKWARDEN_WATCHDOG_LEASE")
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
