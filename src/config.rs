@@ -25,6 +25,9 @@ pub struct Config {
     /// Set for a master found through Sentinels: its name and the Sentinels'
     /// URLs (`client` is then the first Sentinel's, used for nothing else).
     pub(crate) sentinel: Option<(String, Vec<String>)>,
+    /// Set for a Redis Cluster: the seed nodes' URLs (`client` is then the first
+    /// seed's, used for nothing else).
+    pub(crate) cluster: Option<Vec<String>>,
     /// Lease of a lock taken without an explicit lease, renewed by the watchdog.
     pub(crate) watchdog_lease: Duration,
     /// How often the watchdog renews; `None` means a third of the watchdog lease.
@@ -77,6 +80,7 @@ impl Config {
         Ok(Config {
             client,
             sentinel: None,
+            cluster: None,
             watchdog_lease: Duration::from_secs(30),
             renew_interval: None,
             max_name_len: 1024,
@@ -121,6 +125,30 @@ impl Config {
         }
         let mut config = Config::from_url(first)?;
         config.sentinel = Some((master.to_string(), urls));
+        Ok(config)
+    }
+
+    /// A configuration for a Redis Cluster reached through these seed nodes (any
+    /// few of its masters or replicas, `redis://host:port`; the rest of the
+    /// cluster is discovered from them), with every other setting at its default.
+    /// Commands follow the cluster's slots and its MOVED/ASK redirects (redis-rs's
+    /// cluster client), and unlock messages travel on sharded pub/sub (SPUBLISH /
+    /// SSUBSCRIBE) when the servers have it (Redis 7+), as Redisson does.
+    /// Fails with [`LockError::InvalidConfig`] if no URL is given or one cannot be
+    /// parsed (nothing connects yet); a seed list that is unreachable or names a
+    /// server that is not in cluster mode fails at start.
+    pub fn cluster<'a>(seeds: impl IntoIterator<Item = &'a str>) -> Result<Config, LockError> {
+        let urls: Vec<String> = seeds.into_iter().map(str::to_string).collect();
+        let Some(first) = urls.first() else {
+            return Err(LockError::InvalidConfig(
+                "no Redis Cluster seed URL given".into(),
+            ));
+        };
+        for url in &urls[1..] {
+            Config::from_url(url)?;
+        }
+        let mut config = Config::from_url(first)?;
+        config.cluster = Some(urls);
         Ok(config)
     }
 

@@ -40,6 +40,11 @@ use crate::node::{Group, Node};
 use crate::stats::Counters;
 use crate::wire::{self, RenewHashes, RwRenew};
 
+/// One renewal call in flight: the holdings it renews and, once answered,
+/// whether each is still held.
+type Call =
+    std::pin::Pin<Box<dyn std::future::Future<Output = (Vec<u64>, redis::RedisResult<Vec<bool>>)>>>;
+
 /// Slots per renewal period: a tick every period / `SLOTS` renews one slot.
 const SLOTS: usize = 10;
 
@@ -292,48 +297,117 @@ impl Renewer {
                 .or_default()
                 .push(held);
         }
+        let mut calls: Vec<Call> = Vec::new();
+        let mut all: Vec<u64> = Vec::new();
         for chunk in groups.values().flat_map(|g| g.chunks(CHUNK)) {
             let ids: Vec<u64> = chunk.iter().map(|(id, _, _)| *id).collect();
+            all.extend(&ids);
             let locks: Vec<(Arc<str>, Arc<str>)> = chunk
                 .iter()
                 .map(|(_, name, field)| (name.clone(), field.clone()))
                 .collect();
             let mut conn = self.node.conn();
-            let fut = async move {
+            calls.push(Box::pin(async move {
                 let locks: Vec<(&str, &str)> = locks.iter().map(|(n, f)| (&**n, &**f)).collect();
-                wire::call(
-                    &mut conn,
-                    &RenewHashes {
-                        locks: &locks,
-                        lease_ms,
-                    },
-                )
-                .await
-            };
-            self.send(ids, now, fut, ctx);
+                let call = RenewHashes {
+                    locks: &locks,
+                    lease_ms,
+                };
+                (ids, wire::call(&mut conn, &call).await)
+            }));
         }
         for (id, write, name, field) in due.rw {
             let mut conn = self.node.conn();
-            let fut = async move {
+            all.push(id);
+            calls.push(Box::pin(async move {
                 let call = RwRenew {
                     name: &name,
                     field: &field,
                     write,
                     lease_ms,
                 };
-                Ok(vec![wire::call(&mut conn, &call).await?])
-            };
-            self.send(vec![id], now, fut, ctx);
+                (
+                    vec![id],
+                    wire::call(&mut conn, &call).await.map(|held| vec![held]),
+                )
+            }));
+        }
+        self.send(calls, all, now, ctx);
+    }
+
+    /// Runs one tick's renewal calls and applies each answer as it comes: whether
+    /// each holding is still held (`renew_many` checks there is one per id), or an
+    /// error for all of a call's. The calls run as one stream in one spawned
+    /// future, with one deadline timer: an actix context polls every item it holds
+    /// at each wake-up, and on a cluster, where a call renews the locks of one slot,
+    /// thousands of held locks made thousands of calls per tick; one item each
+    /// made every answer cost a pass over all of them (2,000 locks on 3 masters
+    /// were lost this way, their answers starved past the lease).
+    fn send(&mut self, calls: Vec<Call>, ids: Vec<u64>, sent: Instant, ctx: &mut Context<Self>) {
+        if calls.is_empty() {
+            return;
+        }
+        self.guard(ids, sent, ctx);
+        let answers: futures::stream::FuturesUnordered<Call> = calls.into_iter().collect();
+        ctx.spawn(
+            actix::fut::wrap_stream::<_, Self>(answers)
+                .map(move |(ids, answer), act, _ctx| act.apply(&ids, sent, answer))
+                .finish(),
+        );
+    }
+
+    /// Applies one renewal call's answer for `ids`, sent at `sent`.
+    fn apply(&mut self, ids: &[u64], sent: Instant, answer: redis::RedisResult<Vec<bool>>) {
+        let Some(table) = self.table.upgrade() else {
+            return;
+        };
+        let lease = self.lease;
+        let mut gone = Vec::new();
+        // A passing refusal (BUSY, OOM, LOADING, a dropped connection) is tried
+        // again at the next tick, not a whole period later, when the lease may
+        // have run out.
+        let soon = matches!(&answer, Err(e) if redis_is_transient(e));
+        {
+            let mut t = table.lock();
+            let next = (t.current + 1) % SLOTS;
+            for (i, id) in ids.iter().enumerate() {
+                let Some(e) = t.entries.get_mut(id) else {
+                    continue;
+                };
+                e.renewing = false;
+                match &answer {
+                    Ok(held) if held[i] => {
+                        e.held.valid_until = e.held.valid_until.max(sent + lease);
+                        e.late = false;
+                    }
+                    Ok(_) => gone.push(*id),
+                    Err(_) => {
+                        if soon && e.slot != next {
+                            // Moved: its old slot drops it lazily.
+                            e.slot = next;
+                            t.slots[next].push(*id);
+                        }
+                    }
+                }
+            }
+        }
+        if let Err(error) = &answer {
+            self.counters.renewal_failed();
+            warn!(locks = ids.len(), %error, "renewal failed; retrying until the leases run out");
+        }
+        for id in gone {
+            let lock = table.lock().entries.remove(&id);
+            if let Some(e) = lock {
+                self.lapse(id, &e.held.lock, LostReason::OwnerGone);
+            }
         }
     }
 
-    /// Runs one renewal call for `ids` and applies its answer: whether each is
-    /// still held (`renew_many` checks there is one per id), or an error for all. Until it answers, a timer stands ready to declare the
-    /// holdings lost at the end of their current lease.
-    fn send<F>(&mut self, ids: Vec<u64>, sent: Instant, call: F, ctx: &mut Context<Self>)
-    where
-        F: std::future::Future<Output = redis::RedisResult<Vec<bool>>> + 'static,
-    {
+    /// Arms the timer that declares holdings among `ids` lost once their lease has
+    /// run out without a renewal since `sent`: at the earliest of their current
+    /// leases (or, for a renewal sent after its lease ran out here, a short budget
+    /// from now).
+    fn guard(&mut self, ids: Vec<u64>, sent: Instant, ctx: &mut Context<Self>) {
         let Some(table) = self.table.upgrade() else {
             return;
         };
@@ -343,89 +417,48 @@ impl Renewer {
                 .filter_map(|id| t.entries.get(id).map(|e| e.held.valid_until))
                 .min()
         };
-        // A late renewal (its lease already over here) gets a short budget to
-        // answer before the holdings are declared lost.
-        let late_budget = self.late_budget;
-        let guard = deadline.map(|at| {
-            let ids = ids.clone();
-            let now = Instant::now();
-            let delay = if at > now { at - now } else { late_budget };
-            ctx.run_later(delay, move |act, _| act.expire(&ids))
-        });
-        ctx.spawn(call.into_actor(self).map(move |answer, act, ctx| {
-            let Some(table) = act.table.upgrade() else {
-                return;
-            };
-            let lease = act.lease;
-            let mut gone = Vec::new();
-            // A passing refusal (BUSY, OOM, LOADING, a dropped connection) is tried
-            // again at the next tick, not a whole period later, when the lease
-            // may have run out.
-            let soon = matches!(&answer, Err(e) if redis_is_transient(e));
-            {
-                let mut t = table.lock();
-                let next = (t.current + 1) % SLOTS;
-                for (i, id) in ids.iter().enumerate() {
-                    let Some(e) = t.entries.get_mut(id) else {
-                        continue;
-                    };
-                    e.renewing = false;
-                    match &answer {
-                        Ok(held) if held[i] => {
-                            e.held.valid_until = e.held.valid_until.max(sent + lease);
-                            e.late = false;
-                        }
-                        Ok(_) => gone.push(*id),
-                        Err(_) => {
-                            if soon && e.slot != next {
-                                // Moved: its old slot drops it lazily.
-                                e.slot = next;
-                                t.slots[next].push(*id);
-                            }
-                        }
-                    }
-                }
-            }
-            match &answer {
-                Err(error) => {
-                    act.counters.renewal_failed();
-                    warn!(locks = ids.len(), %error, "renewal failed; retrying until the leases run out");
-                }
-                Ok(_) => {
-                    if let Some(g) = guard {
-                        ctx.cancel_future(g);
-                    }
-                }
-            }
-            for id in gone {
-                let lock = table.lock().entries.remove(&id);
-                if let Some(e) = lock {
-                    act.lapse(id, &e.held.lock, LostReason::OwnerGone);
-                }
-            }
-        }));
+        let Some(at) = deadline else {
+            return;
+        };
+        let now = Instant::now();
+        let delay = if at > now { at - now } else { self.late_budget };
+        ctx.run_later(delay, move |act, ctx| act.expire(ids, sent, ctx));
     }
 
-    /// A renewal call did not succeed in time: the holdings among `ids` whose lease
-    /// has run out are lost.
-    fn expire(&mut self, ids: &[u64]) {
+    /// The deadline of a renewal round sent at `sent` came: the holdings among
+    /// `ids` whose lease has run out are lost; those not renewed since `sent`
+    /// whose lease runs out later get a timer of their own.
+    fn expire(&mut self, ids: Vec<u64>, sent: Instant, ctx: &mut Context<Self>) {
         let Some(table) = self.table.upgrade() else {
             return;
         };
         let now = Instant::now();
-        let lapsed: Vec<(u64, WeakRecipient<Lapsed>)> = {
+        let renewed_until = sent + self.lease;
+        let (lapsed, waiting) = {
             let mut t = table.lock();
-            let out: Vec<u64> = ids
-                .iter()
-                .copied()
-                .filter(|id| t.entries.get(id).is_some_and(|e| e.held.valid_until <= now))
+            let (due, rest): (Vec<u64>, Vec<u64>) = ids
+                .into_iter()
+                .filter(|id| t.entries.contains_key(id))
+                .partition(|id| t.entries.get(id).is_some_and(|e| e.held.valid_until <= now));
+            let waiting: Vec<u64> = rest
+                .into_iter()
+                .filter(|id| {
+                    t.entries
+                        .get(id)
+                        .is_some_and(|e| e.held.valid_until < renewed_until)
+                })
                 .collect();
-            out.into_iter()
+            let lapsed: Vec<(u64, WeakRecipient<Lapsed>)> = due
+                .into_iter()
                 .filter_map(|id| t.entries.remove(&id).map(|e| (id, e.held.lock)))
-                .collect()
+                .collect();
+            (lapsed, waiting)
         };
         for (epoch, lock) in lapsed {
             self.lapse(epoch, &lock, LostReason::Unreachable);
+        }
+        if !waiting.is_empty() {
+            self.guard(waiting, sent, ctx);
         }
     }
 

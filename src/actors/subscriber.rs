@@ -9,6 +9,15 @@
 //! restarted as the same struct, so the channel map survives. On every (re)connect it
 //! subscribes every routed channel again and sends [`Resync`] to each lock actor so
 //! that an unlock missed during the gap cannot leave a waiter asleep.
+//!
+//! On a Redis Cluster the connection (`node::Sink`) spans the shards and outlives a
+//! node that drops: redis-rs resubscribes that node's channels when it comes back.
+//! The subscriber still has two jobs there. When a node's connection drops
+//! ([`Event::Disconnected`]) it subscribes every routed channel again, with
+//! backoff until the shard answers (a failover takes seconds), then resyncs and
+//! tells the renewer, as after a reconnect. When the server drops one channel by
+//! itself because its slot moved ([`Event::Dropped`]), it subscribes that one
+//! again, on the slot's new owner, and resyncs its lock actor.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,14 +25,12 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use actix::WeakRecipient;
-use redis::aio::PubSubSink;
-use redis::Msg;
 use tracing::{debug, info, warn};
 
 use super::renewer::Reconnected;
 use crate::config::{backoff, Config};
 use crate::keys;
-use crate::node::PubSubSource;
+use crate::node::{Event, PubSubSource, Sink};
 use crate::stats::Counters;
 
 /// A lock's unlock message arrived: retry for one waiter, or for all of them.
@@ -75,7 +82,7 @@ pub(crate) struct Subscriber {
     /// Settings: backoff and timeouts.
     config: Arc<Config>,
     /// Subscribes and unsubscribes on the live connection; `None` while disconnected.
-    sink: Option<PubSubSink>,
+    sink: Option<Sink>,
     /// Channel -> lock actor. Kept across restarts: it is what gets resubscribed.
     routes: HashMap<String, Route>,
     /// Failed connection attempts since the last success, for the backoff.
@@ -87,6 +94,8 @@ pub(crate) struct Subscriber {
     reconnected: Recipient<Reconnected>,
     /// Whether a connection was ever made (the next one is a reconnect).
     connected_once: bool,
+    /// A resubscription after a dropped cluster node is under way.
+    resubscribing: bool,
 }
 
 impl Subscriber {
@@ -99,6 +108,7 @@ impl Subscriber {
         Subscriber {
             reconnected,
             connected_once: false,
+            resubscribing: false,
             source,
             config,
             sink: None,
@@ -116,7 +126,7 @@ impl Subscriber {
         let timeout = self.config.connection_timeout;
         let channels: Vec<String> = self.routes.keys().cloned().collect();
         let fut = async move {
-            let (mut sink, stream) = source.open().await?.split();
+            let (mut sink, stream) = source.open().await?;
             if !channels.is_empty() {
                 tokio::time::timeout(timeout, sink.subscribe(&channels))
                     .await
@@ -180,26 +190,14 @@ impl Supervised for Subscriber {
     }
 }
 
-impl StreamHandler<Msg> for Subscriber {
-    fn handle(&mut self, msg: Msg, _ctx: &mut Context<Self>) {
-        let Some(route) = self.routes.get(msg.get_channel_name()) else {
-            return;
-        };
-        let Some(actor) = route.unlocked.upgrade() else {
-            return;
-        };
-        let channel = msg.get_channel_name().to_string();
-        match msg.get_payload_bytes() {
-            b if b == keys::WAKE_ONE.as_bytes() => actor.do_send(Unlocked {
-                channel,
-                wake_all: false,
-            }),
-            b if b == keys::WAKE_ALL.as_bytes() => actor.do_send(Unlocked {
-                channel,
-                wake_all: true,
-            }),
-            other => {
-                debug!(channel = msg.get_channel_name(), payload = ?other, "ignored unknown message")
+impl StreamHandler<Event> for Subscriber {
+    fn handle(&mut self, event: Event, ctx: &mut Context<Self>) {
+        match event {
+            Event::Message { channel, payload } => self.route(channel, &payload),
+            Event::Dropped { channel } => self.dropped(channel, ctx),
+            Event::Disconnected => {
+                self.counters.reconnect();
+                self.resubscribe_all(ctx, 0);
             }
         }
     }
@@ -210,6 +208,108 @@ impl StreamHandler<Msg> for Subscriber {
             "pub/sub connection lost; reconnecting"
         );
         ctx.stop();
+    }
+}
+
+impl Subscriber {
+    /// Hands an unlock message to the lock actor routed on its channel.
+    fn route(&self, channel: String, payload: &[u8]) {
+        let Some(actor) = self.routes.get(&channel).and_then(|r| r.unlocked.upgrade()) else {
+            return;
+        };
+        match payload {
+            b if b == keys::WAKE_ONE.as_bytes() => actor.do_send(Unlocked {
+                channel,
+                wake_all: false,
+            }),
+            b if b == keys::WAKE_ALL.as_bytes() => actor.do_send(Unlocked {
+                channel,
+                wake_all: true,
+            }),
+            other => debug!(channel, payload = ?other, "ignored unknown message"),
+        }
+    }
+
+    /// The server dropped `channel` (its slot moved): subscribe it again, which
+    /// redis-rs routes to the slot's new owner, then resync its lock actor, since
+    /// a release may have happened in between. An unrouted channel is one this
+    /// actor unsubscribed itself.
+    fn dropped(&mut self, channel: String, ctx: &mut Context<Self>) {
+        let Some(route) = self.routes.get(&channel) else {
+            return;
+        };
+        let Some(mut sink) = self.sink.clone() else {
+            return;
+        };
+        let resync = route.resync.clone();
+        let timeout = self.config.response_timeout;
+        info!(
+            channel,
+            "the server dropped a subscription (slot moved); subscribing again"
+        );
+        let fut = async move {
+            tokio::time::timeout(timeout, sink.subscribe(std::slice::from_ref(&channel)))
+                .await
+                .map_err(|_| "timed out".to_string())?
+                .map_err(|e| e.to_string())
+        };
+        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
+            if let Err(why) = res {
+                // The slot may still be moving: treat it as a dropped node, which
+                // retries every channel with backoff.
+                warn!(error = %why, "resubscribing a moved channel failed; retrying");
+                act.resubscribe_all(ctx, 0);
+            }
+            if let Some(actor) = resync.upgrade() {
+                actor.do_send(Resync);
+            }
+        }));
+    }
+
+    /// A cluster node's connection dropped: subscribe every routed channel again
+    /// (with backoff until the shards answer), then resync every lock actor and
+    /// tell the renewer, as after a reconnect of a single server's connection.
+    fn resubscribe_all(&mut self, ctx: &mut Context<Self>, attempt: u32) {
+        if attempt == 0 && std::mem::replace(&mut self.resubscribing, true) {
+            return; // one round at a time; it covers this drop too
+        }
+        let Some(mut sink) = self.sink.clone() else {
+            self.resubscribing = false;
+            return;
+        };
+        let delay = backoff(
+            self.config.reconnect_min,
+            self.config.reconnect_max,
+            attempt,
+        );
+        let channels: Vec<String> = self.routes.keys().cloned().collect();
+        let timeout = self.config.response_timeout;
+        let fut = async move {
+            tokio::time::sleep(delay).await;
+            tokio::time::timeout(timeout, sink.subscribe(&channels))
+                .await
+                .map_err(|_| "timed out".to_string())?
+                .map_err(|e| e.to_string())
+        };
+        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| match res {
+            Ok(()) => {
+                act.resubscribing = false;
+                info!(
+                    channels = act.routes.len(),
+                    "cluster pub/sub resubscribed after a node dropped; resyncing"
+                );
+                act.reconnected.do_send(Reconnected);
+                for route in act.routes.values() {
+                    if let Some(actor) = route.resync.upgrade() {
+                        actor.do_send(Resync);
+                    }
+                }
+            }
+            Err(why) => {
+                warn!(error = %why, attempt, "cluster pub/sub resubscription failed; retrying");
+                act.resubscribe_all(ctx, attempt.saturating_add(1));
+            }
+        }));
     }
 }
 
@@ -235,7 +335,9 @@ impl Handler<Subscribe> for Subscriber {
             let Some(mut sink) = sink else {
                 return false;
             };
-            match tokio::time::timeout(timeout, sink.subscribe(&channel)).await {
+            match tokio::time::timeout(timeout, sink.subscribe(std::slice::from_ref(&channel)))
+                .await
+            {
                 Ok(Ok(())) => true,
                 Ok(Err(e)) => {
                     warn!(error = %e, channel, "subscribe failed; relying on reconnect and timers");

@@ -48,9 +48,9 @@ pub struct LockSummary {
     pub queue: Vec<QueuedWaiter>,
 }
 
-/// Read-only access to the locks of one Redis server, for operators: describe one
-/// lock by name, list the locks whose names match a pattern (SCAN with a type
-/// filter, never KEYS). It needs no lock manager; it connects with a single attempt,
+/// Read-only access to the locks of one Redis deployment, for operators: describe
+/// one lock by name, list the locks whose names match a pattern (SCAN with a type
+/// filter, never KEYS; on a cluster, on every master). It needs no lock manager; it connects with a single attempt,
 /// so an unreachable server is reported at once.
 #[derive(Clone, Debug)]
 pub struct Admin {
@@ -86,28 +86,48 @@ impl Admin {
     /// count in every field but `mode`) are left out; a
     /// key that vanishes or changes type while the scan runs is skipped.
     pub async fn list(&self, pattern: &str) -> Result<Vec<LockSummary>, LockError> {
-        let mut conn = self.conn.clone();
-        let mut cursor: u64 = 0;
+        // SCAN walks one server's keys: on a cluster, every master in turn.
+        let nodes = match self.conn.masters().await? {
+            Some(masters) => masters.into_iter().map(Some).collect(),
+            None => vec![None],
+        };
         let mut locks = Vec::new();
+        for node in &nodes {
+            self.scan_one(node.as_ref(), pattern, &mut locks).await?;
+        }
+        locks.sort_by(|a, b| a.name.cmp(&b.name));
+        locks.dedup_by(|a, b| a.name == b.name);
+        Ok(locks)
+    }
+
+    /// Adds the locks matching `pattern` on one server (`None`: the only one) to
+    /// `locks`.
+    async fn scan_one(
+        &self,
+        at: Option<&(String, u16)>,
+        pattern: &str,
+        locks: &mut Vec<LockSummary>,
+    ) -> Result<(), LockError> {
+        let mut cursor: u64 = 0;
         loop {
-            let (next, batch): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-                .arg(cursor)
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
                 .arg("MATCH")
                 .arg(pattern)
                 .arg("COUNT")
                 .arg(SCAN_COUNT)
                 .arg("TYPE")
-                .arg("hash")
-                .query_async(&mut conn)
-                .await?;
+                .arg("hash");
+            let (next, batch): (u64, Vec<Vec<u8>>) = self.conn.query_at(scan, at).await?;
             // Lock names are text; a binary key is not one of ours.
             let names: Vec<String> = batch
                 .into_iter()
                 .filter_map(|k| String::from_utf8(k).ok())
                 .collect();
-            // The connection is multiplexed: these go out as one pipeline.
+            // The connection is multiplexed: these go out as one pipeline (on a
+            // cluster, each to its slot's master, the one just scanned).
             let looks = join_all(names.iter().map(|name| {
-                let mut conn = conn.clone();
+                let mut conn = self.conn.clone();
                 async move { wire::call(&mut conn, &Inspect { name }).await }
             }))
             .await;
@@ -122,12 +142,9 @@ impl Admin {
             // SCAN may return a key more than once; the cursor 0 ends the walk.
             cursor = next;
             if cursor == 0 {
-                break;
+                return Ok(());
             }
         }
-        locks.sort_by(|a, b| a.name.cmp(&b.name));
-        locks.dedup_by(|a, b| a.name == b.name);
-        Ok(locks)
     }
 }
 

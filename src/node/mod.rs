@@ -10,30 +10,41 @@
 //! standalone server every key is one group; a Redis Cluster will have one group per
 //! hash slot, so no batch can cross a slot.
 //!
-//! Today the seam has one deployment, a standalone server reached through redis-rs's
-//! `ConnectionManager` (multiplexed: concurrent scripts from all lock actors are
-//! pipelined on one socket; it reconnects by itself). A new deployment (Sentinel,
-//! Cluster) is a new [`Conn`] variant and a new arm in [`connect`], in a file of its
-//! own under this folder; nothing above changes. What redis-rs does itself
-//! (pipelining, reconnecting, script caching, cluster routing) is not written here.
+//! Three deployments stand behind it, each a [`Conn`] variant and a file of its
+//! own: a standalone server reached through redis-rs's `ConnectionManager`
+//! (multiplexed: concurrent scripts from all lock actors are pipelined on one
+//! socket; it reconnects by itself), the master Sentinel names (`sentinel.rs`,
+//! which follows failovers, as redis-rs does not), and a Redis Cluster
+//! (`cluster.rs`, redis-rs's cluster connection: slot routing, redirects, topology
+//! refresh). A new deployment is a new variant and a new arm in [`connect`];
+//! nothing above changes. What redis-rs does itself (pipelining, reconnecting,
+//! script caching, cluster routing) is not written here. The connection also says
+//! which publish command the scripts use there ([`ScriptConn`]): `SPUBLISH` on a
+//! cluster with sharded pub/sub, `PUBLISH` elsewhere; `pubsub.rs` gives the
+//! subscriber the matching subscriptions.
 //!
 //! The coalescer (`coalescer`) lives here too: it is how calls reach the server,
 //! not what they mean.
 
 mod checks;
+mod cluster;
 mod coalescer;
+mod pubsub;
 mod sentinel;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, PubSub};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::config::Config;
 use crate::error::LockError;
+use crate::wire::{Publish, ScriptConn};
 
 pub(crate) use coalescer::Coalescer;
+use pubsub::Target;
+pub(crate) use pubsub::{Event, PubSubSource, Sink};
 use sentinel::Follower;
 
 /// What a connection is for: they differ in how hard they try to reach Redis.
@@ -56,13 +67,16 @@ pub(crate) struct Group(u16);
 pub(crate) enum Topology {
     /// One server: every key is in one group.
     Standalone,
+    /// A Redis Cluster: a group is a hash slot.
+    Cluster,
 }
 
 impl Topology {
     /// The group of `key`.
-    pub(crate) fn group(self, _key: &str) -> Group {
+    pub(crate) fn group(self, key: &str) -> Group {
         match self {
             Topology::Standalone => Group(0),
+            Topology::Cluster => Group(cluster::slot(key)),
         }
     }
 }
@@ -75,6 +89,8 @@ pub(crate) enum Conn {
     Standalone(ConnectionManager),
     /// The master Sentinel names, followed across failovers (`sentinel.rs`).
     Sentinel(Arc<Follower>),
+    /// A Redis Cluster (`cluster.rs`), and the publish command of its scripts.
+    Cluster(ClusterConnection, Publish),
 }
 
 impl std::fmt::Debug for Conn {
@@ -82,6 +98,7 @@ impl std::fmt::Debug for Conn {
         match self {
             Conn::Standalone(_) => f.write_str("Conn::Standalone"),
             Conn::Sentinel(s) => write!(f, "Conn::Sentinel({s:?})"),
+            Conn::Cluster(_, publish) => write!(f, "Conn::Cluster({publish:?})"),
         }
     }
 }
@@ -91,6 +108,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Standalone(c) => c.req_packed_command(cmd),
             Conn::Sentinel(s) => sentinel::request(s, cmd),
+            Conn::Cluster(c, _) => c.req_packed_command(cmd),
         }
     }
 
@@ -103,6 +121,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Sentinel(s) => sentinel::request_many(s, pipeline, offset, count),
+            Conn::Cluster(c, _) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -110,44 +129,46 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Standalone(c) => c.get_db(),
             Conn::Sentinel(s) => sentinel::db(s),
+            Conn::Cluster(c, _) => c.get_db(),
         }
     }
 }
 
-/// Opens pub/sub connections for the subscriber (a dedicated connection each time:
-/// its message stream ends when the connection drops, which is how the subscriber
-/// learns that it must resubscribe).
-#[derive(Clone, Debug)]
-pub(crate) struct PubSubSource {
-    /// Where to connect: a server, or the master Sentinel names at the time.
-    target: PubSubTarget,
-    /// How long one attempt may take.
-    timeout: Duration,
+impl ScriptConn for Conn {
+    fn publish(&self) -> Publish {
+        match self {
+            Conn::Cluster(_, publish) => *publish,
+            Conn::Standalone(_) | Conn::Sentinel(_) => Publish::Plain,
+        }
+    }
 }
 
-/// Where the subscriber's connections go.
-#[derive(Clone, Debug)]
-enum PubSubTarget {
-    /// Always this server (boxed: a client is large, and this enum is cloned).
-    Server(Box<redis::Client>),
-    /// The master the Sentinels name when the connection is opened.
-    Master(Arc<Follower>),
-}
+impl Conn {
+    /// The masters to visit for work that walks every node's keys (SCAN):
+    /// `None` for a single server, where one connection sees every key.
+    pub(crate) async fn masters(&self) -> Result<Option<Vec<(String, u16)>>, LockError> {
+        match self {
+            Conn::Cluster(c, _) => Ok(Some(cluster::masters(&mut c.clone()).await?)),
+            Conn::Standalone(_) | Conn::Sentinel(_) => Ok(None),
+        }
+    }
 
-impl PubSubSource {
-    /// A new pub/sub connection, or why there is none (a timeout included).
-    pub(crate) async fn open(&self) -> Result<PubSub, String> {
-        let target = self.target.clone();
-        let open = async move {
-            match target {
-                PubSubTarget::Server(client) => client.get_async_pubsub().await,
-                PubSubTarget::Master(follower) => follower.master().await?.get_async_pubsub().await,
+    /// Sends `cmd` to the cluster master at `at`, or, with `None` or on a single
+    /// server, where the command's own routing takes it.
+    pub(crate) async fn query_at<T: redis::FromRedisValue>(
+        &self,
+        cmd: Cmd,
+        at: Option<&(String, u16)>,
+    ) -> Result<T, LockError> {
+        let value = match (self, at) {
+            (Conn::Cluster(c, _), Some((host, port))) => {
+                c.clone()
+                    .route_command(cmd, cluster::at(host, *port))
+                    .await?
             }
+            _ => cmd.query_async(&mut self.clone()).await?,
         };
-        tokio::time::timeout(self.timeout, open)
-            .await
-            .map_err(|_| "timed out connecting".to_string())?
-            .map_err(|e| e.to_string())
+        Ok(redis::from_redis_value(value).map_err(redis::RedisError::from)?)
     }
 }
 
@@ -201,28 +222,39 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
     // The connection manager retries a failed first connection several times with
     // backoff (4.7 s against a closed port); the documented connection timeout is
     // the bound a caller was promised, so the whole first connection is held to it.
+    // A cluster gets a few more: redis-rs connects to every master it learns of.
     let first = async {
-        Ok::<_, redis::RedisError>(match &config.sentinel {
-            None => Conn::Standalone(ConnectionManager::new_with_config(client.clone(), cm).await?),
-            Some((master, sentinels)) => {
+        Ok::<_, redis::RedisError>(match (&config.sentinel, &config.cluster) {
+            (_, Some(seeds)) => {
+                let (conn, publish) = cluster::connect(seeds, config).await?;
+                Conn::Cluster(conn, publish)
+            }
+            (Some((master, sentinels)), None) => {
                 Conn::Sentinel(Follower::connect(master, sentinels, cm).await?)
+            }
+            (None, None) => {
+                Conn::Standalone(ConnectionManager::new_with_config(client.clone(), cm).await?)
             }
         })
     };
-    let mut conn = tokio::time::timeout(config.connection_timeout, first)
-        .await
-        .map_err(|_| {
-            redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "could not connect to Redis within the connection timeout ({:?})",
-                    config.connection_timeout
-                ),
-            ))
-        })??;
-    let target = match &conn {
-        Conn::Standalone(_) => PubSubTarget::Server(Box::new(client)),
-        Conn::Sentinel(follower) => PubSubTarget::Master(Arc::clone(follower)),
+    let bound = match config.cluster {
+        Some(_) => config.connection_timeout * 3,
+        None => config.connection_timeout,
+    };
+    let mut conn = tokio::time::timeout(bound, first).await.map_err(|_| {
+        redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("could not connect to Redis within the connection timeout ({bound:?})"),
+        ))
+    })??;
+    let (target, topology) = match &conn {
+        Conn::Standalone(_) => (Target::Server(Box::new(client)), Topology::Standalone),
+        Conn::Sentinel(follower) => (Target::Master(Arc::clone(follower)), Topology::Standalone),
+        Conn::Cluster(_, publish) => {
+            let seeds = config.cluster.clone().unwrap_or_default();
+            let target = Target::Cluster(seeds, Box::new(config.clone()), *publish);
+            (target, Topology::Cluster)
+        }
     };
     match purpose {
         Purpose::Operator => {
@@ -232,10 +264,7 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
     }
     Ok(Node {
         conn,
-        topology: Topology::Standalone,
-        pubsub: PubSubSource {
-            target,
-            timeout: config.connection_timeout,
-        },
+        topology,
+        pubsub: PubSubSource::new(target, config.connection_timeout),
     })
 }

@@ -10,14 +10,15 @@
 
 use std::sync::LazyLock;
 
-use redis::{RedisResult, Script, Value};
+use redis::{RedisResult, Value};
 
+use super::lua::Lua;
 use super::{unexpected, Invocation};
 
 /// `lua/batch.lua`, with the scripts it runs put in front of it as functions whose
 /// parameters shadow the globals KEYS and ARGV (see the script's header).
-static BATCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+static BATCH: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         "local function op_acquire(KEYS, ARGV)\n",
         include_str!("../../lua/acquire.lua"),
         "\nend\nlocal function op_release(KEYS, ARGV)\n",

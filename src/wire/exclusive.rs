@@ -7,19 +7,20 @@
 
 use std::sync::LazyLock;
 
-use redis::{RedisResult, Script, Value};
+use redis::{RedisResult, Value};
 
+use super::lua::Lua;
 use super::{
     acquire_reply, answers, flag, release_reply, unexpected, AcquireReply, BatchOp, Invocation,
     ReleaseReply, ScriptCall,
 };
 use crate::keys;
 
-pub(super) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/acquire.lua")));
-pub(super) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/release.lua")));
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/renew.lua")));
+pub(super) static ACQUIRE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/acquire.lua")));
+pub(super) static RELEASE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/release.lua")));
+static RENEW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/renew.lua")));
 
 /// Take the exclusive lock `name` for the owner field `field`, or re-enter it.
 #[derive(Debug, Clone, Copy)]

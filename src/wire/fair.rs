@@ -9,8 +9,9 @@
 
 use std::sync::LazyLock;
 
-use redis::{RedisResult, Script, Value};
+use redis::{RedisResult, Value};
 
+use super::lua::Lua;
 use super::{
     acquire_reply, answers, flag, release_reply, unexpected, AcquireReply, Invocation,
     ReleaseReply, ScriptCall,
@@ -20,32 +21,31 @@ use crate::keys;
 /// Those that drop lapsed waiters get `lua/acl_prelude.lua` (the ACL helpers) and
 /// `lua/fair_prelude.lua` in front: Redis scripts cannot include one another, and
 /// those rules must be the same code in every script that applies them.
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/fair_prelude.lua"),
         include_str!("../../lua/fair_acquire.lua")
     ))
 });
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/fair_prelude.lua"),
         include_str!("../../lua/fair_release.lua")
     ))
 });
-static REFRESH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+static REFRESH: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/fair_prelude.lua"),
         include_str!("../../lua/fair_refresh.lua")
     ))
 });
-static LEAVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/fair_leave.lua")));
+static LEAVE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/fair_leave.lua")));
 
 /// The keys every fair script starts with: the hash, the queue, the deadlines.
-fn fair_keys(script: &'static Script, name: &str) -> Invocation {
+fn fair_keys(script: &'static Lua, name: &str) -> Invocation {
     Invocation::new(script)
         .key(name)
         .key(keys::fair_queue(name))

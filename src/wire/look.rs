@@ -5,20 +5,20 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{RedisResult, Script, Value};
+use redis::{RedisResult, Value};
 
+use super::lua::Lua;
 use super::{ttl_from_pttl, unexpected, Invocation, ScriptCall};
 use crate::keys;
 use crate::view::{Inspected, QueuedWaiter};
 
-static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+static FORCE_RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/force_release.lua")
     ))
 });
-static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/inspect.lua")));
+static INSPECT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/inspect.lua")));
 
 /// Delete the lock `name` whatever its kind and whoever holds it, waking its
 /// waiters the way that kind's waiters listen. Answers whether there was one.

@@ -22,24 +22,26 @@ mod batch;
 mod exclusive;
 mod fair;
 mod look;
+mod lua;
 mod rw;
 
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, RedisError, RedisResult, Script, ServerErrorKind, Value};
+use redis::{Cmd, RedisError, RedisResult, ServerErrorKind, Value};
 
 pub(crate) use batch::{batch_invocation, split_batch_reply, BatchOp};
 pub(crate) use exclusive::{Acquire, Release, RenewHashes};
 pub(crate) use fair::{FairAcquire, FairLeave, FairRefresh, FairRelease, Place};
 pub(crate) use look::{ForceRelease, Inspect};
+pub(crate) use lua::{Lua, Publish, ScriptConn};
 pub(crate) use rw::{ReadAcquire, ReadRelease, RwRenew, WriteAcquire, WriteRelease};
 
 /// One script call laid out for the wire: which script, its KEYS and its ARGV.
 #[derive(Debug, Clone)]
 pub(crate) struct Invocation {
-    /// The script (compiled once per process).
-    pub(crate) script: &'static Script,
+    /// The script (compiled once per process, in both publish forms).
+    pub(crate) script: &'static Lua,
     /// Its KEYS; on a cluster they all hash to one slot (`keys::validate_name`).
     pub(crate) keys: Vec<String>,
     /// Its ARGV.
@@ -50,7 +52,7 @@ pub(crate) struct Invocation {
 
 impl Invocation {
     /// An invocation of `script` that always goes alone.
-    fn new(script: &'static Script) -> Invocation {
+    fn new(script: &'static Lua) -> Invocation {
         Invocation {
             script,
             keys: Vec::new(),
@@ -74,27 +76,30 @@ impl Invocation {
         self.keys.first().map(String::as_str)
     }
 
-    /// The EVALSHA command of this invocation.
-    fn command(&self) -> Cmd {
+    /// The EVALSHA command of this invocation, for scripts that publish with
+    /// `publish`.
+    fn command(&self, publish: Publish) -> Cmd {
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.get_hash())
+        cmd.arg(self.script.get(publish).get_hash())
             .arg(self.keys.len())
             .arg(&self.keys)
             .arg(&self.args);
         cmd
     }
 
-    /// Sends it, loading the script and sending again if Redis does not know it.
-    /// The reply comes back as Redis sent it: an error reply is a
-    /// `Value::ServerError`, not an `Err` (a batch's reply holds one per failed op;
-    /// [`into_result`] turns a lone one into an error). Not
-    /// `Script::invoke_async`, which turns an error anywhere in a reply into an
-    /// error for the whole reply.
-    pub(crate) async fn run<C: ConnectionLike>(&self, conn: &mut C) -> RedisResult<Value> {
-        let cmd = self.command();
+    /// Sends it, loading the script and sending again if Redis does not know it
+    /// (after a restart, a SCRIPT FLUSH, or on a cluster node that never saw it;
+    /// on a cluster redis-rs sends SCRIPT LOAD to every master). The reply comes
+    /// back as Redis sent it: an error reply is a `Value::ServerError`, not an
+    /// `Err` (a batch's reply holds one per failed op; [`into_result`] turns a
+    /// lone one into an error). Not `Script::invoke_async`, which turns an error
+    /// anywhere in a reply into an error for the whole reply.
+    pub(crate) async fn run<C: ScriptConn>(&self, conn: &mut C) -> RedisResult<Value> {
+        let publish = conn.publish();
+        let cmd = self.command(publish);
         match conn.req_packed_command(&cmd).await? {
             Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript) => {
-                self.script.load_async(conn).await?;
+                self.script.get(publish).load_async(conn).await?;
                 conn.req_packed_command(&cmd).await
             }
             reply => Ok(reply),
@@ -115,7 +120,7 @@ pub(crate) trait ScriptCall {
 }
 
 /// Runs `call` on `conn` and reads its reply.
-pub(crate) async fn call<S: ScriptCall, C: ConnectionLike>(
+pub(crate) async fn call<S: ScriptCall, C: ScriptConn>(
     conn: &mut C,
     call: &S,
 ) -> RedisResult<S::Reply> {

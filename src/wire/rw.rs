@@ -8,39 +8,40 @@
 
 use std::sync::LazyLock;
 
-use redis::{RedisResult, Script, Value};
+use redis::{RedisResult, Value};
 
+use super::lua::Lua;
 use super::{acquire_reply, release_pair, AcquireReply, Invocation, ReleaseReply, ScriptCall};
 use crate::keys;
 
 // Each script gets `lua/acl_prelude.lua` in front (its ACL helpers): Redis scripts
 // cannot include one another.
-static ACQUIRE_READ: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+static ACQUIRE_READ: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/rw_acquire_read.lua")
     ))
 });
-static ACQUIRE_WRITE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+static ACQUIRE_WRITE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/rw_acquire_write.lua")
     ))
 });
-static RELEASE_READ: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+static RELEASE_READ: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/rw_release_read.lua")
     ))
 });
-static RELEASE_WRITE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+static RELEASE_WRITE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/rw_release_write.lua")
     ))
 });
-static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+static RENEW: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/rw_renew.lua")
     ))

@@ -2,9 +2,12 @@
 //! the setup steps of lockwarden tests. Each test file includes it with `mod support;`.
 #![allow(dead_code)] // each test binary uses a different part of this
 
+mod cluster;
 mod sentinel;
 mod server;
 
+#[allow(unused_imports)] // only the Cluster tests use it
+pub use cluster::*;
 #[allow(unused_imports)] // only the Sentinel tests use it
 pub use sentinel::*;
 pub use server::*;

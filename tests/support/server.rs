@@ -301,6 +301,21 @@ impl RedisServer {
             .unwrap_or_else(|e| panic!("INFO {section}: {e}"))
     }
 
+    /// `CLUSTER INFO`, or an empty string if the node does not answer (a node
+    /// still starting, or one that is not in cluster mode).
+    pub fn cluster_info(&self) -> String {
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return String::new();
+        };
+        let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(500)) else {
+            return String::new();
+        };
+        redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query(&mut conn)
+            .unwrap_or_default()
+    }
+
     /// Calls per command since start (or `CONFIG RESETSTAT`), from `INFO commandstats`;
     /// commands run inside scripts count too.
     pub fn commandstats(&self) -> HashMap<String, u64> {

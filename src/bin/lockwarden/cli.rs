@@ -70,6 +70,17 @@ pub struct Common {
     #[arg(long = "sentinel", global = true, value_name = "URL")]
     pub sentinels: Vec<String>,
 
+    /// A Redis Cluster node to start from (redis://host:port); repeat it or give
+    /// several separated by commas. The rest of the cluster is discovered. With
+    /// it, --redis is not used.
+    #[arg(
+        long = "cluster",
+        global = true,
+        value_name = "URL",
+        value_delimiter = ','
+    )]
+    pub cluster: Vec<String>,
+
     /// The name the Sentinels know the master by (with --sentinel).
     #[arg(long = "master-name", global = true, value_name = "NAME")]
     pub master_name: Option<String>,

@@ -30,7 +30,20 @@ impl Session {
     /// bad port) is bad input. `watchdog_lease` is `run`'s and `hold`'s
     /// `--watchdog-lease`; the other subcommands hold no lock and leave the default.
     pub fn new(common: &Common, watchdog_lease: Option<Duration>) -> Result<Session, Failure> {
-        let (shown_url, mut config) = if common.sentinels.is_empty() {
+        if !common.cluster.is_empty()
+            && (!common.sentinels.is_empty() || common.master_name.is_some())
+        {
+            return Err(Failure::usage(
+                "--cluster and --sentinel/--master-name name different deployments: give one",
+            ));
+        }
+        let (shown_url, mut config) = if !common.cluster.is_empty() {
+            let shown: Vec<String> = common.cluster.iter().map(|u| redact(u)).collect();
+            let shown_url = format!("Redis Cluster via {}", shown.join(", "));
+            let config = Config::cluster(common.cluster.iter().map(String::as_str))
+                .map_err(|e| Failure::usage(format!("{shown_url}: {e}")))?;
+            (shown_url, config)
+        } else if common.sentinels.is_empty() {
             if common.master_name.is_some() {
                 return Err(Failure::usage(
                     "--master-name goes with --sentinel URL (one per Sentinel)",

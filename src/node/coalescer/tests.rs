@@ -231,9 +231,9 @@ async fn a_lone_call_runs_the_plain_script() {
     let batch = wire::batch_invocation([&acquire, &release].into_iter());
     let loaded: Vec<bool> = redis::cmd("SCRIPT")
         .arg("EXISTS")
-        .arg(batch.script.get_hash())
-        .arg(acquire.script.get_hash())
-        .arg(release.script.get_hash())
+        .arg(batch.script.get(wire::Publish::Plain).get_hash())
+        .arg(acquire.script.get(wire::Publish::Plain).get_hash())
+        .arg(release.script.get(wire::Publish::Plain).get_hash())
         .query(&mut redis.conn())
         .expect("SCRIPT EXISTS");
     assert_eq!(loaded, [false, true, true]);

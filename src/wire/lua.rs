@@ -1,0 +1,90 @@
+//! [`Lua`]: one script of `lua/` in the two forms a deployment may need, and
+//! [`ScriptConn`], the connection that says which form it needs.
+//!
+//! A script that wakes waiters publishes on the lock's channel. On a standalone
+//! server, a Sentinel-managed master and a cluster without sharded pub/sub that is
+//! `PUBLISH`; on a Redis 7+ cluster it is `SPUBLISH`, so the message travels only
+//! within the shard that owns the lock's slot, where the waiters (lockwarden's and
+//! Redisson's alike) hold their `SSUBSCRIBE`. Redisson passes the command name to its
+//! scripts as an argument; here the scripts keep their argument lists (the bench's
+//! raw client and the batch script share them byte for byte) and each script is
+//! compiled twice instead, the second time with every `'publish'` command and ACL
+//! check turned into `'spublish'`. Both are plain `redis::Script`s, loaded on a node
+//! the first time it answers NOSCRIPT.
+
+use redis::aio::ConnectionLike;
+use redis::Script;
+
+/// Which publish command the scripts must use on a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Publish {
+    /// `PUBLISH`: every deployment but a cluster with sharded pub/sub.
+    #[default]
+    Plain,
+    /// `SPUBLISH`: a Redis 7+ cluster, where waiters subscribe per shard.
+    Sharded,
+}
+
+/// A connection scripts run on: redis-rs's `ConnectionLike`, plus the publish
+/// command its deployment's waiters listen to.
+pub(crate) trait ScriptConn: ConnectionLike {
+    /// The publish command of this connection's deployment.
+    fn publish(&self) -> Publish;
+}
+
+/// One script, compiled for both publish commands.
+#[derive(Debug)]
+pub(crate) struct Lua {
+    /// With `PUBLISH`, as written in `lua/`.
+    plain: Script,
+    /// With `SPUBLISH`.
+    sharded: Script,
+}
+
+impl Lua {
+    /// Compiles `code` (the text of `lua/`, preludes included) in both forms.
+    pub(crate) fn new(code: &str) -> Lua {
+        Lua {
+            plain: Script::new(code),
+            sharded: Script::new(&sharded(code)),
+        }
+    }
+
+    /// The form for `publish`.
+    pub(crate) fn get(&self, publish: Publish) -> &Script {
+        match publish {
+            Publish::Plain => &self.plain,
+            Publish::Sharded => &self.sharded,
+        }
+    }
+}
+
+/// `code` with every publish turned into a sharded publish. The scripts only ever
+/// write the command as a quoted lower-case word (`redis.call('publish', ...)`,
+/// `acl('publish', ...)`); a test checks that nothing plain is left.
+fn sharded(code: &str) -> String {
+    code.replace("'publish'", "'spublish'")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sharded_forms_never_publish_plainly() {
+        for code in [
+            include_str!("../../lua/release.lua"),
+            include_str!("../../lua/fair_release.lua"),
+            include_str!("../../lua/force_release.lua"),
+            include_str!("../../lua/rw_release_write.lua"),
+        ] {
+            let sharded = sharded(code).to_lowercase();
+            assert!(sharded.contains("'spublish'"));
+            let plain_left = sharded.replace("spublish", "");
+            assert!(
+                !plain_left.contains("call('publish'") && !plain_left.contains("acl('publish'"),
+                "a plain PUBLISH call is left"
+            );
+        }
+    }
+}

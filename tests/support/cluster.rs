@@ -1,0 +1,187 @@
+//! A real Redis Cluster for tests: `redis-server --cluster-enabled yes` processes on
+//! free ports, joined with `redis-cli --cluster create`, ready once every node
+//! reports `cluster_state:ok` and knows every other. Nodes are ordinary
+//! [`RedisServer`]s, so a test can kill, pause or restart one; every node's log is
+//! printed when a test panics (each server prints its own on drop).
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::server::RedisServer;
+
+/// A cluster owned by a test; its processes die with it.
+pub struct Cluster {
+    /// Masters first (in slot order as `--cluster create` assigns them), then
+    /// replicas.
+    pub nodes: Vec<RedisServer>,
+    /// How many of `nodes` started as masters.
+    pub masters: usize,
+}
+
+impl Cluster {
+    /// Starts `masters` masters with `replicas` replicas each. A node is deemed
+    /// failed after 1 s without answers, so a failover takes a few seconds.
+    pub fn start(masters: usize, replicas: usize) -> Cluster {
+        let total = masters * (1 + replicas);
+        let nodes: Vec<RedisServer> = (0..total)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-node-timeout",
+                    "1000",
+                    // A shard whose master failed keeps the rest of the cluster up.
+                    "--cluster-require-full-coverage",
+                    "no",
+                    // A replica may always take over, however long ago it last
+                    // heard from its master (the tests kill masters on purpose).
+                    "--cluster-replica-validity-factor",
+                    "0",
+                ])
+            })
+            .collect();
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for node in &nodes {
+            create.arg(format!("127.0.0.1:{}", node.port()));
+        }
+        create
+            .arg("--cluster-replicas")
+            .arg(replicas.to_string())
+            .arg("--cluster-yes");
+        let out = create.output().unwrap_or_else(|e| {
+            panic!("cannot run redis-cli ({e}); install it (apt-get install redis-tools)")
+        });
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = Cluster { nodes, masters };
+        cluster.wait_ok(Duration::from_secs(30));
+        cluster
+    }
+
+    /// Waits until every running node says `cluster_state:ok` and knows every
+    /// node, and no running replica is still syncing.
+    pub fn wait_ok(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let total = self.nodes.len();
+        loop {
+            let ready = self.nodes.iter().filter(|n| n.pid().is_some()).all(|n| {
+                let info = n.cluster_info();
+                let replication = n.info("replication");
+                info.contains("cluster_state:ok")
+                    && info.contains(&format!("cluster_known_nodes:{total}"))
+                    && (replication.contains("role:master")
+                        || replication.contains("master_link_status:up"))
+            });
+            if ready {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not become ready in {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The seed URLs of every node.
+    pub fn seeds(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.url()).collect()
+    }
+
+    /// A lockwarden config for this cluster, seeded with its first two masters.
+    pub fn config(&self) -> lockwarden::Config {
+        let seeds = self.seeds();
+        lockwarden::Config::cluster(seeds.iter().take(2).map(String::as_str))
+            .expect("cluster URLs parse")
+    }
+
+    /// The node (index into `nodes`) that currently serves `key`'s slot as master.
+    pub fn owner_of(&self, key: &str) -> usize {
+        let asker = self
+            .nodes
+            .iter()
+            .find(|n| n.pid().is_some())
+            .expect("a running node");
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut asker.conn())
+            .expect("CLUSTER KEYSLOT");
+        self.owner_of_slot(slot)
+    }
+
+    /// The node (index into `nodes`) that serves `slot` as master, as the first
+    /// running node sees it.
+    pub fn owner_of_slot(&self, slot: u16) -> usize {
+        let asker = self
+            .nodes
+            .iter()
+            .find(|n| n.pid().is_some())
+            .expect("a running node");
+        let shards: redis::Value = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut asker.conn())
+            .expect("CLUSTER SLOTS");
+        let redis::Value::Array(ranges) = shards else {
+            panic!("CLUSTER SLOTS: unexpected reply")
+        };
+        for range in ranges {
+            let redis::Value::Array(fields) = range else {
+                continue;
+            };
+            let (Some(redis::Value::Int(from)), Some(redis::Value::Int(to))) =
+                (fields.first(), fields.get(1))
+            else {
+                continue;
+            };
+            if (*from..=*to).contains(&i64::from(slot)) {
+                let Some(redis::Value::Array(master)) = fields.get(2) else {
+                    continue;
+                };
+                let Some(redis::Value::Int(port)) = master.get(1) else {
+                    continue;
+                };
+                return self
+                    .nodes
+                    .iter()
+                    .position(|n| i64::from(n.port()) == *port)
+                    .expect("the owner is one of ours");
+            }
+        }
+        panic!("no master serves slot {slot}")
+    }
+
+    /// Whether the master serving `key`'s slot (as a running node sees it) is
+    /// running, i.e. a failover is complete for that slot.
+    pub fn owner_of_slot_is_running(&self, key: &str) -> bool {
+        let asker = self
+            .nodes
+            .iter()
+            .find(|n| n.pid().is_some())
+            .expect("a running node");
+        let Ok(slot) = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query::<u16>(&mut asker.conn())
+        else {
+            return false;
+        };
+        let owner =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.owner_of_slot(slot)));
+        matches!(owner, Ok(i) if self.nodes[i].pid().is_some())
+    }
+
+    /// The sum of one `INFO commandstats` counter over every running node.
+    pub fn calls(&self, command: &str) -> u64 {
+        self.nodes
+            .iter()
+            .filter(|n| n.pid().is_some())
+            .map(|n| n.commandstats().get(command).copied().unwrap_or(0))
+            .sum()
+    }
+}
