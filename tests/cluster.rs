@@ -188,10 +188,7 @@ async fn waiters_in_another_manager_wake_on_every_shard(cluster: &Cluster) {
 /// coalescer batches them), renewed a few times (the renewer batches them) and
 /// released: every batch stays inside one slot, so no node ever answers CROSSSLOT.
 async fn thousands_of_locks_never_cross_a_slot(cluster: &Cluster) {
-    let m = manager(cluster, |c| {
-        c.watchdog_lease(Duration::from_millis(1500))
-    })
-    .await;
+    let m = manager(cluster, |c| c.watchdog_lease(Duration::from_millis(1500))).await;
     let names: Vec<String> = (0..2000).map(|i| format!("many:{i}")).collect();
     let began = Instant::now();
     let guards = join_all(names.iter().map(|n| m.send(Acquire::new(n.as_str())))).await;

@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use actix::Addr;
+use actix::{Addr, Handler, Message, ResponseFuture};
 use futures::future::{join_all, select_all};
 
 use super::handle::{Handle, LockHandle};
@@ -194,5 +194,21 @@ impl MultiGuard {
     pub async fn release(self) -> Result<(), LockError> {
         let outcomes = join_all(self.guards.into_iter().map(LockGuard::release)).await;
         outcomes.into_iter().try_for_each(|o| o.map(|_| ()))
+    }
+}
+
+/// A MultiLock can also be sent as a message, to any manager (usually one of its
+/// members'), as [`Acquire`](crate::Acquire) is:
+/// `orders.send(MultiLock::new([(&orders, "orders:42"), (&stock, "stock:7")])).await??`.
+/// The members are taken beside the manager's mailbox, never blocking it.
+impl Message for MultiLock {
+    type Result = Result<MultiGuard, LockError>;
+}
+
+impl Handler<MultiLock> for LockManager {
+    type Result = ResponseFuture<Result<MultiGuard, LockError>>;
+
+    fn handle(&mut self, msg: MultiLock, _ctx: &mut Self::Context) -> Self::Result {
+        Box::pin(async move { msg.acquire().await })
     }
 }

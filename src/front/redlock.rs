@@ -22,7 +22,7 @@
 
 use std::time::{Duration, Instant};
 
-use actix::Addr;
+use actix::{Addr, Handler, Message, ResponseFuture};
 use futures::future::join_all;
 use futures::stream::{FuturesUnordered, StreamExt};
 
@@ -68,6 +68,8 @@ pub struct RedLock {
     lease: Option<Duration>,
     /// How long one node may take to answer one round.
     node_wait: Duration,
+    /// How many nodes the majority is counted over; `None` for `nodes.len()`.
+    out_of: Option<usize>,
 }
 
 impl RedLock {
@@ -79,6 +81,7 @@ impl RedLock {
             wait: None,
             lease: None,
             node_wait: Duration::from_millis(50),
+            out_of: None,
         }
     }
 
@@ -104,9 +107,22 @@ impl RedLock {
         self
     }
 
+    /// Counts the majority over `total` nodes, of which only those given to
+    /// [`new`](Self::new) can be asked: the others could not be reached when the
+    /// managers were started (a command-line tool that starts one manager per
+    /// server, say, and goes on without the dead ones). A node that is down still
+    /// counts toward N; leaving it out would shrink the majority and let two
+    /// clients that each reach a different half both win. A total below the
+    /// number of nodes given is refused at [`acquire`](Self::acquire). Defaults
+    /// to the number of nodes given.
+    pub fn out_of(mut self, total: usize) -> RedLock {
+        self.out_of = Some(total);
+        self
+    }
+
     /// The number of nodes that must hold it.
     fn quorum(&self) -> usize {
-        self.nodes.len() / 2 + 1
+        self.out_of.unwrap_or(self.nodes.len()) / 2 + 1
     }
 
     /// Takes the lock on a majority of the nodes, as described on [`RedLock`].
@@ -142,10 +158,14 @@ impl RedLock {
             let answers = join_all(round).await;
             let elapsed = began.elapsed();
             let mut held = Vec::new();
+            let mut granted_by = Vec::new();
             let mut last_error = None;
-            for answer in answers {
+            for (node, answer) in answers.into_iter().enumerate() {
                 match answer {
-                    Ok(Ok(guard)) => held.push(guard),
+                    Ok(Ok(guard)) => {
+                        held.push(guard);
+                        granted_by.push(node);
+                    }
                     Ok(Err(e)) => last_error = Some(e),
                     Err(_) => {
                         last_error = Some(LockError::Timeout {
@@ -160,6 +180,7 @@ impl RedLock {
             if held.len() >= self.quorum() && valid {
                 return Ok(RedGuard {
                     guards: held,
+                    nodes: granted_by,
                     quorum: self.quorum(),
                 });
             }
@@ -193,6 +214,12 @@ impl RedLock {
                 ));
             }
         }
+        if self.out_of.is_some_and(|total| total < self.nodes.len()) {
+            return Err(LockError::InvalidConfig(format!(
+                "a RedLock over {} nodes cannot count its majority out of fewer",
+                self.nodes.len()
+            )));
+        }
         if self.node_wait.is_zero() {
             return Err(LockError::InvalidConfig(
                 "a RedLock's node wait is zero".into(),
@@ -213,6 +240,8 @@ impl RedLock {
 pub struct RedGuard {
     /// The holds, one per node that granted.
     guards: Vec<LockGuard>,
+    /// Which node (its index in the list given to [`RedLock::new`]) each hold is on.
+    nodes: Vec<usize>,
     /// How many must stay held.
     quorum: usize,
 }
@@ -232,6 +261,17 @@ impl RedGuard {
         self.guards.iter().map(LockGuard::fencing_token).collect()
     }
 
+    /// Each granting node's fencing token with the node it came from (its index in
+    /// the list given to [`RedLock::new`]): what a resource that keeps a highest
+    /// token per node needs to check a request.
+    pub fn node_tokens(&self) -> Vec<(usize, u64)> {
+        self.nodes
+            .iter()
+            .copied()
+            .zip(self.guards.iter().map(LockGuard::fencing_token))
+            .collect()
+    }
+
     /// Resolves when fewer than a majority of the nodes still hold the lock, with
     /// the reason of the loss that tipped it.
     pub async fn lost(&self) -> LostReason {
@@ -247,9 +287,32 @@ impl RedGuard {
         std::future::pending().await
     }
 
-    /// Releases every node's hold at once. Answers the first error among them.
+    /// Releases every node's hold at once. Answers `Ok` when a majority of the
+    /// nodes released theirs: a hold lost on a minority of nodes while the lock
+    /// was held (a node that died, say) did not make the RedLock lost, so it is no
+    /// error of the RedLock's. Otherwise answers the first error among them
+    /// ([`LockError::Lost`] once fewer than a majority held it).
     pub async fn release(self) -> Result<(), LockError> {
+        let quorum = self.quorum;
         let outcomes = join_all(self.guards.into_iter().map(LockGuard::release)).await;
+        if outcomes.iter().filter(|o| o.is_ok()).count() >= quorum {
+            return Ok(());
+        }
         outcomes.into_iter().try_for_each(|o| o.map(|_| ()))
+    }
+}
+
+/// A RedLock can also be sent as a message, to any manager (usually one of its
+/// nodes'), as [`Acquire`](crate::Acquire) is: `m1.send(RedLock::new(&nodes, "x")).await??`.
+/// The round runs beside the manager's mailbox, never blocking it.
+impl Message for RedLock {
+    type Result = Result<RedGuard, LockError>;
+}
+
+impl Handler<RedLock> for LockManager {
+    type Result = ResponseFuture<Result<RedGuard, LockError>>;
+
+    fn handle(&mut self, msg: RedLock, _ctx: &mut Self::Context) -> Self::Result {
+        Box::pin(async move { msg.acquire().await })
     }
 }

@@ -53,7 +53,8 @@ pub struct Cli {
 /// Options every subcommand takes.
 #[derive(Debug, Args)]
 pub struct Common {
-    /// Redis server URL (redis://[user:password@]host[:port][/db]).
+    /// Redis server URL (redis://[user:password@]host[:port][/db]). Repeat it for
+    /// `run --redlock`, once per independent server.
     #[arg(
         long = "redis",
         global = true,
@@ -62,7 +63,7 @@ pub struct Common {
         value_name = "URL",
         hide_env_values = true
     )]
-    pub redis_url: String,
+    pub redis_urls: Vec<String>,
 
     /// A Sentinel to find the master through (redis://host:26379); repeat it for
     /// each Sentinel. With it, --master-name names the master and --redis is not
@@ -98,9 +99,14 @@ pub enum Command {
 Examples:
   lockwarden run nightly-report --wait 0s -- /usr/local/bin/report
   lockwarden run orders:migrate --wait 5m --on-lost warn -- ./migrate.sh --all
+  lockwarden --redis redis://a:6379 --redis redis://b:6379 --redis redis://c:6379 \
+      run payments --redlock --wait 10s -- ./pay.sh
 The command sees LOCKWARDEN_LOCK (the lock name) and LOCKWARDEN_TOKEN (the fencing
-token of this acquisition) in its environment. Exit: the command's own code; 75 if
---wait ran out (the holder is named); 76 if the lock was lost while it ran.")]
+token of this acquisition) in its environment; with --redlock, LOCKWARDEN_TOKENS
+instead: node=token for each server that granted (node = its place among the --redis
+options, from 0; tokens of different servers are not comparable). Exit: the
+command's own code; 75 if --wait ran out (the holder is named); 76 if the lock was
+lost while it ran (with --redlock: when fewer than a majority still hold it).")]
     Run(RunArgs),
 
     /// Acquire a lock, hold it for a while (or until Ctrl-C), release it.
@@ -215,6 +221,16 @@ pub struct RunArgs {
     #[command(flatten)]
     pub acquire: AcquireOpts,
 
+    /// Take the lock on a majority of independent servers, one per --redis (at
+    /// least 3), as the RedLock algorithm does; a server that is down or slow
+    /// holds nobody up past --node-wait.
+    #[arg(long, conflicts_with_all = ["fair", "read", "write"])]
+    pub redlock: bool,
+
+    /// With --redlock: how long one server may take to grant in one round.
+    #[arg(long, requires = "redlock", default_value = "50ms", value_name = "DURATION", value_parser = parse_lease)]
+    pub node_wait: Duration,
+
     /// What to do if the lock is lost while the command runs.
     #[arg(long, value_enum, default_value = "kill", value_name = "ACTION")]
     pub on_lost: OnLost,
@@ -305,6 +321,33 @@ mod tests {
         assert_eq!(run.acquire.wait, Some(Duration::from_secs(2)));
         assert_eq!(run.command, ["ls", "-l"]);
         assert_eq!(run.on_lost, OnLost::Kill);
+    }
+
+    #[test]
+    fn redlock_takes_several_servers_and_no_other_kind() {
+        let cli = Cli::try_parse_from([
+            "lockwarden",
+            "--redis",
+            "redis://a",
+            "--redis",
+            "redis://b",
+            "run",
+            "x",
+            "--redlock",
+            "--",
+            "ls",
+        ])
+        .expect("parses");
+        assert_eq!(cli.common.redis_urls, ["redis://a", "redis://b"]);
+        assert!(
+            Cli::try_parse_from(["lockwarden", "run", "x", "--redlock", "--fair", "--", "ls"])
+                .is_err()
+        );
+        assert!(
+            Cli::try_parse_from(["lockwarden", "run", "x", "--node-wait", "1s", "--", "ls"])
+                .is_err(),
+            "--node-wait needs --redlock"
+        );
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //! - `outcome`: exit codes and the error type.
 //! - `session`: URL, name and kind checks, connecting.
 //! - `acquire`: waiting with progress, signals, timeout messages.
-//! - `run`, `hold`, `inspect` (status, list), `unlock`: the subcommands.
+//! - `run`, `hold`, `inspect` (status, list), `unlock`: the subcommands; `redlock`:
+//!   what `run --redlock` does before and after the command.
 
 /// `println!` that ignores a closed stdout (`lockwarden list | head -1`) instead
 /// of panicking: the reader left, and the exit code still tells the outcome.
@@ -32,6 +33,7 @@ mod duration;
 mod hold;
 mod inspect;
 mod outcome;
+mod redlock;
 mod run;
 mod session;
 mod unlock;
@@ -69,7 +71,8 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Hold(args) => Some(args.acquire.watchdog_lease),
         Command::Status(_) | Command::Unlock(_) | Command::List(_) => None,
     };
-    let session = Session::new(&cli.common, watchdog_lease)?;
+    let redlock = matches!(&cli.command, Command::Run(args) if args.redlock);
+    let session = Session::new(&cli.common, watchdog_lease, redlock)?;
     match cli.command {
         Command::Run(args) => {
             session.check_name(&args.name)?;

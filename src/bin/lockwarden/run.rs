@@ -16,8 +16,12 @@
 //! finish. The lock is released only after the command has exited, within a short
 //! budget: a Redis that is gone does not keep the finished command waiting.
 //!
+//! With `--redlock` the lock is one name on a majority of independent servers
+//! (`redlock.rs` takes it); it is lost when fewer than a majority still hold it,
+//! and the command sees every granting server's token instead of one.
+//!
 //! While the command runs, Redis is asked about the lock once a second through the
-//! manager's connection. A lock is lost only when its lease runs out without a
+//! manager's connection (each server's, with `--redlock`). A lock is lost only when its lease runs out without a
 //! renewal, possibly after the command has ended, so an outage is said on stderr
 //! when it is first seen (and again when Redis answers), not only at the end.
 
@@ -26,8 +30,9 @@ use std::io::{ErrorKind, IsTerminal};
 use std::time::Duration;
 
 use actix::Addr;
+use futures::future::join_all;
 use futures::FutureExt;
-use lockwarden::{Inspect, LockError, LockGuard, LockManager, LostReason};
+use lockwarden::{Inspect, LockError, LockGuard, LockManager, LostReason, RedGuard};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::Command;
@@ -38,6 +43,7 @@ use crate::acquire::{acquire, report_timeout, Signals, Waited};
 use crate::cli::{OnLost, RunArgs};
 use crate::duration::human;
 use crate::outcome::{self, child_code, note, signal_code, Failure};
+use crate::redlock::{self, RedWaited};
 use crate::session::Session;
 
 /// How often Redis is asked about the lock while the command runs, so that an
@@ -73,8 +79,54 @@ impl Target {
     }
 }
 
+/// The lock the command runs under.
+#[derive(Debug)]
+enum Held {
+    /// One lock on one deployment.
+    One(LockGuard),
+    /// A RedLock, and the place among the `--redis` options of each server its
+    /// guard's nodes stand for.
+    Red(RedGuard, Vec<usize>),
+}
+
+impl Held {
+    /// Resolves when the lock is lost (a RedLock: when fewer than a majority hold it).
+    async fn lost(&self) -> LostReason {
+        match self {
+            Held::One(guard) => guard.lost().await,
+            Held::Red(guard, _) => guard.lost().await,
+        }
+    }
+
+    /// What the command finds in its environment about the lock's tokens.
+    fn token_env(&self) -> (&'static str, String) {
+        match self {
+            Held::One(guard) => ("LOCKWARDEN_TOKEN", guard.fencing_token().to_string()),
+            Held::Red(guard, places) => {
+                let pairs: Vec<String> = guard
+                    .node_tokens()
+                    .into_iter()
+                    .map(|(node, token)| format!("{}={token}", places[node]))
+                    .collect();
+                ("LOCKWARDEN_TOKENS", pairs.join(","))
+            }
+        }
+    }
+
+    /// Releases it.
+    async fn release(self) -> Result<(), LockError> {
+        match self {
+            Held::One(guard) => guard.release().await.map(|_| ()),
+            Held::Red(guard, _) => guard.release().await,
+        }
+    }
+}
+
 /// Runs `lockwarden run`; answers the exit code.
 pub async fn run(session: &Session, args: RunArgs) -> Result<i32, Failure> {
+    if args.redlock {
+        return run_redlock(session, args).await;
+    }
     let manager = session.manager().await?;
     let mut signals = Signals::install()?;
     let guard = match acquire(&manager, &args.name, &args.acquire, &mut signals).await? {
@@ -89,18 +141,43 @@ pub async fn run(session: &Session, args: RunArgs) -> Result<i32, Failure> {
         Waited::Interrupted(sig) => return Ok(signal_code(sig as i32)),
     };
     let watch = Watch {
-        manager: &manager,
+        managers: vec![manager],
+        quorum: 1,
         shown_url: session.shown_url(),
         lease: args.acquire.lease.unwrap_or(args.acquire.watchdog_lease),
     };
-    Ok(supervise(guard, &args, &mut signals, &watch).await)
+    Ok(supervise(Held::One(guard), &args, &mut signals, &watch).await)
+}
+
+/// `run --redlock`: the lock on a majority of the `--redis` servers.
+async fn run_redlock(session: &Session, args: RunArgs) -> Result<i32, Failure> {
+    let mut signals = Signals::install()?;
+    let (guard, managers, places) = match redlock::acquire(session, &args, &mut signals).await? {
+        RedWaited::Acquired {
+            guard,
+            managers,
+            places,
+        } => (guard, managers, places),
+        RedWaited::TimedOut => return Ok(outcome::TIMEOUT),
+        RedWaited::Interrupted(sig) => return Ok(signal_code(sig as i32)),
+    };
+    info!(lock = %args.name, nodes = guard.holding(), "acquired on a majority");
+    let watch = Watch {
+        managers,
+        quorum: session.nodes().len() / 2 + 1,
+        shown_url: session.shown_url(),
+        lease: args.acquire.lease.unwrap_or(args.acquire.watchdog_lease),
+    };
+    Ok(supervise(Held::Red(guard, places), &args, &mut signals, &watch).await)
 }
 
 /// What `run` needs to keep an eye on Redis while the command runs.
 #[derive(Debug)]
 struct Watch<'a> {
-    /// The manager holding the lock.
-    manager: &'a Addr<LockManager>,
+    /// The managers holding the lock: one, or a RedLock's.
+    managers: Vec<Addr<LockManager>>,
+    /// How many of them must answer for Redis to count as answering.
+    quorum: usize,
     /// The Redis URL, password hidden, for messages.
     shown_url: &'a str,
     /// The lease the lock is held with (explicit, or the watchdog's).
@@ -108,36 +185,52 @@ struct Watch<'a> {
 }
 
 impl Watch<'_> {
-    /// Waits [`PROBE_EVERY`], then asks Redis about the lock through the manager's
-    /// connection (the one renewals use); answers why it did not answer, if it did
-    /// not within [`PROBE_BUDGET`].
+    /// Waits [`PROBE_EVERY`], then asks Redis about the lock through each manager's
+    /// connection (the one renewals use); answers why not, if fewer than `quorum`
+    /// answered within [`PROBE_BUDGET`].
     async fn probe(&self, name: &str) -> Result<(), String> {
         actix_rt::time::sleep(PROBE_EVERY).await;
-        match tokio::time::timeout(PROBE_BUDGET, self.manager.send(Inspect::new(name))).await {
-            Ok(Ok(Ok(_))) => Ok(()),
-            Ok(Ok(Err(e))) => Err(e.to_string()),
-            Ok(Err(_)) => Err("the lock manager stopped".into()),
-            Err(_) => Err(format!("no answer within {}", human(PROBE_BUDGET))),
+        let asked = self.managers.iter().map(|m| async move {
+            match tokio::time::timeout(PROBE_BUDGET, m.send(Inspect::new(name))).await {
+                Ok(Ok(Ok(_))) => Ok(()),
+                Ok(Ok(Err(e))) => Err(e.to_string()),
+                Ok(Err(_)) => Err("the lock manager stopped".to_string()),
+                Err(_) => Err(format!("no answer within {}", human(PROBE_BUDGET))),
+            }
+        });
+        let answers = join_all(asked).await;
+        let answered = answers.iter().filter(|a| a.is_ok()).count();
+        if answered >= self.quorum {
+            return Ok(());
+        }
+        let why = answers
+            .into_iter()
+            .find_map(Result::err)
+            .unwrap_or_default();
+        if self.managers.len() == 1 {
+            Err(why)
+        } else {
+            Err(format!(
+                "{answered} of {} servers answered, {} needed; {why}",
+                self.managers.len(),
+                self.quorum
+            ))
         }
     }
 }
 
 /// Runs the command while `guard` is held and answers the exit code.
-async fn supervise(
-    guard: LockGuard,
-    args: &RunArgs,
-    signals: &mut Signals,
-    watch: &Watch<'_>,
-) -> i32 {
+async fn supervise(guard: Held, args: &RunArgs, signals: &mut Signals, watch: &Watch<'_>) -> i32 {
     let on_terminal = std::io::stdin().is_terminal();
     let Some((program, rest)) = args.command.split_first() else {
         // clap requires at least one word after `--`.
         return outcome::USAGE;
     };
     let mut cmd = Command::new(program);
+    let (token_var, tokens) = guard.token_env();
     cmd.args(rest)
         .env("LOCKWARDEN_LOCK", &args.name)
-        .env("LOCKWARDEN_TOKEN", guard.fencing_token().to_string());
+        .env(token_var, tokens);
     if !on_terminal {
         cmd.process_group(0);
     }
@@ -254,7 +347,7 @@ async fn supervise(
 }
 
 /// Releases after the command exited and picks the exit code.
-async fn finish(guard: LockGuard, args: &RunArgs, lost: Option<LostReason>, code: i32) -> i32 {
+async fn finish(guard: Held, args: &RunArgs, lost: Option<LostReason>, code: i32) -> i32 {
     let lost_code = match args.on_lost {
         OnLost::Kill => outcome::LOST,
         OnLost::Warn => code,

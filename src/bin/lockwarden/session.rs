@@ -23,13 +23,34 @@ pub struct Session {
     config: Config,
     /// The URL with any password hidden, for messages.
     shown_url: String,
+    /// With `run --redlock`: one configuration per independent server, each with
+    /// its URL (password hidden) for messages; empty otherwise.
+    nodes: Vec<(String, Config)>,
 }
+
+/// Fewest servers `run --redlock` takes: with two, the majority is both, so one
+/// server down stops every client, which is no better than one server.
+pub const REDLOCK_MIN_NODES: usize = 3;
 
 impl Session {
     /// Builds the configuration: no I/O. A URL that does not parse (wrong scheme,
     /// bad port) is bad input. `watchdog_lease` is `run`'s and `hold`'s
     /// `--watchdog-lease`; the other subcommands hold no lock and leave the default.
-    pub fn new(common: &Common, watchdog_lease: Option<Duration>) -> Result<Session, Failure> {
+    /// `redlock` is `run --redlock`, the one use of several `--redis` URLs.
+    pub fn new(
+        common: &Common,
+        watchdog_lease: Option<Duration>,
+        redlock: bool,
+    ) -> Result<Session, Failure> {
+        if redlock {
+            return Session::redlock(common, watchdog_lease);
+        }
+        let [redis_url] = common.redis_urls.as_slice() else {
+            return Err(Failure::usage(
+                "several --redis URLs are for run --redlock (one lock on a majority of \
+                 independent servers); give one --redis for anything else",
+            ));
+        };
         if !common.cluster.is_empty()
             && (!common.sentinels.is_empty() || common.master_name.is_some())
         {
@@ -49,8 +70,8 @@ impl Session {
                     "--master-name goes with --sentinel URL (one per Sentinel)",
                 ));
             }
-            let shown_url = redact(&common.redis_url);
-            let config = Config::from_url(&common.redis_url).map_err(|e| {
+            let shown_url = redact(redis_url);
+            let config = Config::from_url(redis_url).map_err(|e| {
                 Failure::usage(format!(
                     "invalid Redis URL '{shown_url}': {e} (expected redis://host[:port][/db])"
                 ))
@@ -74,7 +95,63 @@ impl Session {
         config
             .validate()
             .map_err(|e| Failure::usage(format!("--watchdog-lease: {e}")))?;
-        Ok(Session { config, shown_url })
+        Ok(Session {
+            config,
+            shown_url,
+            nodes: Vec::new(),
+        })
+    }
+
+    /// The settings of `run --redlock`: at least [`REDLOCK_MIN_NODES`] distinct
+    /// `--redis` URLs, no Sentinel or Cluster (a RedLock's servers are independent
+    /// masters; each is reached directly).
+    fn redlock(common: &Common, watchdog_lease: Option<Duration>) -> Result<Session, Failure> {
+        if !common.cluster.is_empty() || !common.sentinels.is_empty() {
+            return Err(Failure::usage(
+                "--redlock takes its servers as --redis URL, one per independent server, \
+                 not --cluster or --sentinel",
+            ));
+        }
+        let urls = &common.redis_urls;
+        if urls.len() < REDLOCK_MIN_NODES {
+            return Err(Failure::usage(format!(
+                "--redlock needs at least {REDLOCK_MIN_NODES} --redis servers, got {}: a \
+                 majority of fewer cannot survive the loss of one",
+                urls.len()
+            )));
+        }
+        let mut nodes = Vec::with_capacity(urls.len());
+        for (i, url) in urls.iter().enumerate() {
+            let shown = redact(url);
+            if urls[..i].contains(url) {
+                return Err(Failure::usage(format!(
+                    "--redis {shown} is given twice: a RedLock's servers must be independent"
+                )));
+            }
+            let mut config = Config::from_url(url).map_err(|e| {
+                Failure::usage(format!(
+                    "invalid Redis URL '{shown}': {e} (expected redis://host[:port][/db])"
+                ))
+            })?;
+            if let Some(lease) = watchdog_lease {
+                config = config.watchdog_lease(lease);
+            }
+            config
+                .validate()
+                .map_err(|e| Failure::usage(format!("--watchdog-lease: {e}")))?;
+            nodes.push((shown, config));
+        }
+        let (shown_url, config) = nodes[0].clone();
+        Ok(Session {
+            config,
+            shown_url: format!("{shown_url} and {} more", nodes.len() - 1),
+            nodes,
+        })
+    }
+
+    /// With `run --redlock`: each server's configuration and shown URL.
+    pub fn nodes(&self) -> &[(String, Config)] {
+        &self.nodes
     }
 
     /// The URL, with any password hidden, for messages.

@@ -1,0 +1,335 @@
+//! RedLock over five independent redis-server processes, its message forms, and
+//! `lockwarden run --redlock` run as several processes at once.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::Addr;
+use futures::future::join_all;
+use lockwarden::{LockError, LockManager, MultiLock, RedLock};
+use support::{manager, raw, RedisServer};
+
+/// The scenarios on five servers, in turn (each leaves every server running and
+/// free, but the last, which kills one).
+#[actix_rt::test]
+async fn on_five_servers() {
+    let mut servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    let mut nodes = Vec::new();
+    for s in &servers {
+        nodes.push(manager(s, |c| c.watchdog_lease(Duration::from_secs(2))).await);
+    }
+    contending_clients_never_overlap(&servers).await;
+    two_of_five_frozen_is_still_a_majority(&mut servers, &nodes).await;
+    nodes_that_are_down_still_count(&mut servers, &nodes).await;
+    tokens_name_their_node(&mut servers, &nodes).await;
+    both_guards_are_also_messages(&servers, &nodes).await;
+    a_node_lost_while_the_majority_holds_is_no_error(&mut servers, &nodes).await;
+}
+
+/// Four clients (each its own five managers) take one RedLock in turns: never two
+/// inside at once, and every client gets in.
+async fn contending_clients_never_overlap(servers: &[RedisServer]) {
+    let inside = Arc::new(AtomicUsize::new(0));
+    let clients = (0..4).map(|_| {
+        let inside = Arc::clone(&inside);
+        async move {
+            let mut mine = Vec::new();
+            for s in servers {
+                mine.push(manager(s, |c| c).await);
+            }
+            let mut got = 0;
+            for _ in 0..8 {
+                let g = RedLock::new(&mine, "contended")
+                    .wait(Duration::from_secs(20))
+                    .acquire()
+                    .await
+                    .expect("acquired within 20 s");
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders at once"
+                );
+                actix_rt::time::sleep(Duration::from_millis(5)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                g.release().await.expect("released");
+                got += 1;
+            }
+            got
+        }
+    });
+    let got: Vec<usize> = join_all(clients).await;
+    assert_eq!(got, [8, 8, 8, 8]);
+    for s in servers {
+        let left: i64 = raw(s, &["EXISTS", "contended"]);
+        assert_eq!(left, 0, "a hold was left behind on port {}", s.port());
+    }
+}
+
+/// Two of five frozen: granted by the other three, in about the per-node wait.
+/// Three frozen: refused within the wait, and the two healthy nodes are left
+/// holding nothing.
+async fn two_of_five_frozen_is_still_a_majority(
+    servers: &mut [RedisServer],
+    nodes: &[Addr<LockManager>],
+) {
+    servers[0].pause();
+    servers[1].pause();
+    let began = Instant::now();
+    let g = RedLock::new(nodes, "frozen")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("three of five are a majority");
+    assert!(
+        began.elapsed() < Duration::from_secs(2),
+        "granted in {:?}",
+        began.elapsed()
+    );
+    assert_eq!(g.holding(), 3);
+    g.release().await.expect("released");
+
+    servers[2].pause();
+    let began = Instant::now();
+    let err = RedLock::new(nodes, "frozen2")
+        .wait(Duration::from_millis(600))
+        .acquire()
+        .await
+        .expect_err("two of five are not a majority");
+    assert!(
+        began.elapsed() < Duration::from_secs(3),
+        "refused in {:?}",
+        began.elapsed()
+    );
+    assert!(err.is_retryable(), "{err:?}");
+    for s in &servers[3..] {
+        let left: i64 = raw(s, &["EXISTS", "frozen2"]);
+        assert_eq!(left, 0, "a healthy node was left holding");
+    }
+    for s in &mut servers[..3] {
+        s.resume();
+    }
+}
+
+/// A RedLock over three reachable nodes of five (`out_of(5)`) needs all three:
+/// the two that are down are not dropped from the count. Fewer than given is
+/// refused before anything is written.
+async fn nodes_that_are_down_still_count(servers: &mut [RedisServer], nodes: &[Addr<LockManager>]) {
+    let reachable = &nodes[..3];
+    let g = RedLock::new(reachable, "partial")
+        .out_of(5)
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("three of five");
+    assert_eq!(g.holding(), 3);
+    g.release().await.expect("released");
+
+    servers[0].pause();
+    let refused = RedLock::new(reachable, "partial")
+        .out_of(5)
+        .wait(Duration::from_millis(400))
+        .acquire()
+        .await;
+    assert!(refused.is_err(), "two of five were taken for a majority");
+    servers[0].resume();
+
+    // The attempt that waited in the frozen server's socket ran when it resumed;
+    // nobody waits for that grant any more, so it is given back at once.
+    let given_back = support::eventually(Duration::from_secs(5), || {
+        servers
+            .iter()
+            .all(|s| raw::<i64>(s, &["EXISTS", "partial"]) == 0)
+    })
+    .await;
+    assert!(given_back, "a hold of the refused RedLock was left behind");
+
+    let bad = RedLock::new(reachable, "bad").out_of(2).acquire().await;
+    assert!(matches!(bad, Err(LockError::InvalidConfig(_))), "{bad:?}");
+    for s in servers.iter() {
+        let left: i64 = raw(s, &["EXISTS", "bad"]);
+        assert_eq!(left, 0, "bad input wrote");
+    }
+}
+
+/// Each token in `node_tokens` is the one its node's counter gave.
+async fn tokens_name_their_node(servers: &mut [RedisServer], nodes: &[Addr<LockManager>]) {
+    servers[1].pause();
+    let g = RedLock::new(nodes, "tokens")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("acquired");
+    servers[1].resume();
+    let tokens = g.node_tokens();
+    assert_eq!(tokens.len(), 4);
+    assert!(tokens.iter().all(|(node, _)| *node != 1), "{tokens:?}");
+    for (node, token) in tokens {
+        let counter: u64 = raw(&servers[node], &["GET", "redisson_lock_token:{tokens}"]);
+        assert_eq!(counter, token, "node {node}'s token");
+    }
+    g.release().await.expect("released");
+}
+
+/// `send(RedLock)` and `send(MultiLock)` to a manager work as `acquire()` does.
+async fn both_guards_are_also_messages(servers: &[RedisServer], nodes: &[Addr<LockManager>]) {
+    let g = nodes[0]
+        .send(RedLock::new(nodes, "as-message").wait(Duration::from_secs(5)))
+        .await
+        .expect("running")
+        .expect("acquired");
+    assert_eq!(g.holding(), 5);
+    g.release().await.expect("released");
+
+    let both = nodes[1]
+        .send(MultiLock::new([(&nodes[1], "m:a"), (&nodes[2], "m:b")]))
+        .await
+        .expect("running")
+        .expect("acquired");
+    let held: i64 = raw(&servers[2], &["EXISTS", "m:b"]);
+    assert_eq!(held, 1);
+    both.release().await.expect("released");
+    let held: i64 = raw(&servers[2], &["EXISTS", "m:b"]);
+    assert_eq!(held, 0);
+}
+
+/// A watchdog RedLock whose hold on one node is lost (the node killed) is still
+/// held by the others, and its release answers Ok.
+async fn a_node_lost_while_the_majority_holds_is_no_error(
+    servers: &mut [RedisServer],
+    nodes: &[Addr<LockManager>],
+) {
+    let g = RedLock::new(nodes, "one-dies")
+        .acquire()
+        .await
+        .expect("acquired");
+    servers[4].kill();
+    let noticed = support::eventually(Duration::from_secs(10), || g.holding() == 4).await;
+    assert!(noticed, "the dead node's hold was reported lost");
+    let still = tokio::time::timeout(Duration::from_millis(100), g.lost()).await;
+    assert!(still.is_err(), "the RedLock itself is not lost");
+    g.release().await.expect("a majority released");
+}
+
+/// The `lockwarden` command over these servers, with `--redis` once per server.
+fn lockwarden(urls: &[String]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lockwarden"));
+    for url in urls {
+        cmd.arg("--redis").arg(url);
+    }
+    cmd.env_remove("REDIS_URL")
+        .env_remove("LOCKWARDEN_WATCHDOG_LEASE")
+        .env_remove("RUST_LOG");
+    cmd
+}
+
+/// Several `lockwarden run --redlock` processes over three servers, each
+/// appending `start`/`end` around its command's work to one file: the lines
+/// never interleave, every run succeeded, and each command saw the token of each
+/// node that granted (a majority at least), named by its place among the options.
+#[actix_rt::test]
+async fn run_redlock_processes_never_overlap() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("log");
+    let script = format!(
+        "echo \"start $LOCKWARDEN_TOKENS\" >> {log}; sleep 0.05; echo end >> {log}",
+        log = log.display()
+    );
+    let workers: Vec<std::thread::JoinHandle<()>> = (0..4)
+        .map(|_| {
+            let urls = urls.clone();
+            let script = script.clone();
+            std::thread::spawn(move || {
+                for _ in 0..4 {
+                    let out = lockwarden(&urls)
+                        .args(["run", "cron", "--redlock", "--wait", "60s", "--"])
+                        .args(["sh", "-c", &script])
+                        .output()
+                        .expect("run lockwarden");
+                    assert!(
+                        out.status.success(),
+                        "{}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("a worker failed");
+    }
+    let text = std::fs::read_to_string(&log).expect("log");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 32, "{text}");
+    for pair in lines.chunks(2) {
+        assert!(
+            pair[0].starts_with("start ") && pair[1] == "end",
+            "overlap: {text}"
+        );
+        let tokens: Vec<(usize, u64)> = pair[0]["start ".len()..]
+            .split(',')
+            .map(|t| {
+                let (node, token) = t.split_once('=').expect("node=token");
+                (node.parse().expect("node"), token.parse().expect("token"))
+            })
+            .collect();
+        assert!(tokens.len() >= 2, "a majority's tokens: {}", pair[0]);
+        assert!(
+            tokens.windows(2).all(|w| w[0].0 < w[1].0) && tokens.iter().all(|t| t.0 < 3),
+            "distinct nodes in order: {}",
+            pair[0]
+        );
+    }
+    for s in &servers {
+        let left: i64 = raw(s, &["EXISTS", "cron"]);
+        assert_eq!(left, 0);
+    }
+}
+
+/// `run --redlock` with one of three servers down still runs (and says so); with
+/// two down it exits 2; bad combinations of options exit 2 and write nothing.
+#[actix_rt::test]
+async fn run_redlock_needs_a_majority_and_good_options() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let code = |args: &[&str], urls: &[String]| {
+        let out = lockwarden(urls)
+            .args(args)
+            .output()
+            .expect("run lockwarden");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let job = ["run", "job", "--redlock", "--wait", "5s", "--", "true"];
+
+    let (c, err) = code(&job, &urls[..2]);
+    assert_eq!(c, Some(2), "two servers: {err}");
+    assert!(err.contains("at least 3"), "{err}");
+    let (c, err) = code(&["run", "job", "--", "true"], &urls);
+    assert_eq!(c, Some(2), "several --redis without --redlock: {err}");
+    let (c, err) = code(&["status", "job"], &urls);
+    assert_eq!(c, Some(2), "{err}");
+    let twice = [urls[0].clone(), urls[1].clone(), urls[0].clone()];
+    let (c, err) = code(&job, &twice);
+    assert_eq!(c, Some(2), "{err}");
+    assert!(err.contains("twice"), "{err}");
+    for s in &servers {
+        let keys: Vec<String> = raw(s, &["KEYS", "*"]);
+        assert!(keys.is_empty(), "bad input wrote {keys:?}");
+    }
+
+    servers[2].kill();
+    let (c, err) = code(&job, &urls);
+    assert_eq!(c, Some(0), "one of three down: {err}");
+    assert!(err.contains("going on without it"), "{err}");
+    servers[1].kill();
+    let (c, err) = code(&job, &urls);
+    assert_eq!(c, Some(2), "two of three down: {err}");
+    assert!(err.contains("majority"), "{err}");
+}
