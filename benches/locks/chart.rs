@@ -47,6 +47,7 @@ fn colour(which: Impl) -> RGBColor {
         Impl::Rslock => RGBColor(214, 39, 40),
         Impl::RslockTuned => RGBColor(255, 127, 14),
         Impl::Naive => RGBColor(127, 127, 127),
+        Impl::RedLock => RGBColor(148, 103, 189),
     }
 }
 

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use actix::Addr;
-use lockwarden::{Acquire, Config, LockGuard, LockManager};
+use lockwarden::{Acquire, Config, LockGuard, LockManager, RedGuard, RedLock};
 
 use crate::direct::{Naive, NaiveHeld, Raw, RawHeld, LEASE};
 
@@ -28,6 +28,9 @@ pub enum Impl {
     RslockTuned,
     /// `SET NX PX` polled every 10 ms, compare-and-delete release.
     Naive,
+    /// lockwarden's RedLock over several servers (scenario R only), one manager
+    /// per server.
+    RedLock,
 }
 
 impl Impl {
@@ -40,6 +43,10 @@ impl Impl {
         Impl::Naive,
     ];
 
+    /// Scenario R's implementations: RedLock clients over the same servers
+    /// (rslock is one, with either retry setting).
+    pub const REDLOCK: [Impl; 3] = [Impl::RedLock, Impl::Rslock, Impl::RslockTuned];
+
     /// The name used in tables, JSON and `LOCKWARDEN_BENCH_IMPLS`.
     pub fn name(self) -> &'static str {
         match self {
@@ -48,6 +55,7 @@ impl Impl {
             Impl::Rslock => "rslock",
             Impl::RslockTuned => "rslock-10ms",
             Impl::Naive => "naive",
+            Impl::RedLock => "lockwarden-redlock",
         }
     }
 
@@ -74,7 +82,7 @@ impl Impl {
         ];
         match self {
             // lockwarden and raw only ever send scripts (SET appears inside them).
-            Impl::Lockwarden | Impl::Raw => SCRIPTED,
+            Impl::Lockwarden | Impl::Raw | Impl::RedLock => SCRIPTED,
             Impl::Rslock | Impl::RslockTuned | Impl::Naive => PLAIN,
         }
     }
@@ -91,6 +99,8 @@ pub enum Client {
     Rslock(rslock::LockManager),
     /// SET NX polling.
     Naive(Naive),
+    /// One lockwarden manager per server of a RedLock.
+    RedLock(Vec<Addr<LockManager>>),
 }
 
 /// A held lock of any implementation.
@@ -103,12 +113,15 @@ pub enum Held {
     Rslock(rslock::LockGuard),
     /// What naive release needs.
     Naive(NaiveHeld),
+    /// lockwarden's RedLock guard.
+    RedLock(RedGuard),
 }
 
 impl Client {
     /// Connects one client. `contended` names the lock that many waiters will share,
     /// for the raw client, which subscribes to its unlock channel up front
-    /// (lockwarden subscribes by itself when it first finds a lock busy).
+    /// (lockwarden subscribes by itself when it first finds a lock busy). `url` may
+    /// list several servers, comma-separated, for the RedLock clients.
     pub async fn connect(which: Impl, url: &str, contended: Option<&str>) -> Client {
         match which {
             Impl::Lockwarden => {
@@ -127,8 +140,17 @@ impl Client {
                 Client::Lockwarden(LockManager::start(config).await.expect("lockwarden start"))
             }
             Impl::Raw => Client::Raw(Raw::connect(url, contended).await),
+            Impl::RedLock => {
+                let mut managers = Vec::new();
+                for url in url.split(',') {
+                    let config = Config::from_url(url).expect("redis url");
+                    managers.push(LockManager::start(config).await.expect("lockwarden start"));
+                }
+                Client::RedLock(managers)
+            }
             Impl::Rslock | Impl::RslockTuned => {
-                let mut manager = rslock::LockManager::new(vec![url.to_string()]);
+                let urls: Vec<String> = url.split(',').map(str::to_string).collect();
+                let mut manager = rslock::LockManager::new(urls);
                 if which == Impl::RslockTuned {
                     // Same retry count as the default (3), a 10 ms delay instead of 200 ms.
                     manager.set_retry(3, Duration::from_millis(10));
@@ -154,6 +176,12 @@ impl Client {
                 Held::Rslock(manager.acquire(key, LEASE).await.expect("rslock acquire"))
             }
             Client::Naive(naive) => Held::Naive(naive.acquire(key).await),
+            Client::RedLock(managers) => Held::RedLock(
+                RedLock::new(managers, key)
+                    .acquire()
+                    .await
+                    .expect("lockwarden redlock acquire"),
+            ),
         }
     }
 
@@ -166,6 +194,9 @@ impl Client {
             (Client::Raw(raw), Held::Raw(held)) => raw.release(held).await,
             (Client::Rslock(_), Held::Rslock(guard)) => guard.release().await,
             (Client::Naive(naive), Held::Naive(held)) => naive.release(held).await,
+            (Client::RedLock(_), Held::RedLock(guard)) => {
+                guard.release().await.expect("lockwarden redlock release");
+            }
             _ => panic!("a lock released through another implementation's client"),
         }
     }

@@ -9,8 +9,9 @@
 //! penalises nobody in particular. Rounds are merged per cell, the tables and
 //! `JSON` lines are printed at the end, then the targets, then the chart.
 //! Scenarios: A uncontended (`uncontended.rs`), B contended (`contended.rs`),
-//! C many held locks (`many.rs`); settings in `settings.rs`; how to read the
-//! output in `docs/performance.md`.
+//! C many held locks (`many.rs`), R contended RedLock over three servers (scenario
+//! B's loop with RedLock clients, on servers of its own); settings in
+//! `settings.rs`; how to read the output in `docs/performance.md`.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
@@ -53,6 +54,19 @@ fn main() {
         settings.estimate().as_secs_f64()
     );
 
+    // Scenario R's independent servers, only when it runs.
+    let nodes: Vec<support::RedisServer> = if settings.scenarios.contains(&'R') {
+        (0..settings::REDLOCK_NODES)
+            .map(|_| support::RedisServer::start())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let node_urls = nodes
+        .iter()
+        .map(support::RedisServer::url)
+        .collect::<Vec<_>>()
+        .join(",");
     let started = Instant::now();
     let mut results = Results::default();
     for round in 0..settings.rounds {
@@ -108,6 +122,30 @@ fn main() {
                 }
             }
         }
+        if settings.scenarios.contains(&'R') {
+            let mut order = Impl::REDLOCK.to_vec();
+            order.rotate_left(round % Impl::REDLOCK.len());
+            for &w in settings.redlock_waiters() {
+                for &which in &order {
+                    probe::flush(&node_urls);
+                    let shape = contended::Shape {
+                        waiters: w,
+                        clients: w,
+                        hold: settings.hold,
+                        pause: settings.pause,
+                    };
+                    let tag = format!("r{round}-w{w}-{}", which.name());
+                    let cell = contended::run(which, &node_urls, shape, settings.cell, &tag);
+                    let p50 = cell.handoff.summary().map_or(f64::NAN, |s| s.p50_us);
+                    progress(format!(
+                        "R W={w} {}: {} acquisitions, handoff p50 {p50:.0} us",
+                        which.name(),
+                        cell.acquisitions
+                    ));
+                    results.r.entry((w, which)).or_default().add(cell);
+                }
+            }
+        }
         if settings.scenarios.contains(&'C') {
             for &k in &settings.lock_counts {
                 probe::flush(&url);
@@ -139,6 +177,7 @@ fn main() {
     report::uncontended(&results);
     report::contended(&results);
     report::many(&results, &settings);
+    report::redlock(&results);
     targets::check(&results, &settings);
     if !results.b.is_empty() {
         match chart::draw(&results, &settings, &settings.chart) {

@@ -1,5 +1,7 @@
 //! What Redis itself says about a cell: how many commands it ran, how much CPU it
-//! spent, how much memory it holds, read from `INFO` before and after.
+//! spent, how much memory it holds, read from `INFO` before and after. A cell on
+//! several servers (scenario R's independent nodes) names them as one
+//! comma-separated URL list; the probe then sums over them.
 //!
 //! A probe has its own connection, so its INFO calls never queue behind the
 //! traffic it measures; the INFO calls themselves are left out of the counts.
@@ -15,10 +17,10 @@ use redis::aio::MultiplexedConnection;
 
 use crate::support::parse_commandstats;
 
-/// A connection for INFO.
+/// Connections for INFO, one per server of the cell.
 pub struct Probe {
-    /// Its own connection.
-    conn: MultiplexedConnection,
+    /// Its own connection to each server.
+    conns: Vec<MultiplexedConnection>,
 }
 
 /// Redis's counters at one moment.
@@ -66,41 +68,50 @@ fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
 }
 
 impl Probe {
-    /// Connects to the server at `url`.
+    /// Connects to the server at `url` (or to each of a comma-separated list).
     pub async fn connect(url: &str) -> Probe {
-        let conn = redis::Client::open(url)
-            .expect("redis url")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("probe connect");
-        Probe { conn }
+        let mut conns = Vec::new();
+        for url in url.split(',') {
+            let conn = redis::Client::open(url)
+                .expect("redis url")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("probe connect");
+            conns.push(conn);
+        }
+        Probe { conns }
     }
 
-    /// Takes a snapshot (one `INFO commandstats cpu memory` call).
+    /// Takes a snapshot (one `INFO commandstats cpu memory` call per server),
+    /// summed over the servers.
     pub async fn snapshot(&mut self) -> Snapshot {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .arg("cpu")
-            .arg("memory")
-            .query_async(&mut self.conn)
-            .await
-            .expect("INFO");
-        let at = Instant::now();
         let mut calls: HashMap<String, u64> = HashMap::new();
-        for (name, n) in parse_commandstats(&info) {
-            let base = name.split('|').next().unwrap_or(&name).to_string();
-            *calls.entry(base).or_default() += n;
+        let (mut cpu, mut memory) = (0.0, 0u64);
+        for conn in &mut self.conns {
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .arg("cpu")
+                .arg("memory")
+                .query_async(conn)
+                .await
+                .expect("INFO");
+            for (name, n) in parse_commandstats(&info) {
+                let base = name.split('|').next().unwrap_or(&name).to_string();
+                *calls.entry(base).or_default() += n;
+            }
+            let number = |field| {
+                info_field(&info, field)
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            cpu += number("used_cpu_user") + number("used_cpu_sys");
+            memory += number("used_memory") as u64;
         }
-        let number = |field| {
-            info_field(&info, field)
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
         Snapshot {
             calls,
-            cpu: number("used_cpu_user") + number("used_cpu_sys"),
-            memory: number("used_memory") as u64,
-            at,
+            cpu,
+            memory,
+            at: Instant::now(),
         }
     }
 }
@@ -138,12 +149,14 @@ pub fn redis_version(url: &str) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// Empties the server between cells (blocking: called outside any runtime), so
-/// that keys one implementation left behind (latches, expired leases, counters)
-/// cost the next one nothing.
+/// Empties the server (each of a comma-separated list) between cells (blocking:
+/// called outside any runtime), so that keys one implementation left behind
+/// (latches, expired leases, counters) cost the next one nothing.
 pub fn flush(url: &str) {
-    let _: () = redis::Client::open(url)
-        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
-        .and_then(|mut c| redis::cmd("FLUSHALL").arg("SYNC").query(&mut c))
-        .expect("FLUSHALL");
+    for url in url.split(',') {
+        let _: () = redis::Client::open(url)
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+            .and_then(|mut c| redis::cmd("FLUSHALL").arg("SYNC").query(&mut c))
+            .expect("FLUSHALL");
+    }
 }

@@ -24,6 +24,8 @@ pub struct Results {
     pub c: BTreeMap<usize, many::Merged>,
     /// Scenario C's largest K at the default lease, one cell per round.
     pub c_default: Vec<many::Cell>,
+    /// Scenario R by (waiters, implementation).
+    pub r: BTreeMap<(usize, Impl), contended::Merged>,
 }
 
 /// A plain text table with columns sized to their content.
@@ -250,6 +252,65 @@ pub fn contended(results: &Results) {
         }));
     }
     t.print(3);
+}
+
+/// Scenario R's table and JSON lines: RedLock clients contending over the same
+/// independent servers; commands, requests and CPU are summed over the servers.
+pub fn redlock(results: &Results) {
+    if results.r.is_empty() {
+        return;
+    }
+    println!(
+        "\n## R. contended RedLock: W waiters, each its own client, on one name over {} servers",
+        crate::settings::REDLOCK_NODES
+    );
+    let mut t = Table::new(vec![
+        "W",
+        "impl",
+        "acq/s",
+        "of ceiling",
+        "handoff p50",
+        "handoff p99",
+        "samples",
+        "fairness",
+        "cmds/acq",
+        "reqs/acq",
+        "redis cpu",
+    ]);
+    for (&(w, which), r) in &results.r {
+        let s = r.handoff.summary();
+        t.row(vec![
+            w.to_string(),
+            which.name().into(),
+            format!("{:.0}", r.rate()),
+            format!("{:.2}", r.ceiling_ratio()),
+            fmt_opt(s.map(|s| s.p50_us)),
+            fmt_opt(s.map(|s| s.p99_us)),
+            r.handoff.len().to_string(),
+            r.fairness().map_or("starved".into(), |f| format!("{f:.2}")),
+            format!("{:.2}", r.commands_per_acquisition()),
+            format!("{:.2}", r.requests_per_acquisition()),
+            format!("{:.0}%", r.cpu_percent()),
+        ]);
+        json_line(json!({
+            "scenario": "R",
+            "waiters": w,
+            "nodes": crate::settings::REDLOCK_NODES,
+            "impl": which.name(),
+            "acquisitions_per_sec": r.rate(),
+            "acquisitions": r.acquisitions,
+            "ceiling_ratio": r.ceiling_ratio(),
+            "handoff_p50_us": s.map(|s| s.p50_us),
+            "handoff_p99_us": s.map(|s| s.p99_us),
+            "handoff_samples": r.handoff.len(),
+            "fairness_max_over_min": r.fairness(),
+            "per_waiter": r.per_waiter,
+            "commands_per_acquisition": r.commands_per_acquisition(),
+            "requests_per_acquisition": r.requests_per_acquisition(),
+            "redis_cpu_pct": r.cpu_percent(),
+        }));
+    }
+    t.print(2);
 }
 
 /// Scenario C's tables and JSON lines: the K sweep at the short lease, then the

@@ -20,7 +20,7 @@ pub struct Settings {
     pub rounds: usize,
     /// Lock counts of scenario C.
     pub lock_counts: Vec<usize>,
-    /// Which scenarios to run (`A`, `B`, `C`).
+    /// Which scenarios to run (`A`, `B`, `C`, `R`).
     pub scenarios: Vec<char>,
     /// Which implementations to run in scenarios A and B.
     pub impls: Vec<Impl>,
@@ -39,6 +39,9 @@ pub struct Settings {
     /// Where the PNG chart goes.
     pub chart: String,
 }
+
+/// Independent servers of scenario R.
+pub const REDLOCK_NODES: usize = 3;
 
 /// lockwarden's default watchdog lease, and its renewal period (a third of it).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -81,10 +84,10 @@ impl Settings {
                 .filter_map(|k| k.trim().parse().ok())
                 .filter(|&k| k > 0)
                 .collect(),
-            scenarios: env_or("LOCKWARDEN_BENCH_SCENARIOS", "ABC".to_string())
+            scenarios: env_or("LOCKWARDEN_BENCH_SCENARIOS", "ABCR".to_string())
                 .to_uppercase()
                 .chars()
-                .filter(|c| matches!(c, 'A' | 'B' | 'C'))
+                .filter(|c| matches!(c, 'A' | 'B' | 'C' | 'R'))
                 .collect(),
             impls,
             hold: Duration::from_micros(env_or("LOCKWARDEN_BENCH_HOLD_US", 1000)),
@@ -116,6 +119,12 @@ impl Settings {
         &[1, 4]
     }
 
+    /// Waiter counts of scenario R (RedLock over [`REDLOCK_NODES`] servers, each
+    /// waiter a client of its own, as separate processes would be).
+    pub fn redlock_waiters(&self) -> &'static [usize] {
+        &[2, 8]
+    }
+
     /// A rough duration of the whole run, printed up front.
     pub fn estimate(&self) -> Duration {
         let per_cell = self.cell + Duration::from_millis(150);
@@ -125,6 +134,9 @@ impl Settings {
         }
         if self.scenarios.contains(&'B') {
             cells += (self.waiters().len() * self.layouts().len() * self.impls.len()) as u32;
+        }
+        if self.scenarios.contains(&'R') {
+            cells += (self.redlock_waiters().len() * Impl::REDLOCK.len()) as u32;
         }
         let mut total = per_cell * cells;
         if self.scenarios.contains(&'C') {

@@ -1,14 +1,22 @@
 //! [`RedLock`]: one lock name held on a majority of independent Redis servers, one
 //! lock manager per server (the RedLock algorithm, as Redisson and rslock run it).
 //!
-//! Every node is asked at once, each attempt bounded by a short per-node wait, so a
-//! node that is down, frozen or slow never holds up the others for longer than
-//! that. The lock is granted when a majority (N/2 + 1) said yes **and** the time
-//! the round took leaves the lease most of its length (validity = lease - elapsed -
-//! a drift allowance); otherwise every node that said yes is released at once and
-//! the round is tried again after a short random pause, until the wait budget runs
-//! out. Each per-node attempt waits on that node's unlock message for the length of
-//! its per-node wait, so a retry follows a release rather than a timer alone.
+//! In a round every node is asked at once, each answer bounded by a short per-node
+//! wait, so a node that is down, frozen or slow never holds up the others for
+//! longer than that. The lock is granted when a majority (N/2 + 1) said yes **and**
+//! the time the round took leaves the lease most of its length (validity = lease -
+//! elapsed - a drift allowance); otherwise every node that said yes is released at
+//! once. Before the next round the client waits on one node only, the *anchor*:
+//! the first node, in the order given, that answered. There it queues like any
+//! waiter and is woken by the node's unlock message (at most a second, then a new
+//! round asks everyone again); once it holds the anchor, the next round asks the
+//! others. Waiting on every node at once would split the votes under contention
+//! (each client holding one node while waiting for one that another client
+//! holds, until the per-node waits run out); with every client queued on the same
+//! anchor, whoever wins it finds the others free. Clients should therefore list
+//! the nodes in the same order; another order is still safe, only slower under
+//! contention. With no node answering, the round is tried again after a short
+//! random pause, until the wait budget runs out.
 //!
 //! In watchdog mode every node's hold is renewed by its own manager, as any lock
 //! is; [`RedGuard::lost`] resolves once fewer than a majority of the holds are
@@ -33,14 +41,21 @@ use crate::error::{LockError, LostReason};
 use crate::guard::LockGuard;
 use crate::keys::Owner;
 
+/// Longest one wait on the anchor node lasts before a new round asks every node
+/// again, so that a node that came back, or a holder that is gone without a
+/// release, is noticed.
+const ANCHOR_WAIT: Duration = Duration::from_secs(1);
+
 /// One lock name on a majority of independent nodes, one manager per node (the
 /// RedLock algorithm).
 ///
-/// Every node is asked at once, each attempt bounded by [`node_wait`](Self::node_wait),
-/// so a node that is down or frozen never holds up the others. The lock is granted
-/// when a majority (N/2 + 1) said yes and the round left the lease most of its length
-/// (lease - elapsed - 1% - 2 ms); otherwise every node that said yes is released at
-/// once and the round is tried again after a short random pause, within the wait. In
+/// In a round every node is asked at once, each answer bounded by
+/// [`node_wait`](Self::node_wait), so a node that is down or frozen never holds up the
+/// others. The lock is granted when a majority (N/2 + 1) said yes and the round left
+/// the lease most of its length (lease - elapsed - 1% - 2 ms); otherwise every node
+/// that said yes is released at once, and the client waits for the first node (in
+/// the order given) that answered, woken by its unlock message, before the next
+/// round; list the nodes in the same order in every client. In
 /// watchdog mode each node's manager renews its hold; [`RedGuard::lost`] resolves
 /// once fewer than a majority still hold it. The nodes' fencing tokens are not
 /// comparable: see [`RedGuard::fencing_tokens`].
@@ -100,8 +115,8 @@ impl RedLock {
         self
     }
 
-    /// How long one node may take to grant in one round (it waits on the node's
-    /// unlock message for that long). Defaults to 50 milliseconds.
+    /// How long one node may take to answer in one round; a node slower than
+    /// that counts as a no for the round. Defaults to 50 milliseconds.
     pub fn node_wait(mut self, wait: Duration) -> RedLock {
         self.node_wait = wait;
         self
@@ -137,66 +152,119 @@ impl RedLock {
         // keeps extending while the guard lives.
         let lease = self.lease.unwrap_or(Duration::from_secs(30));
         let drift = lease / 100 + Duration::from_millis(2);
+        let quorum = self.quorum();
+        // A grant won on the anchor node between rounds, kept for the next round,
+        // with the moment its lease may have started.
+        let mut carried: Option<(usize, LockGuard, Instant)> = None;
+        let mut last_error = None;
         loop {
-            let began = Instant::now();
-            let round = handles.iter().map(|h| {
-                let budget = self.node_wait;
-                let lease = self.lease;
-                async move {
-                    // The wait bounds the attempt at the lock actor; the timeout
-                    // bounds it even if that actor cannot answer in time.
-                    let attempt = h.acquire_with(|a| {
-                        let a = a.owner(owner).wait(budget);
-                        match lease {
-                            Some(l) => a.lease(l),
-                            None => a,
-                        }
-                    });
-                    tokio::time::timeout(budget * 4, attempt).await
-                }
-            });
-            let answers = join_all(round).await;
-            let elapsed = began.elapsed();
-            let mut held = Vec::new();
-            let mut granted_by = Vec::new();
-            let mut last_error = None;
-            for (node, answer) in answers.into_iter().enumerate() {
+            let began = carried.as_ref().map_or_else(Instant::now, |c| c.2);
+            let carried_node = carried.as_ref().map(|c| c.0);
+            let asked: Vec<usize> = (0..handles.len())
+                .filter(|&i| Some(i) != carried_node)
+                .collect();
+            let answers = join_all(asked.iter().map(|&i| self.try_node(&handles[i], owner))).await;
+            let mut won: Vec<(usize, LockGuard)> =
+                carried.take().map(|(i, g, _)| (i, g)).into_iter().collect();
+            // Nodes that answered this round (granted or held elsewhere), in list order.
+            let mut answered: Vec<usize> = won.iter().map(|(i, _)| *i).collect();
+            for (&node, answer) in asked.iter().zip(answers) {
                 match answer {
-                    Ok(Ok(guard)) => {
-                        held.push(guard);
-                        granted_by.push(node);
+                    Ok(Some(guard)) => {
+                        won.push((node, guard));
+                        answered.push(node);
                     }
-                    Ok(Err(e)) => last_error = Some(e),
-                    Err(_) => {
-                        last_error = Some(LockError::Timeout {
-                            waited: self.node_wait * 4,
-                        })
-                    }
+                    Ok(None) => answered.push(node),
+                    Err(e) => last_error = Some(e),
                 }
             }
             let valid = lease
-                .checked_sub(elapsed + drift)
+                .checked_sub(began.elapsed() + drift)
                 .is_some_and(|v| !v.is_zero());
-            if held.len() >= self.quorum() && valid {
+            if won.len() >= quorum && valid {
+                won.sort_by_key(|(i, _)| *i);
+                let (nodes, guards) = won.into_iter().unzip();
                 return Ok(RedGuard {
-                    guards: held,
-                    nodes: granted_by,
-                    quorum: self.quorum(),
+                    guards,
+                    nodes,
+                    quorum,
                 });
             }
-            release_all(held).await;
+            release_all(won.into_iter().map(|(_, g)| g).collect()).await;
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 return Err(last_error.unwrap_or(LockError::Timeout {
                     waited: self.wait.unwrap_or_default(),
                 }));
             }
-            // A random pause so that clients that collided do not collide again.
-            let pause = self
-                .node_wait
-                .mul_f64(0.5 + (uuid::Uuid::new_v4().as_u128() % 1000) as f64 / 1000.0);
-            let pause = deadline.map_or(pause, |d| pause.min(d.saturating_duration_since(now)));
-            tokio::time::sleep(pause).await;
+            let left = deadline.map(|d| d.saturating_duration_since(now));
+            // Wait where every client waits: on the first node, in list order,
+            // that answered. Asking every node at once and waiting on each (the
+            // algorithm as first written) splits the votes under contention: each
+            // client holds one node while it waits for another that a second
+            // client holds. Queued on one node, the clients are woken one by one
+            // by its unlock messages, and the winner asks the others at once.
+            answered.sort_unstable();
+            match answered.first() {
+                Some(&anchor) => {
+                    let wait = left.map_or(ANCHOR_WAIT, |l| l.min(ANCHOR_WAIT));
+                    let attempt = handles[anchor].acquire_with(|a| {
+                        let a = a.owner(owner).wait(wait);
+                        match self.lease {
+                            Some(l) => a.lease(l),
+                            None => a,
+                        }
+                    });
+                    match tokio::time::timeout(wait + self.node_wait, attempt).await {
+                        Ok(Ok(guard)) => {
+                            // Its lease started at most one answer ago.
+                            let at = Instant::now();
+                            let from = at.checked_sub(self.node_wait).unwrap_or(at);
+                            carried = Some((anchor, guard, from));
+                        }
+                        // Still held elsewhere: a new round asks every node again.
+                        Ok(Err(LockError::Timeout { .. })) => {}
+                        Ok(Err(e)) => last_error = Some(e),
+                        Err(_) => last_error = Some(self.unanswered()),
+                    }
+                }
+                None => {
+                    // No node answered: a short random pause before asking again.
+                    let pause = self
+                        .node_wait
+                        .mul_f64(0.5 + (uuid::Uuid::new_v4().as_u128() % 1000) as f64 / 1000.0);
+                    tokio::time::sleep(left.map_or(pause, |l| pause.min(l))).await;
+                }
+            }
+        }
+    }
+
+    /// One node's answer for one round: granted, held elsewhere (`None`), or an
+    /// error, within the per-node wait.
+    async fn try_node(
+        &self,
+        handle: &LockHandle,
+        owner: Owner,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let attempt = handle.acquire_with(|a| {
+            let a = a.owner(owner).wait(Duration::ZERO);
+            match self.lease {
+                Some(l) => a.lease(l),
+                None => a,
+            }
+        });
+        match tokio::time::timeout(self.node_wait, attempt).await {
+            Ok(Ok(guard)) => Ok(Some(guard)),
+            Ok(Err(LockError::Timeout { .. })) => Ok(None),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(self.unanswered()),
+        }
+    }
+
+    /// The error of a node that did not answer within the per-node wait.
+    fn unanswered(&self) -> LockError {
+        LockError::Timeout {
+            waited: self.node_wait,
         }
     }
 
