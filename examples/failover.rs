@@ -2,9 +2,11 @@
 //! with a printed timeline of what the supervisor and the lock actors do about it.
 //!
 //! Run with `cargo run --example failover` (needs `redis-server` on the PATH; it
-//! starts its own on a free port). Three faults are made for real: the pub/sub
-//! connections are killed, Redis is restarted with its data gone, and Redis is frozen
-//! with SIGSTOP for longer than the lease. Each line is stamped with the time it
+//! starts its own on a free port). Four faults are made for real: the pub/sub
+//! connections are killed, Redis is restarted with its data gone, Redis is frozen
+//! with SIGSTOP for longer than the lease, and, on a master with a replica and three
+//! Sentinels of the demo's own, the master is SIGKILLed and Sentinel promotes the
+//! replica. Each line is stamped with the time it
 //! happened (a loss is printed when the holder learns of it, not when the demo gets
 //! round to it). The demo checks each step and exits 0 only if every one behaved as
 //! described, so it doubles as a smoke test.
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use actix::Addr;
 use lockwarden::{Acquire, Config, GetStats, LockGuard, LockManager, LostReason};
-use support::{eventually, raw, RedisServer};
+use support::{eventually, raw, RedisServer, Sentinel, MASTER_NAME};
 
 const LOCK: &str = "failover:demo";
 const CHANNEL: &str = "redisson_lock__channel:{failover:demo}";
@@ -90,15 +92,17 @@ fn check(ok: bool, what: &str) -> Result<(), String> {
     }
 }
 
-async fn demo(server: &mut RedisServer, t: &Timeline) -> Result<(), String> {
+async fn demo(
+    server: &mut RedisServer,
+    t: &Timeline,
+    resource: &mut Resource,
+) -> Result<(), String> {
     let a = LockManager::start(config(server))
         .await
         .map_err(|e| e.to_string())?;
     let b = LockManager::start(config(server))
         .await
         .map_err(|e| e.to_string())?;
-    let mut resource = Resource::default();
-
     t.say("== 1. normal handoffs between manager A and manager B");
     for (label, m) in [("A", &a), ("B", &b), ("A", &a)] {
         let g = acquire(m, Duration::from_secs(5)).await?;
@@ -237,12 +241,109 @@ async fn demo(server: &mut RedisServer, t: &Timeline) -> Result<(), String> {
     Ok(())
 }
 
+/// Act 5: a master with a replica and three Sentinels; A holds (its grant confirmed
+/// on the replica with WAIT) and B waits when the master is SIGKILLed. Sentinel
+/// promotes the replica; A keeps its lock there, its release reaches the new master
+/// and wakes B, and the tokens still rise.
+async fn sentinel_act(t: &Timeline, resource: &mut Resource) -> Result<(), String> {
+    t.say("== 5. under Sentinel, the master is killed while A holds and B waits");
+    let mut master = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&master);
+    let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(&master, 2)).collect();
+    let urls: Vec<String> = sentinels.iter().map(Sentinel::url).collect();
+    t.say(format!(
+        "master on port {}, replica on {}, Sentinels on {}",
+        master.port(),
+        replica.port(),
+        sentinels
+            .iter()
+            .map(|s| s.url().rsplit(':').next().unwrap_or_default().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    // The lease outlasts the failover (a few seconds), so A's lock is kept through
+    // it; with the 800 ms lease of the acts above A would be told Unreachable.
+    let config = || {
+        Config::sentinel(MASTER_NAME, urls.iter().map(String::as_str))
+            .map(|c| {
+                c.watchdog_lease(Duration::from_secs(10))
+                    .response_timeout(Duration::from_millis(250))
+                    .connection_timeout(Duration::from_millis(500))
+                    .reconnect_backoff(Duration::from_millis(25), Duration::from_millis(250))
+                    .max_retry_interval(Duration::from_secs(30))
+            })
+            .map_err(|e| e.to_string())
+    };
+    let a = LockManager::start(config()?)
+        .await
+        .map_err(|e| e.to_string())?;
+    let b = LockManager::start(config()?)
+        .await
+        .map_err(|e| e.to_string())?;
+    let held = acquire(&a, Duration::from_secs(5)).await?;
+    check(
+        resource.write(held.fencing_token()),
+        "resource refused A on the master",
+    )?;
+    let acked: i64 = raw(&master, &["WAIT", "1", "2000"]);
+    t.say(format!(
+        "A holds the lock through Sentinel, token {}; WAIT: {acked} replica has the grant",
+        held.fencing_token()
+    ));
+    check(acked == 1, "the replica did not acknowledge the grant")?;
+    let waiting = spawn_waiter(&b);
+    check(
+        eventually(Duration::from_secs(5), || subscribers(&master) == 1).await,
+        "B never subscribed",
+    )?;
+    master.kill();
+    let killed = Instant::now();
+    t.say("master SIGKILLed");
+    let promoted = eventually(Duration::from_secs(30), || {
+        sentinels[0].master_port() == Some(replica.port())
+    })
+    .await;
+    check(promoted, "Sentinel did not promote the replica within 30 s")?;
+    t.say(format!(
+        "Sentinel promoted the replica {:.1}s after the kill",
+        killed.elapsed().as_secs_f64()
+    ));
+    let pttl: i64 = raw(&replica, &["PTTL", LOCK]);
+    check(pttl > 0, "the promoted replica does not have A's lock")?;
+    check(
+        held.is_lost().is_none(),
+        "A was told lost though its grant survived",
+    )?;
+    t.say(format!(
+        "A still holds it on the new master (PTTL {pttl} ms), not told lost"
+    ));
+    let token = held.fencing_token();
+    let released = Instant::now();
+    held.release().await.map_err(|e| e.to_string())?;
+    let (at, g) = waiting.await.map_err(|e| e.to_string())?;
+    let g = g?;
+    t.say(format!(
+        "A released on the new master; B woken {:.1?} later, token {} > {token}",
+        at - released,
+        g.fencing_token()
+    ));
+    check(g.fencing_token() > token, "tokens went backwards")?;
+    check(resource.write(g.fencing_token()), "resource refused B")?;
+    g.release().await.map_err(|e| e.to_string())?;
+    Ok(())
+}
+
 #[actix::main]
 async fn main() -> ExitCode {
     let mut server = RedisServer::start();
     let t = Timeline(Instant::now());
     t.say(format!("redis-server started on port {}", server.port()));
-    match demo(&mut server, &t).await {
+    let mut resource = Resource::default();
+    let outcome = match demo(&mut server, &t, &mut resource).await {
+        Ok(()) => sentinel_act(&t, &mut resource).await,
+        Err(step) => Err(step),
+    };
+    match outcome {
         Ok(()) => {
             t.say("every step behaved as described");
             ExitCode::SUCCESS
