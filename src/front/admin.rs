@@ -19,7 +19,7 @@ use crate::error::LockError;
 use crate::keys;
 use crate::node::{self, Conn, Purpose};
 use crate::view::{Holder, Inspected, LockKind, QueuedWaiter};
-use crate::wire::{self, Inspect};
+use crate::wire::{self, Inspect, Publish, ScriptConn};
 
 /// How many keys one SCAN call is asked to look at: large enough to walk a big
 /// keyspace in few round trips, small enough that each call stays short.
@@ -98,6 +98,36 @@ impl Admin {
         locks.sort_by(|a, b| a.name.cmp(&b.name));
         locks.dedup_by(|a, b| a.name == b.name);
         Ok(locks)
+    }
+
+    /// For each of `locks`, how many connections are subscribed to its unlock
+    /// channel: roughly, how many processes wait for it (a lockwarden manager, like
+    /// a Redisson client, subscribes once per lock while it has waiters). A fair
+    /// lock's queued waiters listen on channels of their own and are counted by its
+    /// queue instead. One `PUBSUB NUMSUB` (`SHARDNUMSUB` on a cluster with sharded
+    /// pub/sub, summed over the nodes by redis-rs) for all of them.
+    pub async fn waiting(&self, locks: &[LockSummary]) -> Result<Vec<u64>, LockError> {
+        let channels: Vec<String> = locks
+            .iter()
+            .map(|l| match l.kind {
+                LockKind::ReadWrite { .. } => keys::rw_channel(&l.name),
+                LockKind::Exclusive | LockKind::NotALock => keys::channel(&l.name),
+            })
+            .collect();
+        if channels.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut cmd = redis::cmd("PUBSUB");
+        cmd.arg(match self.conn.publish() {
+            Publish::Sharded => "SHARDNUMSUB",
+            Publish::Plain => "NUMSUB",
+        });
+        cmd.arg(&channels);
+        let counts: std::collections::HashMap<String, u64> = self.conn.query_at(cmd, None).await?;
+        Ok(channels
+            .iter()
+            .map(|c| counts.get(c).copied().unwrap_or(0))
+            .collect())
     }
 
     /// Adds the locks matching `pattern` on one server (`None`: the only one) to

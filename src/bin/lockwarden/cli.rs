@@ -145,6 +145,18 @@ Examples:
   lockwarden list --pattern 'orders:*' --json
 Only hashes that look like locks are shown (owner fields with hold counts).")]
     List(ListArgs),
+
+    /// Watch the locks live: holders, TTL, fair queue, waiting processes.
+    #[command(after_help = "\
+Examples:
+  lockwarden top
+  lockwarden top --pattern 'orders:*' --interval 500ms
+  lockwarden top --json --iterations 1        (one snapshot for a script)
+On a terminal the screen is redrawn every --interval, most-waited-for locks first;
+piped, plain lines (a '# <time> <n> locks' line, then one line a lock). WAITING counts
+the connections subscribed to the lock's unlock channel (about one per waiting
+process); QUEUE is a fair lock's queue. Ctrl-C ends it (exit 0).")]
+    Top(TopArgs),
 }
 
 /// How to acquire: shared by `run` and `hold`.
@@ -287,6 +299,30 @@ pub struct UnlockArgs {
     /// Do not ask for confirmation (needed when stdin is not a terminal).
     #[arg(long, short)]
     pub yes: bool,
+}
+
+/// `lockwarden top`.
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Only locks whose names match this glob (Redis MATCH syntax).
+    #[arg(long, default_value = "*")]
+    pub pattern: String,
+
+    /// Time between refreshes.
+    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_lease)]
+    pub interval: Duration,
+
+    /// Stop after this many refreshes (runs until Ctrl-C without it).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub iterations: Option<u64>,
+
+    /// On a terminal, show at most this many locks.
+    #[arg(long, default_value = "40", value_name = "N")]
+    pub limit: usize,
+
+    /// One JSON object per refresh on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `lockwarden list`.

@@ -101,7 +101,7 @@ pub fn not_a_lock(doing: &str, name: &str) -> Failure {
 }
 
 /// "expires in 29.7s" or "no expiry".
-fn ttl_text(lock: &LockSummary) -> String {
+pub fn ttl_text(lock: &LockSummary) -> String {
     match lock.ttl {
         Some(ttl) => format!("expires in {}", human(ttl)),
         None => "no expiry".into(),
@@ -109,7 +109,7 @@ fn ttl_text(lock: &LockSummary) -> String {
 }
 
 /// The JSON form of one lock; kind `none` when there is no such key.
-fn to_json(name: &str, lock: Option<&LockSummary>) -> Value {
+pub fn to_json(name: &str, lock: Option<&LockSummary>) -> Value {
     let Some(lock) = lock else {
         return json!({
             "lock": name, "kind": "none", "mode": null, "held": false,

@@ -13,7 +13,7 @@
 //! - `outcome`: exit codes and the error type.
 //! - `session`: URL, name and kind checks, connecting.
 //! - `acquire`: waiting with progress, signals, timeout messages.
-//! - `run`, `hold`, `inspect` (status, list), `unlock`: the subcommands; `redlock`:
+//! - `run`, `hold`, `inspect` (status, list), `unlock`, `top`: the subcommands; `redlock`:
 //!   what `run --redlock` does before and after the command.
 
 /// `println!` that ignores a closed stdout (`lockwarden list | head -1`) instead
@@ -36,6 +36,7 @@ mod outcome;
 mod redlock;
 mod run;
 mod session;
+mod top;
 mod unlock;
 
 use std::io::Write;
@@ -69,7 +70,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
     let watchdog_lease = match &cli.command {
         Command::Run(args) => Some(args.acquire.watchdog_lease),
         Command::Hold(args) => Some(args.acquire.watchdog_lease),
-        Command::Status(_) | Command::Unlock(_) | Command::List(_) => None,
+        Command::Status(_) | Command::Unlock(_) | Command::List(_) | Command::Top(_) => None,
     };
     let redlock = matches!(&cli.command, Command::Run(args) if args.redlock);
     let session = Session::new(&cli.common, watchdog_lease, redlock)?;
@@ -92,6 +93,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
             unlock::unlock(&session, args).await
         }
         Command::List(args) => inspect::list(&session, args).await,
+        Command::Top(args) => top::top(&session, args).await,
     }
 }
 

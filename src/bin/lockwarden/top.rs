@@ -1,0 +1,218 @@
+//! `lockwarden top`: a live view of the locks that exist, refreshed every second.
+//!
+//! Each refresh is one [`Admin::list`] (SCAN, never KEYS; on a cluster every
+//! master) and one [`Admin::waiting`] (a single `PUBSUB NUMSUB` for every lock's
+//! channel), so watching costs Redis a few commands a second whatever the number
+//! of clients. What it shows depends on where the output goes:
+//! - a terminal: the screen is redrawn in place (cursor home, clear), one row a
+//!   lock, most-waited-for first, cut to `--limit` rows and 160 columns so that a
+//!   refresh never scrolls;
+//! - a pipe or a file: plain lines, a `# <time> <n> locks` line and then one
+//!   tab-separated line a lock per refresh, as `list` prints them;
+//! - `--json`: one object per refresh, `{"at_ms", "locks": [...]}`, each lock in the
+//!   shape of `status --json` plus `waiting`.
+//!
+//! A refresh that fails (Redis unreachable for a moment) is shown as such and the
+//! next one is tried; Ctrl-C (or SIGTERM/SIGHUP) ends it with exit 0, and so does a
+//! reader that went away (`lockwarden top | head`).
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::FutureExt;
+use lockwarden::{Admin, LockError, LockSummary};
+use serde_json::json;
+
+use crate::acquire::Signals;
+use crate::cli::TopArgs;
+use crate::inspect::{to_json, ttl_text};
+use crate::outcome::{self, printable, Failure};
+use crate::session::Session;
+
+/// Widest line drawn on a terminal: a longer one would wrap and scroll the screen.
+const MAX_COLUMNS: usize = 160;
+
+/// One refresh: the locks with how many processes wait for each, or why not.
+type Frame = Result<Vec<(LockSummary, u64)>, LockError>;
+
+/// Runs `lockwarden top`; answers the exit code.
+pub async fn top(session: &Session, args: TopArgs) -> Result<i32, Failure> {
+    let admin = session.admin().await?;
+    let mut signals = Signals::install()?;
+    let screen = !args.json && std::io::stdout().is_terminal();
+    let mut shown = 0u64;
+    loop {
+        let frame = look(&admin, &args.pattern).await;
+        let at = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let text = if args.json {
+            json_frame(at, &frame)
+        } else if screen {
+            screen_frame(session.shown_url(), at, &frame, args.limit)
+        } else {
+            plain_frame(at, &frame)
+        };
+        let mut out = std::io::stdout().lock();
+        if out
+            .write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .is_err()
+        {
+            // The reader went away: nothing more to show anyone.
+            return Ok(outcome::OK);
+        }
+        drop(out);
+        shown += 1;
+        if args.iterations.is_some_and(|n| shown >= n) {
+            return Ok(outcome::OK);
+        }
+        futures::select! {
+            _ = actix_rt::time::sleep(args.interval).fuse() => {}
+            _ = signals.recv().fuse() => return Ok(outcome::OK),
+        }
+    }
+}
+
+/// Reads every lock matching `pattern` and how many processes wait for each,
+/// most-waited-for first, then by name.
+async fn look(admin: &Admin, pattern: &str) -> Frame {
+    let locks = admin.list(pattern).await?;
+    let waiting = admin.waiting(&locks).await?;
+    let mut rows: Vec<(LockSummary, u64)> = locks.into_iter().zip(waiting).collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.name.cmp(&b.0.name)));
+    Ok(rows)
+}
+
+/// "3 holders: a:1 x2, b:7" (owner fields with hold counts beyond one).
+fn holders_text(lock: &LockSummary) -> String {
+    if lock.holders.is_empty() {
+        return "-".into();
+    }
+    lock.holders
+        .iter()
+        .map(|h| match h.holds {
+            1 => h.owner_field.clone(),
+            n => format!("{} x{n}", h.owner_field),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Seconds and milliseconds of a Unix time as `HH:MM:SS` (UTC).
+fn clock(at: Duration) -> String {
+    let s = at.as_secs();
+    format!("{:02}:{:02}:{:02}", s / 3600 % 24, s / 60 % 60, s % 60)
+}
+
+/// A whole screen: cursor home, clear, a header, one row a lock.
+fn screen_frame(url: &str, at: Duration, frame: &Frame, limit: usize) -> String {
+    let mut lines = vec![format!(
+        "lockwarden top - {url} - {} UTC - Ctrl-C quits",
+        clock(at)
+    )];
+    match frame {
+        Err(e) => lines.push(format!("Redis did not answer this refresh: {e}")),
+        Ok(rows) => {
+            lines.push(format!(
+                "{} lock{}",
+                rows.len(),
+                if rows.len() == 1 { "" } else { "s" }
+            ));
+            lines.push(String::new());
+            lines.push(format!(
+                "{:<32} {:<10} {:>7} {:>5} {:<18} HOLDERS",
+                "NAME", "KIND", "WAITING", "QUEUE", "TTL"
+            ));
+            for (lock, waiting) in rows.iter().take(limit) {
+                lines.push(format!(
+                    "{:<32} {:<10} {:>7} {:>5} {:<18} {}",
+                    lock.name,
+                    lock.kind.as_str(),
+                    waiting,
+                    lock.queue.len(),
+                    ttl_text(lock),
+                    holders_text(lock)
+                ));
+            }
+            if rows.len() > limit {
+                lines.push(format!("... and {} more (--limit)", rows.len() - limit));
+            }
+        }
+    }
+    let body: Vec<String> = lines
+        .iter()
+        .map(|l| printable(l).chars().take(MAX_COLUMNS).collect())
+        .collect();
+    format!("\x1b[H\x1b[2J{}\n", body.join("\n"))
+}
+
+/// Plain lines for a pipe: a header, then one tab-separated line a lock.
+fn plain_frame(at: Duration, frame: &Frame) -> String {
+    let mut lines = Vec::new();
+    match frame {
+        Err(e) => lines.push(format!("# {} UTC error: {e}", clock(at))),
+        Ok(rows) => {
+            lines.push(format!("# {} UTC {} locks", clock(at), rows.len()));
+            for (lock, waiting) in rows {
+                lines.push(format!(
+                    "{}\t{}\twaiting={waiting}\tqueue={}\t{}\tholders={}",
+                    outcome::field(&lock.name),
+                    lock.kind.as_str(),
+                    lock.queue.len(),
+                    ttl_text(lock),
+                    outcome::field(&holders_text(lock)),
+                ));
+            }
+        }
+    }
+    let mut text: String = lines
+        .iter()
+        .map(|l| printable(l).into_owned())
+        .collect::<Vec<_>>()
+        .join("\n");
+    text.push('\n');
+    text
+}
+
+/// One JSON object for the refresh.
+fn json_frame(at: Duration, frame: &Frame) -> String {
+    let at_ms = at.as_millis() as u64;
+    let value = match frame {
+        Err(e) => json!({ "at_ms": at_ms, "error": e.to_string() }),
+        Ok(rows) => {
+            let locks: Vec<serde_json::Value> = rows
+                .iter()
+                .map(|(lock, waiting)| {
+                    let mut v = to_json(&lock.name, Some(lock));
+                    v["waiting"] = json!(waiting);
+                    v
+                })
+                .collect();
+            json!({ "at_ms": at_ms, "locks": locks })
+        }
+    };
+    format!("{value}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_clock_reads_utc_hours_minutes_seconds() {
+        assert_eq!(
+            clock(Duration::from_secs(3 * 3600 + 7 * 60 + 9)),
+            "03:07:09"
+        );
+        assert_eq!(clock(Duration::from_secs(86_400 + 59)), "00:00:59");
+    }
+
+    #[test]
+    fn a_screen_never_outgrows_its_limit() {
+        let frame: Frame = Ok(Vec::new());
+        let text = screen_frame("redis://h", Duration::ZERO, &frame, 5);
+        assert!(text.starts_with("\x1b[H\x1b[2J"));
+        assert!(text.contains("0 locks"));
+    }
+}
