@@ -61,6 +61,18 @@ pub struct Config {
     pub(crate) batch_in_flight: usize,
     /// How long a lock's fencing token counter outlives its last grant.
     pub(crate) token_ttl: Duration,
+    /// Replicas that must confirm every lock change, if any.
+    pub(crate) sync: Option<ReplicaSync>,
+}
+
+/// How many replicas must confirm a lock change, and how long the master waits for
+/// them ([`Config::sync_replicas`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReplicaSync {
+    /// Replicas that must acknowledge.
+    pub(crate) min: u32,
+    /// Longest the master waits for them (`WAIT`'s timeout).
+    pub(crate) timeout: Duration,
 }
 
 impl Config {
@@ -97,6 +109,7 @@ impl Config {
             batch_max_ops: 32,
             batch_in_flight: 16,
             token_ttl: Duration::from_secs(3600),
+            sync: None,
         })
     }
 
@@ -279,6 +292,29 @@ impl Config {
         self
     }
 
+    /// Makes every lock change wait, in the same round trip, until `min` replicas
+    /// acknowledged it (Redis's `WAIT min timeout`, pipelined behind each script
+    /// on the same connection). A grant that fewer confirmed within `timeout` is
+    /// undone and retried until the caller's wait runs out, then answered
+    /// [`LockError::NotReplicated`] (a zero wait gets it at once); a renewal that
+    /// fewer confirmed counts as failed, so a holder is told its lock is lost
+    /// (`Unreachable`) rather than keep one a failover could take away; a release
+    /// stands whatever the replicas say (it is logged). With it, a lock granted
+    /// and confirmed survives the failover to any replica that confirmed it (with
+    /// `min` = the number of replicas: to any replica). Costs one replica round
+    /// trip per lock change, and while a `WAIT` lasts the shared command
+    /// connection answers nothing else, so keep `timeout` short. docs/operations.md
+    /// compares the settings with Redisson's default.
+    ///
+    /// `min` is at least 1 and at most the replicas connected to the master when
+    /// the manager starts; `timeout` is at least 1 ms and below the response
+    /// timeout (2 s by default). Not on a Redis Cluster yet ([`LockError::InvalidConfig`]).
+    /// Defaults to off: no replica is waited for.
+    pub fn sync_replicas(mut self, min: u32, timeout: Duration) -> Config {
+        self.sync = Some(ReplicaSync { min, timeout });
+        self
+    }
+
     /// For a `rediss://` URL: trust the certificate authority in `pem` (PEM text)
     /// instead of the system's roots, as for a private CA or a self-signed test
     /// server. Fails with [`LockError::InvalidConfig`] if the URL is not a TLS one
@@ -366,6 +402,23 @@ impl Config {
         }
         if self.reconnect_max < self.reconnect_min {
             return bad("longest reconnect delay is shorter than the first".into());
+        }
+        if let Some(ReplicaSync { min, timeout }) = self.sync {
+            if min == 0 {
+                return bad(
+                    "sync_replicas: at least 1 replica must confirm (leave it unset for none)"
+                        .into(),
+                );
+            }
+            if timeout < Duration::from_millis(1) || timeout >= self.response_timeout {
+                return bad(format!(
+                    "sync_replicas: timeout {timeout:?} must be at least 1 ms and below the response timeout {:?}",
+                    self.response_timeout
+                ));
+            }
+            if self.cluster.is_some() {
+                return bad("sync_replicas is not supported on a Redis Cluster yet".into());
+            }
         }
         Ok(())
     }

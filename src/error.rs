@@ -122,6 +122,16 @@ pub enum LockError {
     /// to end, so it is refused at once. Release the read holds first. Nothing
     /// changed.
     UpgradeRefused,
+    /// Fewer replicas than [`Config::sync_replicas`](crate::Config::sync_replicas)
+    /// asks for confirmed the grant within its timeout, so a failover could lose
+    /// it: it was undone (the lock hash is gone again; its fencing token is not
+    /// reused). Retryable: a replica that catches up lets the next attempt through.
+    NotReplicated {
+        /// Replicas that confirmed.
+        acked: u32,
+        /// Replicas required.
+        wanted: u32,
+    },
 }
 
 impl LockError {
@@ -129,7 +139,7 @@ impl LockError {
     /// out, or a Redis error that a reconnect or a pause may cure.
     pub fn is_retryable(&self) -> bool {
         match self {
-            LockError::Timeout { .. } => true,
+            LockError::Timeout { .. } | LockError::NotReplicated { .. } => true,
             LockError::Redis(e) => redis_is_transient(e),
             _ => false,
         }
@@ -147,6 +157,30 @@ pub(crate) fn redis_is_transient(e: &redis::RedisError) -> bool {
     !matches!(e.retry_method(), redis::RetryMethod::NoRetry)
         || e.is_timeout()
         || matches!(e.code(), Some("BUSY" | "OOM" | "LOADING"))
+        || replica_shortfall(e).is_some()
+}
+
+/// What the error of a grant too few replicas confirmed starts with.
+const NOT_REPLICATED: &str = "lockwarden: not confirmed by enough replicas";
+
+/// The error the wire layer answers for a grant or renewal that only `acked` of
+/// the `wanted` replicas confirmed. It travels as a `RedisError` (as every
+/// answer of a script call does) and becomes [`LockError::NotReplicated`].
+pub(crate) fn not_replicated(acked: u32, wanted: u32) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Extension,
+        NOT_REPLICATED,
+        format!("{acked}/{wanted}"),
+    ))
+}
+
+/// `(acked, wanted)` if `e` was made by [`not_replicated`].
+pub(crate) fn replica_shortfall(e: &redis::RedisError) -> Option<(u32, u32)> {
+    if e.kind() != redis::ErrorKind::Extension || !e.to_string().starts_with(NOT_REPLICATED) {
+        return None;
+    }
+    let (acked, wanted) = e.detail()?.split_once('/')?;
+    Some((acked.parse().ok()?, wanted.parse().ok()?))
 }
 
 /// The command a permission error names: ours say "... may not run PEXPIRE on
@@ -201,6 +235,10 @@ impl fmt::Display for LockError {
             LockError::UpgradeRefused => f.write_str(
                 "write lock refused: this owner holds read holds of it (an upgrade would deadlock)",
             ),
+            LockError::NotReplicated { acked, wanted } => write!(
+                f,
+                "lock not acquired: only {acked} of the {wanted} replicas required confirmed the grant in time, so it was undone (are the replicas up and in sync?)"
+            ),
         }
     }
 }
@@ -215,9 +253,13 @@ impl std::error::Error for LockError {
 }
 
 impl From<redis::RedisError> for LockError {
-    /// A permission error becomes [`LockError::NoPermission`], any other
+    /// A permission error becomes [`LockError::NoPermission`], a replica shortfall
+    /// [`LockError::NotReplicated`], any other
     /// [`LockError::Redis`].
     fn from(e: redis::RedisError) -> LockError {
+        if let Some((acked, wanted)) = replica_shortfall(&e) {
+            return LockError::NotReplicated { acked, wanted };
+        }
         match denied_command(&e) {
             Some(command) => LockError::NoPermission {
                 command,

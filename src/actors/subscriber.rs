@@ -89,7 +89,8 @@ pub(crate) struct Subscriber {
     attempts: u32,
     /// Shared counters (reconnects).
     counters: Arc<Counters>,
-    /// Told after every reconnect (not the first connect): the renewer then checks
+    /// Told after every reconnect (not a first connect that succeeded at its
+    /// first attempt): the renewer then checks
     /// every held lock at once, since a server that went away may have lost them.
     reconnected: Recipient<Reconnected>,
     /// Whether a connection was ever made (the next one is a reconnect).
@@ -142,8 +143,12 @@ impl Subscriber {
                 } else {
                     debug!("pub/sub connected");
                 }
+                // A first connection that only came after failed attempts is a
+                // reconnect too: the server went away after the manager started
+                // (locks may already be held on it).
+                let after_failures = act.attempts > 0;
                 act.attempts = 0;
-                if std::mem::replace(&mut act.connected_once, true) {
+                if std::mem::replace(&mut act.connected_once, true) || after_failures {
                     // The pub/sub connection and the command connection reach the
                     // same server: this one coming back is the earliest sign that
                     // the server may have restarted or failed over.

@@ -7,9 +7,48 @@
 //! believes it holds it, and nothing tells either of them. Only the server knows
 //! its policy, so it is asked (`CONFIG GET`); a server that refuses the question
 //! (an ACL without CONFIG, a managed service that renames it) is not checked.
+//!
+//! With `Config::sync_replicas`, the master must have the replicas it is asked to
+//! wait for: a manager that waits for two replicas of a master with one would
+//! refuse every grant, so that is refused once, at start, with the numbers.
 
 use redis::aio::ConnectionLike;
 use tracing::{debug, warn};
+
+use crate::config::ReplicaSync;
+use crate::error::LockError;
+
+/// Checks, at start, that the server is a master with at least as many connected
+/// replicas as `sync` wants confirmations from (`INFO replication`).
+pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
+    conn: &mut C,
+    sync: ReplicaSync,
+) -> Result<(), LockError> {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(conn)
+        .await?;
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+            .map(str::to_owned)
+    };
+    if field("role").as_deref() != Some("master") {
+        return Err(LockError::InvalidConfig(
+            "sync_replicas: the server is not a master (its role is not master)".into(),
+        ));
+    }
+    let connected: u32 = field("connected_slaves")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    if connected < sync.min {
+        return Err(LockError::InvalidConfig(format!(
+            "sync_replicas: {} replica(s) must confirm each lock change, but the master has {connected} connected",
+            sync.min
+        )));
+    }
+    Ok(())
+}
 
 /// Reads `maxmemory` and `maxmemory-policy` and warns, once, if locks can be
 /// evicted. Never fails: the check is advice, not a condition to start.

@@ -154,15 +154,21 @@ async fn send(mut conn: Conn, mut batch: Vec<Op>) {
         return;
     }
     let call = wire::batch_invocation(batch.iter().map(|op| &op.call));
+    // One WAIT behind the batch covers every op in it; each op is then judged by
+    // its own need (a grant fails on a shortfall, a release stands).
     let res = call
-        .run(&mut conn)
+        .run_confirmed(&mut conn)
         .await
-        .and_then(wire::into_result)
-        .and_then(|reply| wire::split_batch_reply(reply, batch.len()));
+        .and_then(|(reply, confirmed)| {
+            let replies = wire::split_batch_reply(wire::into_result(reply)?, batch.len())?;
+            Ok((replies, confirmed))
+        });
     match res {
-        Ok(replies) => {
+        Ok((replies, confirmed)) => {
             for (op, reply) in batch.into_iter().zip(replies) {
-                let _ = op.reply.send(wire::into_result(reply));
+                let key = op.call.routing_key().unwrap_or("?");
+                let judged = wire::judge(op.call.need, reply, &confirmed, key);
+                let _ = op.reply.send(judged.and_then(wire::into_result));
             }
         }
         Err(e) => {

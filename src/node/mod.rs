@@ -38,7 +38,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-use crate::config::Config;
+use crate::config::{Config, ReplicaSync};
 use crate::error::LockError;
 use crate::wire::{Publish, ScriptConn};
 
@@ -81,10 +81,20 @@ impl Topology {
     }
 }
 
-/// The command connection, whatever the deployment. Cloning it shares the
+/// The command connection, whatever the deployment, and how many replicas must
+/// confirm a lock change on it (`Config::sync_replicas`). Cloning it shares the
 /// underlying connection.
+#[derive(Clone, Debug)]
+pub(crate) struct Conn {
+    /// The deployment's connection.
+    link: Link,
+    /// Replicas to wait for behind every lock-changing script (`wire/replicas.rs`).
+    sync: Option<ReplicaSync>,
+}
+
+/// The connection of each deployment.
 #[derive(Clone)]
-pub(crate) enum Conn {
+enum Link {
     /// A standalone server.
     Standalone(ConnectionManager),
     /// The master Sentinel names, followed across failovers (`sentinel.rs`).
@@ -93,22 +103,22 @@ pub(crate) enum Conn {
     Cluster(ClusterConnection, Publish),
 }
 
-impl std::fmt::Debug for Conn {
+impl std::fmt::Debug for Link {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Conn::Standalone(_) => f.write_str("Conn::Standalone"),
-            Conn::Sentinel(s) => write!(f, "Conn::Sentinel({s:?})"),
-            Conn::Cluster(_, publish) => write!(f, "Conn::Cluster({publish:?})"),
+            Link::Standalone(_) => f.write_str("Standalone"),
+            Link::Sentinel(s) => write!(f, "Sentinel({s:?})"),
+            Link::Cluster(_, publish) => write!(f, "Cluster({publish:?})"),
         }
     }
 }
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Conn::Standalone(c) => c.req_packed_command(cmd),
-            Conn::Sentinel(s) => sentinel::request(s, cmd),
-            Conn::Cluster(c, _) => c.req_packed_command(cmd),
+        match &mut self.link {
+            Link::Standalone(c) => c.req_packed_command(cmd),
+            Link::Sentinel(s) => sentinel::request(s, cmd),
+            Link::Cluster(c, _) => c.req_packed_command(cmd),
         }
     }
 
@@ -118,38 +128,51 @@ impl ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Sentinel(s) => sentinel::request_many(s, pipeline, offset, count),
-            Conn::Cluster(c, _) => c.req_packed_commands(pipeline, offset, count),
+        match &mut self.link {
+            Link::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
+            Link::Sentinel(s) => sentinel::request_many(s, pipeline, offset, count),
+            Link::Cluster(c, _) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
-        match self {
-            Conn::Standalone(c) => c.get_db(),
-            Conn::Sentinel(s) => sentinel::db(s),
-            Conn::Cluster(c, _) => c.get_db(),
+        match &self.link {
+            Link::Standalone(c) => c.get_db(),
+            Link::Sentinel(s) => sentinel::db(s),
+            Link::Cluster(c, _) => c.get_db(),
         }
     }
 }
 
 impl ScriptConn for Conn {
     fn publish(&self) -> Publish {
-        match self {
-            Conn::Cluster(_, publish) => *publish,
-            Conn::Standalone(_) | Conn::Sentinel(_) => Publish::Plain,
+        match &self.link {
+            Link::Cluster(_, publish) => *publish,
+            Link::Standalone(_) | Link::Sentinel(_) => Publish::Plain,
         }
+    }
+
+    fn sync(&self) -> Option<ReplicaSync> {
+        self.sync
     }
 }
 
 impl Conn {
+    /// A connection to a standalone server that asks no replica to confirm.
+    #[cfg(test)]
+    pub(crate) fn standalone(conn: ConnectionManager) -> Conn {
+        Conn {
+            link: Link::Standalone(conn),
+            sync: None,
+        }
+    }
+
     /// The masters to visit for work that walks every node's keys (SCAN):
     /// `None` for a single server, where one connection sees every key.
     pub(crate) async fn masters(&self) -> Result<Option<Vec<(String, u16)>>, LockError> {
-        match self {
-            Conn::Cluster(c, _) => Ok(Some(cluster::masters(&mut c.clone()).await?)),
-            Conn::Standalone(_) | Conn::Sentinel(_) => Ok(None),
+        match &self.link {
+            Link::Cluster(c, _) => Ok(Some(cluster::masters(&mut c.clone()).await?)),
+            Link::Standalone(_) | Link::Sentinel(_) => Ok(None),
         }
     }
 
@@ -160,8 +183,8 @@ impl Conn {
         cmd: Cmd,
         at: Option<&(String, u16)>,
     ) -> Result<T, LockError> {
-        let value = match (self, at) {
-            (Conn::Cluster(c, _), Some((host, port))) => {
+        let value = match (&self.link, at) {
+            (Link::Cluster(c, _), Some((host, port))) => {
                 c.clone()
                     .route_command(cmd, cluster::at(host, *port))
                     .await?
@@ -227,13 +250,13 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
         Ok::<_, redis::RedisError>(match (&config.sentinel, &config.cluster) {
             (_, Some(seeds)) => {
                 let (conn, publish) = cluster::connect(seeds, config).await?;
-                Conn::Cluster(conn, publish)
+                Link::Cluster(conn, publish)
             }
             (Some((master, sentinels)), None) => {
-                Conn::Sentinel(Follower::connect(master, sentinels, cm).await?)
+                Link::Sentinel(Follower::connect(master, sentinels, cm).await?)
             }
             (None, None) => {
-                Conn::Standalone(ConnectionManager::new_with_config(client.clone(), cm).await?)
+                Link::Standalone(ConnectionManager::new_with_config(client.clone(), cm).await?)
             }
         })
     };
@@ -241,26 +264,33 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
         Some(_) => config.connection_timeout * 3,
         None => config.connection_timeout,
     };
-    let mut conn = tokio::time::timeout(bound, first).await.map_err(|_| {
+    let link = tokio::time::timeout(bound, first).await.map_err(|_| {
         redis::RedisError::from(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             format!("could not connect to Redis within the connection timeout ({bound:?})"),
         ))
     })??;
-    let (target, topology) = match &conn {
-        Conn::Standalone(_) => (Target::Server(Box::new(client)), Topology::Standalone),
-        Conn::Sentinel(follower) => (Target::Master(Arc::clone(follower)), Topology::Standalone),
-        Conn::Cluster(_, publish) => {
+    let (target, topology) = match &link {
+        Link::Standalone(_) => (Target::Server(Box::new(client)), Topology::Standalone),
+        Link::Sentinel(follower) => (Target::Master(Arc::clone(follower)), Topology::Standalone),
+        Link::Cluster(_, publish) => {
             let seeds = config.cluster.clone().unwrap_or_default();
             let target = Target::Cluster(seeds, Box::new(config.clone()), *publish);
             (target, Topology::Cluster)
         }
     };
+    let mut conn = Conn { link, sync: None };
     match purpose {
         Purpose::Operator => {
             let _: String = redis::cmd("PING").query_async(&mut conn).await?;
         }
-        Purpose::Locks => checks::warn_if_locks_can_be_evicted(&mut conn).await,
+        Purpose::Locks => {
+            checks::warn_if_locks_can_be_evicted(&mut conn).await;
+            if let Some(sync) = config.sync {
+                checks::replicas_can_confirm(&mut conn, sync).await?;
+                conn.sync = Some(sync);
+            }
+        }
     }
     Ok(Node {
         conn,

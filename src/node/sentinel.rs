@@ -18,7 +18,12 @@ use std::sync::{Arc, RwLock};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::sentinel::{SentinelClient, SentinelServerType};
 use redis::{Client, Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
+
+/// How many times a lookup is tried after a sign that the master moved, and the
+/// pause between tries: 120 x 250 ms covers a failover of half a minute.
+const LOOKUPS: u32 = 120;
+const LOOKUP_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// See the module documentation.
 pub(crate) struct Follower {
@@ -28,6 +33,10 @@ pub(crate) struct Follower {
     current: RwLock<(ConnectionManager, String)>,
     /// A lookup is under way (one at a time).
     looking: AtomicBool,
+    /// Told when the connection moves to a new master: calls still waiting on
+    /// the old one give up at once (they would wait out the old connection's
+    /// reconnect attempts, seconds) so that their callers retry on the new one.
+    moved: tokio::sync::Notify,
     /// How the connections are made.
     settings: ConnectionManagerConfig,
 }
@@ -64,6 +73,7 @@ impl Follower {
             sentinels: tokio::sync::Mutex::new(client),
             current: RwLock::new((conn, address)),
             looking: AtomicBool::new(false),
+            moved: tokio::sync::Notify::new(),
             settings,
         }))
     }
@@ -82,51 +92,76 @@ impl Follower {
             .map_or_else(|e| e.into_inner().0.clone(), |c| c.0.clone())
     }
 
-    /// A client for the master the Sentinels name now.
-    pub(crate) async fn master(&self) -> RedisResult<Client> {
-        self.sentinels.lock().await.async_get_client().await
+    /// A client for the master the Sentinels name now. If that is not the
+    /// master the command connection uses (the subscriber found the failover
+    /// first), the command connection follows it too, in the background.
+    pub(crate) async fn master(self: &Arc<Self>) -> RedisResult<Client> {
+        let client = self.sentinels.lock().await.async_get_client().await?;
+        if client.get_connection_info().addr().to_string() != self.address() {
+            self.look_again();
+        }
+        Ok(client)
     }
 
-    /// After a call's outcome: on a sign that the master moved, look it up again
-    /// (in the background, one lookup at a time).
-    fn check(self: &Arc<Self>, outcome: &RedisResult<Value>) {
-        let moved = match outcome {
-            Err(e) => e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error(),
-            Ok(Value::ServerError(e)) => e.to_string().contains("READONLY"),
-            Ok(_) => false,
-        };
-        if moved && !self.looking.swap(true, Ordering::AcqRel) {
-            let me = Arc::clone(self);
-            tokio::spawn(async move {
-                if let Err(e) = me.follow().await {
-                    warn!(error = %e, "could not find the master through Sentinel; will ask again at the next failure");
-                }
-                me.looking.store(false, Ordering::Release);
-            });
+    /// Looks the master up again in the background (one lookup at a time), and
+    /// keeps looking while it cannot be found or is not answering: during a
+    /// failover the Sentinels name the dead master (or none) for a few seconds,
+    /// and waiting for the next failed call to ask again would leave the
+    /// connection on the dead one until a command timed out there (the
+    /// connection manager's own reconnect attempts take seconds).
+    fn look_again(self: &Arc<Self>) {
+        if self.looking.swap(true, Ordering::AcqRel) {
+            return;
         }
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            for attempt in 0..LOOKUPS {
+                match me.follow().await {
+                    Ok(true) => break,
+                    Ok(false) => {}
+                    Err(e) if attempt == 0 => {
+                        warn!(error = %e, "could not find the master through Sentinel; asking again");
+                    }
+                    Err(e) => {
+                        debug!(error = %e, attempt, "master still not found through Sentinel")
+                    }
+                }
+                tokio::time::sleep(LOOKUP_PAUSE).await;
+            }
+            me.looking.store(false, Ordering::Release);
+        });
     }
 
     /// Asks the Sentinels and, if the master moved, connects to the new one.
-    async fn follow(&self) -> RedisResult<()> {
-        let master = self.master().await?;
+    /// Answers whether the master in use now answers (it moved, or the same one
+    /// answers a PING).
+    async fn follow(&self) -> RedisResult<bool> {
+        let sentinels = self.sentinels.lock().await.async_get_client().await;
+        let master = sentinels?;
         let address = master.get_connection_info().addr().to_string();
         if address == self.address() {
-            return Ok(());
+            let mut conn = self.conn();
+            let ping = tokio::time::timeout(
+                LOOKUP_PAUSE,
+                redis::cmd("PING").query_async::<String>(&mut conn),
+            )
+            .await;
+            return Ok(matches!(ping, Ok(Ok(_))));
         }
         let conn = ConnectionManager::new_with_config(master, self.settings.clone()).await?;
         warn!(from = %self.address(), to = %address, "the master moved (failover); following it");
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = (conn, address);
-        Ok(())
+        self.moved.notify_waiters();
+        Ok(true)
     }
 }
 
 /// The command connection through a [`Follower`].
 pub(crate) fn request<'a>(follower: &'a Arc<Follower>, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
     Box::pin(async move {
-        let mut conn = follower.conn();
-        let outcome = conn.req_packed_command(cmd).await;
-        follower.check(&outcome);
-        outcome
+        follower
+            .on_master(|mut conn| async move { conn.req_packed_command(cmd).await })
+            .await
     })
 }
 
@@ -138,13 +173,66 @@ pub(crate) fn request_many<'a>(
     count: usize,
 ) -> RedisFuture<'a, Vec<Value>> {
     Box::pin(async move {
-        let mut conn = follower.conn();
-        let outcome = conn.req_packed_commands(pipeline, offset, count).await;
-        if let Err(e) = &outcome {
-            follower.check(&Err::<Value, RedisError>(e.clone()));
+        follower
+            .on_master(
+                |mut conn| async move { conn.req_packed_commands(pipeline, offset, count).await },
+            )
+            .await
+    })
+}
+
+impl Follower {
+    /// Runs `call` on the master's connection; gives up with a dropped-connection
+    /// error if the connection moves to another master meanwhile, and looks the
+    /// master up again on a sign that it moved.
+    async fn on_master<T, F>(
+        self: &Arc<Self>,
+        call: impl FnOnce(ConnectionManager) -> F,
+    ) -> RedisResult<T>
+    where
+        F: std::future::Future<Output = RedisResult<T>>,
+        T: Moved,
+    {
+        // Listen before taking the connection, so a move in between is heard.
+        let mut moved = std::pin::pin!(self.moved.notified());
+        moved.as_mut().enable();
+        let call = std::pin::pin!(call(self.conn()));
+        let outcome = match futures::future::select(call, moved).await {
+            futures::future::Either::Left((outcome, _)) => outcome,
+            futures::future::Either::Right(((), _)) => Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "the master moved (Sentinel failover) while the call waited; try again",
+            ))),
+        };
+        if outcome.as_ref().map_or_else(says_moved, T::says_moved) {
+            self.look_again();
         }
         outcome
-    })
+    }
+}
+
+/// Whether an error means the master may have moved: the connection dropped or
+/// was refused.
+fn says_moved(e: &RedisError) -> bool {
+    e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error()
+}
+
+/// A reply that may say the master moved: a demoted master answers writes
+/// with READONLY.
+trait Moved {
+    fn says_moved(&self) -> bool;
+}
+
+impl Moved for Value {
+    fn says_moved(&self) -> bool {
+        matches!(self, Value::ServerError(e) if e.to_string().contains("READONLY"))
+    }
+}
+
+impl Moved for Vec<Value> {
+    fn says_moved(&self) -> bool {
+        self.iter().any(Moved::says_moved)
+    }
 }
 
 /// The database of the master's connection.

@@ -40,6 +40,7 @@ impl ScriptCall for Acquire<'_> {
 
     fn invocation(&self) -> Invocation {
         let mut call = Invocation::new(&ACQUIRE)
+            .must_replicate()
             .key(self.name)
             .key(keys::token(self.name))
             .arg(self.lease_ms)
@@ -112,7 +113,7 @@ impl ScriptCall for RenewHashes<'_> {
     type Reply = Vec<bool>;
 
     fn invocation(&self) -> Invocation {
-        let mut call = Invocation::new(&RENEW).arg(self.lease_ms);
+        let mut call = Invocation::new(&RENEW).must_replicate().arg(self.lease_ms);
         for (name, field) in self.locks {
             call = call.key(*name).arg(*field);
         }

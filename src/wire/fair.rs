@@ -86,6 +86,7 @@ impl ScriptCall for FairAcquire<'_> {
 
     fn invocation(&self) -> Invocation {
         fair_keys(&ACQUIRE, self.name)
+            .must_replicate()
             .key(keys::token(self.name))
             .key(keys::channel(self.name))
             .arg(self.lease_ms)

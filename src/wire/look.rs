@@ -59,6 +59,7 @@ impl ScriptCall for Inspect<'_> {
 
     fn invocation(&self) -> Invocation {
         Invocation::new(&INSPECT)
+            .read_only()
             .key(self.name)
             .key(keys::fair_queue(self.name))
             .key(keys::fair_timeouts(self.name))

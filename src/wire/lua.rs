@@ -15,6 +15,8 @@
 use redis::aio::ConnectionLike;
 use redis::Script;
 
+use crate::config::ReplicaSync;
+
 /// Which publish command the scripts must use on a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Publish {
@@ -30,6 +32,12 @@ pub(crate) enum Publish {
 pub(crate) trait ScriptConn: ConnectionLike {
     /// The publish command of this connection's deployment.
     fn publish(&self) -> Publish;
+
+    /// How many replicas must confirm a lock change, and how long to wait for
+    /// them (`replicas.rs`); `None`, the default, asks none.
+    fn sync(&self) -> Option<ReplicaSync> {
+        None
+    }
 }
 
 /// One script, compiled for both publish commands.

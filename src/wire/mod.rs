@@ -23,6 +23,7 @@ mod exclusive;
 mod fair;
 mod look;
 mod lua;
+mod replicas;
 mod rw;
 
 use std::time::Duration;
@@ -35,6 +36,7 @@ pub(crate) use exclusive::{Acquire, Release, RenewHashes};
 pub(crate) use fair::{FairAcquire, FairLeave, FairRefresh, FairRelease, Place};
 pub(crate) use look::{ForceRelease, Inspect};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
+pub(crate) use replicas::{judge, Confirmed, Need};
 pub(crate) use rw::{ReadAcquire, ReadRelease, RwRenew, WriteAcquire, WriteRelease};
 
 /// One script call laid out for the wire: which script, its KEYS and its ARGV.
@@ -48,17 +50,35 @@ pub(crate) struct Invocation {
     pub(crate) args: Vec<String>,
     /// Set when the call may share one `lua/batch.lua` call with others.
     pub(crate) batch: Option<BatchOp>,
+    /// Whether its answer holds only once replicas confirmed its write (when the
+    /// connection asks them, `Config::sync_replicas`).
+    pub(crate) need: Need,
 }
 
 impl Invocation {
-    /// An invocation of `script` that always goes alone.
+    /// An invocation of `script` that always goes alone. It changes a lock, but
+    /// its answer stands whatever the replicas confirm (a release): grants and
+    /// renewals say [`Invocation::must_replicate`], reads [`Invocation::read_only`].
     fn new(script: &'static Lua) -> Invocation {
         Invocation {
             script,
             keys: Vec::new(),
             args: Vec::new(),
             batch: None,
+            need: Need::Hope,
         }
+    }
+
+    /// Its answer is only true once replicas confirmed it (a grant, a renewal).
+    fn must_replicate(mut self) -> Invocation {
+        self.need = Need::Must;
+        self
+    }
+
+    /// It writes nothing: no replica is asked.
+    fn read_only(mut self) -> Invocation {
+        self.need = Need::ReadOnly;
+        self
     }
 
     fn key(mut self, key: impl Into<String>) -> Invocation {
@@ -93,16 +113,33 @@ impl Invocation {
     /// back as Redis sent it: an error reply is a `Value::ServerError`, not an
     /// `Err` (a batch's reply holds one per failed op; [`into_result`] turns a
     /// lone one into an error). Not `Script::invoke_async`, which turns an error
-    /// anywhere in a reply into an error for the whole reply.
+    /// anywhere in a reply into an error for the whole reply. When the connection
+    /// asks replicas to confirm, a shortfall is judged by [`Need`]
+    /// (`replicas.rs`).
     pub(crate) async fn run<C: ScriptConn>(&self, conn: &mut C) -> RedisResult<Value> {
+        let (reply, confirmed) = self.run_confirmed(conn).await?;
+        judge(
+            self.need,
+            reply,
+            &confirmed,
+            self.routing_key().unwrap_or("?"),
+        )
+    }
+
+    /// As [`Invocation::run`], but answers what the replicas confirmed beside the
+    /// reply instead of judging it: a batch judges each of its ops by its own need.
+    pub(crate) async fn run_confirmed<C: ScriptConn>(
+        &self,
+        conn: &mut C,
+    ) -> RedisResult<(Value, Confirmed)> {
         let publish = conn.publish();
         let cmd = self.command(publish);
-        match conn.req_packed_command(&cmd).await? {
-            Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript) => {
+        match replicas::send(conn, &cmd, self.need).await? {
+            (Value::ServerError(e), _) if e.kind() == Some(ServerErrorKind::NoScript) => {
                 self.script.get(publish).load_async(conn).await?;
-                conn.req_packed_command(&cmd).await
+                replicas::send(conn, &cmd, self.need).await
             }
-            reply => Ok(reply),
+            answer => Ok(answer),
         }
     }
 }

@@ -70,6 +70,7 @@ impl ScriptCall for ReadAcquire<'_> {
 
     fn invocation(&self) -> Invocation {
         Invocation::new(&ACQUIRE_READ)
+            .must_replicate()
             .key(self.name)
             .key(keys::token(self.name))
             .key(keys::read_timeouts(self.name, self.field))
@@ -102,6 +103,7 @@ impl ScriptCall for WriteAcquire<'_> {
 
     fn invocation(&self) -> Invocation {
         Invocation::new(&ACQUIRE_WRITE)
+            .must_replicate()
             .key(self.name)
             .key(keys::token(self.name))
             .arg(self.lease_ms)
@@ -200,6 +202,7 @@ impl ScriptCall for RwRenew<'_> {
 
     fn invocation(&self) -> Invocation {
         Invocation::new(&RENEW)
+            .must_replicate()
             .key(self.name)
             .key(keys::read_timeouts(self.name, self.field))
             .arg(self.lease_ms)

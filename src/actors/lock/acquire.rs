@@ -22,7 +22,7 @@ use super::kinds::{self, Giveback};
 use super::{LockActor, Sub, Waiter};
 use crate::actors::subscriber::Subscribe;
 use crate::config::{backoff, millis};
-use crate::error::{redis_is_protocol_error, redis_is_transient, LockError};
+use crate::error::{redis_is_protocol_error, redis_is_transient, replica_shortfall, LockError};
 use crate::keys::Owner;
 use crate::kind::AcquireKind;
 use crate::wire::{self, AcquireReply};
@@ -222,8 +222,15 @@ impl LockActor {
                 }
                 let gone = self.queue.fail_try_once(|_| true, Some(&e));
                 self.leave(gone.queued, ctx);
+                // A grant too few replicas confirmed is real on the master: give
+                // it back now rather than at the next attempt, so that nothing
+                // holds it while the caller is told it was not granted.
+                let undo_now = replica_shortfall(&e).is_some() && self.releases == 0;
                 self.last_error = Some(Box::new(e));
                 self.schedule(Some(delay), ctx);
+                if undo_now {
+                    self.resolve(ctx);
+                }
             }
             Err(e) => {
                 // An error that will repeat (wrong key type, script error): every

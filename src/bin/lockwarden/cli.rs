@@ -86,6 +86,17 @@ pub struct Common {
     #[arg(long = "master-name", global = true, value_name = "NAME")]
     pub master_name: Option<String>,
 
+    /// Replicas that must confirm each lock change (WAIT) before it counts; a
+    /// grant fewer confirm is undone and retried until --wait runs out. Off by
+    /// default. See docs/operations.md, "Running with Sentinel".
+    #[arg(long = "sync-replicas", global = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub sync_replicas: Option<u32>,
+
+    /// How long the master waits for those replicas per lock change (with
+    /// --sync-replicas; below 2s).
+    #[arg(long = "sync-timeout", global = true, default_value = "500ms", value_name = "DURATION", value_parser = parse_lease)]
+    pub sync_timeout: Duration,
+
     /// Log what happens on stderr (-v info, -vv debug, -vvv trace).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use actix::Addr;
-use lockwarden::{check_lock_name, Admin, Config, LockManager};
+use lockwarden::{check_lock_name, Admin, Config, LockError, LockManager};
 
 use crate::cli::Common;
 use crate::outcome::Failure;
@@ -92,9 +92,12 @@ impl Session {
         if let Some(lease) = watchdog_lease {
             config = config.watchdog_lease(lease);
         }
+        if let Some(min) = common.sync_replicas {
+            config = config.sync_replicas(min, common.sync_timeout);
+        }
         config
             .validate()
-            .map_err(|e| Failure::usage(format!("--watchdog-lease: {e}")))?;
+            .map_err(|e| Failure::usage(e.to_string()))?;
         Ok(Session {
             config,
             shown_url,
@@ -110,6 +113,11 @@ impl Session {
             return Err(Failure::usage(
                 "--redlock takes its servers as --redis URL, one per independent server, \
                  not --cluster or --sentinel",
+            ));
+        }
+        if common.sync_replicas.is_some() {
+            return Err(Failure::usage(
+                "--sync-replicas is not for --redlock: its servers are independent masters",
             ));
         }
         let urls = &common.redis_urls;
@@ -181,10 +189,17 @@ impl Session {
     /// A running lock manager, without the quick PING first (for a caller that
     /// already holds an [`Admin`], which made it).
     pub async fn start_manager(&self) -> Result<Addr<LockManager>, Failure> {
-        LockManager::start(self.config.clone()).await.map_err(|e| {
-            let why = crate::outcome::connect_error(&e);
-            Failure::usage(format!("cannot reach Redis at {}: {why}", self.shown_url))
-        })
+        LockManager::start(self.config.clone())
+            .await
+            .map_err(|e| match e {
+                // Reached, but it is not what the settings need (too few replicas
+                // for --sync-replicas): say that, not "cannot reach".
+                LockError::InvalidConfig(_) => Failure::usage(format!("{}: {e}", self.shown_url)),
+                e => {
+                    let why = crate::outcome::connect_error(&e);
+                    Failure::usage(format!("cannot reach Redis at {}: {why}", self.shown_url))
+                }
+            })
     }
 }
 

@@ -22,7 +22,7 @@ const LATCH_MS: u64 = 10_000;
 async fn coalescer(redis: &RedisServer) -> Coalescer {
     let client = redis::Client::open(redis.url()).expect("test URL");
     let conn = ConnectionManager::new(client).await.expect("connect");
-    Coalescer::start(Conn::Standalone(conn), Topology::Standalone, 128, 1)
+    Coalescer::start(Conn::standalone(conn), Topology::Standalone, 128, 1)
 }
 
 fn script_calls(redis: &RedisServer) -> u64 {

@@ -1,0 +1,384 @@
+//! `Config::sync_replicas`: every lock change is confirmed by replicas in the
+//! same round trip, a grant they do not confirm is undone and refused with a
+//! typed error, and under Sentinel a confirmed lock survives the master's death
+//! while an unconfirmed one is reported lost at once.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use lockwarden::{Acquire, Config, LockError, LockManager, LostReason};
+use support::{eventually, RedisServer, Sentinel, MASTER_NAME};
+
+/// The owner field of a guard's hold, read back from `server` (None: not held).
+fn holder_on(server: &RedisServer, name: &str) -> Option<String> {
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(name)
+        .query(&mut server.conn())
+        .unwrap_or_default();
+    fields.into_iter().find(|f| f.contains(':'))
+}
+
+/// With two replicas required, a grant, a re-entry and a release are on both
+/// replicas the moment the call returns (without the WAIT, replication is
+/// asynchronous and a read of the replica right after may miss them).
+#[actix_rt::test]
+async fn lock_changes_are_on_the_replicas_when_the_call_returns() {
+    let master = RedisServer::start();
+    let replicas = [
+        RedisServer::start_replica_of(&master),
+        RedisServer::start_replica_of(&master),
+    ];
+    let config = Config::from_url(&master.url())
+        .expect("url")
+        .sync_replicas(2, Duration::from_millis(500));
+    let m = LockManager::start(config).await.expect("started");
+    for i in 0..30 {
+        let name = format!("synced:{i}");
+        let request = match i % 3 {
+            0 => Acquire::new(&name),
+            1 => Acquire::new(&name).fair(),
+            _ => Acquire::new(&name).write(),
+        };
+        let guard = m.send(request).await.expect("running").expect("granted");
+        for replica in &replicas {
+            assert!(
+                holder_on(replica, &name).is_some(),
+                "{name} is not on a replica when the grant returns"
+            );
+        }
+        guard.release().await.expect("released");
+        for replica in &replicas {
+            assert!(
+                holder_on(replica, &name).is_none(),
+                "{name} is still on a replica when the release returns"
+            );
+        }
+    }
+    let stats = master.commandstats();
+    assert!(stats.get("wait").copied().unwrap_or(0) >= 60, "{stats:?}");
+}
+
+/// A replica that never acknowledges (frozen with SIGSTOP): a grant is answered
+/// `NotReplicated` (at once for a zero wait, at the deadline for a wait) and
+/// leaves no lock behind; a held lock whose renewals are not confirmed is told
+/// lost; once the replica is back, grants work again.
+#[actix_rt::test]
+async fn a_grant_no_replica_confirms_is_refused_and_undone() {
+    let master = RedisServer::start();
+    let mut replica = RedisServer::start_replica_of(&master);
+    let config = Config::from_url(&master.url())
+        .expect("url")
+        .watchdog_lease(Duration::from_millis(1500))
+        .sync_replicas(1, Duration::from_millis(200));
+    let m = LockManager::start(config).await.expect("started");
+    let held = m
+        .send(Acquire::new("renewed"))
+        .await
+        .expect("running")
+        .expect("granted while the replica is up");
+
+    replica.pause();
+    let began = Instant::now();
+    let now = m
+        .send(Acquire::new("refused").wait(Duration::ZERO))
+        .await
+        .expect("running");
+    assert!(
+        matches!(
+            now,
+            Err(LockError::NotReplicated {
+                acked: 0,
+                wanted: 1
+            })
+        ),
+        "{now:?}"
+    );
+    assert!(now.as_ref().is_err_and(LockError::is_retryable));
+    let undone = eventually(Duration::from_secs(5), || {
+        holder_on(&master, "refused").is_none()
+    })
+    .await;
+    assert!(undone, "the unconfirmed grant was not undone on the master");
+
+    let waited = m
+        .send(Acquire::new("refused").wait(Duration::from_secs(1)))
+        .await
+        .expect("running");
+    assert!(
+        matches!(waited, Err(LockError::NotReplicated { .. })),
+        "a waiter is told why at its deadline, not Timeout: {waited:?}"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || holder_on(&master, "refused")
+            .is_none())
+        .await,
+        "an unconfirmed grant was left on the master"
+    );
+
+    // Renewals are not confirmed either: the holder is told before its lease
+    // (1.5 s) could let a failover take the lock from it unnoticed.
+    let lost = tokio::time::timeout(Duration::from_secs(5), held.lost())
+        .await
+        .expect("the holder was told within 5 s");
+    assert_eq!(lost, LostReason::Unreachable);
+    assert!(began.elapsed() < Duration::from_secs(5));
+
+    replica.resume();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match m
+            .send(Acquire::new("refused").wait(Duration::from_secs(2)))
+            .await
+            .expect("running")
+        {
+            Ok(g) => {
+                assert!(holder_on(&replica, "refused").is_some());
+                g.release().await.expect("released");
+                break;
+            }
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "no grant 10 s after the replica came back: {e}"
+            ),
+        }
+    }
+}
+
+/// Bad settings are refused before anything is written: no replica required,
+/// a zero or too long timeout, more replicas than the master has, a replica
+/// named as the master, a cluster.
+#[actix_rt::test]
+async fn bad_sync_settings_are_refused_at_start() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&master);
+    let base = || Config::from_url(&master.url()).expect("url");
+    for (config, says) in [
+        (
+            base().sync_replicas(0, Duration::from_millis(100)),
+            "at least 1",
+        ),
+        (base().sync_replicas(1, Duration::ZERO), "at least 1 ms"),
+        (
+            base().sync_replicas(1, Duration::from_secs(5)),
+            "below the response timeout",
+        ),
+        (
+            base().sync_replicas(2, Duration::from_millis(100)),
+            "has 1 connected",
+        ),
+        (
+            Config::from_url(&replica.url())
+                .expect("url")
+                .sync_replicas(1, Duration::from_millis(100)),
+            "not a master",
+        ),
+    ] {
+        match LockManager::start(config).await {
+            Err(LockError::InvalidConfig(why)) => assert!(why.contains(says), "{why}"),
+            other => panic!(
+                "expected InvalidConfig ({says}), got {:?}",
+                other.map(|_| ())
+            ),
+        }
+    }
+    let cluster = Config::cluster(["redis://127.0.0.1:1"])
+        .expect("url")
+        .sync_replicas(1, Duration::from_millis(100));
+    assert!(matches!(
+        cluster.validate(),
+        Err(LockError::InvalidConfig(_))
+    ));
+    let keys: i64 = support::raw(&master, &["DBSIZE"]);
+    assert_eq!(keys, 0, "a refused start wrote something");
+}
+
+/// Under Sentinel, with one of two replicas required, a lock held when the
+/// master is SIGKILLed is still held on the promoted replica: its holder is not
+/// told it was lost, its renewals go on (confirmed by the other replica once
+/// Sentinel has pointed it at the new master), and its release wakes the waiter.
+/// (Requiring both would refuse every change after the failover: the new master
+/// has one replica until the old one comes back.)
+#[actix_rt::test]
+async fn a_confirmed_lock_survives_the_failover() {
+    let mut master = RedisServer::start();
+    let replicas = [
+        RedisServer::start_replica_of(&master),
+        RedisServer::start_replica_of(&master),
+    ];
+    let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(&master, 2)).collect();
+    let urls: Vec<String> = sentinels.iter().map(Sentinel::url).collect();
+    let config = Config::sentinel(MASTER_NAME, urls.iter().map(String::as_str))
+        .expect("config")
+        .watchdog_lease(Duration::from_secs(6))
+        .sync_replicas(1, Duration::from_millis(500));
+    let a = LockManager::start(config.clone()).await.expect("A started");
+    let b = LockManager::start(config).await.expect("B started");
+    let held = a
+        .send(Acquire::new("kept"))
+        .await
+        .expect("running")
+        .expect("granted");
+    let token = held.fencing_token();
+
+    master.kill();
+    let promoted = wait_for_promotion(&sentinels[0], &replicas).await;
+    // A renewal (every 2 s) must succeed on the new master before the holder
+    // can be sure; wait until the lock's TTL there was set again.
+    let renewed = eventually(Duration::from_secs(15), || {
+        let pttl: i64 = support::raw(promoted, &["PTTL", "kept"]);
+        pttl > 4_500
+    })
+    .await;
+    assert!(renewed, "the lock was not renewed on the new master");
+    assert_eq!(held.is_lost(), None, "a confirmed lock was reported lost");
+    assert!(holder_on(promoted, "kept").is_some());
+
+    let waiter = actix_rt::spawn(async move {
+        b.send(Acquire::new("kept").wait(Duration::from_secs(10)))
+            .await
+    });
+    held.release().await.expect("released on the new master");
+    let next = waiter
+        .await
+        .expect("task")
+        .expect("running")
+        .expect("the waiter got it after the release");
+    assert!(next.fencing_token() > token);
+}
+
+/// Without replica sync, a grant the replica never received (it was frozen when
+/// the lock was taken) is gone after the failover: the holder is told at once
+/// after the manager reaches the new master, and the next holder's fencing
+/// token is still larger.
+#[actix_rt::test]
+async fn an_unconfirmed_lock_is_reported_lost_after_the_failover() {
+    let mut master = RedisServer::start();
+    let mut replica = RedisServer::start_replica_of(&master);
+    let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(&master, 2)).collect();
+    let urls: Vec<String> = sentinels.iter().map(Sentinel::url).collect();
+    let config = Config::sentinel(MASTER_NAME, urls.iter().map(String::as_str)).expect("config");
+    // The default 30 s lease: without the reconnect check, the loss would only
+    // be found at a renewal 10 to 20 s later.
+    let a = LockManager::start(config.clone()).await.expect("A started");
+    // Hold replication back: a frozen replica's kernel still takes in what the
+    // master sends, so first fill its socket buffers (and the master's) with
+    // 48 MB of other writes; the lock's write then waits in the master's memory
+    // and dies with it.
+    replica.pause();
+    let mut filler = redis::pipe();
+    let blob = "x".repeat(1 << 20);
+    for i in 0..48 {
+        filler
+            .cmd("SET")
+            .arg(format!("filler:{i}"))
+            .arg(&blob)
+            .ignore();
+    }
+    let () = filler.query(&mut master.conn()).expect("filler written");
+    let held = a
+        .send(Acquire::new("unsynced"))
+        .await
+        .expect("running")
+        .expect("granted by the master alone");
+    let token = held.fencing_token();
+    master.kill();
+    replica.resume();
+    let replicas = [replica];
+    let promoted = wait_for_promotion(&sentinels[0], &replicas).await;
+    let at = Instant::now();
+    assert!(
+        holder_on(promoted, "unsynced").is_none(),
+        "the grant reached the replica after all"
+    );
+    let lost = tokio::time::timeout(Duration::from_secs(5), held.lost())
+        .await
+        .unwrap_or_else(|_| panic!("not told within 5 s of the promotion\n{}", promoted.log()));
+    assert_eq!(lost, LostReason::OwnerGone);
+    let told_after = at.elapsed();
+    let b = LockManager::start(config).await.expect("B started");
+    let next = b
+        .send(Acquire::new("unsynced").wait(Duration::from_secs(5)))
+        .await
+        .expect("running")
+        .expect("free on the new master");
+    assert!(
+        next.fencing_token() > token,
+        "a fencing token went backwards"
+    );
+    eprintln!("told lost {told_after:?} after the promotion was seen");
+}
+
+/// Waits (at most 30 s) until Sentinel names one of `replicas` the master.
+async fn wait_for_promotion<'a>(
+    sentinel: &Sentinel,
+    replicas: &'a [RedisServer],
+) -> &'a RedisServer {
+    let began = Instant::now();
+    loop {
+        let port = sentinel.master_port();
+        if let Some(r) = replicas.iter().find(|r| Some(r.port()) == port) {
+            return r;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "no failover within 30 s\n{}",
+            sentinel.log()
+        );
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `lockwarden --sync-replicas N`: runs the command with every lock change
+/// confirmed (WAIT seen on the master); more replicas than the master has, or
+/// `--redlock`, are refused with exit 2 and one line that says why, and nothing
+/// is written.
+#[test]
+fn the_command_takes_sync_replicas() {
+    let master = RedisServer::start();
+    let _replica = RedisServer::start_replica_of(&master);
+    let lockwarden = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_lockwarden"))
+            .args(["--redis", &master.url()])
+            .args(args)
+            .env_remove("REDIS_URL")
+            .output()
+            .expect("run lockwarden")
+    };
+    let out = lockwarden(&["--sync-replicas", "2", "run", "job", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("has 1 connected") && !err.contains("cannot reach"),
+        "{err}"
+    );
+    let keys: i64 = support::raw(&master, &["DBSIZE"]);
+    assert_eq!(keys, 0, "a refused run wrote something");
+    for bad in [
+        &["--sync-replicas", "0", "run", "job", "--", "true"][..],
+        &[
+            "--sync-replicas",
+            "1",
+            "--sync-timeout",
+            "5s",
+            "run",
+            "job",
+            "--",
+            "true",
+        ][..],
+    ] {
+        assert_eq!(lockwarden(bad).status.code(), Some(2), "{bad:?}");
+    }
+
+    let out = lockwarden(&["--sync-replicas", "1", "run", "job", "--", "true"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let waits = master.commandstats().get("wait").copied().unwrap_or(0);
+    assert!(
+        waits >= 2,
+        "grant and release each waited for the replica: {waits}"
+    );
+}
