@@ -285,7 +285,25 @@ async fn sentinel_act(t: &Timeline, resource: &mut Resource) -> Result<(), Strin
         resource.write(held.fencing_token()),
         "resource refused A on the master",
     )?;
-    let acked: i64 = raw(&master, &["WAIT", "1", "2000"]);
+    // WAIT counts the replicas that have everything *its own connection* wrote,
+    // so it is sent behind a write on one connection: the replication stream is
+    // in order, so a replica that acknowledged this write has A's grant too. (A
+    // WAIT on a fresh connection answers at once and proves nothing: the kill
+    // could then come before the grant reached the replica.)
+    let acked: i64 = {
+        let client = redis::Client::open(master.url()).map_err(|e| e.to_string())?;
+        let mut conn = client.get_connection().map_err(|e| e.to_string())?;
+        redis::pipe()
+            .cmd("INCR")
+            .arg("failover:probe")
+            .ignore()
+            .cmd("WAIT")
+            .arg(1)
+            .arg(2000)
+            .query::<(i64,)>(&mut conn)
+            .map_err(|e| e.to_string())?
+            .0
+    };
     t.say(format!(
         "A holds the lock through Sentinel, token {}; WAIT: {acked} replica has the grant",
         held.fencing_token()
