@@ -10,10 +10,17 @@
 -- ARGV[4]  the message to publish when the lock frees ("0": wake one waiter)
 -- ARGV[5]  "1" when this is a retry of a release whose reply was lost, else "0"
 --          (or absent)
+-- ARGV[6]  "1" when the lock is handed to a new owner in the same script call
+--          (transfer.lua): nothing is published, nobody is woken; else "0" or absent
 --
--- Returns the caller's remaining hold count: 0 when the lock was freed (and the
--- message published), > 0 when it is still held by the caller, or -1 when the
--- caller does not hold it (nothing is changed then).
+-- Returns the caller's remaining hold count: > 0 when it is still held by the
+-- caller, -1 when the caller does not hold it (nothing is changed then), and when
+-- the lock was freed {0, heard}: heard is what PUBLISH answered, how many
+-- subscriptions (processes) received the unlock message, so that the releasing
+-- process knows whether other processes wait (it yields the lock to them rather
+-- than hand it to its own next waiter). A retry answered from the latch returns a
+-- plain 0 (who heard the first attempt is not known). Handing over (ARGV[6]), the
+-- freed answer is {0}.
 --
 -- The latch records the outcome under the request id, so a release retried after
 -- its reply was lost returns the first outcome instead of releasing twice. Every
@@ -42,6 +49,7 @@ end
 if ARGV[5] ~= nil and ARGV[5] ~= '0' and ARGV[5] ~= '1' then
   return redis.error_reply('ERR lockwarden: retry flag must be 0 or 1')
 end
+local quiet = ARGV[6] == '1'
 
 -- ACL, as in acquire.lua: the commands after the first write are asked for
 -- before it, on the path taken; the reads and the first write run with
@@ -121,7 +129,7 @@ if holds > 1 then
 end
 
 if acl then
-  if not acl('publish', KEYS[2], ARGV[4]) then
+  if not quiet and not acl('publish', KEYS[2], ARGV[4]) then
     return deny('PUBLISH on the unlock channel')
   end
   if not acl('set', KEYS[3], '1', 'px', latch_ttl) then
@@ -132,6 +140,10 @@ local r = redis.pcall('del', KEYS[1])
 if type(r) == 'table' then
   return refused(r, 'DEL on the lock', 'del', KEYS[1])
 end
-redis.call('publish', KEYS[2], ARGV[4])
+if quiet then
+  redis.call('set', KEYS[3], '1', 'px', latch_ttl)
+  return {0}
+end
+local heard = redis.call('publish', KEYS[2], ARGV[4])
 redis.call('set', KEYS[3], '1', 'px', latch_ttl)
-return 0
+return {0, heard}

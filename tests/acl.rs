@@ -28,7 +28,6 @@ const PATTERNS: &[&str] = &[
 const COMMANDS: &[(&str, &str)] = &[
     ("evalsha", "EVALSHA"),
     ("script|load", "SCRIPT|LOAD"),
-    ("exists", "EXISTS"),
     ("hexists", "HEXISTS"),
     ("hincrby", "HINCRBY"),
     ("pexpire", "PEXPIRE"),
@@ -40,6 +39,11 @@ const COMMANDS: &[(&str, &str)] = &[
     ("del", "DEL"),
     ("publish", "PUBLISH"),
 ];
+
+/// The right a holder needs to hand the lock to a waiter of its own process in
+/// one call (`lua/transfer.lua` counts who listens); without it the holder
+/// releases plainly and the waiter asks, nothing fails.
+const HANDOVER: &str = "pubsub|numsub";
 
 /// What the fair lock needs besides `PATTERNS` (docs/operations.md).
 const FAIR_PATTERNS: &[&str] = &[
@@ -187,6 +191,72 @@ async fn the_documented_acl_is_enough() {
         .expect("the waiter got the lock");
     assert!(next.fencing_token() > g_token);
     next.release().await.expect("released");
+}
+
+/// A holder of `m` releases while another owner of the same manager waits: the
+/// waiter gets the lock and its token is larger. Answers how many PUBSUB NUMSUB
+/// calls Redis ran meanwhile (the handover's).
+async fn local_handover(server: &RedisServer, m: &actix::Addr<lockwarden::LockManager>) -> u64 {
+    let numsub = || {
+        server
+            .commandstats()
+            .get("pubsub|numsub")
+            .copied()
+            .unwrap_or(0)
+    };
+    let g = m
+        .send(Acquire::new("acl:h"))
+        .await
+        .expect("running")
+        .expect("acquired");
+    let before = numsub();
+    let waiting = actix_rt::spawn({
+        let m = m.clone();
+        async move {
+            m.send(Acquire::new("acl:h").wait(Duration::from_secs(10)))
+                .await
+        }
+    });
+    // A try behind it in the same manager comes back refused (a local holder
+    // holds) only once the waiter, queued before it, waits too.
+    let tried = m
+        .send(Acquire::new("acl:h").wait(Duration::ZERO))
+        .await
+        .expect("running");
+    assert!(matches!(tried, Err(LockError::Timeout { .. })), "{tried:?}");
+    let token = g.fencing_token();
+    assert_eq!(
+        g.release().await.expect("released"),
+        ReleaseOutcome::Released
+    );
+    let next = waiting
+        .await
+        .expect("task")
+        .expect("running")
+        .expect("the local waiter got the lock");
+    assert!(next.fencing_token() > token);
+    next.release().await.expect("released");
+    numsub() - before
+}
+
+/// With the handover's right the lock goes to the local waiter in one call;
+/// without it, by a plain release, and the waiter still gets it.
+#[actix_rt::test]
+async fn a_local_handover_with_and_without_its_right() {
+    let server = RedisServer::start();
+    let all: Vec<&str> = COMMANDS.iter().map(|(c, _)| *c).collect();
+    let mut with: Vec<&str> = all.clone();
+    with.push(HANDOVER);
+    set_user(&server, &with);
+    let m = user_manager(&server).await;
+    assert_eq!(
+        local_handover(&server, &m).await,
+        1,
+        "handed over in one call"
+    );
+    set_user(&server, &all);
+    let m = user_manager(&server).await;
+    assert_eq!(local_handover(&server, &m).await, 0, "released plainly");
 }
 
 /// The state of Redis as a test can compare it: every key with its type and value.

@@ -226,3 +226,77 @@ async fn scripts_refuse_bad_arguments_before_writing() {
         assert!(pttl > 0, "the lock lost its TTL");
     }
 }
+
+/// `transfer.lua` (a holder's last release and a local waiter's grant in one call)
+/// checks the new owner's arguments before the release writes: a bad one leaves the
+/// lock held by its holder, with no latch written; a good one moves it in one step.
+#[actix_rt::test]
+async fn a_handover_with_bad_arguments_changes_nothing() {
+    let server = RedisServer::start();
+    let acquire = redis::Script::new(include_str!("../lua/acquire.lua"));
+    let transfer = redis::Script::new(&format!(
+        "local function op_acquire(KEYS, ARGV)\n{}\nend\nlocal function op_release(KEYS, ARGV)\n{}\nend\n{}",
+        include_str!("../lua/acquire.lua"),
+        include_str!("../lua/release.lua"),
+        include_str!("../lua/transfer.lua"),
+    ));
+    let mut conn = server.conn();
+    let _: redis::Value = acquire
+        .key("moved")
+        .key("redisson_lock_token:{moved}")
+        .arg("30000")
+        .arg("client:1")
+        .arg("60000")
+        .invoke(&mut conn)
+        .expect("acquired");
+    let before = dbsize(&server);
+    let hand = |to: &str, lease: &str, keep: &str, conn: &mut redis::Connection| {
+        transfer
+            .key("moved")
+            .key("redisson_lock__channel:{moved}")
+            .key("redisson_unlock_latch:{moved}:t1")
+            .key("redisson_lock_token:{moved}")
+            .arg("30000")
+            .arg("client:1")
+            .arg("10000")
+            .arg("0")
+            .arg("0")
+            .arg(to)
+            .arg(lease)
+            .arg(keep)
+            .invoke::<redis::Value>(conn)
+    };
+    for (to, lease, keep) in [
+        ("client:2", "0", "60000"),
+        ("client:2", "1e3", "60000"),
+        ("client:2", "30000", "abc"),
+        ("client:1", "30000", "60000"),
+        ("", "30000", "60000"),
+    ] {
+        let res = hand(to, lease, keep, &mut conn);
+        assert!(
+            res.is_err(),
+            "handover to {to:?} lease {lease:?} keep {keep:?}: {res:?}"
+        );
+        let held: Vec<String> = redis::cmd("HGETALL")
+            .arg("moved")
+            .query(&mut conn)
+            .expect("hgetall");
+        assert_eq!(held, ["client:1", "1"], "the holder lost the lock");
+        assert_eq!(
+            dbsize(&server),
+            before,
+            "a refused handover wrote something"
+        );
+    }
+    let moved = hand("client:2", "30000", "60000", &mut conn).expect("handed over");
+    let redis::Value::Array(moved) = moved else {
+        panic!("handover answered {moved:?}");
+    };
+    assert_eq!(moved.first(), Some(&redis::Value::Int(0)), "{moved:?}");
+    let held: Vec<String> = redis::cmd("HGETALL")
+        .arg("moved")
+        .query(&mut conn)
+        .expect("hgetall");
+    assert_eq!(held, ["client:2", "1"]);
+}

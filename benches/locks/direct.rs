@@ -165,7 +165,7 @@ impl Raw {
     /// Runs the release script once, with a fresh request id as lockwarden does.
     pub async fn release(&self, held: RawHeld) {
         let request_id = uuid::Uuid::new_v4().to_string();
-        let left: i64 = RELEASE
+        let reply: redis::Value = RELEASE
             .key(&held.key)
             .key(derived("redisson_lock__channel", &held.key))
             .key(format!(
@@ -181,7 +181,12 @@ impl Raw {
             .invoke_async(&mut self.conn.clone())
             .await
             .expect("raw release script");
-        assert_eq!(left, 0, "raw release of {} left holds", held.key);
+        // {0, heard} when freed (heard: who received the unlock message).
+        let freed = match &reply {
+            redis::Value::Array(v) => v.first() == Some(&redis::Value::Int(0)),
+            other => *other == redis::Value::Int(0),
+        };
+        assert!(freed, "raw release of {} answered {reply:?}", held.key);
     }
 }
 

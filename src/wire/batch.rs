@@ -17,16 +17,24 @@ use super::{unexpected, Invocation};
 
 /// `lua/batch.lua`, with the scripts it runs put in front of it as functions whose
 /// parameters shadow the globals KEYS and ARGV (see the script's header).
-static BATCH: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(concat!(
+static BATCH: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(&with_lock_ops(include_str!("../../lua/batch.lua"))));
+
+/// `tail` with `lua/acquire.lua` and `lua/release.lua` put in front of it as the
+/// functions `op_acquire` and `op_release`, whose parameters shadow the globals
+/// KEYS and ARGV: both scripts run unchanged inside them, and their `return`
+/// returns from the function (`lua/batch.lua`, `lua/transfer.lua`).
+pub(super) fn with_lock_ops(tail: &str) -> String {
+    [
         "local function op_acquire(KEYS, ARGV)\n",
         include_str!("../../lua/acquire.lua"),
         "\nend\nlocal function op_release(KEYS, ARGV)\n",
         include_str!("../../lua/release.lua"),
         "\nend\n",
-        include_str!("../../lua/batch.lua"),
-    ))
-});
+        tail,
+    ]
+    .concat()
+}
 
 /// Which script one op of a batch runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

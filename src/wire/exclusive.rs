@@ -9,6 +9,7 @@ use std::sync::LazyLock;
 
 use redis::{RedisResult, Value};
 
+use super::batch::with_lock_ops;
 use super::lua::Lua;
 use super::{
     acquire_reply, answers, flag, release_reply, unexpected, AcquireReply, BatchOp, Invocation,
@@ -21,6 +22,8 @@ pub(super) static ACQUIRE: LazyLock<Lua> =
 pub(super) static RELEASE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/release.lua")));
 static RENEW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/renew.lua")));
+static TRANSFER: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(&with_lock_ops(include_str!("../../lua/transfer.lua"))));
 
 /// Take the exclusive lock `name` for the owner field `field`, or re-enter it.
 #[derive(Debug, Clone, Copy)]
@@ -93,7 +96,84 @@ impl ScriptCall for Release<'_> {
     fn parse(&self, reply: Value) -> RedisResult<ReleaseReply> {
         match reply {
             Value::Int(left) => Ok(release_reply(left, true)),
+            Value::Array(freed) => match freed.as_slice() {
+                [Value::Int(0), Value::Int(heard)] => Ok(ReleaseReply::Released {
+                    published: true,
+                    heard: u32::try_from(*heard).unwrap_or(0),
+                }),
+                _ => Err(unexpected("release script returned an unknown shape")),
+            },
             _ => Err(unexpected("release script returned an unknown shape")),
+        }
+    }
+}
+
+/// The holder's last release and the next local owner's acquisition of the
+/// exclusive lock `name` in one call (`lua/transfer.lua`): the lock passes from
+/// `release.field` to `to` without being freed, and nobody is woken.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Transfer<'a> {
+    /// The release, as [`Release`] has it (its `name` is the lock's).
+    pub(crate) release: Release<'a>,
+    /// The new owner's field.
+    pub(crate) to: &'a str,
+    /// The new owner's lease, in ms.
+    pub(crate) lease_ms: u64,
+    /// How long the fencing token counter lives after this grant, in ms.
+    pub(crate) token_ttl_ms: u64,
+}
+
+/// What a [`Transfer`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TransferReply {
+    /// The new owner holds the lock (one hold).
+    HandedOver {
+        /// Its fencing token.
+        token: u64,
+        /// How many subscriptions listen on the lock's unlock channel.
+        listening: u32,
+    },
+    /// Nothing was handed over; the release did this. `Released` only comes from
+    /// a retry answered by the latch: whether the new owner holds the lock is then
+    /// not known.
+    Release(ReleaseReply),
+}
+
+impl ScriptCall for Transfer<'_> {
+    type Reply = TransferReply;
+
+    fn invocation(&self) -> Invocation {
+        let r = &self.release;
+        // Must be confirmed like any grant: the new owner's hold is what it says.
+        Invocation::new(&TRANSFER)
+            .must_replicate()
+            .key(r.name)
+            .key(keys::channel(r.name))
+            .key(keys::latch(r.name, r.request_id))
+            .key(keys::token(r.name))
+            .arg(r.lease_ms)
+            .arg(r.field)
+            .arg(r.latch_ttl_ms)
+            .arg(keys::WAKE_ONE)
+            .arg(flag(r.retry))
+            .arg(self.to)
+            .arg(self.lease_ms)
+            .arg(self.token_ttl_ms)
+    }
+
+    fn parse(&self, reply: Value) -> RedisResult<TransferReply> {
+        use redis::Value::Int;
+        match reply {
+            Int(left) => Ok(TransferReply::Release(release_reply(left, true))),
+            Value::Array(done) => match done.as_slice() {
+                [Int(0), Int(token), Int(listening)] => Ok(TransferReply::HandedOver {
+                    token: u64::try_from(*token)
+                        .map_err(|_| unexpected("negative fencing token"))?,
+                    listening: u32::try_from(*listening).unwrap_or(0),
+                }),
+                _ => Err(unexpected("transfer script returned an unknown shape")),
+            },
+            _ => Err(unexpected("transfer script returned an unknown shape")),
         }
     }
 }

@@ -67,11 +67,14 @@ impl Lua {
     }
 }
 
-/// `code` with every publish turned into a sharded publish. The scripts only ever
-/// write the command as a quoted lower-case word (`redis.call('publish', ...)`,
-/// `acl('publish', ...)`); a test checks that nothing plain is left.
+/// `code` with every publish turned into a sharded publish, and every count of a
+/// channel's subscribers (`PUBSUB NUMSUB`, `lua/transfer.lua`) into the count of
+/// its shard's (`PUBSUB SHARDNUMSUB`). The scripts only ever write these as quoted
+/// lower-case words (`redis.call('publish', ...)`, `acl('publish', ...)`); a test
+/// checks that nothing plain is left.
 fn sharded(code: &str) -> String {
     code.replace("'publish'", "'spublish'")
+        .replace("'numsub'", "'shardnumsub'")
 }
 
 #[cfg(test)]
@@ -85,6 +88,7 @@ mod tests {
             include_str!("../../lua/fair_release.lua"),
             include_str!("../../lua/force_release.lua"),
             include_str!("../../lua/rw_release_write.lua"),
+            include_str!("../../lua/transfer.lua"),
         ] {
             let sharded = sharded(code).to_lowercase();
             assert!(sharded.contains("'spublish'"));
@@ -93,6 +97,7 @@ mod tests {
                 !plain_left.contains("call('publish'") && !plain_left.contains("acl('publish'"),
                 "a plain PUBLISH call is left"
             );
+            assert!(!sharded.contains("'numsub'"), "a plain NUMSUB is left");
         }
     }
 }

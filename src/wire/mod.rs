@@ -32,7 +32,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisError, RedisResult, ServerErrorKind, Value};
 
 pub(crate) use batch::{batch_invocation, split_batch_reply, BatchOp};
-pub(crate) use exclusive::{Acquire, Release, RenewHashes};
+pub(crate) use exclusive::{Acquire, Release, RenewHashes, Transfer, TransferReply};
 pub(crate) use fair::{FairAcquire, FairLeave, FairRefresh, FairRelease, Place};
 pub(crate) use look::{ForceRelease, Inspect};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
@@ -218,6 +218,10 @@ pub(crate) enum ReleaseReply {
         /// Whether an unlock message was published (the lock freed, or a write
         /// lock became readable).
         published: bool,
+        /// How many subscriptions received it (the exclusive lock's release
+        /// says; 0 where unknown): more than this process's own means other
+        /// processes wait for the lock.
+        heard: u32,
     },
     /// The caller still holds the lock this many times.
     StillHeld(u32),
@@ -268,7 +272,10 @@ fn acquire_reply(reply: Value) -> RedisResult<AcquireReply> {
 /// > 0 still held, -1 not held.
 fn release_reply(left: i64, published: bool) -> ReleaseReply {
     match left {
-        0 => ReleaseReply::Released { published },
+        0 => ReleaseReply::Released {
+            published,
+            heard: 0,
+        },
         n if n > 0 => ReleaseReply::StillHeld(u32::try_from(n).unwrap_or(u32::MAX)),
         _ => ReleaseReply::NotHeld,
     }

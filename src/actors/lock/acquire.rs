@@ -53,7 +53,7 @@ pub(super) struct Unresolved {
 
 impl Attempt {
     /// This attempt, as one whose reply was lost.
-    fn unresolved(self) -> Unresolved {
+    pub(super) fn unresolved(self) -> Unresolved {
         Unresolved {
             kind: self.kind,
             owner: self.owner,
@@ -97,10 +97,24 @@ impl LockActor {
         } else {
             self.pick_head(ctx)
         };
-        let Some(w) = picked.and_then(|id| self.queue.find_mut(id)) else {
+        let Some((attempt, call)) = picked.and_then(|id| self.start_attempt(id)) else {
             self.settle(ctx);
             return;
         };
+        let sent = Instant::now();
+        let fut = self.rules().acquire(&self.shared, call);
+        ctx.spawn(
+            fut.into_actor(self)
+                .map(move |res, act, ctx| act.on_attempt(attempt, sent, res, ctx)),
+        );
+        self.settle(ctx);
+    }
+
+    /// Makes the waiter `id` the one whose attempt is in flight and lays out that
+    /// attempt; the caller sends it (an acquisition, or a handover in `turn.rs`).
+    pub(super) fn start_attempt(&mut self, id: u64) -> Option<(Attempt, kinds::Attempt)> {
+        let per_waiter = self.rules().per_waiter();
+        let w = self.queue.find_mut(id)?;
         let queue = per_waiter && !w.try_once;
         // Once sent, the attempt may put it in the Redis queue: from now on,
         // leaving this queue must leave that one too.
@@ -125,14 +139,7 @@ impl LockActor {
         };
         self.attempt = Some(attempt.waiter);
         self.woken = false;
-        let sent = Instant::now();
-
-        let fut = self.rules().acquire(&self.shared, call);
-        ctx.spawn(
-            fut.into_actor(self)
-                .map(move |res, act, ctx| act.on_attempt(attempt, sent, res, ctx)),
-        );
-        self.settle(ctx);
+        Some((attempt, call))
     }
 
     /// The exclusive and read-write locks: the head waiter tries, unless a local
@@ -140,6 +147,12 @@ impl LockActor {
     /// succeed, and the local release will call pump again).
     fn pick_head(&mut self, ctx: &mut Context<Self>) -> Option<u64> {
         let head = self.queue.front()?;
+        if let Some(left) = self.turn.holding_back(Instant::now()) {
+            // Yielding to other processes (`turn.rs`): their waiters go first;
+            // the head asks when the yield ends, unless a message comes first.
+            self.schedule(Some(left), ctx);
+            return None;
+        }
         if self.holdings.blocks(head.owner, head.kind) {
             let gone = self.queue.fail_try_once(|_| true, None);
             self.leave(gone.queued, ctx);
@@ -164,6 +177,7 @@ impl LockActor {
                 self.last_error = None;
                 match self.queue.take(attempt.waiter) {
                     Some(w) => {
+                        self.turn.granted(self.queue.len());
                         let waited = w.since.elapsed();
                         w.span
                             .in_scope(|| debug!(token, holds, ?waited, "acquired"));
@@ -254,6 +268,8 @@ impl LockActor {
         woken: bool,
         ctx: &mut Context<Self>,
     ) {
+        // Another process holds it: a run of local grants is over.
+        self.turn.other_held();
         let fair = self.rules().per_waiter();
         if fair {
             // Only this waiter's one attempt was made; the others make their own.

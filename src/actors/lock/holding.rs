@@ -11,6 +11,7 @@
 //! holding that was lost can never act on a later holding of the same owner, nor a
 //! read guard on the same owner's write holding.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,7 +22,7 @@ use tracing::{debug, warn};
 use super::kinds::Giveback;
 use super::LockActor;
 use crate::actors::renewer::{Lapsed, Watched};
-use crate::config::{backoff, millis};
+use crate::config::{backoff, millis, Config};
 use crate::error::{redis_is_protocol_error, redis_is_transient, LockError, LostReason};
 use crate::guard::{LockGuard, LockLost, ReleaseOutcome};
 use crate::keys::Owner;
@@ -344,11 +345,8 @@ impl LockActor {
             return Box::pin(fut::ready(Err(LockError::NotHeld)));
         };
         h.guards = h.guards.saturating_sub(1);
-        let (kind, field, lease) = (h.kind, h.field.clone(), h.lease);
-        self.releases += 1;
-        let (rules, shared) = (self.rules(), self.shared.clone());
-        let config = self.shared.config.clone();
-        let mut giveback = Giveback {
+        let (kind, field, lease, last) = (h.kind, h.field.clone(), h.lease, h.guards == 0);
+        let giveback = Giveback {
             name: self.name.clone(),
             kind,
             field,
@@ -356,25 +354,23 @@ impl LockActor {
             request_id: Arc::from(uuid::Uuid::new_v4().to_string()),
             retry: false,
         };
-        let sent = Instant::now();
-        // A release whose reply was lost is retried with the same request id: the
-        // latch in Redis returns the first outcome, so it is never applied twice.
-        let fut = async move {
-            let mut tries = 0u32;
-            loop {
-                giveback.retry = tries > 0;
-                let res = rules.release(&shared, giveback.clone()).await;
-                match res {
-                    Err(e) if redis_is_transient(&e) && sent.elapsed() < config.latch_ttl / 2 => {
-                        let delay = backoff(config.reconnect_min, config.reconnect_max, tries);
-                        tries += 1;
-                        debug!(error = %e, retry_in = ?delay, "release failed; retrying with the same request id");
-                        tokio::time::sleep(delay).await;
-                    }
-                    other => return other,
-                }
+        if last {
+            if let Some(handover) = self.hand_over(epoch, &giveback) {
+                return handover;
             }
-        };
+        }
+        self.releases += 1;
+        let (rules, shared) = (self.rules(), self.shared.clone());
+        let sent = Instant::now();
+        let fut = with_latch(self.shared.config.clone(), sent, move |retry| {
+            rules.release(
+                &shared,
+                Giveback {
+                    retry,
+                    ..giveback.clone()
+                },
+            )
+        });
         Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
             act.releases -= 1;
             let out = act.on_released(epoch, sent, res, ctx);
@@ -384,7 +380,7 @@ impl LockActor {
     }
 
     /// Applies a release script's answer to the local view.
-    fn on_released(
+    pub(super) fn on_released(
         &mut self,
         epoch: u64,
         sent: Instant,
@@ -394,14 +390,19 @@ impl LockActor {
         let live = self.holdings.get(epoch).is_some();
         let guards_left = self.holdings.get(epoch).map_or(0, |h| h.guards);
         match res {
-            Ok(ReleaseReply::Released { published }) => {
+            Ok(ReleaseReply::Released { published, heard }) => {
                 self.shared.counters.released();
+                let listening = self.listening(&self.channel());
                 if published
                     && self.rules().hears_own_unlocks()
                     && !self.subs.is_empty()
-                    && self.listening(&self.channel())
+                    && listening
                 {
                     self.own_unlocks += 1;
+                }
+                if published && self.rules().takes_turns() {
+                    let others = heard.saturating_sub(u32::from(listening));
+                    self.after_publishing(others, ctx);
                 }
                 if live {
                     if guards_left == 0 {
@@ -448,6 +449,33 @@ impl LockActor {
                 }
                 Err(LockError::from(e))
             }
+        }
+    }
+}
+
+/// Runs a release (`once(retry)`) until it is answered or fails for good. A
+/// release whose reply was lost is retried with the same request id: the latch in
+/// Redis answers with the first outcome, so it is never applied twice. Retries
+/// stop at half the latch's lifetime after `sent`, while the latch surely remains.
+pub(super) async fn with_latch<T, F, Fut>(
+    config: Arc<Config>,
+    sent: Instant,
+    mut once: F,
+) -> redis::RedisResult<T>
+where
+    F: FnMut(bool) -> Fut,
+    Fut: Future<Output = redis::RedisResult<T>>,
+{
+    let mut tries = 0u32;
+    loop {
+        match once(tries > 0).await {
+            Err(e) if redis_is_transient(&e) && sent.elapsed() < config.latch_ttl / 2 => {
+                let delay = backoff(config.reconnect_min, config.reconnect_max, tries);
+                tries += 1;
+                debug!(error = %e, retry_in = ?delay, "release failed; retrying with the same request id");
+                tokio::time::sleep(delay).await;
+            }
+            other => return other,
         }
     }
 }

@@ -22,10 +22,12 @@ mod holding;
 mod kinds;
 #[cfg(test)]
 mod tests;
+mod turn;
 mod waiters;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::prelude::*;
 use actix::WeakRecipient;
@@ -135,6 +137,8 @@ pub(crate) struct LockActor {
     last_error: Option<Box<redis::RedisError>>,
     /// Consecutive Redis errors of acquisition attempts, for the backoff.
     failures: u32,
+    /// This process's run of grants, and whether it yields to others (`turn.rs`).
+    turn: turn::Turn,
 }
 
 impl LockActor {
@@ -168,6 +172,7 @@ impl LockActor {
             restarted: false,
             last_error: None,
             failures: 0,
+            turn: turn::Turn::default(),
         }
     }
 
@@ -503,6 +508,24 @@ impl Handler<Unlocked> for LockActor {
         }
         if self.own_unlocks > 0 {
             self.own_unlocks -= 1;
+            return;
+        }
+        // Another process released it: the next grant here starts a new run.
+        self.turn.other_held();
+        if self.rules().takes_turns() {
+            let waited = self
+                .queue
+                .front()
+                .map_or(Duration::ZERO, |w| w.since.elapsed());
+            let delay = self.turn.wake_delay(waited);
+            if delay < turn::PRECISION {
+                self.wake(ctx);
+            } else {
+                // The runtime's timers tick in whole milliseconds: a delay of
+                // microseconds is slept on a blocking-pool thread.
+                let slept = actix_rt::task::spawn_blocking(move || std::thread::sleep(delay));
+                ctx.spawn(slept.into_actor(self).map(|_, act, ctx| act.wake(ctx)));
+            }
             return;
         }
         // "Wake all" and "wake one" both mean: let the head waiter try. Each grant

@@ -105,7 +105,7 @@ impl WaiterQueue {
         self.items.is_empty()
     }
 
-    #[cfg(test)]
+    /// How many wait.
     pub(crate) fn len(&self) -> usize {
         self.items.len()
     }

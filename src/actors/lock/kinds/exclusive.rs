@@ -15,7 +15,7 @@ use crate::actors::shared::Shared;
 use crate::config::millis;
 use crate::keys;
 use crate::kind::AcquireKind;
-use crate::wire::{self, AcquireReply, ReleaseReply};
+use crate::wire::{self, AcquireReply, ReleaseReply, TransferReply};
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -24,6 +24,30 @@ pub(super) struct Exclusive;
 impl KindRules for Exclusive {
     fn channel(&self, name: &str) -> String {
         keys::channel(name)
+    }
+
+    fn takes_turns(&self) -> bool {
+        true
+    }
+
+    fn transfer(
+        &self,
+        shared: &Shared,
+        g: Giveback,
+        to: Attempt,
+    ) -> LocalBoxFuture<'static, RedisResult<TransferReply>> {
+        let via = shared.coalescer.clone();
+        let latch_ttl_ms = millis(shared.config.latch_ttl);
+        async move {
+            let call = wire::Transfer {
+                release: release_of(&g, latch_ttl_ms),
+                to: &to.field,
+                lease_ms: to.lease_ms,
+                token_ttl_ms: to.token_ttl_ms,
+            };
+            via.call(&call).await
+        }
+        .boxed_local()
     }
 
     fn renewal(&self, _kind: AcquireKind) -> Renewal {
@@ -55,17 +79,18 @@ impl KindRules for Exclusive {
     ) -> LocalBoxFuture<'static, RedisResult<ReleaseReply>> {
         let via = shared.coalescer.clone();
         let latch_ttl_ms = millis(shared.config.latch_ttl);
-        async move {
-            let call = wire::Release {
-                name: &g.name,
-                field: &g.field,
-                lease_ms: g.lease_ms,
-                request_id: &g.request_id,
-                latch_ttl_ms,
-                retry: g.retry,
-            };
-            via.call(&call).await
-        }
-        .boxed_local()
+        async move { via.call(&release_of(&g, latch_ttl_ms)).await }.boxed_local()
+    }
+}
+
+/// The release script call for `g`.
+fn release_of(g: &Giveback, latch_ttl_ms: u64) -> wire::Release<'_> {
+    wire::Release {
+        name: &g.name,
+        field: &g.field,
+        lease_ms: g.lease_ms,
+        request_id: &g.request_id,
+        latch_ttl_ms,
+        retry: g.retry,
     }
 }

@@ -27,7 +27,7 @@ use redis::RedisResult;
 use crate::actors::renewer::Renewal;
 use crate::actors::shared::Shared;
 use crate::kind::{AcquireKind, Kind};
-use crate::wire::{AcquireReply, ReleaseReply};
+use crate::wire::{AcquireReply, ReleaseReply, TransferReply};
 
 /// One acquisition attempt, as every kind's acquire script needs it.
 #[derive(Debug, Clone)]
@@ -86,6 +86,29 @@ pub(super) trait KindRules: Sync {
     /// handed over).
     fn hears_own_unlocks(&self) -> bool {
         true
+    }
+
+    /// Whether processes take turns on this lock (`turn.rs`): a holder hands the
+    /// lock to a local waiter with [`KindRules::transfer`] for a while, then
+    /// releases it and yields to the other processes that heard; a waiter woken
+    /// by another process's message asks after a random delay. The exclusive lock
+    /// only; the fair lock is FIFO across processes already.
+    fn takes_turns(&self) -> bool {
+        false
+    }
+
+    /// Gives back the last hold of `giveback` and grants `to` in one call,
+    /// without freeing the lock. Only called where [`KindRules::takes_turns`].
+    fn transfer(
+        &self,
+        _shared: &Shared,
+        _giveback: Giveback,
+        _to: Attempt,
+    ) -> LocalBoxFuture<'static, RedisResult<TransferReply>> {
+        Box::pin(futures::future::ready(Err(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "lockwarden: this kind of lock cannot be handed over",
+        )))))
     }
 
     /// How the watchdog renews a holding of `kind`.

@@ -1,0 +1,323 @@
+//! Turns between processes on one plain lock: handing it over inside this
+//! process, and for how long before the other processes get it.
+//!
+//! A holder whose process has another waiter for the same lock hands the lock
+//! over (`lua/transfer.lua`): one script call gives back the last hold and grants
+//! the waiter, without freeing the lock and without an unlock message. That is one
+//! round trip where a release and an acquisition were two, and it wakes nobody:
+//! with an unlock message per handoff, every other process's waiter woke, asked
+//! and found the lock taken again (four managers on one lock cost Redis twice the
+//! commands per acquisition of one).
+//!
+//! Handing over for ever would starve the other processes (measured before turns
+//! existed: waiters of other managers with no acquisition in a whole run, and a
+//! client of another library on the same lock with 3 holds to lockwarden's 2,500).
+//! So handovers come in runs. A run starts when this process takes the lock after
+//! another process had it. Its budget is [`ROUNDS`] holds for each local waiter
+//! there was then, so every local waiter gets its turns in a run and a process's
+//! share follows its number of waiters. When the budget is spent and others listen
+//! (the transfer script answers how many subscriptions the unlock channel has; a
+//! release, how many heard its message), the next release is a plain one that
+//! publishes, and it *yields*: the local head waiter does not ask Redis; the other
+//! processes' waiters, woken by the message, take the lock, and this process waits
+//! for their unlock message like anyone. If nobody takes it (the other listener was
+//! not waiting after all), the head asks anyway after [`FALLBACK`]. Nobody else
+//! listening, the run never ends: the lock moves between local owners one round
+//! trip each.
+//!
+//! Woken by another process's unlock message, the head waiter asks after a short
+//! random delay ([`JITTER`]) so that no process wins every race by the order in
+//! which Redis delivers the message.
+//!
+//! Only the exclusive lock takes turns (its release and transfer say who listens);
+//! the fair lock is FIFO across processes already, and a read-write lock's readers
+//! share.
+
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use tracing::warn;
+
+use super::holding::with_latch;
+use super::kinds::Giveback;
+use super::LockActor;
+use crate::error::LockError;
+use crate::guard::ReleaseOutcome;
+use crate::wire::{AcquireReply, ReleaseReply, TransferReply};
+
+/// How long a yielding process's head waiter holds back before asking Redis
+/// itself, in case no other process took the lock. Other processes' waiters,
+/// woken by the unlock message, ask within a round trip or two.
+pub(super) const FALLBACK: Duration = Duration::from_millis(10);
+
+/// Most a woken waiter waits, at random, before asking after another process's
+/// unlock message. Redis delivers a message to the subscribers of a channel in a
+/// fixed order (on Redis 7.0, the order they subscribed in), and the process that
+/// hears first asks first: without a random start, the same process won every
+/// race after a yield and a third one never got the lock (`tests/turns.rs`). The
+/// first of k contenders waits J/(k+1) on average.
+pub(super) const JITTER: Duration = Duration::from_micros(150);
+
+/// A wake delay shorter than this is not slept: a thread's sleep is not more
+/// precise (and the hop to a blocking thread costs about as much).
+pub(super) const PRECISION: Duration = Duration::from_micros(20);
+
+/// Holds per local waiter in a run. Each run that ends with others waiting costs
+/// a plain release, an acquisition after it and a failed attempt in every other
+/// waiting process; more rounds share that among more holds, but make the other
+/// processes wait longer. Measured in tests/turns.rs (three managers, two waiters
+/// each): 13.0 Redis commands per acquisition with one round, 11.9 with two, no
+/// fewer with four (runs then end early anyway, when no local waiter is queued at
+/// a release), against 10.0 for one manager.
+const ROUNDS: u16 = 2;
+
+/// The current run of local holds; see the module documentation. Small: a lock
+/// actor lives as long as its lock is held.
+#[derive(Debug, Default)]
+pub(super) struct Turn {
+    /// Holds in a row in this process since another process last held the lock.
+    run: u16,
+    /// How many holds this run may have before a release yields.
+    budget: u16,
+    /// How many other processes listened on the unlock channel at the last
+    /// release or handover.
+    others: u16,
+    /// Yielding: the head waiter does not ask Redis before this, unless another
+    /// process's unlock message or a busy answer ends the yield first.
+    until: Option<Instant>,
+    /// Redis refused a handover (the user may not run PUBSUB NUMSUB): this lock
+    /// releases plainly from now on.
+    refused: bool,
+}
+
+impl Turn {
+    /// A local waiter was granted the lock; `waiting` others wait here.
+    pub(super) fn granted(&mut self, waiting: usize) {
+        if self.run == 0 {
+            let per_round = u16::try_from(waiting.saturating_add(1)).unwrap_or(u16::MAX);
+            self.budget = per_round.saturating_mul(ROUNDS);
+        }
+        self.run = self.run.saturating_add(1);
+        self.until = None;
+    }
+
+    /// Another process holds or held the lock (a busy answer, or its unlock
+    /// message): the next grant here starts a new run, and a yield is over.
+    pub(super) fn other_held(&mut self) {
+        self.run = 0;
+        self.until = None;
+    }
+
+    /// Whether the lock, held here now, may go to the next local waiter without
+    /// being freed.
+    pub(super) fn may_hand_over(&self) -> bool {
+        self.run > 0 && (self.run < self.budget || self.others == 0)
+    }
+
+    /// `others` other processes listen on the lock's channel.
+    fn heard(&mut self, others: u32) {
+        self.others = u16::try_from(others).unwrap_or(u16::MAX);
+    }
+
+    /// The lock was freed here and `others` other processes heard it: the run is
+    /// over, and this process yields (its waiters, queued now or coming later,
+    /// hold back until [`FALLBACK`] or the next unlock message). Answers whether
+    /// it yields. A local waiter that comes just after a release must not ask at
+    /// once either: one that was pausing between holds otherwise won every race
+    /// against the processes woken by the message (measured: one manager of three
+    /// made 528 of 600 holds).
+    pub(super) fn released(&mut self, others: u32, now: Instant) -> bool {
+        self.heard(others);
+        if others == 0 {
+            return false;
+        }
+        self.run = 0;
+        self.until = Some(now + FALLBACK);
+        true
+    }
+
+    /// How long to wait before asking after another process's unlock message,
+    /// for a head waiter that has waited `waited`: a random part of [`JITTER`],
+    /// scaled down the longer it waited (by 1 ms / (1 ms + waited)). The random
+    /// part breaks Redis's fixed delivery order; the scaling lets the process
+    /// that has waited longest ask first, so turns go round, and keeps a waiter
+    /// that has waited a while from losing every race to a client that asks at
+    /// once (another library on the same lock does).
+    pub(super) fn wake_delay(&self, waited: Duration) -> Duration {
+        let micros = u64::try_from(JITTER.as_micros()).unwrap_or(1).max(1);
+        let random = (uuid::Uuid::new_v4().as_u128() % u128::from(micros)) as u64;
+        let waited_us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        Duration::from_micros(random.saturating_mul(1_000) / 1_000u64.saturating_add(waited_us))
+    }
+
+    /// While the head waiter must not ask Redis: how much longer.
+    pub(super) fn holding_back(&self, now: Instant) -> Option<Duration> {
+        self.until
+            .filter(|t| now < *t)
+            .map(|t| t.saturating_duration_since(now))
+    }
+}
+
+impl LockActor {
+    /// The last hold of holding `epoch` is being given back: hands the lock to the
+    /// local head waiter in the same call when the turn allows (see the module
+    /// documentation). `None`: a plain release must run.
+    pub(super) fn hand_over(
+        &mut self,
+        epoch: u64,
+        giveback: &Giveback,
+    ) -> Option<ResponseActFuture<Self, Result<ReleaseOutcome, LockError>>> {
+        let rules = self.rules();
+        // An attempt, a check or another release in flight would race with it.
+        if !rules.takes_turns()
+            || self.turn.refused
+            || !self.turn.may_hand_over()
+            || self.attempt.is_some()
+            || self.resolving
+            || self.unresolved.is_some()
+            || self.releases > 0
+        {
+            return None;
+        }
+        let holder = self.holdings.get(epoch)?.owner;
+        let head = self.queue.front()?;
+        if head.owner == holder || head.reply.is_closed() {
+            return None;
+        }
+        let (attempt, to) = self.start_attempt(head.id)?;
+        self.releases += 1;
+        let (shared, config) = (self.shared.clone(), self.shared.config.clone());
+        let giveback = giveback.clone();
+        let sent = Instant::now();
+        let fut = async move {
+            let handed = with_latch(config.clone(), sent, |retry| {
+                let giveback = Giveback {
+                    retry,
+                    ..giveback.clone()
+                };
+                rules.transfer(&shared, giveback, to.clone())
+            })
+            .await;
+            match handed {
+                // The script asks for every right before its first write: a
+                // refusal changed nothing, and a plain release does the job
+                // (a user without PUBSUB NUMSUB, docs/operations.md).
+                Err(e) if e.code() == Some("NOPERM") => {
+                    let plain = with_latch(config, sent, |retry| {
+                        let giveback = Giveback {
+                            retry,
+                            ..giveback.clone()
+                        };
+                        rules.release(&shared, giveback)
+                    })
+                    .await;
+                    (plain.map(TransferReply::Release), Some(e))
+                }
+                handed => (handed, None),
+            }
+        };
+        Some(Box::pin(fut.into_actor(self).map(move |(res, refused), act, ctx| {
+            act.releases -= 1;
+            if let Some(e) = &refused {
+                warn!(lock = %act.name, error = %e, "cannot hand the lock over in one call; releasing instead");
+                act.turn.refused = true;
+            }
+            let (release, token) = match res {
+                Ok(TransferReply::HandedOver { token, listening }) => {
+                    let own = u32::from(act.listening(&act.channel()));
+                    act.turn.heard(listening.saturating_sub(own));
+                    let freed = ReleaseReply::Released {
+                        published: false,
+                        heard: 0,
+                    };
+                    (Ok(freed), Some(token))
+                }
+                Ok(TransferReply::Release(reply)) => (Ok(reply), None),
+                Err(e) => (Err(e), None),
+            };
+            // Held elsewhere or still held, or refused and released plainly: the
+            // waiter got nothing. Freed by a retry the latch answered, or no
+            // answer at all: the waiter may hold it, and its hold count says (as
+            // for any attempt whose reply was lost).
+            let unknown = token.is_none()
+                && refused.is_none()
+                && !matches!(
+                    release,
+                    Ok(ReleaseReply::StillHeld(_) | ReleaseReply::NotHeld)
+                );
+            let out = act.on_released(epoch, sent, release, ctx);
+            match token {
+                Some(token) => {
+                    let granted = AcquireReply::Acquired { token, holds: 1 };
+                    act.on_attempt(attempt, sent, Ok(granted), ctx);
+                }
+                None => {
+                    act.attempt = None;
+                    if unknown {
+                        act.unresolved = Some(attempt.unresolved());
+                    }
+                    act.pump(ctx);
+                }
+            }
+            out
+        })))
+    }
+
+    /// A plain release of this lock published its unlock message and `others`
+    /// other processes heard it: yields to them when this process's run is over
+    /// (the head waiter holds back, subscribed to hear their release).
+    pub(super) fn after_publishing(&mut self, others: u32, ctx: &mut Context<Self>) {
+        if !self.turn.released(others, Instant::now()) || self.queue.is_empty() {
+            return;
+        }
+        let channel = self.channel();
+        if !self.subs.contains_key(&channel) {
+            self.subscribe(channel, ctx);
+        }
+        self.schedule(Some(FALLBACK), ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_serves_each_local_waiter_its_rounds_then_yields() {
+        let now = Instant::now();
+        let mut turn = Turn::default();
+        turn.granted(2); // three here: budget 3 x ROUNDS
+        turn.heard(1);
+        for _ in 1..3 * ROUNDS {
+            assert!(turn.may_hand_over());
+            turn.granted(2);
+        }
+        assert!(!turn.may_hand_over(), "the budget is spent");
+        assert!(turn.released(1, now), "the plain release yields");
+        assert!(turn.holding_back(now).is_some());
+        assert!(turn.holding_back(now + FALLBACK).is_none());
+        turn.other_held();
+        assert!(turn.holding_back(now).is_none());
+    }
+
+    #[test]
+    fn the_longer_a_waiter_waited_the_sooner_it_asks() {
+        let turn = Turn::default();
+        for _ in 0..100 {
+            assert!(turn.wake_delay(Duration::ZERO) < JITTER);
+            assert!(turn.wake_delay(Duration::from_millis(9)) < JITTER / 10);
+        }
+    }
+
+    #[test]
+    fn nobody_else_listening_never_ends_the_run() {
+        let now = Instant::now();
+        let mut turn = Turn::default();
+        for _ in 0..100 {
+            turn.granted(5);
+            turn.heard(0);
+            assert!(turn.may_hand_over());
+        }
+        assert!(!turn.released(0, now));
+    }
+}
