@@ -137,7 +137,7 @@ pub struct Shape {
 
 /// Sleeps `d` on a blocking-pool thread, off tokio's 1 ms timer ticks (see the
 /// module documentation).
-async fn precise_sleep(d: Duration) {
+pub async fn precise_sleep(d: Duration) {
     tokio::task::spawn_blocking(move || std::thread::sleep(d))
         .await
         .expect("sleeping thread");
@@ -209,6 +209,69 @@ pub fn run(which: Impl, url: &str, shape: Shape, length: Duration, tag: &str) ->
     })
 }
 
+/// Most acquisitions by one waiter / fewest (`None` when one starved).
+pub fn fairness(per_waiter: &[u64]) -> Option<f64> {
+    let max = *per_waiter.iter().max()?;
+    let min = *per_waiter.iter().min()?;
+    (min > 0).then(|| max as f64 / min as f64)
+}
+
+/// One hold as a fleet child recorded it (scenario P), on the parent's clock.
+#[derive(Debug, Clone, Copy)]
+pub struct Hold {
+    /// Which waiter (numbered across the whole cell).
+    pub waiter: usize,
+    /// When it asked.
+    pub asked: Instant,
+    /// When it got the lock.
+    pub got: Instant,
+    /// When it called release, if it did within the cell.
+    pub called: Option<Instant>,
+    /// When the release returned, if it did within the cell.
+    pub returned: Option<Instant>,
+}
+
+/// A cell from holds recorded elsewhere (scenario P's processes): they are fed
+/// to the tracker in the order they happened, as B's waiters feed it live.
+pub fn replay(waiters: usize, holds: Vec<Hold>, length: Duration, redis: Delta) -> Cell {
+    // (when, 0 = a release returned / 1 = an acquisition, index into holds)
+    let mut events: Vec<(Instant, u8, usize)> = Vec::with_capacity(holds.len() * 2);
+    for (i, h) in holds.iter().enumerate() {
+        events.push((h.got, 1, i));
+        if let Some(at) = h.returned {
+            events.push((at, 0, i));
+        }
+    }
+    events.sort();
+    let mut t = Tracker {
+        per_waiter: vec![0; waiters],
+        ..Tracker::default()
+    };
+    let mut numbers = vec![0u64; holds.len()];
+    for (_, kind, i) in events {
+        let h = holds[i];
+        if kind == 1 {
+            numbers[i] = t.acquired(h.waiter, h.asked, h.got);
+            if let Some(called) = h.called {
+                t.held += called.saturating_duration_since(h.got);
+                t.holds += 1;
+            }
+        } else if let (Some(called), Some(at)) = (h.called, h.returned) {
+            t.released(h.waiter, numbers[i], called, at);
+        }
+    }
+    Cell {
+        acquisitions: t.acquisitions,
+        elapsed: length,
+        handoff: t.handoff,
+        free: t.free,
+        per_waiter: t.per_waiter,
+        held: t.held,
+        holds: t.holds,
+        redis,
+    }
+}
+
 /// One row of scenario B: all rounds of one (W, clients, implementation) merged.
 #[derive(Debug, Clone, Default)]
 pub struct Merged {
@@ -275,9 +338,7 @@ impl Merged {
 
     /// Most acquisitions by one waiter / fewest (`None` when one starved).
     pub fn fairness(&self) -> Option<f64> {
-        let max = *self.per_waiter.iter().max()?;
-        let min = *self.per_waiter.iter().min()?;
-        (min > 0).then(|| max as f64 / min as f64)
+        fairness(&self.per_waiter)
     }
 
     /// Redis commands (script-internal included) per acquisition.

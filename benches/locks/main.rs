@@ -10,7 +10,8 @@
 //! `JSON` lines are printed at the end, then the targets, then the chart.
 //! Scenarios: A uncontended (`uncontended.rs`), B contended (`contended.rs`),
 //! C many held locks (`many.rs`), R contended RedLock over three servers (scenario
-//! B's loop with RedLock clients, on servers of its own); settings in
+//! B's loop with RedLock clients, on servers of its own), P a fleet (scenario B's
+//! loop with every client a process of its own, `fleet.rs`); settings in
 //! `settings.rs`; how to read the output in `docs/performance.md`.
 
 #[path = "../../tests/support/mod.rs"]
@@ -20,6 +21,7 @@ mod chart;
 mod clients;
 mod contended;
 mod direct;
+mod fleet;
 mod many;
 mod probe;
 mod report;
@@ -36,9 +38,11 @@ use settings::{Machine, Settings};
 
 fn main() {
     // The many-locks scenario re-runs this binary as a child for a clean RSS.
-    if std::env::var("LOCKWARDEN_BENCH_CHILD").as_deref() == Ok("many") {
-        many::child_main();
-        return;
+    // So does the fleet scenario, once per member process.
+    match std::env::var("LOCKWARDEN_BENCH_CHILD").as_deref() {
+        Ok("many") => return many::child_main(),
+        Ok("fleet") => return fleet::child_main(),
+        _ => {}
     }
     // `cargo bench` passes `--bench` (and any filter); with harness = false there is
     // nothing to filter: scenarios and implementations are chosen by environment.
@@ -122,6 +126,39 @@ fn main() {
                 }
             }
         }
+        if settings.scenarios.contains(&'P') {
+            let mut fleets = settings.fleets();
+            if !fleets.is_empty() {
+                let turn = round % fleets.len();
+                fleets.rotate_left(turn);
+            }
+            for fleet in fleets {
+                probe::flush(&url);
+                let shape = contended::Shape {
+                    waiters: fleet.waiters,
+                    clients: fleet.procs,
+                    hold: settings.hold,
+                    pause: settings.pause,
+                };
+                let tag = format!(
+                    "r{round}-w{}-p{}-{}",
+                    fleet.waiters,
+                    fleet.procs,
+                    fleet.label()
+                );
+                let cell = fleet::run(fleet, &url, shape, settings.cell, &tag);
+                progress(format!(
+                    "P W={} processes={} {}: {} acquisitions, fairness {}",
+                    fleet.waiters,
+                    fleet.procs,
+                    fleet.label(),
+                    cell.acquisitions,
+                    contended::fairness(&cell.per_waiter)
+                        .map_or("starved".into(), |f| format!("{f:.2}"))
+                ));
+                results.p.entry(fleet).or_default().add(cell);
+            }
+        }
         if settings.scenarios.contains(&'R') {
             let mut order = Impl::REDLOCK.to_vec();
             order.rotate_left(round % Impl::REDLOCK.len());
@@ -177,6 +214,7 @@ fn main() {
     report::uncontended(&results);
     report::contended(&results);
     report::many(&results, &settings);
+    report::fleet(&results);
     report::redlock(&results);
     targets::check(&results, &settings);
     if !results.b.is_empty() {

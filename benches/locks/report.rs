@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 use crate::clients::Impl;
+use crate::fleet::Fleet;
 use crate::settings::{Machine, Settings};
 use crate::stats::{fmt_opt, fmt_us};
 use crate::{contended, many, uncontended};
@@ -26,6 +27,20 @@ pub struct Results {
     pub c_default: Vec<many::Cell>,
     /// Scenario R by (waiters, implementation).
     pub r: BTreeMap<(usize, Impl), contended::Merged>,
+    /// Scenario P by fleet.
+    pub p: BTreeMap<Fleet, contended::Merged>,
+}
+
+/// The foreign processes' share of a fleet's acquisitions over their share of
+/// its waiters (1.0: exactly in proportion), or `None` without foreign ones.
+pub fn foreign_share(fleet: &Fleet, r: &contended::Merged) -> Option<f64> {
+    let foreign = fleet.foreign_waiters();
+    if foreign == 0 || r.acquisitions == 0 {
+        return None;
+    }
+    let theirs: u64 = r.per_waiter.iter().rev().take(foreign).sum();
+    let share = theirs as f64 / r.acquisitions as f64;
+    Some(share / (foreign as f64 / fleet.waiters as f64))
 }
 
 /// A plain text table with columns sized to their content.
@@ -147,6 +162,7 @@ pub fn uncontended(results: &Results) {
         "reqs/pair",
         "redis cpu",
         "redis us/pair",
+        "client us/pair",
     ]);
     for (&(c, which), m) in &results.a {
         let raw = results.a.get(&(c, Impl::Raw)).map(|r| r.rate());
@@ -164,6 +180,7 @@ pub fn uncontended(results: &Results) {
             format!("{:.3}", m.per_pair(m.top_level)),
             format!("{:.0}%", m.cpu_percent()),
             format!("{:.1}", m.redis_us_per_pair()),
+            format!("{:.1}", m.client_us_per_pair()),
         ]);
         json_line(json!({
             "scenario": "A",
@@ -179,6 +196,7 @@ pub fn uncontended(results: &Results) {
             "requests_per_pair": m.per_pair(m.top_level),
             "redis_cpu_pct": m.cpu_percent(),
             "redis_cpu_us_per_pair": m.redis_us_per_pair(),
+            "client_cpu_us_per_pair": m.client_us_per_pair(),
         }));
     }
     t.print(2);
@@ -245,6 +263,67 @@ pub fn contended(results: &Results) {
             "handoff_samples": r.handoff.len(),
             "free_acquisitions": r.free,
             "fairness_max_over_min": r.fairness(),
+            "per_waiter": r.per_waiter,
+            "commands_per_acquisition": r.commands_per_acquisition(),
+            "requests_per_acquisition": r.requests_per_acquisition(),
+            "redis_cpu_pct": r.cpu_percent(),
+        }));
+    }
+    t.print(3);
+}
+
+/// Scenario P's table and JSON lines: every client a process of its own.
+pub fn fleet(results: &Results) {
+    if results.p.is_empty() {
+        return;
+    }
+    println!("\n## P. a fleet: W waiters on one key, spread over separate processes");
+    let mut t = Table::new(vec![
+        "W",
+        "procs",
+        "impl",
+        "acq/s",
+        "of ceiling",
+        "handoff p50",
+        "handoff p99",
+        "fairness",
+        "foreign share",
+        "cmds/acq",
+        "reqs/acq",
+        "redis cpu",
+    ]);
+    for (fleet, r) in &results.p {
+        let s = r.handoff.summary();
+        let share = foreign_share(fleet, r);
+        t.row(vec![
+            fleet.waiters.to_string(),
+            fleet.procs.to_string(),
+            fleet.label(),
+            format!("{:.0}", r.rate()),
+            format!("{:.2}", r.ceiling_ratio()),
+            fmt_opt(s.map(|s| s.p50_us)),
+            fmt_opt(s.map(|s| s.p99_us)),
+            r.fairness().map_or("starved".into(), |f| format!("{f:.2}")),
+            share.map_or("-".into(), |v| format!("{v:.2}x")),
+            format!("{:.2}", r.commands_per_acquisition()),
+            format!("{:.2}", r.requests_per_acquisition()),
+            format!("{:.0}%", r.cpu_percent()),
+        ]);
+        json_line(json!({
+            "scenario": "P",
+            "waiters": fleet.waiters,
+            "processes": fleet.procs,
+            "foreign_processes": fleet.foreign,
+            "impl": fleet.label(),
+            "acquisitions_per_sec": r.rate(),
+            "acquisitions_per_sec_rounds": r.per_round,
+            "acquisitions": r.acquisitions,
+            "ceiling_ratio": r.ceiling_ratio(),
+            "handoff_p50_us": s.map(|s| s.p50_us),
+            "handoff_p99_us": s.map(|s| s.p99_us),
+            "handoff_samples": r.handoff.len(),
+            "fairness_max_over_min": r.fairness(),
+            "foreign_share_over_proportional": share,
             "per_waiter": r.per_waiter,
             "commands_per_acquisition": r.commands_per_acquisition(),
             "requests_per_acquisition": r.requests_per_acquisition(),

@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use crate::clients::Impl;
+use crate::fleet::Fleet;
 
 /// The run's settings; see `docs/performance.md` for each variable.
 #[derive(Debug, Clone)]
@@ -20,7 +21,7 @@ pub struct Settings {
     pub rounds: usize,
     /// Lock counts of scenario C.
     pub lock_counts: Vec<usize>,
-    /// Which scenarios to run (`A`, `B`, `C`, `R`).
+    /// Which scenarios to run (`A`, `B`, `C`, `R`, `P`).
     pub scenarios: Vec<char>,
     /// Which implementations to run in scenarios A and B.
     pub impls: Vec<Impl>,
@@ -84,10 +85,10 @@ impl Settings {
                 .filter_map(|k| k.trim().parse().ok())
                 .filter(|&k| k > 0)
                 .collect(),
-            scenarios: env_or("LOCKWARDEN_BENCH_SCENARIOS", "ABCR".to_string())
+            scenarios: env_or("LOCKWARDEN_BENCH_SCENARIOS", "ABPCR".to_string())
                 .to_uppercase()
                 .chars()
-                .filter(|c| matches!(c, 'A' | 'B' | 'C' | 'R'))
+                .filter(|c| matches!(c, 'A' | 'B' | 'C' | 'R' | 'P'))
                 .collect(),
             impls,
             hold: Duration::from_micros(env_or("LOCKWARDEN_BENCH_HOLD_US", 1000)),
@@ -125,6 +126,38 @@ impl Settings {
         &[2, 8]
     }
 
+    /// Fleets of scenario P, each process a client of its own: lockwarden and
+    /// raw EVALSHA alone at W = 8 over 4 processes and W = 32 over 4 and 16, then
+    /// lockwarden with raw-EVALSHA processes beside it (a quarter of the
+    /// processes), for the foreign side's share.
+    pub fn fleets(&self) -> Vec<Fleet> {
+        let mut out = Vec::new();
+        for base in [Impl::Lockwarden, Impl::Raw] {
+            if !self.impls.contains(&base) {
+                continue;
+            }
+            for (waiters, procs) in [(8, 4), (32, 4), (32, 16)] {
+                out.push(Fleet {
+                    waiters,
+                    procs,
+                    base,
+                    foreign: 0,
+                });
+            }
+        }
+        if self.impls.contains(&Impl::Lockwarden) {
+            for (waiters, procs) in [(8, 4), (32, 16)] {
+                out.push(Fleet {
+                    waiters,
+                    procs,
+                    base: Impl::Lockwarden,
+                    foreign: procs / 4,
+                });
+            }
+        }
+        out
+    }
+
     /// A rough duration of the whole run, printed up front.
     pub fn estimate(&self) -> Duration {
         let per_cell = self.cell + Duration::from_millis(150);
@@ -139,6 +172,11 @@ impl Settings {
             cells += (self.redlock_waiters().len() * Impl::REDLOCK.len()) as u32;
         }
         let mut total = per_cell * cells;
+        if self.scenarios.contains(&'P') {
+            // processes started and warmed up, and the start line's lead
+            let fleets = self.fleets().len() as u32;
+            total += (self.cell + Duration::from_millis(400)) * fleets;
+        }
         if self.scenarios.contains(&'C') {
             for &k in &self.lock_counts {
                 // a child process, acquire and release at some 20,000 a second, the window

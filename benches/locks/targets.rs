@@ -1,4 +1,6 @@
-//! The targets of issue 5, checked against a run's results: one line per target
+//! The targets (the benchmark issue's, and the many-processes issue's: no
+//! starvation, flat Redis cost in the number of processes, a foreign client's
+//! share, the lone holder's speed), checked against a run's results: one line per target
 //! with what was measured and whether it was met.
 //!
 //! The thresholds live here and nowhere else, next to how each is computed. A
@@ -8,8 +10,10 @@
 use serde_json::json;
 
 use crate::clients::Impl;
+use crate::contended;
+use crate::fleet::Fleet;
 use crate::many;
-use crate::report::{json_line, Results, Table};
+use crate::report::{foreign_share, json_line, Results, Table};
 use crate::settings::Settings;
 
 /// One checked target.
@@ -30,6 +34,7 @@ const FLAT: f64 = 1.25;
 pub fn check(results: &Results, settings: &Settings) {
     let mut verdicts = Vec::new();
     contended(results, settings, &mut verdicts);
+    processes(results, &mut verdicts);
     uncontended(results, &mut verdicts);
     many(results, settings, &mut verdicts);
 
@@ -208,7 +213,101 @@ fn contended(results: &Results, settings: &Settings, out: &mut Vec<Verdict>) {
     });
 }
 
+/// Most/fewest acquisitions per waiter that still counts as "nobody starves".
+const SPREAD: f64 = 3.0;
+
+/// Several managers or processes on one plain lock.
+fn processes(results: &Results, out: &mut Vec<Verdict>) {
+    let lw = |w: usize, m: usize| results.b.get(&(w, m, Impl::Lockwarden));
+    let fleet = |w: usize, procs: usize, foreign: usize| {
+        let key = Fleet {
+            waiters: w,
+            procs,
+            base: Impl::Lockwarden,
+            foreign,
+        };
+        results.p.get(&key).map(|r| (key, r))
+    };
+    let fair = |r: Option<&contended::Merged>| r.map(|r| r.fairness().is_some_and(|f| f <= SPREAD));
+    let shown = |r: Option<&contended::Merged>| {
+        r.map_or("-".into(), |r| {
+            r.fairness().map_or("starved".into(), |f| format!("{f:.2}"))
+        })
+    };
+    let (mut measured, mut checks) = (Vec::new(), Vec::new());
+    for w in [8, 32] {
+        measured.push(format!("W={w}/m=4 {}", shown(lw(w, 4))));
+        checks.push(fair(lw(w, 4)));
+    }
+    for (w, procs) in [(8, 4), (32, 4), (32, 16)] {
+        let r = fleet(w, procs, 0).map(|(_, r)| r);
+        measured.push(format!("W={w}/{procs} procs {}", shown(r)));
+        checks.push(fair(r));
+    }
+    out.push(Verdict {
+        target: "several managers: nobody starved, most/fewest per waiter <= 3",
+        measured: joined(&measured),
+        met: all(&checks),
+    });
+
+    let (mut measured, mut checks) = (Vec::new(), Vec::new());
+    for w in [8, 32] {
+        let alone = lw(w, 1).map(|r| r.commands_per_acquisition());
+        let spread = [
+            ("m=4", lw(w, 4)),
+            ("4 procs", fleet(w, 4, 0).map(|(_, r)| r)),
+        ];
+        for (name, r) in spread {
+            let ratio = alone
+                .zip(r.map(|r| r.commands_per_acquisition()))
+                .map(|(a, b)| b / a.max(1e-9));
+            measured.push(format!(
+                "W={w} {name} {}",
+                ratio.map_or("-".into(), |v| format!("{v:.2}x"))
+            ));
+            checks.push(ratio.map(|v| v <= FLAT));
+        }
+    }
+    out.push(Verdict {
+        target: "Redis commands per acquisition over 4 managers <= 1.25x one manager's",
+        measured: joined(&measured),
+        met: all(&checks),
+    });
+
+    let (mut measured, mut checks) = (Vec::new(), Vec::new());
+    for (w, procs) in [(8, 4), (32, 16)] {
+        let share = fleet(w, procs, procs / 4).and_then(|(f, r)| foreign_share(&f, r));
+        measured.push(format!(
+            "W={w}/{procs} procs {}",
+            share.map_or("-".into(), |v| format!("{v:.2}x its proportion"))
+        ));
+        checks.push(share.map(|v| (1.0 / SPREAD..=SPREAD).contains(&v)));
+    }
+    out.push(Verdict {
+        target: "a foreign client's share within 3x of its proportion",
+        measured: joined(&measured),
+        met: all(&checks),
+    });
+}
+
 fn uncontended(results: &Results, out: &mut Vec<Verdict>) {
+    let (mut measured, mut checks) = (Vec::new(), Vec::new());
+    for c in [1, 16] {
+        let rate = |which| results.a.get(&(c, which)).map(|m| m.rate());
+        let r = rate(Impl::Lockwarden)
+            .zip(rate(Impl::Raw))
+            .map(|(a, b)| a / b.max(1e-9));
+        measured.push(format!(
+            "C={c} {}",
+            r.map_or("-".into(), |v| format!("{v:.2}x"))
+        ));
+        checks.push(r.map(|v| v >= 0.9));
+    }
+    out.push(Verdict {
+        target: "uncontended C=1 and C=16 >= 0.9x raw EVALSHA pairs/s",
+        measured: joined(&measured),
+        met: all(&checks),
+    });
     let rate = |which| results.a.get(&(64, which)).map(|m| m.rate());
     let lw = rate(Impl::Lockwarden);
     let raw = lw.zip(rate(Impl::Raw)).map(|(a, b)| a / b.max(1e-9));

@@ -26,6 +26,8 @@ pub struct Cell {
     pub acquire: Samples,
     /// Redis's side.
     pub redis: Delta,
+    /// CPU seconds this process (the client) spent.
+    pub client_cpu: f64,
 }
 
 /// Runs one cell: `holders` concurrent holders of `which` for `length`.
@@ -42,6 +44,7 @@ pub fn run(which: Impl, url: &str, holders: usize, length: Duration, tag: &str) 
         }
         let mut probe = Probe::connect(&url).await;
         let before = probe.snapshot().await;
+        let cpu_before = crate::stats::process_cpu_secs();
         let start = Instant::now();
         let deadline = start + length;
         let tasks: Vec<_> = keys
@@ -69,6 +72,7 @@ pub fn run(which: Impl, url: &str, holders: usize, length: Duration, tag: &str) 
             cell.acquire.extend(acquire);
         }
         cell.elapsed = start.elapsed();
+        cell.client_cpu = crate::stats::process_cpu_secs() - cpu_before;
         let after = probe.snapshot().await;
         cell.redis = before.delta(&after, which.top_level());
         cell
@@ -90,6 +94,8 @@ pub struct Merged {
     pub top_level: u64,
     /// Redis CPU seconds over all rounds.
     pub cpu: f64,
+    /// Client CPU seconds over all rounds.
+    pub client_cpu: f64,
     /// Pairs a second of each round, to show the spread.
     pub per_round: Vec<f64>,
 }
@@ -105,6 +111,7 @@ impl Merged {
         self.commands += cell.redis.commands;
         self.top_level += cell.redis.top_level;
         self.cpu += cell.redis.cpu;
+        self.client_cpu += cell.client_cpu;
     }
 
     /// Pairs a second over all rounds.
@@ -120,6 +127,11 @@ impl Merged {
     /// Redis CPU microseconds spent per pair.
     pub fn redis_us_per_pair(&self) -> f64 {
         1e6 * self.cpu / self.pairs.max(1) as f64
+    }
+
+    /// Client CPU microseconds spent per pair (every thread of the process).
+    pub fn client_us_per_pair(&self) -> f64 {
+        1e6 * self.client_cpu / self.pairs.max(1) as f64
     }
 
     /// Redis CPU as a percentage of one core.

@@ -13,6 +13,15 @@
 //! (`lua/acquire.lua` or `lua/release.lua`), so an idle acquire+release still costs
 //! exactly two round trips, and the batching only starts when calls queue up anyway.
 //!
+//! A call made while nothing else is out or queued does not even go through the
+//! driver: the caller takes a slot and sends the call itself, in its own task.
+//! That is the lone holder's case, the most common one, and it saves two task
+//! switches (the driver's wake-up and the task it spawns per batch) on each of
+//! its two round trips. Only then: a call sent directly carries one op, so taking
+//! slots this way while others are out would leave fewer slots to batches, and
+//! under load Redis would run more, smaller calls (the coalescing test counts
+//! them).
+//!
 //! A failed round trip (timeout, dropped connection) fails every call of its batch
 //! with the same error, which each lock actor already handles (a lost acquisition is
 //! checked by hold count, a release is retried with its request id). An error of one
@@ -21,6 +30,7 @@
 //! batch never spans two cluster slots.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use redis::{RedisError, RedisResult, Value};
@@ -43,6 +53,23 @@ struct Op {
 pub(crate) struct Coalescer {
     /// The driver's queue. When the last handle goes, the driver ends.
     ops: mpsc::UnboundedSender<Op>,
+    /// What the driver and the callers that pass it by share.
+    lane: Arc<Lane>,
+}
+
+/// The in-flight bound, shared by the driver and the calls sent directly.
+#[derive(Debug)]
+struct Lane {
+    /// One permit per call (or batch) awaiting its reply. The driver holds one
+    /// while it waits for work.
+    slots: Arc<Semaphore>,
+    /// Ops sent to the driver that it has not taken yet: while there are any, a
+    /// new call queues behind them rather than overtaking them.
+    queued: AtomicUsize,
+    /// The bound on calls in flight (`slots`' size).
+    in_flight: usize,
+    /// The connection direct calls go on.
+    conn: Conn,
 }
 
 impl Coalescer {
@@ -55,25 +82,43 @@ impl Coalescer {
         in_flight: usize,
     ) -> Self {
         let (ops, queue) = mpsc::unbounded_channel();
-        actix_rt::spawn(drive(
-            conn,
-            topology,
-            queue,
-            max_batch.max(1),
-            in_flight.max(1),
-        ));
-        Coalescer { ops }
+        let lane = Arc::new(Lane {
+            // The driver keeps one while it waits for work, so direct calls get
+            // at most `in_flight - 1` (none with a bound of 1: then everything
+            // goes through the driver, as the bound asks).
+            slots: Arc::new(Semaphore::new(in_flight.max(1))),
+            queued: AtomicUsize::new(0),
+            in_flight: in_flight.max(1),
+            conn: conn.clone(),
+        });
+        actix_rt::spawn(drive(conn, topology, queue, lane.clone(), max_batch.max(1)));
+        Coalescer { ops, lane }
     }
 
     /// Runs `call`, alone or in a batch with others that are ready at the same
     /// moment, and reads its reply. A call without a batch code always goes alone.
     pub(crate) async fn call<S: ScriptCall>(&self, call: &S) -> RedisResult<S::Reply> {
+        // Only the idle driver's slot is taken and nothing is queued: the
+        // driver would send this at once, alone; send it from here instead.
+        let idle = self.lane.slots.available_permits() + 1 == self.lane.in_flight;
+        if idle && self.lane.queued.load(Ordering::Acquire) == 0 {
+            if let Ok(slot) = self.lane.slots.try_acquire() {
+                let mut conn = self.lane.conn.clone();
+                let value = call.invocation().run(&mut conn).await;
+                drop(slot);
+                return call.parse(value.and_then(wire::into_result)?);
+            }
+        }
         let (reply, answer) = oneshot::channel();
         let op = Op {
             call: call.invocation(),
             reply,
         };
-        self.ops.send(op).map_err(|_| stopped())?;
+        self.lane.queued.fetch_add(1, Ordering::AcqRel);
+        if self.ops.send(op).is_err() {
+            self.lane.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(stopped());
+        }
         let value = answer.await.map_err(|_| stopped())??;
         call.parse(value)
     }
@@ -94,14 +139,13 @@ async fn drive(
     conn: Conn,
     topology: Topology,
     mut queue: mpsc::UnboundedReceiver<Op>,
+    lane: Arc<Lane>,
     max_batch: usize,
-    in_flight: usize,
 ) {
-    let slots = Arc::new(Semaphore::new(in_flight));
     loop {
         // A slot first, then work: while every slot is taken, ops pile up in the
         // queue and the next free slot takes them all at once.
-        let Ok(slot) = slots.clone().acquire_owned().await else {
+        let Ok(slot) = lane.slots.clone().acquire_owned().await else {
             return;
         };
         let Some(first) = queue.recv().await else {
@@ -114,6 +158,7 @@ async fn drive(
                 Err(_) => break,
             }
         }
+        lane.queued.fetch_sub(taken.len(), Ordering::AcqRel);
         // A call that cannot be batched goes alone; the rest by group. On a
         // standalone server that is one batch, as before grouping existed.
         let mut groups: BTreeMap<Option<Group>, Vec<Op>> = BTreeMap::new();
