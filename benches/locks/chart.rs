@@ -48,6 +48,7 @@ fn colour(which: Impl) -> RGBColor {
         Impl::RslockTuned => RGBColor(255, 127, 14),
         Impl::Naive => RGBColor(127, 127, 127),
         Impl::RedLock => RGBColor(148, 103, 189),
+        Impl::LockwardenCluster => RGBColor(23, 190, 207),
     }
 }
 

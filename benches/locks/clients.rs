@@ -31,6 +31,9 @@ pub enum Impl {
     /// lockwarden's RedLock over several servers (scenario R only), one manager
     /// per server.
     RedLock,
+    /// lockwarden on a three-master Redis Cluster (scenario K only), one manager
+    /// given every master as a seed.
+    LockwardenCluster,
 }
 
 impl Impl {
@@ -56,6 +59,7 @@ impl Impl {
             Impl::RslockTuned => "rslock-10ms",
             Impl::Naive => "naive",
             Impl::RedLock => "lockwarden-redlock",
+            Impl::LockwardenCluster => "lockwarden-cluster",
         }
     }
 
@@ -69,6 +73,8 @@ impl Impl {
             "script",
             "subscribe",
             "unsubscribe",
+            "ssubscribe",
+            "sunsubscribe",
             "ping",
         ];
         const PLAIN: &[&str] = &[
@@ -82,7 +88,7 @@ impl Impl {
         ];
         match self {
             // lockwarden and raw only ever send scripts (SET appears inside them).
-            Impl::Lockwarden | Impl::Raw | Impl::RedLock => SCRIPTED,
+            Impl::Lockwarden | Impl::Raw | Impl::RedLock | Impl::LockwardenCluster => SCRIPTED,
             Impl::Rslock | Impl::RslockTuned | Impl::Naive => PLAIN,
         }
     }
@@ -140,6 +146,10 @@ impl Client {
                 Client::Lockwarden(LockManager::start(config).await.expect("lockwarden start"))
             }
             Impl::Raw => Client::Raw(Raw::connect(url, contended).await),
+            Impl::LockwardenCluster => {
+                let config = Config::cluster(url.split(',')).expect("cluster seeds");
+                Client::Lockwarden(LockManager::start(config).await.expect("lockwarden start"))
+            }
             Impl::RedLock => {
                 let mut managers = Vec::new();
                 for url in url.split(',') {

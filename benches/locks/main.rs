@@ -11,7 +11,8 @@
 //! Scenarios: A uncontended (`uncontended.rs`), B contended (`contended.rs`),
 //! C many held locks (`many.rs`), R contended RedLock over three servers (scenario
 //! B's loop with RedLock clients, on servers of its own), P a fleet (scenario B's
-//! loop with every client a process of its own, `fleet.rs`); settings in
+//! loop with every client a process of its own, `fleet.rs`), K scenarios A and B
+//! once more on a three-master Redis Cluster (`lockwarden-cluster` rows); settings in
 //! `settings.rs`; how to read the output in `docs/performance.md`.
 
 #[path = "../../tests/support/mod.rs"]
@@ -71,6 +72,10 @@ fn main() {
         .map(support::RedisServer::url)
         .collect::<Vec<_>>()
         .join(",");
+    // Scenario K's cluster, only when it runs (it takes a few seconds to form).
+    let cluster = (settings.scenarios.contains(&'K') && settings.impls.contains(&Impl::Lockwarden))
+        .then(|| support::Cluster::start(3, 0));
+    let cluster_url = cluster.as_ref().map(|c| c.seeds().join(","));
     let started = Instant::now();
     let mut results = Results::default();
     for round in 0..settings.rounds {
@@ -123,6 +128,39 @@ fn main() {
                         ));
                         results.b.entry((w, m, which)).or_default().add(cell);
                     }
+                }
+            }
+        }
+        if let Some(curl) = &cluster_url {
+            let which = Impl::LockwardenCluster;
+            for &c in settings.holders() {
+                probe::flush(curl);
+                let tag = format!("r{round}-c{c}-{}", which.name());
+                let cell = uncontended::run(which, curl, c, settings.cell, &tag);
+                progress(format!(
+                    "K A C={c} {}: {:.0} pairs/s",
+                    which.name(),
+                    cell.pairs as f64 / cell.elapsed.as_secs_f64()
+                ));
+                results.a.entry((c, which)).or_default().add(cell);
+            }
+            for &w in settings.waiters() {
+                for &m in settings.layouts() {
+                    probe::flush(curl);
+                    let shape = contended::Shape {
+                        waiters: w,
+                        clients: m,
+                        hold: settings.hold,
+                        pause: settings.pause,
+                    };
+                    let tag = format!("r{round}-w{w}-m{m}-{}", which.name());
+                    let cell = contended::run(which, curl, shape, settings.cell, &tag);
+                    progress(format!(
+                        "K B W={w} m={m} {}: {} acquisitions",
+                        which.name(),
+                        cell.acquisitions
+                    ));
+                    results.b.entry((w, m, which)).or_default().add(cell);
                 }
             }
         }
@@ -210,11 +248,28 @@ fn main() {
         }
     }
 
+    if let Some(cluster) = &cluster {
+        results.k_slots = Some(report::SlotPurity {
+            script_calls: cluster.calls("evalsha") + cluster.calls("eval"),
+            crossslot: cluster
+                .nodes
+                .iter()
+                .map(|n| {
+                    n.info("errorstats")
+                        .lines()
+                        .find_map(|l| l.strip_prefix("errorstat_CROSSSLOT:count="))
+                        .and_then(|c| c.trim().parse::<u64>().ok())
+                        .unwrap_or(0)
+                })
+                .sum(),
+        });
+    }
     report::header(&machine, &redis_version, &settings);
     report::uncontended(&results);
     report::contended(&results);
     report::many(&results, &settings);
     report::fleet(&results);
+    report::slot_purity(&results);
     report::redlock(&results);
     targets::check(&results, &settings);
     if !results.b.is_empty() {

@@ -29,6 +29,44 @@ pub struct Results {
     pub r: BTreeMap<(usize, Impl), contended::Merged>,
     /// Scenario P by fleet.
     pub p: BTreeMap<Fleet, contended::Merged>,
+    /// Scenario K: whether every script call kept to one slot.
+    pub k_slots: Option<SlotPurity>,
+}
+
+/// Script calls on the cluster over the whole run, and how many Redis refused
+/// for spanning slots.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotPurity {
+    /// EVALSHA and EVAL calls summed over the nodes.
+    pub script_calls: u64,
+    /// `errorstat_CROSSSLOT` summed over the nodes.
+    pub crossslot: u64,
+}
+
+impl SlotPurity {
+    /// The share of script calls that kept to one slot, in percent.
+    pub fn pure_percent(&self) -> f64 {
+        100.0 * (1.0 - self.crossslot as f64 / self.script_calls.max(1) as f64)
+    }
+}
+
+/// Scenario K's slot check: one line and a JSON line.
+pub fn slot_purity(results: &Results) {
+    let Some(k) = results.k_slots else {
+        return;
+    };
+    println!(
+        "\n## K. cluster: {} script calls over the run, {} CROSSSLOT errors: {:.3}% slot-pure",
+        k.script_calls,
+        k.crossslot,
+        k.pure_percent()
+    );
+    json_line(json!({
+        "scenario": "K",
+        "script_calls": k.script_calls,
+        "crossslot_errors": k.crossslot,
+        "slot_pure_pct": k.pure_percent(),
+    }));
 }
 
 /// The foreign processes' share of a fleet's acquisitions over their share of

@@ -21,7 +21,7 @@ pub struct Settings {
     pub rounds: usize,
     /// Lock counts of scenario C.
     pub lock_counts: Vec<usize>,
-    /// Which scenarios to run (`A`, `B`, `C`, `R`, `P`).
+    /// Which scenarios to run (`A`, `B`, `C`, `R`, `P`, `K`).
     pub scenarios: Vec<char>,
     /// Which implementations to run in scenarios A and B.
     pub impls: Vec<Impl>,
@@ -85,10 +85,10 @@ impl Settings {
                 .filter_map(|k| k.trim().parse().ok())
                 .filter(|&k| k > 0)
                 .collect(),
-            scenarios: env_or("LOCKWARDEN_BENCH_SCENARIOS", "ABPCR".to_string())
+            scenarios: env_or("LOCKWARDEN_BENCH_SCENARIOS", "ABPKCR".to_string())
                 .to_uppercase()
                 .chars()
-                .filter(|c| matches!(c, 'A' | 'B' | 'C' | 'R' | 'P'))
+                .filter(|c| matches!(c, 'A' | 'B' | 'C' | 'R' | 'P' | 'K'))
                 .collect(),
             impls,
             hold: Duration::from_micros(env_or("LOCKWARDEN_BENCH_HOLD_US", 1000)),
@@ -172,6 +172,12 @@ impl Settings {
             cells += (self.redlock_waiters().len() * Impl::REDLOCK.len()) as u32;
         }
         let mut total = per_cell * cells;
+        if self.scenarios.contains(&'K') && self.impls.contains(&Impl::Lockwarden) {
+            // the cluster forms in a few seconds, then A's and B's cells once more
+            total += Duration::from_secs(4) / self.rounds.max(1) as u32;
+            total += per_cell
+                * (self.holders().len() + self.waiters().len() * self.layouts().len()) as u32;
+        }
         if self.scenarios.contains(&'P') {
             // processes started and warmed up, and the start line's lead
             let fleets = self.fleets().len() as u32;

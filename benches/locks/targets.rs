@@ -35,6 +35,13 @@ pub fn check(results: &Results, settings: &Settings) {
     let mut verdicts = Vec::new();
     contended(results, settings, &mut verdicts);
     processes(results, &mut verdicts);
+    if let Some(k) = results.k_slots {
+        verdicts.push(Verdict {
+            target: "cluster: every script call slot-pure",
+            measured: format!("{} calls, {} CROSSSLOT", k.script_calls, k.crossslot),
+            met: Some(k.crossslot == 0 && k.script_calls > 0),
+        });
+    }
     uncontended(results, &mut verdicts);
     many(results, settings, &mut verdicts);
 
