@@ -6,6 +6,11 @@
 -- ARGV[2]  owner field, "<client id>:<owner number>"
 -- ARGV[3]  lifetime of the token counter in whole milliseconds, >= 1, set again at
 --          every grant
+-- ARGV[4]  "1" when the caller knows the owner field does not hold the lock (it
+--          was made for this acquisition) and an earlier attempt found the key a
+--          lock hash: a busy lock is then not asked whether it is the caller's,
+--          which makes a refusal two commands instead of three; else "0" or absent
+--          (a re-entry is possible, and HEXISTS also refuses a key of another type)
 --
 -- Returns {1, token, holds} when the caller now holds the lock (token is the new
 -- fencing token, holds the caller's hold count), or {0, pttl} when another owner
@@ -27,6 +32,9 @@ if ARGV[2] == nil or ARGV[2] == '' then
 end
 if keep == nil or #keep > 15 or not string.find(keep, '^[1-9]%d*$') then
   return redis.error_reply('ERR lockwarden: token lifetime must be a whole number of milliseconds >= 1')
+end
+if ARGV[4] ~= nil and ARGV[4] ~= '0' and ARGV[4] ~= '1' then
+  return redis.error_reply('ERR lockwarden: new-owner flag must be 0 or 1')
 end
 
 -- ACL: a command the ACL denies inside a script fails the script where it
@@ -51,14 +59,14 @@ end
 -- PTTL first: -2 says the lock is free, and otherwise it is the busy answer's
 -- number. A caller that finds the lock held (the common case under contention)
 -- thus costs two commands, PTTL and HEXISTS, where EXISTS, HEXISTS and PTTL were
--- three.
+-- three; one, PTTL, on a retry for a new owner (ARGV[4]).
 local pttl = redis.pcall('pttl', KEYS[1])
 if type(pttl) == 'table' then
   return refused(pttl, 'PTTL on the lock', 'pttl', KEYS[1])
 end
 local exists = (pttl == -2) and 0 or 1
 local mine = 0
-if exists == 1 then
+if exists == 1 and ARGV[4] ~= '1' then
   mine = redis.pcall('hexists', KEYS[1], ARGV[2])
   if type(mine) == 'table' then
     return refused(mine, 'HEXISTS on the lock', 'hexists', KEYS[1], ARGV[2])

@@ -32,8 +32,9 @@
 -- Each op's key and argument count, and a runner that hands it its own KEYS and
 -- ARGV (k and a: where its keys and arguments start, less one).
 local shapes = {
-  a = {2, 3, function(k, a)
-    return op_acquire({KEYS[k + 1], KEYS[k + 2]}, {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]})
+  a = {2, 4, function(k, a)
+    return op_acquire({KEYS[k + 1], KEYS[k + 2]},
+      {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]})
   end},
   r = {3, 5, function(k, a)
     return op_release({KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]},

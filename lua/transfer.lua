@@ -20,9 +20,12 @@
 -- ARGV[6]  the new owner's field
 -- ARGV[7]  its lease in whole milliseconds
 -- ARGV[8]  the token counter's lifetime in whole milliseconds
+-- ARGV[9]  "1" to count the subscriptions on the unlock channel (PUBSUB NUMSUB),
+--          "0" or absent not to: the caller needs the count only now and then
 --
 -- Returns {0, token, listening} when the lock went to the new owner (its fencing
--- token; how many subscriptions listen on the unlock channel), else what release.lua
+-- token; how many subscriptions listen on the unlock channel, when asked for;
+-- {0, token} when not), else what release.lua
 -- returned: > 0 holds left (nothing handed over), -1 not held, a plain 0 for a retry
 -- answered from the latch (whether the new owner got it is then unknown: the
 -- caller reads its hold count), or an error reply.
@@ -39,6 +42,10 @@ end
 if ARGV[6] == nil or ARGV[6] == '' or ARGV[6] == ARGV[2] then
   return redis.error_reply('ERR lockwarden: the new owner field must differ from the old one')
 end
+local count = ARGV[9] == '1'
+if ARGV[9] ~= nil and ARGV[9] ~= '0' and not count then
+  return redis.error_reply('ERR lockwarden: count flag must be 0 or 1')
+end
 local acl = redis.acl_check_cmd
 if acl then
   local denied = (not acl('pttl', KEYS[1]) and 'PTTL on the lock')
@@ -47,7 +54,7 @@ if acl then
     or (not acl('time') and 'TIME')
     or (not acl('set', KEYS[4], '1', 'px', keep, 'get') and 'SET on the token counter')
     or (not acl('publish', KEYS[2], ARGV[4]) and 'PUBLISH on the unlock channel')
-    or (not acl('pubsub', 'numsub', KEYS[2]) and 'PUBSUB NUMSUB on the unlock channel')
+    or (count and not acl('pubsub', 'numsub', KEYS[2]) and 'PUBSUB NUMSUB on the unlock channel')
   if denied then
     return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. denied)
   end
@@ -64,6 +71,9 @@ if granted.err or granted[1] ~= 1 then
   -- happen, the lock is free: say so to those who wait.
   redis.call('publish', KEYS[2], ARGV[4])
   return granted
+end
+if not count then
+  return {0, granted[2]}
 end
 local listening = redis.call('pubsub', 'numsub', KEYS[2])[2]
 return {0, granted[2], listening}

@@ -195,6 +195,20 @@ async fn scripts_refuse_bad_arguments_before_writing() {
         .arg("")
         .invoke(&mut conn);
     assert!(res.is_err(), "acquire with an empty owner must fail");
+    for fresh in ["2", "yes", ""] {
+        let res: redis::RedisResult<redis::Value> = acquire
+            .key("raw")
+            .key("redisson_lock_token:{raw}")
+            .arg("1000")
+            .arg("client:1")
+            .arg("60000")
+            .arg(fresh)
+            .invoke(&mut conn);
+        assert!(
+            res.is_err(),
+            "acquire with new-owner flag {fresh:?} must fail"
+        );
+    }
     assert_eq!(dbsize(&server), 0, "a refused acquire wrote something");
 
     // A held lock survives a release with a bad lease, latch lifetime or retry flag.

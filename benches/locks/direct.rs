@@ -137,6 +137,8 @@ impl Raw {
                 .arg(&field)
                 // The token counter's lifetime: the library's default, an hour.
                 .arg(3_600_000u64)
+                // A new owner field per acquisition, as lockwarden's default owner.
+                .arg("1")
                 .invoke_async(&mut self.conn.clone())
                 .await
                 .expect("raw acquire script");

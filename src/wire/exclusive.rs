@@ -36,6 +36,11 @@ pub(crate) struct Acquire<'a> {
     pub(crate) lease_ms: u64,
     /// How long the fencing token counter lives after this grant, in ms.
     pub(crate) token_ttl_ms: u64,
+    /// The owner field was made for this acquisition (it cannot hold the lock)
+    /// and an earlier attempt found the key a lock hash: a busy lock need not be
+    /// asked whether it is a re-entry (one command less per refusal, the common
+    /// answer under contention).
+    pub(crate) fresh: bool,
 }
 
 impl ScriptCall for Acquire<'_> {
@@ -48,7 +53,8 @@ impl ScriptCall for Acquire<'_> {
             .key(keys::token(self.name))
             .arg(self.lease_ms)
             .arg(self.field)
-            .arg(self.token_ttl_ms);
+            .arg(self.token_ttl_ms)
+            .arg(flag(self.fresh));
         call.batch = Some(BatchOp::Acquire);
         call
     }
@@ -121,6 +127,8 @@ pub(crate) struct Transfer<'a> {
     pub(crate) lease_ms: u64,
     /// How long the fencing token counter lives after this grant, in ms.
     pub(crate) token_ttl_ms: u64,
+    /// Also count the subscriptions on the unlock channel (one more command).
+    pub(crate) count: bool,
 }
 
 /// What a [`Transfer`] did.
@@ -130,8 +138,9 @@ pub(crate) enum TransferReply {
     HandedOver {
         /// Its fencing token.
         token: u64,
-        /// How many subscriptions listen on the lock's unlock channel.
-        listening: u32,
+        /// How many subscriptions listen on the lock's unlock channel, when
+        /// counted.
+        listening: Option<u32>,
     },
     /// Nothing was handed over; the release did this. `Released` only comes from
     /// a retry answered by the latch: whether the new owner holds the lock is then
@@ -159,6 +168,7 @@ impl ScriptCall for Transfer<'_> {
             .arg(self.to)
             .arg(self.lease_ms)
             .arg(self.token_ttl_ms)
+            .arg(flag(self.count))
     }
 
     fn parse(&self, reply: Value) -> RedisResult<TransferReply> {
@@ -166,11 +176,16 @@ impl ScriptCall for Transfer<'_> {
         match reply {
             Int(left) => Ok(TransferReply::Release(release_reply(left, true))),
             Value::Array(done) => match done.as_slice() {
-                [Int(0), Int(token), Int(listening)] => Ok(TransferReply::HandedOver {
-                    token: u64::try_from(*token)
-                        .map_err(|_| unexpected("negative fencing token"))?,
-                    listening: u32::try_from(*listening).unwrap_or(0),
-                }),
+                [Int(0), Int(token), rest @ ..] if rest.len() <= 1 => {
+                    Ok(TransferReply::HandedOver {
+                        token: u64::try_from(*token)
+                            .map_err(|_| unexpected("negative fencing token"))?,
+                        listening: match rest {
+                            [Int(n)] => Some(u32::try_from(*n).unwrap_or(0)),
+                            _ => None,
+                        },
+                    })
+                }
                 _ => Err(unexpected("transfer script returned an unknown shape")),
             },
             _ => Err(unexpected("transfer script returned an unknown shape")),

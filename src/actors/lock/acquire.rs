@@ -120,6 +120,8 @@ impl LockActor {
         // leaving this queue must leave that one too.
         w.queued |= queue;
         w.due = false;
+        // A retry: the first attempt found the key a lock hash (or got an error).
+        let fresh = w.fresh && w.tried_at.is_some();
         w.tried_at = Some(Instant::now());
         let attempt = Attempt {
             waiter: w.id,
@@ -136,6 +138,7 @@ impl LockActor {
             lease_ms: millis(attempt.lease.unwrap_or(self.shared.config.watchdog_lease)),
             queue,
             token_ttl_ms: millis(self.shared.config.token_ttl),
+            fresh,
         };
         self.attempt = Some(attempt.waiter);
         self.woken = false;

@@ -27,7 +27,6 @@ mod waiters;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix::prelude::*;
 use actix::WeakRecipient;
@@ -513,11 +512,7 @@ impl Handler<Unlocked> for LockActor {
         // Another process released it: the next grant here starts a new run.
         self.turn.other_held();
         if self.rules().takes_turns() {
-            let waited = self
-                .queue
-                .front()
-                .map_or(Duration::ZERO, |w| w.since.elapsed());
-            let delay = self.turn.wake_delay(waited);
+            let delay = self.turn.wake_delay();
             if delay < turn::PRECISION {
                 self.wake(ctx);
             } else {

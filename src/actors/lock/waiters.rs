@@ -30,6 +30,10 @@ pub(crate) struct Waiter {
     pub(crate) kind: AcquireKind,
     /// The owner that will hold the lock.
     pub(crate) owner: Owner,
+    /// The owner was made for this acquisition (none was given): it holds
+    /// nothing, and every attempt made for it is resolved before the next is
+    /// sent, so it never holds the lock while it waits.
+    pub(crate) fresh: bool,
     /// The hash field it will hold: `<client id>:<owner>`, with `:write` after it for
     /// a writer; computed once.
     pub(crate) field: Arc<str>,

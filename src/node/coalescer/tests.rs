@@ -36,6 +36,7 @@ async fn acquire(via: &Coalescer, name: &str, field: &str) -> redis::RedisResult
         field,
         lease_ms: LEASE_MS,
         token_ttl_ms: 60_000,
+        fresh: false,
     })
     .await
 }
@@ -217,6 +218,7 @@ async fn a_lone_call_runs_the_plain_script() {
         field: "x",
         lease_ms: 1,
         token_ttl_ms: 1,
+        fresh: false,
     }
     .invocation();
     let release = wire::Release {

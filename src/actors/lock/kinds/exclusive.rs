@@ -35,6 +35,7 @@ impl KindRules for Exclusive {
         shared: &Shared,
         g: Giveback,
         to: Attempt,
+        count: bool,
     ) -> LocalBoxFuture<'static, RedisResult<TransferReply>> {
         let via = shared.coalescer.clone();
         let latch_ttl_ms = millis(shared.config.latch_ttl);
@@ -44,6 +45,7 @@ impl KindRules for Exclusive {
                 to: &to.field,
                 lease_ms: to.lease_ms,
                 token_ttl_ms: to.token_ttl_ms,
+                count,
             };
             via.call(&call).await
         }
@@ -66,6 +68,7 @@ impl KindRules for Exclusive {
                 field: &a.field,
                 lease_ms: a.lease_ms,
                 token_ttl_ms: a.token_ttl_ms,
+                fresh: a.fresh,
             };
             via.call(&call).await
         }

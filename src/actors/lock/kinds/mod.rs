@@ -44,6 +44,11 @@ pub(super) struct Attempt {
     pub(super) queue: bool,
     /// How long the fencing token counter lives after this grant, in ms.
     pub(super) token_ttl_ms: u64,
+    /// Its owner was made for this acquisition (no `Acquire::owner`), so it
+    /// cannot hold the lock, and an earlier attempt of it found the key a lock
+    /// (a first attempt checks both, which also refuses a key of another type):
+    /// no re-entry check is needed.
+    pub(super) fresh: bool,
 }
 
 /// One release of a hold, as every kind's release script needs it.
@@ -98,12 +103,14 @@ pub(super) trait KindRules: Sync {
     }
 
     /// Gives back the last hold of `giveback` and grants `to` in one call,
-    /// without freeing the lock. Only called where [`KindRules::takes_turns`].
+    /// without freeing the lock; with `count`, also counts who listens on the
+    /// unlock channel. Only called where [`KindRules::takes_turns`].
     fn transfer(
         &self,
         _shared: &Shared,
         _giveback: Giveback,
         _to: Attempt,
+        _count: bool,
     ) -> LocalBoxFuture<'static, RedisResult<TransferReply>> {
         Box::pin(futures::future::ready(Err(redis::RedisError::from((
             redis::ErrorKind::Client,
