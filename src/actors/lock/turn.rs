@@ -128,7 +128,9 @@ impl Turn {
     /// that spends the budget, whose count decides whether the next release
     /// yields. In between, `others` keeps the last count.
     pub(super) fn count_now(&self) -> bool {
-        (self.run.saturating_add(1)) % self.budget.max(1) == 0
+        self.run
+            .saturating_add(1)
+            .is_multiple_of(self.budget.max(1))
     }
 
     /// `others` other processes listen on the lock's channel.
