@@ -4,6 +4,7 @@
 //! [`RedisServer`]s, so a test can kill, pause or restart one; every node's log is
 //! printed when a test panics (each server prints its own on drop).
 
+use std::collections::HashMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -183,5 +184,41 @@ impl Cluster {
             .filter(|n| n.pid().is_some())
             .map(|n| n.commandstats().get(command).copied().unwrap_or(0))
             .sum()
+    }
+}
+
+impl Cluster {
+    /// The running nodes (indexes into `nodes`) that are masters now.
+    pub fn running_masters(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| {
+                self.nodes[i].pid().is_some()
+                    && self.nodes[i].info("replication").contains("role:master")
+            })
+            .collect()
+    }
+
+    /// The node (index into `nodes`) serving each key's slot as master: two round
+    /// trips whatever the number of keys (KEYSLOT pipelined, then CLUSTER SLOTS).
+    pub fn owners_of(&self, keys: &[&str]) -> Vec<usize> {
+        let asker = self
+            .nodes
+            .iter()
+            .find(|n| n.pid().is_some())
+            .expect("a running node");
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.cmd("CLUSTER").arg("KEYSLOT").arg(*key);
+        }
+        let slots: Vec<u16> = pipe.query(&mut asker.conn()).expect("CLUSTER KEYSLOT");
+        let mut owners: HashMap<u16, usize> = HashMap::new();
+        slots
+            .into_iter()
+            .map(|slot| {
+                *owners
+                    .entry(slot)
+                    .or_insert_with(|| self.owner_of_slot(slot))
+            })
+            .collect()
     }
 }
