@@ -12,12 +12,16 @@
 
 mod support;
 
+#[path = "scenarios/bad_input.rs"]
+mod bad_input;
 #[path = "scenarios/exclusion.rs"]
 mod exclusion;
 #[path = "scenarios/reentrancy.rs"]
 mod reentrancy;
 #[path = "scenarios/waiting.rs"]
 mod waiting;
+#[path = "scenarios/watchdog.rs"]
+mod watchdog;
 
 use std::future::Future;
 use std::time::Instant;
@@ -36,11 +40,42 @@ async fn run<'a, F: Future<Output = ()> + 'a>(name: &str, began: Instant, scenar
 /// Not run here, and why:
 /// - `exclusion::fencing_tokens_survive_a_redis_restart_with_no_data` restarts
 ///   the one server empty; a cluster node restarted empty leaves the cluster.
+/// - `bad_input::scripts_refuse_bad_arguments_before_writing` and
+///   `a_handover_with_bad_arguments_changes_nothing` call the Lua files directly
+///   on a connection: what they check is the scripts' own argument checks, the
+///   same wherever the scripts run.
 #[actix_rt::test]
 async fn behaviour_scenarios_on_a_three_master_cluster() {
     let t = Target::cluster(3, 0);
     let began = Instant::now();
     let t = &t;
+
+    // First: these count script calls and keys, which a manager of a later
+    // scenario still giving back a lock in the background would disturb.
+    run(
+        "bad_input::names",
+        began,
+        bad_input::bad_names_are_refused_before_reaching_redis(t),
+    )
+    .await;
+    run(
+        "bad_input::leases",
+        began,
+        bad_input::bad_leases_are_refused(t),
+    )
+    .await;
+    run(
+        "bad_input::configs",
+        began,
+        bad_input::bad_configs_are_refused_at_start(t),
+    )
+    .await;
+    run(
+        "bad_input::not_locks",
+        began,
+        bad_input::keys_that_are_not_locks_are_left_alone(t),
+    )
+    .await;
 
     run(
         "exclusion::two_managers",
@@ -114,6 +149,49 @@ async fn behaviour_scenarios_on_a_three_master_cluster() {
         "waiting::dropped_waiters",
         began,
         waiting::dropped_waiters_never_leave_the_lock_held(t),
+    )
+    .await;
+
+    run(
+        "watchdog::many_leases",
+        began,
+        watchdog::watchdog_keeps_a_held_lock_alive_for_many_leases(t),
+    )
+    .await;
+    run(
+        "watchdog::dead_holder",
+        began,
+        watchdog::lock_of_a_dead_holder_frees_within_one_lease(t),
+    )
+    .await;
+    run(
+        "watchdog::explicit_lease",
+        began,
+        watchdog::explicit_lease_expires_and_is_not_renewed(t),
+    )
+    .await;
+    run(
+        "watchdog::force_unlocked",
+        began,
+        watchdog::holder_is_told_when_its_lock_is_force_unlocked(t),
+    )
+    .await;
+    run(
+        "watchdog::renewal_period",
+        began,
+        watchdog::renewal_period_must_be_shorter_than_the_lease(t),
+    )
+    .await;
+    run(
+        "watchdog::many_locks",
+        began,
+        watchdog::many_held_locks_are_renewed_in_few_calls(t),
+    )
+    .await;
+    run(
+        "watchdog::released",
+        began,
+        watchdog::released_watchdog_holding_is_no_longer_renewed(t),
     )
     .await;
 

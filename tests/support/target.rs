@@ -123,6 +123,25 @@ impl Target {
         answers
     }
 
+    /// Over how many cluster slots `keys` are spread (1 on a standalone server,
+    /// where there is no slot to keep a batch inside).
+    pub fn slots(&self, keys: &[String]) -> usize {
+        let Target::Cluster(cluster) = self else {
+            return 1;
+        };
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.cmd("CLUSTER").arg("KEYSLOT").arg(key);
+        }
+        let slots: Vec<u16> = pipe
+            .query(&mut cluster.nodes[cluster.running_masters()[0]].conn())
+            .expect("CLUSTER KEYSLOT");
+        slots
+            .into_iter()
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+    }
+
     /// How many connections are subscribed to `channel` where lockwarden
     /// subscribes it (`PUBSUB SHARDNUMSUB` on the slot's master on a cluster).
     pub fn subscribers(&self, channel: &str) -> i64 {
