@@ -16,8 +16,12 @@ mod support;
 mod bad_input;
 #[path = "scenarios/exclusion.rs"]
 mod exclusion;
+#[path = "scenarios/fair.rs"]
+mod fair;
 #[path = "scenarios/reentrancy.rs"]
 mod reentrancy;
+#[path = "scenarios/rwlock.rs"]
+mod rwlock;
 #[path = "scenarios/waiting.rs"]
 mod waiting;
 #[path = "scenarios/watchdog.rs"]
@@ -44,6 +48,10 @@ async fn run<'a, F: Future<Output = ()> + 'a>(name: &str, began: Instant, scenar
 ///   `a_handover_with_bad_arguments_changes_nothing` call the Lua files directly
 ///   on a connection: what they check is the scripts' own argument checks, the
 ///   same wherever the scripts run.
+/// - `fair::a_full_redis_refuses_new_places_only` and
+///   `rwlock::release_and_renew_work_when_redis_is_out_of_memory` fill the server
+///   until it refuses writes; out of memory is one node's state, and filling one
+///   master of a cluster is no different from filling a server.
 #[actix_rt::test]
 async fn behaviour_scenarios_on_a_three_master_cluster() {
     let t = Target::cluster(3, 0);
@@ -192,6 +200,86 @@ async fn behaviour_scenarios_on_a_three_master_cluster() {
         "watchdog::released",
         began,
         watchdog::released_watchdog_holding_is_no_longer_renewed(t),
+    )
+    .await;
+
+    run(
+        "fair::queue_order",
+        began,
+        fair::waiters_from_three_managers_acquire_in_queue_order(t),
+    )
+    .await;
+    run(
+        "fair::dead_waiter",
+        began,
+        fair::a_dead_waiter_is_skipped_within_the_place_lease(t),
+    )
+    .await;
+    run(
+        "fair::give_up",
+        began,
+        fair::waiters_that_give_up_leave_the_queue(t),
+    )
+    .await;
+    run(
+        "fair::protocol",
+        began,
+        fair::keys_and_channels_match_the_protocol(t),
+    )
+    .await;
+    run(
+        "fair::force_unlock",
+        began,
+        fair::force_unlock_wakes_the_head_and_reentry_and_try_once_do_not_queue(t),
+    )
+    .await;
+    run(
+        "fair::contention",
+        began,
+        fair::fair_lock_excludes_under_contention(t),
+    )
+    .await;
+
+    run(
+        "rwlock::share",
+        began,
+        rwlock::readers_share_and_the_writer_gets_it_after_the_last_reader(t),
+    )
+    .await;
+    run(
+        "rwlock::readers_wake",
+        began,
+        rwlock::waiting_readers_all_wake_when_the_writer_releases(t),
+    )
+    .await;
+    run(
+        "rwlock::downgrade",
+        began,
+        rwlock::a_writer_downgrades_and_keeps_reading(t),
+    )
+    .await;
+    run(
+        "rwlock::upgrade",
+        began,
+        rwlock::an_upgrade_is_refused_at_once(t),
+    )
+    .await;
+    run(
+        "rwlock::crashed_reader",
+        began,
+        rwlock::a_crashed_readers_holds_lapse_and_free_the_writer(t),
+    )
+    .await;
+    run(
+        "rwlock::protocol",
+        began,
+        rwlock::keys_channels_and_inspect_match_the_protocol(t),
+    )
+    .await;
+    run(
+        "rwlock::contention",
+        began,
+        rwlock::readers_and_writers_exclude_under_contention(t),
     )
     .await;
 

@@ -200,6 +200,28 @@ impl Target {
         }
     }
 
+    /// The messages published on any channel starting with `prefix` on a server
+    /// (`PSUBSCRIBE`); on a cluster, where sharded pub/sub has no patterns, on
+    /// the `known` channels only.
+    pub async fn listen_prefix(
+        &self,
+        prefix: &str,
+        known: &[String],
+    ) -> BoxStream<'static, redis::Msg> {
+        match self {
+            Target::Server(server) => {
+                let client = redis::Client::open(server.url()).expect("url");
+                let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
+                pubsub
+                    .psubscribe(format!("{prefix}*"))
+                    .await
+                    .expect("psubscribe");
+                pubsub.into_on_message().boxed()
+            }
+            Target::Cluster(_) => self.listen(known).await,
+        }
+    }
+
     /// `INFO commandstats` calls per command, summed over the masters.
     pub fn commandstats(&self) -> HashMap<String, u64> {
         let mut sum = HashMap::new();
