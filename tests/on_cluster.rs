@@ -27,16 +27,25 @@ mod waiting;
 #[path = "scenarios/watchdog.rs"]
 mod watchdog;
 
-use std::future::Future;
 use std::time::Instant;
 
 use support::Target;
 
-/// Runs one scenario, saying how long it took (a failing one is named by its
-/// panic's location; this line tells which ran before it).
-async fn run<'a, F: Future<Output = ()> + 'a>(name: &str, began: Instant, scenario: F) {
-    eprintln!("{name}: starting at {:?}", began.elapsed());
-    scenario.await;
+/// Runs scenarios in turn on `$target`, each announced with the time since
+/// `$began` (a failing one is named by its panic's location; the last line before
+/// it says which scenario ran).
+macro_rules! run {
+    ($target:expr, $began:expr, $($module:ident::$scenario:ident),+ $(,)?) => {
+        $(
+            eprintln!(
+                "{}::{}: starting at {:?}",
+                stringify!($module),
+                stringify!($scenario),
+                $began.elapsed()
+            );
+            $module::$scenario($target).await;
+        )+
+    };
 }
 
 /// Every scenario that holds on any deployment, in turn on one shared cluster.
@@ -56,232 +65,47 @@ async fn run<'a, F: Future<Output = ()> + 'a>(name: &str, began: Instant, scenar
 async fn behaviour_scenarios_on_a_three_master_cluster() {
     let t = Target::cluster(3, 0);
     let began = Instant::now();
-    let t = &t;
-
-    // First: these count script calls and keys, which a manager of a later
-    // scenario still giving back a lock in the background would disturb.
-    run(
-        "bad_input::names",
+    run!(
+        &t,
         began,
-        bad_input::bad_names_are_refused_before_reaching_redis(t),
-    )
-    .await;
-    run(
-        "bad_input::leases",
-        began,
-        bad_input::bad_leases_are_refused(t),
-    )
-    .await;
-    run(
-        "bad_input::configs",
-        began,
-        bad_input::bad_configs_are_refused_at_start(t),
-    )
-    .await;
-    run(
-        "bad_input::not_locks",
-        began,
-        bad_input::keys_that_are_not_locks_are_left_alone(t),
-    )
-    .await;
-
-    run(
-        "exclusion::two_managers",
-        began,
-        exclusion::two_managers_never_hold_the_same_lock_at_once(t),
-    )
-    .await;
-
-    run(
-        "reentrancy::hold_count",
-        began,
-        reentrancy::hold_count_goes_up_and_down_and_frees_at_zero(t),
-    )
-    .await;
-    run(
-        "reentrancy::no_owner",
-        began,
-        reentrancy::acquisitions_without_an_owner_do_not_reenter(t),
-    )
-    .await;
-    run(
-        "reentrancy::one_guard",
-        began,
-        reentrancy::releasing_one_guard_leaves_the_other_holds_alone(t),
-    )
-    .await;
-    run(
-        "reentrancy::stale_release",
-        began,
-        reentrancy::release_by_an_owner_that_no_longer_holds_fails_and_leaves_the_lock(t),
-    )
-    .await;
-    run(
-        "reentrancy::dropped_guard",
-        began,
-        reentrancy::dropping_a_guard_releases_it(t),
-    )
-    .await;
-
-    run(
-        "waiting::woken_by_message",
-        began,
-        waiting::waiter_in_another_manager_is_woken_by_the_unlock_message(t),
-    )
-    .await;
-    run(
-        "waiting::local_waiters",
-        began,
-        waiting::local_waiters_cost_constant_round_trips_per_handoff(t),
-    )
-    .await;
-    run(
-        "waiting::two_managers",
-        began,
-        waiting::waiters_in_two_managers_cost_constant_round_trips_per_handoff(t),
-    )
-    .await;
-    run(
-        "waiting::timeout",
-        began,
-        waiting::waiter_times_out_at_its_deadline(t),
-    )
-    .await;
-    run(
-        "waiting::try_acquire",
-        began,
-        waiting::try_acquire_makes_one_attempt(t),
-    )
-    .await;
-    run(
-        "waiting::dropped_waiters",
-        began,
-        waiting::dropped_waiters_never_leave_the_lock_held(t),
-    )
-    .await;
-
-    run(
-        "watchdog::many_leases",
-        began,
-        watchdog::watchdog_keeps_a_held_lock_alive_for_many_leases(t),
-    )
-    .await;
-    run(
-        "watchdog::dead_holder",
-        began,
-        watchdog::lock_of_a_dead_holder_frees_within_one_lease(t),
-    )
-    .await;
-    run(
-        "watchdog::explicit_lease",
-        began,
-        watchdog::explicit_lease_expires_and_is_not_renewed(t),
-    )
-    .await;
-    run(
-        "watchdog::force_unlocked",
-        began,
-        watchdog::holder_is_told_when_its_lock_is_force_unlocked(t),
-    )
-    .await;
-    run(
-        "watchdog::renewal_period",
-        began,
-        watchdog::renewal_period_must_be_shorter_than_the_lease(t),
-    )
-    .await;
-    run(
-        "watchdog::many_locks",
-        began,
-        watchdog::many_held_locks_are_renewed_in_few_calls(t),
-    )
-    .await;
-    run(
-        "watchdog::released",
-        began,
-        watchdog::released_watchdog_holding_is_no_longer_renewed(t),
-    )
-    .await;
-
-    run(
-        "fair::queue_order",
-        began,
-        fair::waiters_from_three_managers_acquire_in_queue_order(t),
-    )
-    .await;
-    run(
-        "fair::dead_waiter",
-        began,
-        fair::a_dead_waiter_is_skipped_within_the_place_lease(t),
-    )
-    .await;
-    run(
-        "fair::give_up",
-        began,
-        fair::waiters_that_give_up_leave_the_queue(t),
-    )
-    .await;
-    run(
-        "fair::protocol",
-        began,
-        fair::keys_and_channels_match_the_protocol(t),
-    )
-    .await;
-    run(
-        "fair::force_unlock",
-        began,
-        fair::force_unlock_wakes_the_head_and_reentry_and_try_once_do_not_queue(t),
-    )
-    .await;
-    run(
-        "fair::contention",
-        began,
-        fair::fair_lock_excludes_under_contention(t),
-    )
-    .await;
-
-    run(
-        "rwlock::share",
-        began,
-        rwlock::readers_share_and_the_writer_gets_it_after_the_last_reader(t),
-    )
-    .await;
-    run(
-        "rwlock::readers_wake",
-        began,
-        rwlock::waiting_readers_all_wake_when_the_writer_releases(t),
-    )
-    .await;
-    run(
-        "rwlock::downgrade",
-        began,
-        rwlock::a_writer_downgrades_and_keeps_reading(t),
-    )
-    .await;
-    run(
-        "rwlock::upgrade",
-        began,
-        rwlock::an_upgrade_is_refused_at_once(t),
-    )
-    .await;
-    run(
-        "rwlock::crashed_reader",
-        began,
-        rwlock::a_crashed_readers_holds_lapse_and_free_the_writer(t),
-    )
-    .await;
-    run(
-        "rwlock::protocol",
-        began,
-        rwlock::keys_channels_and_inspect_match_the_protocol(t),
-    )
-    .await;
-    run(
-        "rwlock::contention",
-        began,
-        rwlock::readers_and_writers_exclude_under_contention(t),
-    )
-    .await;
-
+        // First: these count script calls and keys, which a manager of a later
+        // scenario still giving back a lock in the background would disturb.
+        bad_input::bad_names_are_refused_before_reaching_redis,
+        bad_input::bad_leases_are_refused,
+        bad_input::bad_configs_are_refused_at_start,
+        bad_input::keys_that_are_not_locks_are_left_alone,
+        exclusion::two_managers_never_hold_the_same_lock_at_once,
+        reentrancy::hold_count_goes_up_and_down_and_frees_at_zero,
+        reentrancy::acquisitions_without_an_owner_do_not_reenter,
+        reentrancy::releasing_one_guard_leaves_the_other_holds_alone,
+        reentrancy::release_by_an_owner_that_no_longer_holds_fails_and_leaves_the_lock,
+        reentrancy::dropping_a_guard_releases_it,
+        waiting::waiter_in_another_manager_is_woken_by_the_unlock_message,
+        waiting::local_waiters_cost_constant_round_trips_per_handoff,
+        waiting::waiters_in_two_managers_cost_constant_round_trips_per_handoff,
+        waiting::waiter_times_out_at_its_deadline,
+        waiting::try_acquire_makes_one_attempt,
+        waiting::dropped_waiters_never_leave_the_lock_held,
+        watchdog::watchdog_keeps_a_held_lock_alive_for_many_leases,
+        watchdog::lock_of_a_dead_holder_frees_within_one_lease,
+        watchdog::explicit_lease_expires_and_is_not_renewed,
+        watchdog::holder_is_told_when_its_lock_is_force_unlocked,
+        watchdog::renewal_period_must_be_shorter_than_the_lease,
+        watchdog::many_held_locks_are_renewed_in_few_calls,
+        watchdog::released_watchdog_holding_is_no_longer_renewed,
+        fair::waiters_from_three_managers_acquire_in_queue_order,
+        fair::a_dead_waiter_is_skipped_within_the_place_lease,
+        fair::waiters_that_give_up_leave_the_queue,
+        fair::keys_and_channels_match_the_protocol,
+        fair::force_unlock_wakes_the_head_and_reentry_and_try_once_do_not_queue,
+        fair::fair_lock_excludes_under_contention,
+        rwlock::readers_share_and_the_writer_gets_it_after_the_last_reader,
+        rwlock::waiting_readers_all_wake_when_the_writer_releases,
+        rwlock::a_writer_downgrades_and_keeps_reading,
+        rwlock::an_upgrade_is_refused_at_once,
+        rwlock::a_crashed_readers_holds_lapse_and_free_the_writer,
+        rwlock::keys_channels_and_inspect_match_the_protocol,
+        rwlock::readers_and_writers_exclude_under_contention,
+    );
     eprintln!("all scenarios passed in {:?}", began.elapsed());
 }

@@ -221,4 +221,65 @@ impl Cluster {
             })
             .collect()
     }
+
+    /// Migrates the slot of `key` from node `from` to node `to`, keys included.
+    pub fn move_slot_of(&self, key: &str, from: usize, to: usize) {
+        let (src, dst) = (&self.nodes[from], &self.nodes[to]);
+        let id = |n: &RedisServer| -> String {
+            redis::cmd("CLUSTER")
+                .arg("MYID")
+                .query(&mut n.conn())
+                .expect("MYID")
+        };
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut src.conn())
+            .expect("KEYSLOT");
+        let (src_id, dst_id) = (id(src), id(dst));
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("IMPORTING")
+            .arg(&src_id)
+            .query(&mut dst.conn())
+            .expect("IMPORTING");
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("MIGRATING")
+            .arg(&dst_id)
+            .query(&mut src.conn())
+            .expect("MIGRATING");
+        loop {
+            let keys: Vec<String> = redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(100)
+                .query(&mut src.conn())
+                .expect("GETKEYSINSLOT");
+            if keys.is_empty() {
+                break;
+            }
+            let mut migrate = redis::cmd("MIGRATE");
+            migrate
+                .arg("127.0.0.1")
+                .arg(dst.port())
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS")
+                .arg(&keys);
+            let _: () = migrate.query(&mut src.conn()).expect("MIGRATE");
+        }
+        for node in self.nodes.iter().filter(|n| n.pid().is_some()) {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(&dst_id)
+                .query(&mut node.conn())
+                .expect("SETSLOT NODE");
+        }
+    }
 }
