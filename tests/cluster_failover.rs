@@ -191,7 +191,10 @@ async fn a_manual_failover_keeps_locks_and_wakes_waiters(cluster: &mut Cluster) 
 /// new master wakes the waiter through the shard's channel (subscribed again on
 /// the new owner), the tokens still go up, and nothing hangs past its deadline.
 async fn a_master_killed_with_locks_held_and_waited_for(cluster: &mut Cluster) {
-    let a = manager(cluster, |c| c.watchdog_lease(Duration::from_secs(3))).await;
+    // A lease well beyond the failover (2-3 s here): with 3 s, a failover slowed
+    // by the machine's load let the lock expire on the new master between the
+    // checks below and the release (NotHeld), which is a lost lock, not a kept one.
+    let a = manager(cluster, |c| c.watchdog_lease(Duration::from_secs(10))).await;
     let b = manager(cluster, |c| c).await;
     let name = "failover:x";
     let held = a
