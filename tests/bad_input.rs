@@ -1,14 +1,11 @@
 //! Bad input gets its own clear, typed error and changes nothing in Redis: names,
 //! leases, configurations, and keys that are not locks.
 
+#[path = "scenarios/bad_input.rs"]
+mod scenarios;
 mod support;
 
-use std::time::Duration;
-
-use lockwarden::{
-    Acquire, Config, ForceUnlock, Handle, Inspect, LockError, LockManager, NameError,
-};
-use support::{config, hold, manager, raw, RedisServer};
+use support::{hold, manager, raw, RedisServer, Target};
 
 fn dbsize(server: &RedisServer) -> i64 {
     raw(server, &["DBSIZE"])
@@ -18,127 +15,20 @@ fn dbsize(server: &RedisServer) -> i64 {
 /// nothing is written.
 #[actix_rt::test]
 async fn bad_names_are_refused_before_reaching_redis() {
-    let server = RedisServer::start();
-    let m = manager(&server, |c| c.max_name_len(64)).await;
-    let long = "x".repeat(65);
-    let cases: [(&str, NameError); 5] = [
-        ("", NameError::Empty),
-        (&long, NameError::TooLong { len: 65, max: 64 }),
-        ("}x", NameError::CrossSlot),
-        ("a{}b", NameError::CrossSlot),
-        ("open{brace", NameError::CrossSlot),
-    ];
-    let calls_before = server.total_calls();
-    for (name, want) in cases {
-        let got = m
-            .send(Acquire::new(name))
-            .await
-            .expect("running")
-            .expect_err(name);
-        assert!(
-            matches!(&got, LockError::InvalidName(e) if *e == want),
-            "{name:?}: {got:?}"
-        );
-        let got = m
-            .send(Handle::new(name))
-            .await
-            .expect("running")
-            .expect_err(name);
-        assert!(
-            matches!(&got, LockError::InvalidName(e) if *e == want),
-            "{name:?}: {got:?}"
-        );
-        let got = m
-            .send(ForceUnlock::new(name))
-            .await
-            .expect("running")
-            .expect_err(name);
-        assert!(
-            matches!(got, LockError::InvalidName(_)),
-            "{name:?}: {got:?}"
-        );
-        let got = m
-            .send(Inspect::new(name))
-            .await
-            .expect("running")
-            .expect_err(name);
-        assert!(
-            matches!(got, LockError::InvalidName(_)),
-            "{name:?}: {got:?}"
-        );
-    }
-    assert_eq!(dbsize(&server), 0);
-    // Only our own INFO/DBSIZE calls reached Redis: no script ran.
-    let scripts = server.commandstats().get("evalsha").copied().unwrap_or(0);
-    assert_eq!(
-        scripts, 0,
-        "a refused request reached Redis ({calls_before} calls before)"
-    );
+    scenarios::bad_names_are_refused_before_reaching_redis(&Target::standalone()).await;
 }
 
 /// Zero, sub-millisecond and absurd leases are refused: `PEXPIRE 0` would delete the
 /// lock, and a lease past the maximum is almost surely a unit mistake.
 #[actix_rt::test]
 async fn bad_leases_are_refused() {
-    let server = RedisServer::start();
-    let m = manager(&server, |c| c.max_lease(Duration::from_secs(3600))).await;
-    for lease in [
-        Duration::ZERO,
-        Duration::from_micros(999),
-        Duration::from_secs(3601),
-        Duration::MAX,
-    ] {
-        let got = m
-            .send(Acquire::new("l").lease(lease))
-            .await
-            .expect("running");
-        assert!(
-            matches!(got, Err(LockError::InvalidLease { lease: l, .. }) if l == lease),
-            "{lease:?}: {got:?}"
-        );
-    }
-    assert_eq!(dbsize(&server), 0);
+    scenarios::bad_leases_are_refused(&Target::standalone()).await;
 }
 
 /// Configurations that cannot work are refused at start, with the reason.
 #[actix_rt::test]
 async fn bad_configs_are_refused_at_start() {
-    let server = RedisServer::start();
-    let cases: Vec<(&str, Config)> = vec![
-        (
-            "zero watchdog lease",
-            config(&server).watchdog_lease(Duration::ZERO),
-        ),
-        (
-            "renewal not shorter than the lease",
-            config(&server)
-                .watchdog_lease(Duration::from_secs(1))
-                .renew_interval(Duration::from_secs(2)),
-        ),
-        ("zero name length", config(&server).max_name_len(0)),
-        (
-            "zero response timeout",
-            config(&server).response_timeout(Duration::ZERO),
-        ),
-        (
-            "watchdog lease over the maximum",
-            config(&server)
-                .max_lease(Duration::from_secs(1))
-                .watchdog_lease(Duration::from_secs(2)),
-        ),
-        ("empty batches", config(&server).batching(0, 2)),
-        ("batches over 1024 ops", config(&server).batching(1025, 2)),
-        ("no batch in flight", config(&server).batching(128, 0)),
-    ];
-    for (what, cfg) in cases {
-        let got = LockManager::start(cfg).await.expect_err(what);
-        assert!(
-            matches!(got, LockError::InvalidConfig(_)),
-            "{what}: {got:?}"
-        );
-    }
-    let got = Config::from_url("http://example.com").expect_err("wrong scheme");
-    assert!(matches!(got, LockError::InvalidConfig(_)), "{got:?}");
+    scenarios::bad_configs_are_refused_at_start(&Target::standalone()).await;
 }
 
 /// A key that holds something other than a lock hash is neither taken, nor
@@ -146,26 +36,7 @@ async fn bad_configs_are_refused_at_start() {
 /// naming the wrong type, and the key is untouched.
 #[actix_rt::test]
 async fn keys_that_are_not_locks_are_left_alone() {
-    let server = RedisServer::start();
-    let m = manager(&server, |c| c).await;
-    let _: () = raw(&server, &["SET", "user:data", "precious"]);
-    let got = m
-        .send(Acquire::new("user:data").wait(Duration::from_secs(1)))
-        .await
-        .expect("running");
-    assert!(
-        matches!(&got, Err(e @ LockError::Redis(_)) if !e.is_retryable()),
-        "{got:?}"
-    );
-    let got = m
-        .send(ForceUnlock::new("user:data"))
-        .await
-        .expect("running");
-    assert!(matches!(got, Err(LockError::Redis(_))), "{got:?}");
-    let got = m.send(Inspect::new("user:data")).await.expect("running");
-    assert!(matches!(got, Err(LockError::Redis(_))), "{got:?}");
-    let value: String = raw(&server, &["GET", "user:data"]);
-    assert_eq!(value, "precious");
+    scenarios::keys_that_are_not_locks_are_left_alone(&Target::standalone()).await;
 }
 
 /// The scripts check their arguments before their first write: called directly

@@ -1,6 +1,7 @@
 //! lockwarden on a real Redis Cluster: three masters made by `redis-cli --cluster
-//! create`, shared by the scenarios of one test (a cluster takes seconds to form),
-//! plus a cluster with replicas for the failover test.
+//! create`, shared by the scenarios of one test (a cluster takes seconds to form).
+//! (The failovers are in `cluster_failover.rs`, on a cluster with replicas; the
+//! behaviour tests of a single server run on a cluster in `on_cluster.rs`.)
 //!
 //! Waiters are given a fallback retry interval far longer than the bounds the
 //! tests wait for, so a waiter answered in time was woken by a sharded unlock
@@ -411,7 +412,7 @@ async fn a_held_lock_survives_its_slot_moving(cluster: &Cluster) {
     assert!(subscribed, "the waiter subscribed on the first owner");
 
     let to = (from + 1) % cluster.masters;
-    move_slot_of(cluster, name, from, to);
+    cluster.move_slot_of(name, from, to);
     assert_eq!(cluster.owner_of(name), to, "the slot moved");
 
     // The waiter's subscription follows the slot.
@@ -443,68 +444,7 @@ async fn a_held_lock_survives_its_slot_moving(cluster: &Cluster) {
         .expect("running")
         .expect("granted");
     next.release().await.expect("released");
-    move_slot_of(cluster, name, to, from);
-}
-
-/// Migrates the slot of `key` from node `from` to node `to`, keys included.
-fn move_slot_of(cluster: &Cluster, key: &str, from: usize, to: usize) {
-    let (src, dst) = (&cluster.nodes[from], &cluster.nodes[to]);
-    let id = |n: &RedisServer| -> String {
-        redis::cmd("CLUSTER")
-            .arg("MYID")
-            .query(&mut n.conn())
-            .expect("MYID")
-    };
-    let slot: u16 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(key)
-        .query(&mut src.conn())
-        .expect("KEYSLOT");
-    let (src_id, dst_id) = (id(src), id(dst));
-    let _: () = redis::cmd("CLUSTER")
-        .arg("SETSLOT")
-        .arg(slot)
-        .arg("IMPORTING")
-        .arg(&src_id)
-        .query(&mut dst.conn())
-        .expect("IMPORTING");
-    let _: () = redis::cmd("CLUSTER")
-        .arg("SETSLOT")
-        .arg(slot)
-        .arg("MIGRATING")
-        .arg(&dst_id)
-        .query(&mut src.conn())
-        .expect("MIGRATING");
-    loop {
-        let keys: Vec<String> = redis::cmd("CLUSTER")
-            .arg("GETKEYSINSLOT")
-            .arg(slot)
-            .arg(100)
-            .query(&mut src.conn())
-            .expect("GETKEYSINSLOT");
-        if keys.is_empty() {
-            break;
-        }
-        let mut migrate = redis::cmd("MIGRATE");
-        migrate
-            .arg("127.0.0.1")
-            .arg(dst.port())
-            .arg("")
-            .arg(0)
-            .arg(5000)
-            .arg("KEYS")
-            .arg(&keys);
-        let _: () = migrate.query(&mut src.conn()).expect("MIGRATE");
-    }
-    for node in cluster.nodes.iter().filter(|n| n.pid().is_some()) {
-        let _: () = redis::cmd("CLUSTER")
-            .arg("SETSLOT")
-            .arg(slot)
-            .arg("NODE")
-            .arg(&dst_id)
-            .query(&mut node.conn())
-            .expect("SETSLOT NODE");
-    }
+    cluster.move_slot_of(name, to, from);
 }
 
 /// Bad seeds fail at start with a clear error, never a hang.
@@ -540,81 +480,4 @@ async fn bad_cluster_seeds_fail_at_start() {
         .await
         .expect_err("a standalone server is not a cluster");
     assert!(err.to_string().contains("cluster mode"), "says why: {err}");
-}
-
-/// A master SIGKILLed while one of its locks is held and waited for: its replica
-/// is promoted, the holder keeps (or is told it lost) its lock, the release on the
-/// new master wakes the waiter through the shard's channel (subscribed again on
-/// the new owner), the tokens still go up, and nothing hangs past its deadline.
-#[actix_rt::test]
-async fn a_master_killed_with_locks_held_and_waited_for() {
-    let mut cluster = Cluster::start(3, 1);
-    let a = manager(&cluster, |c| c.watchdog_lease(Duration::from_secs(3))).await;
-    let b = manager(&cluster, |c| c).await;
-    let name = "failover:x";
-    let held = a
-        .send(Acquire::new(name))
-        .await
-        .expect("running")
-        .expect("held");
-    let token = held.fencing_token();
-    let waiter = actix_rt::spawn({
-        let b = b.clone();
-        async move {
-            b.send(Acquire::new(name).wait(Duration::from_secs(30)))
-                .await
-        }
-    });
-    let from = cluster.owner_of(name);
-    let channel = "redisson_lock__channel:{failover:x}";
-    let subscribed = support::eventually(Duration::from_secs(5), || {
-        redis::cmd("PUBSUB")
-            .arg("SHARDNUMSUB")
-            .arg(channel)
-            .query::<(String, u64)>(&mut cluster.nodes[from].conn())
-            .map(|(_, n)| n == 1)
-            .unwrap_or(false)
-    })
-    .await;
-    assert!(subscribed, "the waiter subscribed on the owner");
-    // Let the replica catch up with the grant (replication is asynchronous; what
-    // a failover loses without it is the holder's `lost()`, tested elsewhere).
-    let _: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(2000)
-        .query(&mut cluster.nodes[from].conn())
-        .expect("WAIT");
-
-    cluster.nodes[from].kill();
-    let killed = Instant::now();
-    let promoted = support::eventually(Duration::from_secs(30), || {
-        cluster.owner_of_slot_is_running(name)
-    })
-    .await;
-    assert!(promoted, "a replica took over the slot within 30 s");
-    eprintln!("failover took {:?}", killed.elapsed());
-
-    // The holder kept its lock: renewals go to the new master.
-    let still: redis::RedisResult<i64> = redis::cmd("PTTL")
-        .arg(name)
-        .query(&mut cluster.nodes[cluster.owner_of(name)].conn());
-    assert!(
-        still.expect("PTTL") > 0,
-        "the promoted replica has the lock"
-    );
-    assert!(held.is_lost().is_none(), "the holder was not told lost");
-    assert!(!waiter.is_finished(), "nobody else got the lock meanwhile");
-
-    // Its release reaches the new master and wakes the waiter on the new shard.
-    let released = Instant::now();
-    held.release().await.expect("released on the new master");
-    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("the waiter was woken within 10 s of the release")
-        .expect("task")
-        .expect("running")
-        .expect("granted after the failover");
-    eprintln!("waiter woken {:?} after the release", released.elapsed());
-    assert!(next.fencing_token() > token, "tokens never go backwards");
-    next.release().await.expect("released");
 }

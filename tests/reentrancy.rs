@@ -1,67 +1,24 @@
 //! Reentrancy and release: hold counts per owner, what a second release or a
 //! release by a non-owner gets, and that neither changes the lock.
 
+#[path = "scenarios/reentrancy.rs"]
+mod scenarios;
 mod support;
 
-use std::time::Duration;
-
-use lockwarden::{Acquire, LockError, Owner, ReleaseOutcome};
-use support::{eventually, hold, manager, raw, RedisServer};
+use support::Target;
 
 /// The same owner acquires twice: the hold count in Redis goes to 2 and back, each
 /// acquisition gets a larger token, and the lock frees only at zero.
 #[actix_rt::test]
 async fn hold_count_goes_up_and_down_and_frees_at_zero() {
-    let server = RedisServer::start();
-    let m = manager(&server, |c| c).await;
-    let other = manager(&server, |c| c).await;
-    let me = Owner::new();
-    let first = hold(&m, "account:7", |a| a.owner(me)).await;
-    let second = hold(&m, "account:7", |a| a.owner(me)).await;
-    assert!(second.fencing_token() > first.fencing_token());
-    assert_eq!(first.owner_field(), second.owner_field());
-    let count: String = raw(&server, &["HGET", "account:7", first.owner_field()]);
-    assert_eq!(count, "2");
-
-    let field = first.owner_field().to_string();
-    assert_eq!(
-        first.release().await.expect("release"),
-        ReleaseOutcome::StillHeld { holds: 1 }
-    );
-    let count: String = raw(&server, &["HGET", "account:7", &field]);
-    assert_eq!(count, "1");
-    let attempt = other
-        .send(Acquire::new("account:7").wait(Duration::ZERO))
-        .await
-        .expect("running");
-    assert!(
-        matches!(attempt, Err(LockError::Timeout { .. })),
-        "still held: {attempt:?}"
-    );
-
-    assert_eq!(
-        second.release().await.expect("release"),
-        ReleaseOutcome::Released
-    );
-    let exists: i64 = raw(&server, &["EXISTS", "account:7"]);
-    assert_eq!(exists, 0);
+    scenarios::hold_count_goes_up_and_down_and_frees_at_zero(&Target::standalone()).await;
 }
 
 /// Without an explicit owner every acquisition is its own owner, so a second one in
 /// the same manager does not re-enter.
 #[actix_rt::test]
 async fn acquisitions_without_an_owner_do_not_reenter() {
-    let server = RedisServer::start();
-    let m = manager(&server, |c| c).await;
-    let _held = hold(&m, "solo", |a| a).await;
-    let again = m
-        .send(Acquire::new("solo").wait(Duration::from_millis(50)))
-        .await
-        .expect("running");
-    assert!(
-        matches!(again, Err(LockError::Timeout { .. })),
-        "got {again:?}"
-    );
+    scenarios::acquisitions_without_an_owner_do_not_reenter(&Target::standalone()).await;
 }
 
 /// Releasing one guard of a re-entered lock gives back that hold only and leaves
@@ -69,44 +26,21 @@ async fn acquisitions_without_an_owner_do_not_reenter() {
 /// `release` takes the guard; see the doctest on `LockGuard::release`.)
 #[actix_rt::test]
 async fn releasing_one_guard_leaves_the_other_holds_alone() {
-    let server = RedisServer::start();
-    let m = manager(&server, |c| c).await;
-    let me = Owner::new();
-    let a = hold(&m, "twice", |r| r.owner(me)).await;
-    let _b = hold(&m, "twice", |r| r.owner(me)).await;
-    let field = a.owner_field().to_string();
-    a.release().await.expect("first release");
-    let count: String = raw(&server, &["HGET", "twice", &field]);
-    assert_eq!(count, "1", "one release, one hold given back");
+    scenarios::releasing_one_guard_leaves_the_other_holds_alone(&Target::standalone()).await;
 }
 
 /// A holder whose lease ran out and whose lock was then taken by someone else gets
 /// an error on release, and the new holder's lock is left intact.
 #[actix_rt::test]
 async fn release_by_an_owner_that_no_longer_holds_fails_and_leaves_the_lock() {
-    let server = RedisServer::start();
-    let old = manager(&server, |c| c).await;
-    let new = manager(&server, |c| c).await;
-    let stale = hold(&old, "job", |a| a.lease(Duration::from_millis(100))).await;
-    let current = hold(&new, "job", |a| a.wait(Duration::from_secs(5))).await;
-    let err = stale.release().await.expect_err("stale release must fail");
-    assert!(
-        matches!(err, LockError::Lost(_) | LockError::NotHeld),
-        "got {err:?}"
-    );
-    let count: String = raw(&server, &["HGET", "job", current.owner_field()]);
-    assert_eq!(count, "1", "the current holder's lock is intact");
+    scenarios::release_by_an_owner_that_no_longer_holds_fails_and_leaves_the_lock(
+        &Target::standalone(),
+    )
+    .await;
 }
 
 /// A guard dropped without release gives its hold back in the background.
 #[actix_rt::test]
 async fn dropping_a_guard_releases_it() {
-    let server = RedisServer::start();
-    let m = manager(&server, |c| c).await;
-    drop(hold(&m, "dropped", |a| a).await);
-    let gone = eventually(Duration::from_secs(2), || {
-        raw::<i64>(&server, &["EXISTS", "dropped"]) == 0
-    })
-    .await;
-    assert!(gone, "a dropped guard must release its lock");
+    scenarios::dropping_a_guard_releases_it(&Target::standalone()).await;
 }

@@ -2,167 +2,44 @@
 //! is held and lets it expire after its holder dies; an explicit lease is never
 //! renewed; a holder is told when its lock is lost.
 
+#[path = "scenarios/watchdog.rs"]
+mod scenarios;
 mod support;
 
-use std::time::{Duration, Instant};
-
-use lockwarden::{Acquire, LockError, LockManager, LostReason};
-use support::{config, eventually, hold, manager, raw, RedisServer};
-
-const LEASE: Duration = Duration::from_millis(600);
+use support::Target;
 
 /// Held with no lease for over four watchdog leases, the lock is still there (and
 /// its TTL is never above one lease); once released, it is gone.
 #[actix_rt::test]
 async fn watchdog_keeps_a_held_lock_alive_for_many_leases() {
-    let server = RedisServer::start();
-    let m = manager(&server, |c| c.watchdog_lease(LEASE)).await;
-    let guard = hold(&m, "long-job", |a| a).await;
-    let start = Instant::now();
-    while start.elapsed() < LEASE * 4 + LEASE / 2 {
-        let field: i64 = raw(&server, &["HEXISTS", "long-job", guard.owner_field()]);
-        assert_eq!(
-            field,
-            1,
-            "lock vanished after {:?} while held",
-            start.elapsed()
-        );
-        let pttl: i64 = raw(&server, &["PTTL", "long-job"]);
-        assert!(pttl > 0 && pttl <= LEASE.as_millis() as i64, "pttl {pttl}");
-        actix_rt::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(guard.is_lost().is_none());
-    guard.release().await.expect("released");
-    let exists: i64 = raw(&server, &["EXISTS", "long-job"]);
-    assert_eq!(exists, 0);
+    scenarios::watchdog_keeps_a_held_lock_alive_for_many_leases(&Target::standalone()).await;
 }
 
 /// A holder whose whole runtime dies (as a crashed process would) stops renewing:
 /// the lock frees within about one lease, and another manager gets it.
 #[actix_rt::test]
 async fn lock_of_a_dead_holder_frees_within_one_lease() {
-    let server = RedisServer::start();
-    let url = server.url();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let (crash_tx, crash_rx) = tokio::sync::oneshot::channel::<()>();
-    let holder = std::thread::spawn(move || {
-        actix_rt::System::new().block_on(async move {
-            let config = lockwarden::Config::from_url(&url)
-                .expect("url")
-                .watchdog_lease(LEASE);
-            let m = LockManager::start(config).await.expect("start");
-            let guard = m
-                .send(Acquire::new("crashy"))
-                .await
-                .expect("running")
-                .expect("acquired");
-            ready_tx.send(()).expect("test is listening");
-            let _ = crash_rx.await;
-            // No release, no drop: the runtime just goes away with the lock held.
-            std::mem::forget(guard);
-        });
-    });
-    ready_rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("holder acquired");
-    // Renewed while the holder lives:
-    actix_rt::time::sleep(LEASE * 2).await;
-    let exists: i64 = raw(&server, &["EXISTS", "crashy"]);
-    assert_eq!(exists, 1, "the live holder's lock must be renewed");
-
-    crash_tx.send(()).expect("holder waiting");
-    holder.join().expect("holder thread");
-    let died = Instant::now();
-    let freed = eventually(LEASE * 2, || {
-        raw::<i64>(&server, &["EXISTS", "crashy"]) == 0
-    })
-    .await;
-    assert!(
-        freed,
-        "lock of a dead holder still there {:?} after death",
-        died.elapsed()
-    );
-    assert!(
-        died.elapsed() <= LEASE + Duration::from_millis(300),
-        "freed late: {:?}",
-        died.elapsed()
-    );
-
-    let other = manager(&server, |c| c).await;
-    let g = hold(&other, "crashy", |a| a.wait(Duration::from_secs(1))).await;
-    g.release().await.expect("released");
+    scenarios::lock_of_a_dead_holder_frees_within_one_lease(&Target::standalone()).await;
 }
 
 /// An explicit lease is not renewed: the key expires after it, the guard reports
 /// `LeaseExpired`, and its release then says the lock was lost.
 #[actix_rt::test]
 async fn explicit_lease_expires_and_is_not_renewed() {
-    let server = RedisServer::start();
-    let m = manager(&server, |c| c.watchdog_lease(LEASE)).await;
-    let lease = Duration::from_millis(300);
-    let start = Instant::now();
-    let guard = hold(&m, "leased", |a| a.lease(lease)).await;
-    assert_eq!(guard.lease(), Some(lease));
-    // Never extended past its lease:
-    while raw::<i64>(&server, &["EXISTS", "leased"]) == 1 {
-        let pttl: i64 = raw(&server, &["PTTL", "leased"]);
-        assert!(
-            pttl <= lease.as_millis() as i64,
-            "pttl {pttl} grew past the lease"
-        );
-        assert!(start.elapsed() < lease * 3, "explicit lease was renewed");
-        actix_rt::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        start.elapsed() >= lease - Duration::from_millis(20),
-        "expired early: {:?}",
-        start.elapsed()
-    );
-    let reason = tokio::time::timeout(Duration::from_secs(1), guard.lost())
-        .await
-        .expect("lost() resolves");
-    assert_eq!(reason, LostReason::LeaseExpired);
-    let err = guard.release().await.expect_err("release after expiry");
-    assert!(
-        matches!(err, LockError::Lost(LostReason::LeaseExpired)),
-        "got {err:?}"
-    );
+    scenarios::explicit_lease_expires_and_is_not_renewed(&Target::standalone()).await;
 }
 
 /// A force-unlock is noticed by the holder's next renewal: `lost()` resolves with
 /// `OwnerGone` and its release reports the loss instead of pretending success.
 #[actix_rt::test]
 async fn holder_is_told_when_its_lock_is_force_unlocked() {
-    let server = RedisServer::start();
-    let m = manager(&server, |c| c.watchdog_lease(LEASE)).await;
-    let guard = hold(&m, "victim", |a| a).await;
-    let admin = manager(&server, |c| c).await;
-    let deleted = admin
-        .send(lockwarden::ForceUnlock::new("victim"))
-        .await
-        .expect("running")
-        .expect("ok");
-    assert!(deleted);
-    let reason = tokio::time::timeout(LEASE, guard.lost())
-        .await
-        .expect("noticed within one lease");
-    assert_eq!(reason, LostReason::OwnerGone);
-    let err = guard.release().await.expect_err("release of a lost lock");
-    assert!(
-        matches!(err, LockError::Lost(LostReason::OwnerGone)),
-        "got {err:?}"
-    );
-    let stats = m.send(lockwarden::GetStats).await.expect("running");
-    assert_eq!(stats.lost, 1);
+    scenarios::holder_is_told_when_its_lock_is_force_unlocked(&Target::standalone()).await;
 }
 
 /// A renewal period not shorter than the lease is refused at start.
 #[actix_rt::test]
 async fn renewal_period_must_be_shorter_than_the_lease() {
-    let server = RedisServer::start();
-    let bad = config(&server).watchdog_lease(LEASE).renew_interval(LEASE);
-    let err = LockManager::start(bad).await.expect_err("must be refused");
-    assert!(matches!(err, LockError::InvalidConfig(_)), "got {err:?}");
+    scenarios::renewal_period_must_be_shorter_than_the_lease(&Target::standalone()).await;
 }
 
 /// The watchdog renews a manager's locks in batches: 400 locks held over four
@@ -170,49 +47,7 @@ async fn renewal_period_must_be_shorter_than_the_lease() {
 /// period instead of one per lock.
 #[actix_rt::test]
 async fn many_held_locks_are_renewed_in_few_calls() {
-    const LOCKS: usize = 400;
-    let server = RedisServer::start();
-    let m = manager(&server, |c| c.watchdog_lease(LEASE)).await;
-    let mut guards = Vec::with_capacity(LOCKS);
-    for i in 0..LOCKS {
-        guards.push(hold(&m, &format!("many:{i}"), |a| a).await);
-    }
-    let before = server.commandstats();
-    let start = Instant::now();
-    // The window is what is measured: four leases, twelve renewal periods.
-    actix_rt::time::sleep(LEASE * 4).await;
-    let after = server.commandstats();
-    let window = start.elapsed();
-    let delta = |cmd: &str| after.get(cmd).unwrap_or(&0) - before.get(cmd).unwrap_or(&0);
-    // One pipelined round trip: this test's runtime also runs the manager, so a
-    // long blocking check would itself starve the watchdog.
-    let mut check = redis::pipe();
-    for (i, g) in guards.iter().enumerate() {
-        assert!(g.is_lost().is_none(), "lock {i} lost");
-        check
-            .cmd("HEXISTS")
-            .arg(format!("many:{i}"))
-            .arg(g.owner_field());
-    }
-    let held: Vec<i64> = check.query(&mut server.conn()).expect("HEXISTS pipeline");
-    let expired: Vec<usize> = (0..LOCKS).filter(|&i| held[i] != 1).collect();
-    assert!(expired.is_empty(), "expired while held: {expired:?}");
-    let periods = window.as_secs_f64() / (LEASE.as_secs_f64() / 3.0);
-    let renewed = delta("pexpire") as f64 / LOCKS as f64;
-    assert!(
-        renewed >= periods - 2.0,
-        "each lock renewed {renewed:.1} times in {periods:.1} periods"
-    );
-    let calls = delta("evalsha") as f64;
-    assert!(
-        calls <= 15.0 * (periods + 1.0),
-        "{calls} script calls for {LOCKS} locks over {periods:.1} periods: not batched"
-    );
-    for g in guards {
-        g.release().await.expect("released");
-    }
-    let stats = m.send(lockwarden::GetStats).await.expect("running");
-    assert_eq!((stats.lost, stats.renewals_failed), (0, 0));
+    scenarios::many_held_locks_are_renewed_in_few_calls(&Target::standalone()).await;
 }
 
 /// A released watchdog holding is no longer renewed: when the same owner takes
@@ -220,24 +55,5 @@ async fn many_held_locks_are_renewed_in_few_calls() {
 /// renewal left over from the first holding.
 #[actix_rt::test]
 async fn released_watchdog_holding_is_no_longer_renewed() {
-    let server = RedisServer::start();
-    let m = manager(&server, |c| c.watchdog_lease(LEASE)).await;
-    let owner = lockwarden::Owner::new();
-    let first = hold(&m, "again", |a| a.owner(owner)).await;
-    let first_field = first.owner_field().to_string();
-    first.release().await.expect("released");
-    let lease = Duration::from_millis(300);
-    let start = Instant::now();
-    let second = hold(&m, "again", |a| a.owner(owner).lease(lease)).await;
-    assert_eq!(second.owner_field(), first_field);
-    let gone = eventually(LEASE * 3, || raw::<i64>(&server, &["EXISTS", "again"]) == 0).await;
-    assert!(
-        gone,
-        "explicit lease still renewed after {:?}",
-        start.elapsed()
-    );
-    let reason = tokio::time::timeout(LEASE, second.lost())
-        .await
-        .expect("lost() resolves");
-    assert_eq!(reason, LostReason::LeaseExpired);
+    scenarios::released_watchdog_holding_is_no_longer_renewed(&Target::standalone()).await;
 }

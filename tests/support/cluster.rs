@@ -4,6 +4,7 @@
 //! [`RedisServer`]s, so a test can kill, pause or restart one; every node's log is
 //! printed when a test panics (each server prints its own on drop).
 
+use std::collections::HashMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -183,5 +184,102 @@ impl Cluster {
             .filter(|n| n.pid().is_some())
             .map(|n| n.commandstats().get(command).copied().unwrap_or(0))
             .sum()
+    }
+}
+
+impl Cluster {
+    /// The running nodes (indexes into `nodes`) that are masters now.
+    pub fn running_masters(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| {
+                self.nodes[i].pid().is_some()
+                    && self.nodes[i].info("replication").contains("role:master")
+            })
+            .collect()
+    }
+
+    /// The node (index into `nodes`) serving each key's slot as master: two round
+    /// trips whatever the number of keys (KEYSLOT pipelined, then CLUSTER SLOTS).
+    pub fn owners_of(&self, keys: &[&str]) -> Vec<usize> {
+        let asker = self
+            .nodes
+            .iter()
+            .find(|n| n.pid().is_some())
+            .expect("a running node");
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.cmd("CLUSTER").arg("KEYSLOT").arg(*key);
+        }
+        let slots: Vec<u16> = pipe.query(&mut asker.conn()).expect("CLUSTER KEYSLOT");
+        let mut owners: HashMap<u16, usize> = HashMap::new();
+        slots
+            .into_iter()
+            .map(|slot| {
+                *owners
+                    .entry(slot)
+                    .or_insert_with(|| self.owner_of_slot(slot))
+            })
+            .collect()
+    }
+
+    /// Migrates the slot of `key` from node `from` to node `to`, keys included.
+    pub fn move_slot_of(&self, key: &str, from: usize, to: usize) {
+        let (src, dst) = (&self.nodes[from], &self.nodes[to]);
+        let id = |n: &RedisServer| -> String {
+            redis::cmd("CLUSTER")
+                .arg("MYID")
+                .query(&mut n.conn())
+                .expect("MYID")
+        };
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut src.conn())
+            .expect("KEYSLOT");
+        let (src_id, dst_id) = (id(src), id(dst));
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("IMPORTING")
+            .arg(&src_id)
+            .query(&mut dst.conn())
+            .expect("IMPORTING");
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("MIGRATING")
+            .arg(&dst_id)
+            .query(&mut src.conn())
+            .expect("MIGRATING");
+        loop {
+            let keys: Vec<String> = redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(100)
+                .query(&mut src.conn())
+                .expect("GETKEYSINSLOT");
+            if keys.is_empty() {
+                break;
+            }
+            let mut migrate = redis::cmd("MIGRATE");
+            migrate
+                .arg("127.0.0.1")
+                .arg(dst.port())
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS")
+                .arg(&keys);
+            let _: () = migrate.query(&mut src.conn()).expect("MIGRATE");
+        }
+        for node in self.nodes.iter().filter(|n| n.pid().is_some()) {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(&dst_id)
+                .query(&mut node.conn())
+                .expect("SETSLOT NODE");
+        }
     }
 }

@@ -5,12 +5,15 @@
 mod cluster;
 mod sentinel;
 mod server;
+mod target;
 
 #[allow(unused_imports)] // only the Cluster tests use it
 pub use cluster::*;
 #[allow(unused_imports)] // only the Sentinel tests use it
 pub use sentinel::*;
 pub use server::*;
+#[allow(unused_imports)] // only the behaviour tests use it
+pub use target::*;
 
 /// A config for this server with every other setting at its default.
 pub fn config(server: &RedisServer) -> lockwarden::Config {

@@ -1,0 +1,150 @@
+//! The bodies of `tests/bad_input.rs`'s tests that hold on any deployment,
+//! written against [`Target`] so that `tests/on_cluster.rs` runs them on a cluster
+//! too. Each test's doc is on its entry point in `tests/bad_input.rs`. (On a
+//! shared cluster other scenarios' keys are there already, so "nothing written"
+//! compares key counts before and after.)
+
+use std::time::Duration;
+
+use lockwarden::{
+    Acquire, Config, ForceUnlock, Handle, Inspect, LockError, LockManager, NameError,
+};
+
+use crate::support::Target;
+
+pub async fn bad_names_are_refused_before_reaching_redis(t: &Target) {
+    let m = t.manager(|c| c.max_name_len(64)).await;
+    let long = "x".repeat(65);
+    let cases: [(&str, NameError); 5] = [
+        ("", NameError::Empty),
+        (&long, NameError::TooLong { len: 65, max: 64 }),
+        ("}x", NameError::CrossSlot),
+        ("a{}b", NameError::CrossSlot),
+        ("open{brace", NameError::CrossSlot),
+    ];
+    let keys_before = t.dbsize();
+    let scripts = || t.commandstats().get("evalsha").copied().unwrap_or(0);
+    let scripts_before = scripts();
+    for (name, want) in cases {
+        let got = m
+            .send(Acquire::new(name))
+            .await
+            .expect("running")
+            .expect_err(name);
+        assert!(
+            matches!(&got, LockError::InvalidName(e) if *e == want),
+            "{name:?}: {got:?}"
+        );
+        let got = m
+            .send(Handle::new(name))
+            .await
+            .expect("running")
+            .expect_err(name);
+        assert!(
+            matches!(&got, LockError::InvalidName(e) if *e == want),
+            "{name:?}: {got:?}"
+        );
+        let got = m
+            .send(ForceUnlock::new(name))
+            .await
+            .expect("running")
+            .expect_err(name);
+        assert!(
+            matches!(got, LockError::InvalidName(_)),
+            "{name:?}: {got:?}"
+        );
+        let got = m
+            .send(Inspect::new(name))
+            .await
+            .expect("running")
+            .expect_err(name);
+        assert!(
+            matches!(got, LockError::InvalidName(_)),
+            "{name:?}: {got:?}"
+        );
+    }
+    assert_eq!(t.dbsize(), keys_before);
+    // Only our own INFO/DBSIZE calls reached Redis: no script ran.
+    assert_eq!(scripts(), scripts_before, "a refused request reached Redis");
+}
+
+pub async fn bad_leases_are_refused(t: &Target) {
+    let m = t.manager(|c| c.max_lease(Duration::from_secs(3600))).await;
+    let keys_before = t.dbsize();
+    for lease in [
+        Duration::ZERO,
+        Duration::from_micros(999),
+        Duration::from_secs(3601),
+        Duration::MAX,
+    ] {
+        let got = m
+            .send(Acquire::new("l").lease(lease))
+            .await
+            .expect("running");
+        assert!(
+            matches!(got, Err(LockError::InvalidLease { lease: l, .. }) if l == lease),
+            "{lease:?}: {got:?}"
+        );
+    }
+    assert_eq!(t.dbsize(), keys_before);
+}
+
+pub async fn bad_configs_are_refused_at_start(t: &Target) {
+    let cases: Vec<(&str, Config)> = vec![
+        (
+            "zero watchdog lease",
+            t.config().watchdog_lease(Duration::ZERO),
+        ),
+        (
+            "renewal not shorter than the lease",
+            t.config()
+                .watchdog_lease(Duration::from_secs(1))
+                .renew_interval(Duration::from_secs(2)),
+        ),
+        ("zero name length", t.config().max_name_len(0)),
+        (
+            "zero response timeout",
+            t.config().response_timeout(Duration::ZERO),
+        ),
+        (
+            "watchdog lease over the maximum",
+            t.config()
+                .max_lease(Duration::from_secs(1))
+                .watchdog_lease(Duration::from_secs(2)),
+        ),
+        ("empty batches", t.config().batching(0, 2)),
+        ("batches over 1024 ops", t.config().batching(1025, 2)),
+        ("no batch in flight", t.config().batching(128, 0)),
+    ];
+    for (what, cfg) in cases {
+        let got = LockManager::start(cfg).await.expect_err(what);
+        assert!(
+            matches!(got, LockError::InvalidConfig(_)),
+            "{what}: {got:?}"
+        );
+    }
+    let got = Config::from_url("http://example.com").expect_err("wrong scheme");
+    assert!(matches!(got, LockError::InvalidConfig(_)), "{got:?}");
+}
+
+pub async fn keys_that_are_not_locks_are_left_alone(t: &Target) {
+    let m = t.manager(|c| c).await;
+    let _: () = t.raw(&["SET", "user:data", "precious"]);
+    let got = m
+        .send(Acquire::new("user:data").wait(Duration::from_secs(1)))
+        .await
+        .expect("running");
+    assert!(
+        matches!(&got, Err(e @ LockError::Redis(_)) if !e.is_retryable()),
+        "{got:?}"
+    );
+    let got = m
+        .send(ForceUnlock::new("user:data"))
+        .await
+        .expect("running");
+    assert!(matches!(got, Err(LockError::Redis(_))), "{got:?}");
+    let got = m.send(Inspect::new("user:data")).await.expect("running");
+    assert!(matches!(got, Err(LockError::Redis(_))), "{got:?}");
+    let value: String = t.raw(&["GET", "user:data"]);
+    assert_eq!(value, "precious");
+}

@@ -1,0 +1,91 @@
+//! The bodies of `tests/reentrancy.rs`'s tests, written against [`Target`] so that
+//! `tests/on_cluster.rs` runs them on a cluster too. Each test's doc is on its
+//! entry point in `tests/reentrancy.rs`.
+
+use std::time::Duration;
+
+use lockwarden::{Acquire, LockError, Owner, ReleaseOutcome};
+
+use crate::support::{eventually, hold, Target};
+
+pub async fn hold_count_goes_up_and_down_and_frees_at_zero(t: &Target) {
+    let m = t.manager(|c| c).await;
+    let other = t.manager(|c| c).await;
+    let me = Owner::new();
+    let first = hold(&m, "account:7", |a| a.owner(me)).await;
+    let second = hold(&m, "account:7", |a| a.owner(me)).await;
+    assert!(second.fencing_token() > first.fencing_token());
+    assert_eq!(first.owner_field(), second.owner_field());
+    let count: String = t.raw(&["HGET", "account:7", first.owner_field()]);
+    assert_eq!(count, "2");
+
+    let field = first.owner_field().to_string();
+    assert_eq!(
+        first.release().await.expect("release"),
+        ReleaseOutcome::StillHeld { holds: 1 }
+    );
+    let count: String = t.raw(&["HGET", "account:7", &field]);
+    assert_eq!(count, "1");
+    let attempt = other
+        .send(Acquire::new("account:7").wait(Duration::ZERO))
+        .await
+        .expect("running");
+    assert!(
+        matches!(attempt, Err(LockError::Timeout { .. })),
+        "still held: {attempt:?}"
+    );
+
+    assert_eq!(
+        second.release().await.expect("release"),
+        ReleaseOutcome::Released
+    );
+    assert!(!t.exists("account:7"));
+}
+
+pub async fn acquisitions_without_an_owner_do_not_reenter(t: &Target) {
+    let m = t.manager(|c| c).await;
+    let held = hold(&m, "solo", |a| a).await;
+    let again = m
+        .send(Acquire::new("solo").wait(Duration::from_millis(50)))
+        .await
+        .expect("running");
+    assert!(
+        matches!(again, Err(LockError::Timeout { .. })),
+        "got {again:?}"
+    );
+    held.release().await.expect("released");
+}
+
+pub async fn releasing_one_guard_leaves_the_other_holds_alone(t: &Target) {
+    let m = t.manager(|c| c).await;
+    let me = Owner::new();
+    let a = hold(&m, "twice", |r| r.owner(me)).await;
+    let b = hold(&m, "twice", |r| r.owner(me)).await;
+    let field = a.owner_field().to_string();
+    a.release().await.expect("first release");
+    let count: String = t.raw(&["HGET", "twice", &field]);
+    assert_eq!(count, "1", "one release, one hold given back");
+    b.release().await.expect("released");
+}
+
+pub async fn release_by_an_owner_that_no_longer_holds_fails_and_leaves_the_lock(t: &Target) {
+    let old = t.manager(|c| c).await;
+    let new = t.manager(|c| c).await;
+    let stale = hold(&old, "job", |a| a.lease(Duration::from_millis(100))).await;
+    let current = hold(&new, "job", |a| a.wait(Duration::from_secs(5))).await;
+    let err = stale.release().await.expect_err("stale release must fail");
+    assert!(
+        matches!(err, LockError::Lost(_) | LockError::NotHeld),
+        "got {err:?}"
+    );
+    let count: String = t.raw(&["HGET", "job", current.owner_field()]);
+    assert_eq!(count, "1", "the current holder's lock is intact");
+    current.release().await.expect("released");
+}
+
+pub async fn dropping_a_guard_releases_it(t: &Target) {
+    let m = t.manager(|c| c).await;
+    drop(hold(&m, "dropped", |a| a).await);
+    let gone = eventually(Duration::from_secs(2), || !t.exists("dropped")).await;
+    assert!(gone, "a dropped guard must release its lock");
+}
