@@ -92,61 +92,37 @@ fn main() {
                 settings.rounds
             );
         };
-        if settings.scenarios.contains(&'A') {
-            for &c in settings.holders() {
-                for &which in &order {
-                    probe::flush(&url);
-                    let tag = format!("r{round}-c{c}-{}", which.name());
-                    let cell = uncontended::run(which, &url, c, settings.cell, &tag);
-                    progress(format!(
-                        "A C={c} {}: {:.0} pairs/s",
-                        which.name(),
-                        cell.pairs as f64 / cell.elapsed.as_secs_f64()
-                    ));
-                    results.a.entry((c, which)).or_default().add(cell);
-                }
+        // A's and B's cells: the implementations on the standalone server, then
+        // (scenario K) lockwarden on the cluster.
+        let on = |scenario: char| -> Vec<(Impl, &str)> {
+            let mut runs: Vec<(Impl, &str)> = Vec::new();
+            if settings.scenarios.contains(&scenario) {
+                runs.extend(order.iter().map(|&which| (which, url.as_str())));
             }
-        }
-        if settings.scenarios.contains(&'B') {
-            for &w in settings.waiters() {
-                for &m in settings.layouts() {
-                    for &which in &order {
-                        probe::flush(&url);
-                        let shape = contended::Shape {
-                            waiters: w,
-                            clients: m,
-                            hold: settings.hold,
-                            pause: settings.pause,
-                        };
-                        let tag = format!("r{round}-w{w}-m{m}-{}", which.name());
-                        let cell = contended::run(which, &url, shape, settings.cell, &tag);
-                        let p50 = cell.handoff.summary().map_or(f64::NAN, |s| s.p50_us);
-                        progress(format!(
-                            "B W={w} m={m} {}: {} acquisitions, handoff p50 {p50:.0} us",
-                            which.name(),
-                            cell.acquisitions
-                        ));
-                        results.b.entry((w, m, which)).or_default().add(cell);
-                    }
-                }
+            if let Some(curl) = &cluster_url {
+                runs.push((Impl::LockwardenCluster, curl.as_str()));
             }
-        }
-        if let Some(curl) = &cluster_url {
-            let which = Impl::LockwardenCluster;
-            for &c in settings.holders() {
-                probe::flush(curl);
+            runs
+        };
+        let a_runs = on('A');
+        for &c in settings.holders().iter().filter(|_| !a_runs.is_empty()) {
+            for &(which, at) in &a_runs {
+                probe::flush(at);
                 let tag = format!("r{round}-c{c}-{}", which.name());
-                let cell = uncontended::run(which, curl, c, settings.cell, &tag);
+                let cell = uncontended::run(which, at, c, settings.cell, &tag);
                 progress(format!(
-                    "K A C={c} {}: {:.0} pairs/s",
+                    "A C={c} {}: {:.0} pairs/s",
                     which.name(),
                     cell.pairs as f64 / cell.elapsed.as_secs_f64()
                 ));
                 results.a.entry((c, which)).or_default().add(cell);
             }
-            for &w in settings.waiters() {
-                for &m in settings.layouts() {
-                    probe::flush(curl);
+        }
+        let b_runs = on('B');
+        for &w in settings.waiters().iter().filter(|_| !b_runs.is_empty()) {
+            for &m in settings.layouts() {
+                for &(which, at) in &b_runs {
+                    probe::flush(at);
                     let shape = contended::Shape {
                         waiters: w,
                         clients: m,
@@ -154,9 +130,10 @@ fn main() {
                         pause: settings.pause,
                     };
                     let tag = format!("r{round}-w{w}-m{m}-{}", which.name());
-                    let cell = contended::run(which, curl, shape, settings.cell, &tag);
+                    let cell = contended::run(which, at, shape, settings.cell, &tag);
+                    let p50 = cell.handoff.summary().map_or(f64::NAN, |s| s.p50_us);
                     progress(format!(
-                        "K B W={w} m={m} {}: {} acquisitions",
+                        "B W={w} m={m} {}: {} acquisitions, handoff p50 {p50:.0} us",
                         which.name(),
                         cell.acquisitions
                     ));
