@@ -386,30 +386,8 @@ async fn a_held_lock_survives_its_slot_moving(cluster: &Cluster) {
     let a = manager(cluster, |c| c.watchdog_lease(Duration::from_millis(900))).await;
     let b = manager(cluster, |c| c).await;
     let name = "moving:x";
-    let held = a
-        .send(Acquire::new(name))
-        .await
-        .expect("running")
-        .expect("held");
-    let waiter = actix_rt::spawn({
-        let b = b.clone();
-        async move {
-            b.send(Acquire::new(name).wait(Duration::from_secs(30)))
-                .await
-        }
-    });
-    let from = cluster.owner_of(name);
     let channel = "redisson_lock__channel:{moving:x}";
-    let subscribed = support::eventually(Duration::from_secs(5), || {
-        redis::cmd("PUBSUB")
-            .arg("SHARDNUMSUB")
-            .arg(channel)
-            .query::<(String, u64)>(&mut cluster.nodes[from].conn())
-            .map(|(_, n)| n == 1)
-            .unwrap_or(false)
-    })
-    .await;
-    assert!(subscribed, "the waiter subscribed on the first owner");
+    let (held, waiter, from) = cluster.held_and_waited_for(&a, &b, name).await;
 
     let to = (from + 1) % cluster.masters;
     cluster.move_slot_of(name, from, to);

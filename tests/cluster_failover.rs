@@ -197,38 +197,23 @@ async fn a_master_killed_with_locks_held_and_waited_for(cluster: &mut Cluster) {
     let a = manager(cluster, |c| c.watchdog_lease(Duration::from_secs(10))).await;
     let b = manager(cluster, |c| c).await;
     let name = "failover:x";
-    let held = a
-        .send(Acquire::new(name))
-        .await
-        .expect("running")
-        .expect("held");
+    let (held, waiter, from) = cluster.held_and_waited_for(&a, &b, name).await;
     let token = held.fencing_token();
-    let waiter = actix_rt::spawn({
-        let b = b.clone();
-        async move {
-            b.send(Acquire::new(name).wait(Duration::from_secs(30)))
-                .await
-        }
-    });
-    let from = cluster.owner_of(name);
-    let channel = "redisson_lock__channel:{failover:x}";
-    let subscribed = support::eventually(Duration::from_secs(5), || {
-        redis::cmd("PUBSUB")
-            .arg("SHARDNUMSUB")
-            .arg(channel)
-            .query::<(String, u64)>(&mut cluster.nodes[from].conn())
-            .map(|(_, n)| n == 1)
-            .unwrap_or(false)
-    })
-    .await;
-    assert!(subscribed, "the waiter subscribed on the owner");
     // Let the replica catch up with the grant (replication is asynchronous; what
     // a failover loses without it is the holder's `lost()`, tested elsewhere).
-    let _: i64 = redis::cmd("WAIT")
+    // WAIT counts the replicas that have what *its own connection* wrote, so it
+    // goes behind a write of the same slot on one connection: the replication
+    // stream is in order, so the grant is on the replica once that write is.
+    let (acked,): (i64,) = redis::pipe()
+        .cmd("INCR")
+        .arg("{failover:x}:probe")
+        .ignore()
+        .cmd("WAIT")
         .arg(1)
         .arg(2000)
         .query(&mut cluster.nodes[from].conn())
         .expect("WAIT");
+    assert_eq!(acked, 1, "the replica has the grant");
 
     cluster.nodes[from].kill();
     let killed = Instant::now();

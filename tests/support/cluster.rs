@@ -283,3 +283,46 @@ impl Cluster {
         }
     }
 }
+
+/// What [`Cluster::held_and_waited_for`] leaves running: the waiter's answer.
+pub type Waiting = actix_rt::task::JoinHandle<
+    Result<Result<lockwarden::LockGuard, lockwarden::LockError>, actix::MailboxError>,
+>;
+
+impl Cluster {
+    /// `a` holds `name` (no braces in it) and `b` waits for it (up to 30 s), once
+    /// `b`'s manager has subscribed to the lock's sharded channel on the master
+    /// that owns its slot. Answers the guard, the waiter and that master's index.
+    pub async fn held_and_waited_for(
+        &self,
+        a: &actix::Addr<lockwarden::LockManager>,
+        b: &actix::Addr<lockwarden::LockManager>,
+        name: &'static str,
+    ) -> (lockwarden::LockGuard, Waiting, usize) {
+        let held = a
+            .send(lockwarden::Acquire::new(name))
+            .await
+            .expect("running")
+            .expect("held");
+        let waiter = actix_rt::spawn({
+            let b = b.clone();
+            async move {
+                b.send(lockwarden::Acquire::new(name).wait(Duration::from_secs(30)))
+                    .await
+            }
+        });
+        let from = self.owner_of(name);
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        let subscribed = super::eventually(Duration::from_secs(5), || {
+            redis::cmd("PUBSUB")
+                .arg("SHARDNUMSUB")
+                .arg(&channel)
+                .query::<(String, u64)>(&mut self.nodes[from].conn())
+                .map(|(_, n)| n == 1)
+                .unwrap_or(false)
+        })
+        .await;
+        assert!(subscribed, "the waiter subscribed on the slot's owner");
+        (held, waiter, from)
+    }
+}
