@@ -75,7 +75,17 @@ async fn tokens_keep_increasing_after_a_failover_that_lost_the_last_grant() {
     let before_master = manager(&master, |c| c).await;
     let mut before = grants(&before_master, "fence", 3).await;
     // Wait until the replica has those grants: only the next one may be lost.
-    let acked: i64 = raw(&master, &["WAIT", "1", "5000"]);
+    // WAIT counts what its own connection wrote, so it goes behind a write on
+    // the same connection (the replication stream is in order).
+    let (acked,): (i64,) = redis::pipe()
+        .cmd("INCR")
+        .arg("fence:probe")
+        .ignore()
+        .cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query(&mut master.conn())
+        .expect("WAIT");
     assert_eq!(acked, 1, "the replica did not acknowledge the first grants");
 
     // Frozen, the replica cannot reconnect; its link closed, the master's next
