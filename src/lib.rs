@@ -107,3 +107,5 @@ pub use kind::AcquireKind;
 pub use redis::RedisError;
 pub use stats::Stats;
 pub use view::{Holder, LockInfo, LockKind, QueuedWaiter};
+pub use front::latch::{Latch, LatchHandle};
+pub use front::semaphore::{Semaphore, SemaphoreGuard, SemaphoreHandle};

@@ -16,7 +16,8 @@
 //!
 //! The files: `exclusive` (the plain lock's acquire, release and batched renewal),
 //! `fair`, `rw`, `look` (inspect and force release, for every kind), and `batch`
-//! (many exclusive ops as one script call).
+//! (many exclusive ops as one script call), `synchronizer` (the semaphore's and
+//! the count-down latch's scripts).
 
 mod batch;
 mod exclusive;
@@ -25,6 +26,7 @@ mod look;
 mod lua;
 mod replicas;
 mod rw;
+mod synchronizer;
 
 use std::time::Duration;
 
@@ -38,6 +40,10 @@ pub(crate) use look::{ForceRelease, Inspect};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
 pub(crate) use replicas::{judge, Confirmed, Need};
 pub(crate) use rw::{ReadAcquire, ReadRelease, RwRenew, WriteAcquire, WriteRelease};
+pub(crate) use synchronizer::{
+    read_number, LatchCountDown, LatchSet, SemAcquire, SemAdded, SemDrain, SemRelease, SemTake,
+    SemTrySet, MAX_PERMITS,
+};
 
 /// One script call laid out for the wire: which script, its KEYS and its ARGV.
 #[derive(Debug, Clone)]

@@ -1,0 +1,450 @@
+//! The [`SemaphoreActor`]: everything about one semaphore name in this process, its
+//! waiters, the one attempt in flight and the subscription to its channel.
+//!
+//! A semaphore is not a lock (nobody owns a permit; Redisson's `RSemaphore` keeps
+//! only a number), so it has an actor of its own rather than a `KindRules` file of
+//! the lock actor, but it follows the same waiting rules: waiters are woken by the
+//! channel `redisson_sc:{name}` (every release publishes the permits available),
+//! with a fallback timer (`Config::max_retry_interval`) since pub/sub may lose a
+//! message, and a [`Resync`] after the subscriber reconnects. Local waiters do not
+//! stampede Redis: only the head of the queue asks, one attempt at a time; a wake
+//! that arrives while it is in flight makes it ask once more.
+//!
+//! **Starvation.** Waiters of one process are served strictly in arrival order:
+//! a head asking for five permits is not overtaken by a later local waiter asking
+//! for one, and a try-once call ([`TakePermits`] with a zero wait) that finds
+//! waiters queued here answers "no" without asking Redis, since what is free is
+//! promised to the head. Across processes Redisson's layout has no queue (a key and
+//! a channel), so there every process's head competes on each release, as
+//! Redisson's own waiters do; a process whose head wants many permits still gets
+//! them once enough are free at one moment, but a steady stream of single-permit
+//! takers elsewhere can delay it without bound. Where that matters, give the large
+//! takers their own semaphore or hold the small ones to the same process.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use tokio::sync::oneshot;
+use tracing::{debug, warn};
+
+use super::shared::Shared;
+use super::subscriber::{Resync, Subscribe, Unlocked, Unsubscribe};
+use crate::config::backoff;
+use crate::error::{redis_is_transient, LockError};
+use crate::keys;
+use crate::wire::{self, SemAcquire, SemAdded, SemRelease, SemTake};
+
+/// Take `permits` of the semaphore, waiting up to `wait` (`None`: until taken;
+/// zero: one attempt). Answers once they are taken.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<(), LockError>")]
+pub(crate) struct TakePermits {
+    /// How many, at least 1 (checked by the caller).
+    pub(crate) permits: u32,
+    /// How long to wait.
+    pub(crate) wait: Option<Duration>,
+}
+
+/// Give permits back (a guard's release, or `SemaphoreHandle::release`); answers
+/// the permits available after it.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "Result<u64, LockError>")]
+pub(crate) struct GivePermits {
+    /// How many, at least 1.
+    pub(crate) permits: u32,
+}
+
+/// One waiting caller.
+#[derive(Debug)]
+struct Waiter {
+    /// Permits it wants.
+    permits: u32,
+    /// When it gives up (`None`: never).
+    deadline: Option<Instant>,
+    /// A single attempt (zero wait).
+    once: bool,
+    /// When it arrived, for the `Timeout` it may get.
+    since: Instant,
+    /// The transient Redis error its last attempt met, answered at its deadline.
+    last_error: Option<LockError>,
+    /// Where its answer goes; closed when the caller went away.
+    tx: oneshot::Sender<Result<(), LockError>>,
+}
+
+/// The state of the subscription to the semaphore's channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sub {
+    Off,
+    Pending,
+    Live,
+}
+
+/// See the module documentation.
+pub(crate) struct SemaphoreActor {
+    /// The semaphore's name (its key).
+    name: Arc<str>,
+    /// Its channel.
+    channel: String,
+    /// The manager's connection, subscriber and settings.
+    shared: Arc<Shared>,
+    /// Waiters in arrival order.
+    waiters: VecDeque<Waiter>,
+    /// An attempt is in flight.
+    trying: bool,
+    /// A wake arrived while the attempt was in flight: ask again at once.
+    again: bool,
+    /// The channel subscription.
+    sub: Sub,
+    /// The fallback / deadline timer.
+    timer: Option<SpawnHandle>,
+    /// Unsubscribes once nobody waited for `Config::idle_timeout`.
+    idle: Option<SpawnHandle>,
+    /// Transient failures in a row, for the backoff.
+    failures: u32,
+}
+
+impl SemaphoreActor {
+    pub(crate) fn new(name: Arc<str>, shared: Arc<Shared>) -> SemaphoreActor {
+        SemaphoreActor {
+            channel: keys::semaphore_channel(&name),
+            name,
+            shared,
+            waiters: VecDeque::new(),
+            trying: false,
+            again: false,
+            sub: Sub::Off,
+            timer: None,
+            idle: None,
+            failures: 0,
+        }
+    }
+
+    /// Answers the waiters whose caller left or whose deadline passed.
+    fn sweep(&mut self) {
+        let now = Instant::now();
+        let mut kept = VecDeque::with_capacity(self.waiters.len());
+        for mut w in self.waiters.drain(..) {
+            if w.tx.is_closed() {
+                continue;
+            }
+            if !w.once && w.deadline.is_some_and(|d| d <= now) {
+                let err = w.last_error.take().unwrap_or(LockError::Timeout {
+                    waited: now - w.since,
+                });
+                let _ = w.tx.send(Err(err));
+                continue;
+            }
+            kept.push_back(w);
+        }
+        self.waiters = kept;
+    }
+
+    /// Lets the head ask Redis, if it may now.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        if self.trying {
+            self.again = true;
+            return;
+        }
+        self.sweep();
+        let Some(head) = self.waiters.front() else {
+            self.went_idle(ctx);
+            return;
+        };
+        if let Some(idle) = self.idle.take() {
+            ctx.cancel_future(idle);
+        }
+        // A waiter that will wait subscribes before it asks: a release between a
+        // refused attempt and the subscription would otherwise go unheard.
+        if !head.once && self.sub != Sub::Live {
+            if self.sub == Sub::Off {
+                self.subscribe(ctx);
+            }
+            return;
+        }
+        self.trying = true;
+        self.again = false;
+        let permits = head.permits;
+        let name = self.name.clone();
+        let mut conn = self.shared.node.conn();
+        let attempt = async move {
+            wire::call(
+                &mut conn,
+                &SemAcquire {
+                    name: &name,
+                    permits,
+                },
+            )
+            .await
+        };
+        ctx.spawn(attempt.into_actor(self).map(|res, act, ctx| {
+            act.trying = false;
+            act.attempted(res, ctx);
+        }));
+    }
+
+    /// What the head's attempt found.
+    fn attempted(&mut self, res: redis::RedisResult<SemTake>, ctx: &mut Context<Self>) {
+        let Some(head) = self.waiters.front_mut() else {
+            return;
+        };
+        match res {
+            Ok(SemTake::Taken { left }) => {
+                self.failures = 0;
+                let Some(w) = self.waiters.pop_front() else {
+                    return;
+                };
+                if w.tx.send(Ok(())).is_err() {
+                    // The caller went away while its permits were being taken.
+                    debug!(semaphore = %self.name, permits = w.permits, "taken for a caller that left; giving back");
+                    self.give(w.permits, ctx);
+                }
+                let next_fits = self.waiters.front().is_some_and(|n| u64::from(n.permits) <= left);
+                if next_fits || self.again {
+                    self.pump(ctx);
+                } else {
+                    self.arm(ctx, self.shared.config.max_retry_interval);
+                }
+            }
+            Ok(SemTake::Short { .. }) => {
+                self.failures = 0;
+                if head.once {
+                    if let Some(w) = self.waiters.pop_front() {
+                        let waited = w.since.elapsed();
+                        let _ = w.tx.send(Err(LockError::Timeout { waited }));
+                    }
+                    self.pump(ctx);
+                } else if self.again {
+                    self.pump(ctx);
+                } else {
+                    self.arm(ctx, self.shared.config.max_retry_interval);
+                }
+            }
+            Err(e) if redis_is_transient(&e) && !head.once => {
+                warn!(semaphore = %self.name, error = %e, "semaphore attempt failed; retrying");
+                head.last_error = Some(e.into());
+                let delay = backoff(
+                    self.shared.config.reconnect_min,
+                    self.shared.config.reconnect_max,
+                    self.failures,
+                );
+                self.failures = self.failures.saturating_add(1);
+                self.arm(ctx, delay);
+            }
+            Err(e) => {
+                warn!(semaphore = %self.name, error = %e, "semaphore attempt failed");
+                if let Some(w) = self.waiters.pop_front() {
+                    let _ = w.tx.send(Err(e.into()));
+                }
+                self.pump(ctx);
+            }
+        }
+    }
+
+    /// Wakes `pump` after `delay`, or at the earliest waiter deadline if sooner.
+    fn arm(&mut self, ctx: &mut Context<Self>, delay: Duration) {
+        if let Some(old) = self.timer.take() {
+            ctx.cancel_future(old);
+        }
+        let now = Instant::now();
+        let delay = self
+            .waiters
+            .iter()
+            .filter_map(|w| w.deadline)
+            .map(|d| d.saturating_duration_since(now))
+            .fold(delay, Duration::min);
+        self.timer = Some(ctx.run_later(delay, |act, ctx| {
+            act.timer = None;
+            act.pump(ctx);
+        }));
+    }
+
+    /// Subscribes to the channel; `pump` runs again once Redis confirmed it (or
+    /// could not: then the subscriber makes it on reconnect, and the fallback timer
+    /// covers the gap).
+    fn subscribe(&mut self, ctx: &mut Context<Self>) {
+        self.sub = Sub::Pending;
+        let subscriber = self.shared.subscriber.clone();
+        let msg = Subscribe {
+            channel: self.channel.clone(),
+            unlocked: ctx.address().recipient(),
+            resync: ctx.address().recipient(),
+        };
+        let fut = async move { subscriber.send(msg).await.unwrap_or(false) };
+        ctx.spawn(fut.into_actor(self).map(|confirmed, act, ctx| {
+            if !confirmed {
+                debug!(semaphore = %act.name, "subscription not confirmed; the fallback timer covers it");
+            }
+            act.sub = Sub::Live;
+            act.pump(ctx);
+        }));
+    }
+
+    /// Nobody waits: keep the subscription for a while (waiters come in bursts),
+    /// then drop it.
+    fn went_idle(&mut self, ctx: &mut Context<Self>) {
+        if let Some(timer) = self.timer.take() {
+            ctx.cancel_future(timer);
+        }
+        if self.sub != Sub::Live || self.idle.is_some() {
+            return;
+        }
+        self.idle = Some(ctx.run_later(self.shared.config.idle_timeout, |act, _| {
+            act.idle = None;
+            if act.waiters.is_empty() && act.sub == Sub::Live {
+                act.unsubscribe();
+            }
+        }));
+    }
+
+    fn unsubscribe(&mut self) {
+        if self.sub != Sub::Off {
+            self.sub = Sub::Off;
+            self.shared.subscriber.do_send(Unsubscribe {
+                channel: self.channel.clone(),
+            });
+        }
+    }
+
+    /// Gives permits back in the background (a grant that reached nobody).
+    fn give(&mut self, permits: u32, ctx: &mut Context<Self>) {
+        let fut = give_back(self.shared.clone(), self.name.clone(), permits);
+        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
+            if let Err(e) = res {
+                warn!(semaphore = %act.name, permits, error = %e, "giving back permits failed");
+            }
+            act.pump(ctx);
+        }));
+    }
+}
+
+/// Runs the release script, retrying transient errors for up to one watchdog
+/// lease: permits given back must not be lost to a passing hiccup.
+async fn give_back(shared: Arc<Shared>, name: Arc<str>, permits: u32) -> Result<u64, LockError> {
+    let mut conn = shared.node.conn();
+    let give_up = Instant::now() + shared.config.watchdog_lease;
+    let mut attempt = 0;
+    loop {
+        match wire::call(
+            &mut conn,
+            &SemRelease {
+                name: &name,
+                permits,
+            },
+        )
+        .await
+        {
+            Ok(SemAdded::Available(n)) => return Ok(n),
+            Ok(SemAdded::Overflow(_)) => {
+                return Err(LockError::InvalidAmount {
+                    what: "permits",
+                    amount: u64::from(permits),
+                    reason: "the semaphore would hold more than 2147483647 permits",
+                })
+            }
+            Err(e) if redis_is_transient(&e) && Instant::now() < give_up => {
+                let delay = backoff(
+                    shared.config.reconnect_min,
+                    shared.config.reconnect_max,
+                    attempt,
+                );
+                warn!(semaphore = %name, error = %e, retry_in = ?delay, "giving back permits failed; retrying");
+                attempt += 1;
+                tokio::time::sleep(delay).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+impl Actor for SemaphoreActor {
+    type Context = Context<Self>;
+
+    fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        self.unsubscribe();
+    }
+}
+
+impl Handler<TakePermits> for SemaphoreActor {
+    type Result = ResponseFuture<Result<(), LockError>>;
+
+    fn handle(&mut self, msg: TakePermits, ctx: &mut Context<Self>) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        let now = Instant::now();
+        let once = msg.wait == Some(Duration::ZERO);
+        if once && !self.waiters.is_empty() {
+            // What frees up is promised to the waiters already queued here.
+            let _ = tx.send(Err(LockError::Timeout {
+                waited: Duration::ZERO,
+            }));
+        } else {
+            let first = self.waiters.is_empty();
+            self.waiters.push_back(Waiter {
+                permits: msg.permits,
+                deadline: msg.wait.and_then(|w| now.checked_add(w)),
+                once,
+                since: now,
+                last_error: None,
+                tx,
+            });
+            if first && !self.trying {
+                self.pump(ctx);
+            } else if msg.wait.is_some() {
+                // Queued behind others: it asks when it is the head; until then
+                // only its deadline needs watching.
+                self.arm(ctx, self.shared.config.max_retry_interval);
+            }
+        }
+        Box::pin(async move { rx.await.map_err(|_| LockError::Stopped)? })
+    }
+}
+
+impl Handler<GivePermits> for SemaphoreActor {
+    type Result = ResponseFuture<Result<u64, LockError>>;
+
+    fn handle(&mut self, msg: GivePermits, ctx: &mut Context<Self>) -> Self::Result {
+        let (shared, name) = (self.shared.clone(), self.name.clone());
+        let me = ctx.address();
+        Box::pin(async move {
+            let res = give_back(shared, name.clone(), msg.permits).await;
+            if let Err(e) = &res {
+                // A guard dropped without awaiting its release learns nothing:
+                // say it here.
+                warn!(semaphore = %name, permits = msg.permits, error = %e, "giving back permits failed");
+            }
+            // Local waiters need not wait for the message to come back round.
+            me.do_send(Wake);
+            res
+        })
+    }
+}
+
+/// Let the head ask again now (after a local release).
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+struct Wake;
+
+impl Handler<Wake> for SemaphoreActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Wake, ctx: &mut Context<Self>) {
+        self.pump(ctx);
+    }
+}
+
+impl Handler<Unlocked> for SemaphoreActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Unlocked, ctx: &mut Context<Self>) {
+        self.pump(ctx);
+    }
+}
+
+impl Handler<Resync> for SemaphoreActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Resync, ctx: &mut Context<Self>) {
+        self.pump(ctx);
+    }
+}
