@@ -200,7 +200,10 @@ impl SemaphoreActor {
                     debug!(semaphore = %self.name, permits = w.permits, "taken for a caller that left; giving back");
                     self.give(w.permits, ctx);
                 }
-                let next_fits = self.waiters.front().is_some_and(|n| u64::from(n.permits) <= left);
+                let next_fits = self
+                    .waiters
+                    .front()
+                    .is_some_and(|n| u64::from(n.permits) <= left);
                 if next_fits || self.again {
                     self.pump(ctx);
                 } else {

@@ -14,8 +14,8 @@ use actix::Addr;
 use super::acquire::Acquire;
 use super::handle::{Handle, LockHandle};
 use super::latch::{Latch, LatchHandle};
-use super::semaphore::{Semaphore, SemaphoreHandle};
 use super::manager::LockManager;
+use super::semaphore::{Semaphore, SemaphoreHandle};
 use crate::error::LockError;
 use crate::guard::LockGuard;
 
@@ -49,8 +49,10 @@ pub trait Locks {
     ) -> impl Future<Output = Result<SemaphoreHandle, LockError>>;
 
     /// A [`LatchHandle`] on the count-down latch `name` (checked now, once).
-    fn latch(&self, name: impl Into<String>)
-        -> impl Future<Output = Result<LatchHandle, LockError>>;
+    fn latch(
+        &self,
+        name: impl Into<String>,
+    ) -> impl Future<Output = Result<LatchHandle, LockError>>;
 }
 
 impl Locks for Addr<LockManager> {

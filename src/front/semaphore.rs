@@ -163,7 +163,11 @@ impl SemaphoreHandle {
         }
     }
 
-    async fn take(&self, permits: u32, wait: Option<Duration>) -> Result<SemaphoreGuard, LockError> {
+    async fn take(
+        &self,
+        permits: u32,
+        wait: Option<Duration>,
+    ) -> Result<SemaphoreGuard, LockError> {
         check_permits(permits, 1)?;
         self.actor.send(TakePermits { permits, wait }).await??;
         Ok(SemaphoreGuard {
