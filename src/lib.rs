@@ -97,6 +97,7 @@ pub use front::ext::Locks;
 pub use front::handle::{Handle, LockHandle};
 pub use front::inspect::{ForceUnlock, Inspect};
 pub use front::latch::{Latch, LatchHandle};
+pub use front::leader::{Deposed, DeposedReason, Elected, Leader, Leadership, Resign, WhoLeads};
 pub use front::manager::{GetStats, LockManager};
 pub use front::multi::{MultiGuard, MultiLock};
 pub use front::redlock::{RedGuard, RedLock};

@@ -17,6 +17,8 @@
 //!   [`LatchHandle`](latch::LatchHandle), Redisson's synchronizers, with the
 //!   messages that make them; `synchronizers`: the manager's registry of their
 //!   actors;
+//! - `leader`: [`Leader`](leader::Leader), leader election on the exclusive lock,
+//!   and [`WhoLeads`](leader::WhoLeads);
 //! - `admin`: [`Admin`](admin::Admin), the operator's read-only views, which need no
 //!   manager.
 //!
@@ -29,6 +31,7 @@ pub(crate) mod ext;
 pub(crate) mod handle;
 pub(crate) mod inspect;
 pub(crate) mod latch;
+pub(crate) mod leader;
 pub(crate) mod manager;
 pub(crate) mod multi;
 pub(crate) mod redlock;
