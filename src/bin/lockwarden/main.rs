@@ -14,7 +14,8 @@
 //! - `session`: URL, name and kind checks, connecting.
 //! - `acquire`: waiting with progress, signals, timeout messages.
 //! - `run`, `hold`, `inspect` (status, list), `unlock`, `top`: the subcommands; `redlock`:
-//!   what `run --redlock` does before and after the command.
+//!   what `run --redlock` does before and after the command; `sync`: `run
+//!   --semaphore`, `latch` and `semaphore`.
 
 /// `println!` that ignores a closed stdout (`lockwarden list | head -1`) instead
 /// of panicking: the reader left, and the exit code still tells the outcome.
@@ -36,6 +37,7 @@ mod outcome;
 mod redlock;
 mod run;
 mod session;
+mod sync;
 mod top;
 mod unlock;
 
@@ -71,6 +73,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Run(args) => Some(args.acquire.watchdog_lease),
         Command::Hold(args) => Some(args.acquire.watchdog_lease),
         Command::Status(_) | Command::Unlock(_) | Command::List(_) | Command::Top(_) => None,
+        Command::Latch(_) | Command::Semaphore(_) => None,
     };
     let redlock = matches!(&cli.command, Command::Run(args) if args.redlock);
     let session = Session::new(&cli.common, watchdog_lease, redlock)?;
@@ -94,6 +97,8 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         }
         Command::List(args) => inspect::list(&session, args).await,
         Command::Top(args) => top::top(&session, args).await,
+        Command::Latch(args) => sync::latch(&session, args).await,
+        Command::Semaphore(args) => sync::semaphore(&session, args).await,
     }
 }
 
