@@ -132,6 +132,13 @@ pub(crate) fn latch_channel(name: &str) -> String {
     format!("{LATCH_CHANNEL_PREFIX}{{{name}}}")
 }
 
+/// A permit-expirable semaphore's taken permits: a zset of permit id -> expiry,
+/// `{<name>}:timeout` (`<name>:timeout` when the name brings its own hash tag), as
+/// Redisson's `RPermitExpirableSemaphore` names it.
+pub(crate) fn permit_timeouts(name: &str) -> String {
+    format!("{}:timeout", tagged(name))
+}
+
 /// A fair lock's queue: a list of waiting owner fields, head first.
 pub(crate) fn fair_queue(name: &str) -> String {
     prefixed(QUEUE_PREFIX, name)
@@ -261,5 +268,7 @@ mod tests {
             latch_channel("{t}:jobs"),
             "redisson_countdownlatch__channel__{{t}:jobs}"
         );
+        assert_eq!(permit_timeouts("api"), "{api}:timeout");
+        assert_eq!(permit_timeouts("{t}:api"), "{t}:api:timeout");
     }
 }

@@ -100,6 +100,7 @@ pub use front::latch::{Latch, LatchHandle};
 pub use front::leader::{Deposed, DeposedReason, Elected, Leader, Leadership, Resign, WhoLeads};
 pub use front::manager::{GetStats, LockManager};
 pub use front::multi::{MultiGuard, MultiLock};
+pub use front::permit_semaphore::{PermitGuard, PermitSemaphore, PermitSemaphoreHandle};
 pub use front::redlock::{RedGuard, RedLock};
 pub use front::semaphore::{Semaphore, SemaphoreGuard, SemaphoreHandle};
 pub use guard::{LockGuard, LockLost, ReleaseOutcome};

@@ -8,7 +8,8 @@
 //! - `renewer`: the watchdog, renewing every watchdog holding of a manager in
 //!   batches.
 //! - `semaphore`, `latch`: the synchronizers' actors, one per name, on the same
-//!   subscriber and waiting rules as the locks.
+//!   subscriber and waiting rules as the locks; `permits`: what the semaphore
+//!   actor adds for a permit-expirable semaphore (holdings, renewal, loss).
 //! - `shared`: what a manager's lock actors share ([`Shared`](shared::Shared)).
 //!
 //! The actors talk to Redis only through the wire layer's typed calls on the node
@@ -18,6 +19,7 @@
 
 pub(crate) mod latch;
 pub(crate) mod lock;
+pub(crate) mod permits;
 pub(crate) mod renewer;
 pub(crate) mod semaphore;
 pub(crate) mod shared;

@@ -31,20 +31,40 @@ use tracing::{debug, warn};
 
 use super::shared::Shared;
 use super::subscriber::{Resync, Subscribe, Unlocked, Unsubscribe};
-use crate::config::backoff;
+use crate::config::{backoff, millis};
 use crate::error::{redis_is_transient, LockError};
 use crate::keys;
-use crate::wire::{self, SemAcquire, SemAdded, SemRelease, SemTake};
+use crate::wire::{self, SemAcquire, SemAdded, SemRelease, SemTake, XsemAcquire, XsemTake};
+
+/// What one attempt found, for either kind of semaphore.
+#[derive(Debug, Clone, Copy)]
+enum Attempt {
+    /// Taken; this many left.
+    Taken { left: u64 },
+    /// Too few; a permit with a lease expires in `retry_in`, if any.
+    Short { retry_in: Option<Duration> },
+}
 
 /// Take `permits` of the semaphore, waiting up to `wait` (`None`: until taken;
 /// zero: one attempt). Answers once they are taken.
 #[derive(Message, Debug)]
-#[rtype(result = "Result<(), LockError>")]
+#[rtype(result = "Result<Grant, LockError>")]
 pub(crate) struct TakePermits {
     /// How many, at least 1 (checked by the caller).
     pub(crate) permits: u32,
     /// How long to wait.
     pub(crate) wait: Option<Duration>,
+    /// A permit-expirable semaphore's lease (`None`: the watchdog renews them);
+    /// ignored by a plain one.
+    pub(crate) lease: Option<Duration>,
+}
+
+/// What a take gave: nothing more for a plain semaphore; the permits' ids and
+/// their holding for a permit-expirable one (`permits.rs`).
+#[derive(Debug)]
+pub(crate) struct Grant {
+    /// The permit-expirable semaphore's holding.
+    pub(crate) permits: Option<super::permits::Granted>,
 }
 
 /// Give permits back (a guard's release, or `SemaphoreHandle::release`); answers
@@ -67,10 +87,12 @@ struct Waiter {
     once: bool,
     /// When it arrived, for the `Timeout` it may get.
     since: Instant,
+    /// A permit-expirable semaphore's lease for it (`None`: watchdog).
+    lease: Option<Duration>,
     /// The transient Redis error its last attempt met, answered at its deadline.
     last_error: Option<LockError>,
     /// Where its answer goes; closed when the caller went away.
-    tx: oneshot::Sender<Result<(), LockError>>,
+    tx: oneshot::Sender<Result<Grant, LockError>>,
 }
 
 /// The state of the subscription to the semaphore's channel.
@@ -84,11 +106,16 @@ enum Sub {
 /// See the module documentation.
 pub(crate) struct SemaphoreActor {
     /// The semaphore's name (its key).
-    name: Arc<str>,
+    pub(super) name: Arc<str>,
+    /// A permit-expirable semaphore (ids, expiries, renewal) rather than a plain
+    /// one.
+    pub(super) expirable: bool,
+    /// A permit-expirable semaphore's holdings in this process.
+    pub(super) holdings: super::permits::Holdings,
     /// Its channel.
     channel: String,
     /// The manager's connection, subscriber and settings.
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
     /// Waiters in arrival order.
     waiters: VecDeque<Waiter>,
     /// An attempt is in flight.
@@ -106,8 +133,10 @@ pub(crate) struct SemaphoreActor {
 }
 
 impl SemaphoreActor {
-    pub(crate) fn new(name: Arc<str>, shared: Arc<Shared>) -> SemaphoreActor {
+    pub(crate) fn new(name: Arc<str>, shared: Arc<Shared>, expirable: bool) -> SemaphoreActor {
         SemaphoreActor {
+            expirable,
+            holdings: Default::default(),
             channel: keys::semaphore_channel(&name),
             name,
             shared,
@@ -142,7 +171,7 @@ impl SemaphoreActor {
     }
 
     /// Lets the head ask Redis, if it may now.
-    fn pump(&mut self, ctx: &mut Context<Self>) {
+    pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
         if self.trying {
             self.again = true;
             return;
@@ -165,40 +194,91 @@ impl SemaphoreActor {
         }
         self.trying = true;
         self.again = false;
-        let permits = head.permits;
+        let (permits, lease) = (head.permits, head.lease);
         let name = self.name.clone();
         let mut conn = self.shared.node.conn();
+        let ids = if self.expirable {
+            super::permits::new_ids(permits)
+        } else {
+            Vec::new()
+        };
+        let lease_ms = millis(lease.unwrap_or(self.shared.config.watchdog_lease));
+        let sent = Instant::now();
+        let expirable = self.expirable;
         let attempt = async move {
-            wire::call(
-                &mut conn,
-                &SemAcquire {
+            let res = if expirable {
+                let call = XsemAcquire {
+                    name: &name,
+                    ids: &ids,
+                    lease_ms,
+                };
+                wire::call(&mut conn, &call).await.map(|t| match t {
+                    XsemTake::Taken { left } => Attempt::Taken { left },
+                    XsemTake::Short { expires_in_ms, .. } => Attempt::Short {
+                        retry_in: expires_in_ms.map(Duration::from_millis),
+                    },
+                })
+            } else {
+                let call = SemAcquire {
                     name: &name,
                     permits,
-                },
-            )
-            .await
+                };
+                wire::call(&mut conn, &call).await.map(|t| match t {
+                    SemTake::Taken { left } => Attempt::Taken { left },
+                    SemTake::Short { .. } => Attempt::Short { retry_in: None },
+                })
+            };
+            (res, ids)
         };
-        ctx.spawn(attempt.into_actor(self).map(|res, act, ctx| {
+        ctx.spawn(attempt.into_actor(self).map(move |(res, ids), act, ctx| {
             act.trying = false;
-            act.attempted(res, ctx);
+            act.attempted(res, ids, sent, ctx);
         }));
     }
 
     /// What the head's attempt found.
-    fn attempted(&mut self, res: redis::RedisResult<SemTake>, ctx: &mut Context<Self>) {
+    fn attempted(
+        &mut self,
+        res: redis::RedisResult<Attempt>,
+        ids: Vec<String>,
+        sent: Instant,
+        ctx: &mut Context<Self>,
+    ) {
+        if res.is_err() && !ids.is_empty() {
+            // The reply is lost, not the script: it may have taken these permits.
+            // Giving back ids that were not taken changes nothing.
+            self.give_ids(ids.clone(), ctx);
+        }
         let Some(head) = self.waiters.front_mut() else {
+            if res
+                .as_ref()
+                .is_ok_and(|a| matches!(a, Attempt::Taken { .. }))
+            {
+                self.give_ids(ids, ctx);
+            }
             return;
         };
         match res {
-            Ok(SemTake::Taken { left }) => {
+            Ok(Attempt::Taken { left }) => {
                 self.failures = 0;
                 let Some(w) = self.waiters.pop_front() else {
                     return;
                 };
-                if w.tx.send(Ok(())).is_err() {
+                let grant = if self.expirable {
+                    let granted = self.hold(ids.clone(), w.lease, sent, ctx);
+                    Grant {
+                        permits: Some(granted),
+                    }
+                } else {
+                    Grant { permits: None }
+                };
+                if let Err(Ok(grant)) = w.tx.send(Ok(grant)) {
                     // The caller went away while its permits were being taken.
                     debug!(semaphore = %self.name, permits = w.permits, "taken for a caller that left; giving back");
-                    self.give(w.permits, ctx);
+                    match grant.permits {
+                        Some(granted) => self.end_holding(granted.epoch, ctx),
+                        None => self.give(w.permits, ctx),
+                    }
                 }
                 let next_fits = self
                     .waiters
@@ -210,7 +290,7 @@ impl SemaphoreActor {
                     self.arm(ctx, self.shared.config.max_retry_interval);
                 }
             }
-            Ok(SemTake::Short { .. }) => {
+            Ok(Attempt::Short { retry_in }) => {
                 self.failures = 0;
                 if head.once {
                     if let Some(w) = self.waiters.pop_front() {
@@ -221,7 +301,10 @@ impl SemaphoreActor {
                 } else if self.again {
                     self.pump(ctx);
                 } else {
-                    self.arm(ctx, self.shared.config.max_retry_interval);
+                    // A permit with a lease frees by itself at its expiry: ask
+                    // again then, without waiting for the fallback.
+                    let fallback = self.shared.config.max_retry_interval;
+                    self.arm(ctx, retry_in.map_or(fallback, |r| r.min(fallback)));
                 }
             }
             Err(e) if redis_is_transient(&e) && !head.once => {
@@ -370,7 +453,7 @@ impl Actor for SemaphoreActor {
 }
 
 impl Handler<TakePermits> for SemaphoreActor {
-    type Result = ResponseFuture<Result<(), LockError>>;
+    type Result = ResponseFuture<Result<Grant, LockError>>;
 
     fn handle(&mut self, msg: TakePermits, ctx: &mut Context<Self>) -> Self::Result {
         let (tx, rx) = oneshot::channel();
@@ -388,6 +471,7 @@ impl Handler<TakePermits> for SemaphoreActor {
                 deadline: msg.wait.and_then(|w| now.checked_add(w)),
                 once,
                 since: now,
+                lease: msg.lease,
                 last_error: None,
                 tx,
             });

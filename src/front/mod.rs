@@ -15,7 +15,9 @@
 //!   servers (one manager each);
 //! - `semaphore`, `latch`: [`SemaphoreHandle`](semaphore::SemaphoreHandle) and
 //!   [`LatchHandle`](latch::LatchHandle), Redisson's synchronizers, with the
-//!   messages that make them; `synchronizers`: the manager's registry of their
+//!   messages that make them; `permit_semaphore`:
+//!   [`PermitSemaphoreHandle`](permit_semaphore::PermitSemaphoreHandle), permits
+//!   with ids and expiries; `synchronizers`: the manager's registry of their
 //!   actors;
 //! - `leader`: [`Leader`](leader::Leader), leader election on the exclusive lock,
 //!   and [`WhoLeads`](leader::WhoLeads);
@@ -34,6 +36,7 @@ pub(crate) mod latch;
 pub(crate) mod leader;
 pub(crate) mod manager;
 pub(crate) mod multi;
+pub(crate) mod permit_semaphore;
 pub(crate) mod redlock;
 pub(crate) mod semaphore;
 pub(crate) mod synchronizers;

@@ -88,7 +88,7 @@ impl std::fmt::Debug for SemaphoreHandle {
 
 /// Refuses an amount of permits outside 1..=[`MAX_PERMITS`] (`at_least` 0 lets
 /// zero through, for setting an empty semaphore).
-fn check_permits(permits: u32, at_least: u32) -> Result<(), LockError> {
+pub(super) fn check_permits(permits: u32, at_least: u32) -> Result<(), LockError> {
     let reason = if permits < at_least {
         "must be at least 1"
     } else if u64::from(permits) > MAX_PERMITS {
@@ -169,7 +169,13 @@ impl SemaphoreHandle {
         wait: Option<Duration>,
     ) -> Result<SemaphoreGuard, LockError> {
         check_permits(permits, 1)?;
-        self.actor.send(TakePermits { permits, wait }).await??;
+        self.actor
+            .send(TakePermits {
+                permits,
+                wait,
+                lease: None,
+            })
+            .await??;
         Ok(SemaphoreGuard {
             giver: self.actor.clone().recipient(),
             name: self.name.clone(),

@@ -1,5 +1,6 @@
-//! The manager's registry of synchronizer actors: one [`SemaphoreActor`] and one
-//! [`LatchActor`] per name, shared by every handle on that name in the process.
+//! The manager's registry of synchronizer actors: one [`SemaphoreActor`] (for a
+//! plain semaphore, another for a permit-expirable one) and one [`LatchActor`] per
+//! name, shared by every handle on that name in the process.
 //!
 //! One actor per name matters because the subscriber routes a channel to one
 //! actor: a second actor on the same name would take the first one's messages. The
@@ -20,6 +21,7 @@ use crate::actors::shared::Shared;
 #[derive(Debug, Default)]
 pub(crate) struct Synchronizers {
     semaphores: HashMap<Arc<str>, WeakAddr<SemaphoreActor>>,
+    expirable: HashMap<Arc<str>, WeakAddr<SemaphoreActor>>,
     latches: HashMap<Arc<str>, WeakAddr<LatchActor>>,
 }
 
@@ -27,7 +29,16 @@ impl Synchronizers {
     /// The running actor of semaphore `name`, started if there is none.
     pub(crate) fn semaphore(&mut self, name: &str, shared: &Arc<Shared>) -> Addr<SemaphoreActor> {
         find_or_start(&mut self.semaphores, name, |name| {
-            SemaphoreActor::new(name, shared.clone()).start()
+            SemaphoreActor::new(name, shared.clone(), false).start()
+        })
+    }
+
+    /// The running actor of permit-expirable semaphore `name`, started if there is
+    /// none. It shares the channel of a plain semaphore of the same name, so a
+    /// process should not use both kinds on one name.
+    pub(crate) fn expirable(&mut self, name: &str, shared: &Arc<Shared>) -> Addr<SemaphoreActor> {
+        find_or_start(&mut self.expirable, name, |name| {
+            SemaphoreActor::new(name, shared.clone(), true).start()
         })
     }
 

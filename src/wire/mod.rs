@@ -17,10 +17,11 @@
 //! The files: `exclusive` (the plain lock's acquire, release and batched renewal),
 //! `fair`, `rw`, `look` (inspect and force release, for every kind), and `batch`
 //! (many exclusive ops as one script call), `synchronizer` (the semaphore's and
-//! the count-down latch's scripts).
+//! the count-down latch's scripts), `expirable` (the permit-expirable semaphore's).
 
 mod batch;
 mod exclusive;
+mod expirable;
 mod fair;
 mod look;
 mod lua;
@@ -35,6 +36,7 @@ use redis::{Cmd, RedisError, RedisResult, ServerErrorKind, Value};
 
 pub(crate) use batch::{batch_invocation, split_batch_reply, BatchOp};
 pub(crate) use exclusive::{Acquire, Release, RenewHashes, Transfer, TransferReply};
+pub(crate) use expirable::{XsemAcquire, XsemRelease, XsemRenew, XsemTake};
 pub(crate) use fair::{FairAcquire, FairLeave, FairRefresh, FairRelease, Place};
 pub(crate) use look::{ForceRelease, Inspect};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
