@@ -1,5 +1,7 @@
-//! What a [`SemaphoreActor`] adds for a permit-expirable semaphore: the permits
-//! this process holds, by holding (one per guard), their renewal and their loss.
+//! How a [`SemaphoreActor`] gives permits back ([`GivePermits`], for either kind of
+//! semaphore, retried through transient errors), and what it adds for a
+//! permit-expirable semaphore: the permits this process holds, by holding (one per
+//! guard), their renewal and their loss.
 //!
 //! Each take gets fresh permit ids (32 hex digits) and one holding. A permit taken
 //! with a lease expires on the Redis clock at that lease after the grant; a timer
@@ -22,10 +24,11 @@ use tracing::warn;
 
 use super::renewer::{Lapsed, Renewal, Watched};
 use super::semaphore::SemaphoreActor;
+use super::shared::Shared;
 use crate::config::backoff;
 use crate::error::{redis_is_transient, LockError, LostReason};
 use crate::signal::{LostSignal, LostWatch};
-use crate::wire::{self, XsemRelease};
+use crate::wire::{self, SemAdded, SemRelease, XsemRelease};
 
 /// Holding epochs of permits, from the top half of the range: the renewal table
 /// is keyed by epoch, and lock holdings count up from 1, so the two never meet.
@@ -64,6 +67,100 @@ pub(super) fn new_ids(n: u32) -> Vec<String> {
     (0..n)
         .map(|_| uuid::Uuid::new_v4().simple().to_string())
         .collect()
+}
+
+/// Give permits back (a guard's release, or `SemaphoreHandle::release`); answers
+/// the permits available after it.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "Result<u64, LockError>")]
+pub(crate) struct GivePermits {
+    /// How many, at least 1.
+    pub(crate) permits: u32,
+}
+
+impl SemaphoreActor {
+    /// Gives permits back in the background (a grant that reached nobody).
+    pub(super) fn give(&mut self, permits: u32, ctx: &mut Context<Self>) {
+        let fut = give_back(self.shared.clone(), self.name.clone(), permits);
+        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
+            if let Err(e) = res {
+                warn!(semaphore = %act.name, permits, error = %e, "giving back permits failed");
+            }
+            act.pump(ctx);
+        }));
+    }
+}
+
+/// Runs the release script, retrying transient errors for up to one watchdog
+/// lease: permits given back must not be lost to a passing hiccup.
+async fn give_back(shared: Arc<Shared>, name: Arc<str>, permits: u32) -> Result<u64, LockError> {
+    let mut conn = shared.node.conn();
+    let give_up = Instant::now() + shared.config.watchdog_lease;
+    let mut attempt = 0;
+    loop {
+        match wire::call(
+            &mut conn,
+            &SemRelease {
+                name: &name,
+                permits,
+            },
+        )
+        .await
+        {
+            Ok(SemAdded::Available(n)) => return Ok(n),
+            Ok(SemAdded::Overflow(_)) => {
+                return Err(LockError::InvalidAmount {
+                    what: "permits",
+                    amount: u64::from(permits),
+                    reason: "the semaphore would hold more than 2147483647 permits",
+                })
+            }
+            Err(e) if redis_is_transient(&e) && Instant::now() < give_up => {
+                let delay = backoff(
+                    shared.config.reconnect_min,
+                    shared.config.reconnect_max,
+                    attempt,
+                );
+                warn!(semaphore = %name, error = %e, retry_in = ?delay, "giving back permits failed; retrying");
+                attempt += 1;
+                tokio::time::sleep(delay).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+impl Handler<GivePermits> for SemaphoreActor {
+    type Result = ResponseFuture<Result<u64, LockError>>;
+
+    fn handle(&mut self, msg: GivePermits, ctx: &mut Context<Self>) -> Self::Result {
+        let (shared, name) = (self.shared.clone(), self.name.clone());
+        let me = ctx.address();
+        Box::pin(async move {
+            let res = give_back(shared, name.clone(), msg.permits).await;
+            if let Err(e) = &res {
+                // A guard dropped without awaiting its release learns nothing:
+                // say it here.
+                warn!(semaphore = %name, permits = msg.permits, error = %e, "giving back permits failed");
+            }
+            // Local waiters need not wait for the message to come back round.
+            me.do_send(Wake);
+            res
+        })
+    }
+}
+
+/// Let the head ask again now (after a local release).
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+struct Wake;
+
+impl Handler<Wake> for SemaphoreActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Wake, ctx: &mut Context<Self>) {
+        self.pump(ctx);
+    }
 }
 
 /// Give back one guard's permits (its release, or its drop).
@@ -164,7 +261,7 @@ impl SemaphoreActor {
 /// lease (after that the permits have expired anyway); answers how many were
 /// still taken.
 async fn return_ids(
-    shared: Arc<crate::actors::shared::Shared>,
+    shared: Arc<Shared>,
     name: Arc<str>,
     ids: Vec<String>,
 ) -> Result<usize, LockError> {

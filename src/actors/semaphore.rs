@@ -1,5 +1,8 @@
 //! The [`SemaphoreActor`]: everything about one semaphore name in this process, its
-//! waiters, the one attempt in flight and the subscription to its channel.
+//! waiters, the one attempt in flight and the subscription to its channel. The same
+//! actor serves a plain semaphore and a permit-expirable one (`expirable`: its
+//! attempts take permits with ids and expiries); giving permits back and the
+//! permit-expirable holdings are in `permits.rs`.
 //!
 //! A semaphore is not a lock (nobody owns a permit; Redisson's `RSemaphore` keeps
 //! only a number), so it has an actor of its own rather than a `KindRules` file of
@@ -34,7 +37,7 @@ use super::subscriber::{Resync, Subscribe, Unlocked, Unsubscribe};
 use crate::config::{backoff, millis};
 use crate::error::{redis_is_transient, LockError};
 use crate::keys;
-use crate::wire::{self, SemAcquire, SemAdded, SemRelease, SemTake, XsemAcquire, XsemTake};
+use crate::wire::{self, SemAcquire, SemTake, XsemAcquire, XsemTake};
 
 /// What one attempt found, for either kind of semaphore.
 #[derive(Debug, Clone, Copy)]
@@ -65,15 +68,6 @@ pub(crate) struct TakePermits {
 pub(crate) struct Grant {
     /// The permit-expirable semaphore's holding.
     pub(crate) permits: Option<super::permits::Granted>,
-}
-
-/// Give permits back (a guard's release, or `SemaphoreHandle::release`); answers
-/// the permits available after it.
-#[derive(Message, Debug, Clone, Copy)]
-#[rtype(result = "Result<u64, LockError>")]
-pub(crate) struct GivePermits {
-    /// How many, at least 1.
-    pub(crate) permits: u32,
 }
 
 /// One waiting caller.
@@ -392,56 +386,6 @@ impl SemaphoreActor {
             });
         }
     }
-
-    /// Gives permits back in the background (a grant that reached nobody).
-    fn give(&mut self, permits: u32, ctx: &mut Context<Self>) {
-        let fut = give_back(self.shared.clone(), self.name.clone(), permits);
-        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
-            if let Err(e) = res {
-                warn!(semaphore = %act.name, permits, error = %e, "giving back permits failed");
-            }
-            act.pump(ctx);
-        }));
-    }
-}
-
-/// Runs the release script, retrying transient errors for up to one watchdog
-/// lease: permits given back must not be lost to a passing hiccup.
-async fn give_back(shared: Arc<Shared>, name: Arc<str>, permits: u32) -> Result<u64, LockError> {
-    let mut conn = shared.node.conn();
-    let give_up = Instant::now() + shared.config.watchdog_lease;
-    let mut attempt = 0;
-    loop {
-        match wire::call(
-            &mut conn,
-            &SemRelease {
-                name: &name,
-                permits,
-            },
-        )
-        .await
-        {
-            Ok(SemAdded::Available(n)) => return Ok(n),
-            Ok(SemAdded::Overflow(_)) => {
-                return Err(LockError::InvalidAmount {
-                    what: "permits",
-                    amount: u64::from(permits),
-                    reason: "the semaphore would hold more than 2147483647 permits",
-                })
-            }
-            Err(e) if redis_is_transient(&e) && Instant::now() < give_up => {
-                let delay = backoff(
-                    shared.config.reconnect_min,
-                    shared.config.reconnect_max,
-                    attempt,
-                );
-                warn!(semaphore = %name, error = %e, retry_in = ?delay, "giving back permits failed; retrying");
-                attempt += 1;
-                tokio::time::sleep(delay).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
 }
 
 impl Actor for SemaphoreActor {
@@ -484,39 +428,6 @@ impl Handler<TakePermits> for SemaphoreActor {
             }
         }
         Box::pin(async move { rx.await.map_err(|_| LockError::Stopped)? })
-    }
-}
-
-impl Handler<GivePermits> for SemaphoreActor {
-    type Result = ResponseFuture<Result<u64, LockError>>;
-
-    fn handle(&mut self, msg: GivePermits, ctx: &mut Context<Self>) -> Self::Result {
-        let (shared, name) = (self.shared.clone(), self.name.clone());
-        let me = ctx.address();
-        Box::pin(async move {
-            let res = give_back(shared, name.clone(), msg.permits).await;
-            if let Err(e) = &res {
-                // A guard dropped without awaiting its release learns nothing:
-                // say it here.
-                warn!(semaphore = %name, permits = msg.permits, error = %e, "giving back permits failed");
-            }
-            // Local waiters need not wait for the message to come back round.
-            me.do_send(Wake);
-            res
-        })
-    }
-}
-
-/// Let the head ask again now (after a local release).
-#[derive(Message, Debug, Clone, Copy)]
-#[rtype(result = "()")]
-struct Wake;
-
-impl Handler<Wake> for SemaphoreActor {
-    type Result = ();
-
-    fn handle(&mut self, _msg: Wake, ctx: &mut Context<Self>) {
-        self.pump(ctx);
     }
 }
 

@@ -19,7 +19,8 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use super::manager::LockManager;
-use crate::actors::semaphore::{GivePermits, SemaphoreActor, TakePermits};
+use crate::actors::permits::GivePermits;
+use crate::actors::semaphore::{SemaphoreActor, TakePermits};
 use crate::actors::shared::Shared;
 use crate::error::LockError;
 use crate::wire::{self, SemDrain, SemTrySet, MAX_PERMITS};

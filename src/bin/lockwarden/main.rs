@@ -8,7 +8,8 @@
 //! chose. Everything about locks is the library's; the modules here decide what the
 //! operator sees and which exit code means what.
 //!
-//! - `cli`: the command line (clap), help texts and the exit-code table.
+//! - `cli`: the command line (clap), help texts and the exit-code table; `cli_sync`:
+//!   the `latch` and `semaphore` subcommands' shapes.
 //! - `duration`: `30s`-style durations.
 //! - `outcome`: exit codes and the error type.
 //! - `session`: URL, name and kind checks, connecting.
@@ -30,6 +31,7 @@ macro_rules! say {
 
 mod acquire;
 mod cli;
+mod cli_sync;
 mod duration;
 mod hold;
 mod inspect;
