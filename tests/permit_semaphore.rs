@@ -74,6 +74,51 @@ async fn a_dead_holders_permits_come_back_within_one_lease() {
     g.release().await.expect("released");
 }
 
+/// Three managers, twelve tasks taking permits of a 3-permit semaphore again
+/// and again, half with a lease and half renewed by the watchdog: never more
+/// than 3 held at once, and all 3 back at the end.
+#[actix_rt::test]
+async fn never_more_holders_than_permits_across_managers() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let server = RedisServer::start();
+    let mut handles = Vec::new();
+    for _ in 0..3 {
+        let m = manager(&server, |c| c.watchdog_lease(LEASE)).await;
+        handles.push(handle(&m, "busy").await);
+    }
+    handles[0].try_set_permits(3).await.expect("set");
+    let (held, peak) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut tasks = Vec::new();
+    for i in 0..12 {
+        let (s, held, peak) = (handles[i % 3].clone(), held.clone(), peak.clone());
+        let lease = (i % 2 == 0).then_some(Duration::from_secs(30));
+        tasks.push(actix_rt::spawn(async move {
+            for _ in 0..4 {
+                let g = s
+                    .acquire_within(1, Duration::from_secs(60), lease)
+                    .await
+                    .expect("taken");
+                let now = held.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(now, Ordering::SeqCst);
+                actix_rt::time::sleep(Duration::from_millis(2)).await;
+                held.fetch_sub(1, Ordering::SeqCst);
+                g.release().await.expect("released");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(
+        (2..=3).contains(&peak),
+        "peak of {peak} permits held at once out of 3"
+    );
+    assert_eq!(handles[1].available().await.expect("read"), 3);
+    assert_eq!(raw::<i64>(&server, &["ZCARD", "{busy}:timeout"]), 0);
+}
+
 /// A lease that runs out tells the holder `LeaseExpired`, the permit goes to a
 /// waiter, and the late release answers `Lost`.
 #[actix_rt::test]
