@@ -132,6 +132,18 @@ pub enum LockError {
         /// Replicas required.
         wanted: u32,
     },
+    /// A number of permits or a count was refused (zero where at least one is
+    /// needed, over the limit Redisson can read, more than a guard holds), or the
+    /// change would carry a semaphore past that limit; nothing was changed in
+    /// Redis.
+    InvalidAmount {
+        /// What was asked for: `"permits"` or `"count"`.
+        what: &'static str,
+        /// The amount.
+        amount: u64,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
 }
 
 impl LockError {
@@ -239,6 +251,11 @@ impl fmt::Display for LockError {
                 f,
                 "lock not acquired: only {acked} of the {wanted} replicas required confirmed the grant in time, so it was undone (are the replicas up and in sync?)"
             ),
+            LockError::InvalidAmount {
+                what,
+                amount,
+                reason,
+            } => write!(f, "invalid {what} {amount}: {reason}; nothing was changed"),
         }
     }
 }

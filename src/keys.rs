@@ -26,6 +26,13 @@ const RWLOCK_PREFIX: &str = "redisson_rwlock";
 /// Suffix (after the owner field) of a read hold's timeout key.
 const READ_TIMEOUT_SUFFIX: &str = "rwlock_timeout";
 
+/// Prefix of a semaphore's channel (Redisson's `RSemaphore` and
+/// `RPermitExpirableSemaphore`): a release publishes the new number of permits there.
+const SEMAPHORE_PREFIX: &str = "redisson_sc";
+/// Prefix of a count-down latch's channel (Redisson's `RCountDownLatch`); unlike the
+/// others it always wraps the name in braces, even a name that brings its own.
+const LATCH_CHANNEL_PREFIX: &str = "redisson_countdownlatch__channel__";
+
 /// Message published when a lock frees: wake one waiter.
 pub(crate) const WAKE_ONE: &str = "0";
 /// Message published when all waiters may proceed (a write lock freed).
@@ -110,6 +117,26 @@ pub(crate) fn token(name: &str) -> String {
 /// The latch that remembers the outcome of the release with this request id.
 pub(crate) fn latch(name: &str, request_id: &str) -> String {
     format!("{}:{request_id}", prefixed(LATCH_PREFIX, name))
+}
+
+/// A semaphore's channel: `redisson_sc:{<name>}` (the semaphore's key is the name
+/// itself, a string holding the available permits).
+pub(crate) fn semaphore_channel(name: &str) -> String {
+    prefixed(SEMAPHORE_PREFIX, name)
+}
+
+/// A count-down latch's channel: `redisson_countdownlatch__channel__{<name>}`, braces
+/// added whatever the name holds, as Redisson does (the latch's key is the name
+/// itself, a string holding the count).
+pub(crate) fn latch_channel(name: &str) -> String {
+    format!("{LATCH_CHANNEL_PREFIX}{{{name}}}")
+}
+
+/// A permit-expirable semaphore's taken permits: a zset of permit id -> expiry,
+/// `{<name>}:timeout` (`<name>:timeout` when the name brings its own hash tag), as
+/// Redisson's `RPermitExpirableSemaphore` names it.
+pub(crate) fn permit_timeouts(name: &str) -> String {
+    format!("{}:timeout", tagged(name))
 }
 
 /// A fair lock's queue: a list of waiting owner fields, head first.
@@ -227,5 +254,21 @@ mod tests {
     #[test]
     fn owners_are_unique() {
         assert_ne!(Owner::new(), Owner::new());
+    }
+
+    #[test]
+    fn synchronizer_channels_follow_the_redisson_layout() {
+        assert_eq!(semaphore_channel("api"), "redisson_sc:{api}");
+        assert_eq!(semaphore_channel("{t}:api"), "redisson_sc:{t}:api");
+        assert_eq!(
+            latch_channel("jobs"),
+            "redisson_countdownlatch__channel__{jobs}"
+        );
+        assert_eq!(
+            latch_channel("{t}:jobs"),
+            "redisson_countdownlatch__channel__{{t}:jobs}"
+        );
+        assert_eq!(permit_timeouts("api"), "{api}:timeout");
+        assert_eq!(permit_timeouts("{t}:api"), "{t}:api:timeout");
     }
 }

@@ -37,6 +37,15 @@
 //! Guards and handles carry their [`AcquireKind`]; [`Inspect`] reports what a lock's
 //! hash shows ([`LockKind`], with a read-write lock's mode) and a fair lock's queue.
 //!
+//! # Synchronizers
+//! Redisson's, in its Redis layout, on the same subscriber, renewer and waiting
+//! rules as the locks: the semaphore ([`Locks::semaphore`], [`SemaphoreHandle`],
+//! [`SemaphoreGuard`]), the permit-expirable semaphore ([`PermitSemaphore`]: permits
+//! with ids, expiring on the Redis clock or renewed by the watchdog,
+//! [`PermitGuard::lost`]), the count-down latch ([`Locks::latch`],
+//! [`LatchHandle`]); and leader election on the exclusive lock ([`Leader`], which
+//! sends [`Elected`] and [`Deposed`] to an actor of yours; [`WhoLeads`]).
+//!
 //! # What it guarantees
 //! - Redis is the only truth about who holds a lock; every change is one Lua script.
 //! - A lock taken without a lease is renewed by a watchdog while held and frees
@@ -96,9 +105,13 @@ pub use front::admin::{check_lock_name, Admin, LockSummary};
 pub use front::ext::Locks;
 pub use front::handle::{Handle, LockHandle};
 pub use front::inspect::{ForceUnlock, Inspect};
+pub use front::latch::{Latch, LatchHandle};
+pub use front::leader::{Deposed, DeposedReason, Elected, Leader, Leadership, Resign, WhoLeads};
 pub use front::manager::{GetStats, LockManager};
 pub use front::multi::{MultiGuard, MultiLock};
+pub use front::permit_semaphore::{PermitGuard, PermitSemaphore, PermitSemaphoreHandle};
 pub use front::redlock::{RedGuard, RedLock};
+pub use front::semaphore::{Semaphore, SemaphoreGuard, SemaphoreHandle};
 pub use guard::{LockGuard, LockLost, ReleaseOutcome};
 pub use keys::Owner;
 pub use kind::AcquireKind;

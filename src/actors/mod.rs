@@ -7,6 +7,9 @@
 //! - `subscriber`: the pub/sub actor that routes unlock messages to lock actors.
 //! - `renewer`: the watchdog, renewing every watchdog holding of a manager in
 //!   batches.
+//! - `semaphore`, `latch`: the synchronizers' actors, one per name, on the same
+//!   subscriber and waiting rules as the locks; `permits`: what the semaphore
+//!   actor adds for a permit-expirable semaphore (holdings, renewal, loss).
 //! - `shared`: what a manager's lock actors share ([`Shared`](shared::Shared)).
 //!
 //! The actors talk to Redis only through the wire layer's typed calls on the node
@@ -14,7 +17,10 @@
 //! offering to retire, a guard's release) travel as `Recipient`s of messages
 //! defined here or below, never by naming a higher type.
 
+pub(crate) mod latch;
 pub(crate) mod lock;
+pub(crate) mod permits;
 pub(crate) mod renewer;
+pub(crate) mod semaphore;
 pub(crate) mod shared;
 pub(crate) mod subscriber;

@@ -38,7 +38,7 @@ use crate::config::Config;
 use crate::error::{redis_is_transient, LostReason};
 use crate::node::{Group, Node};
 use crate::stats::Counters;
-use crate::wire::{self, RenewHashes, RwRenew};
+use crate::wire::{self, RenewHashes, RwRenew, XsemRenew};
 
 /// One renewal call in flight: the holdings it renews and, once answered,
 /// whether each is still held.
@@ -74,6 +74,9 @@ pub(crate) enum Renewal {
         /// Whether it is the write side.
         write: bool,
     },
+    /// `lua/xsem_renew.lua`, one holder per call: the permits one guard holds of
+    /// a permit-expirable semaphore (the `field` is their ids, comma-separated).
+    Permits,
 }
 
 /// One watchdog holding to renew.
@@ -175,6 +178,8 @@ struct Due {
     rw: Vec<(u64, bool, Arc<str>, Arc<str>)>,
     /// Holdings whose lease ran out unrenewed.
     lapsed: Vec<(u64, WeakRecipient<Lapsed>)>,
+    /// Permit-expirable semaphore holders: one `xsem_renew.lua` call each.
+    permits: Vec<HashHolding>,
 }
 
 /// The actor that sweeps a manager's [`RenewTable`]; see the module documentation.
@@ -244,6 +249,7 @@ impl Renewer {
                 match e.held.renewal {
                     Renewal::Hash => due.hashes.push((*id, name, field)),
                     Renewal::ReadWrite { write } => due.rw.push((*id, write, name, field)),
+                    Renewal::Permits => due.permits.push((*id, name, field)),
                 }
             }
             true
@@ -267,6 +273,7 @@ impl Renewer {
             match e.held.renewal {
                 Renewal::Hash => due.hashes.push((*id, name, field)),
                 Renewal::ReadWrite { write } => due.rw.push((*id, write, name, field)),
+                Renewal::Permits => due.permits.push((*id, name, field)),
             }
         }
         due
@@ -324,6 +331,21 @@ impl Renewer {
                     name: &name,
                     field: &field,
                     write,
+                    lease_ms,
+                };
+                (
+                    vec![id],
+                    wire::call(&mut conn, &call).await.map(|held| vec![held]),
+                )
+            }));
+        }
+        for (id, name, ids) in due.permits {
+            let mut conn = self.node.conn();
+            all.push(id);
+            calls.push(Box::pin(async move {
+                let call = XsemRenew {
+                    name: &name,
+                    ids: &ids,
                     lease_ms,
                 };
                 (

@@ -231,6 +231,12 @@ impl Subscriber {
                 channel,
                 wake_all: true,
             }),
+            // A semaphore's channel carries the number of permits available after
+            // a release (Redisson's message): any waiter may fit now.
+            b if is_number(b) => actor.do_send(Unlocked {
+                channel,
+                wake_all: true,
+            }),
             other => debug!(channel, payload = ?other, "ignored unknown message"),
         }
     }
@@ -383,4 +389,10 @@ impl Handler<Unsubscribe> for Subscriber {
         };
         AtomicResponse::new(Box::pin(fut.into_actor(self)))
     }
+}
+
+/// Whether a message is a decimal number (a semaphore's available permits).
+fn is_number(payload: &[u8]) -> bool {
+    let digits = payload.strip_prefix(b"-").unwrap_or(payload);
+    !digits.is_empty() && digits.iter().all(u8::is_ascii_digit)
 }

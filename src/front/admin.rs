@@ -81,6 +81,26 @@ impl Admin {
         Ok(found.exists.then(|| summarize(name, found)))
     }
 
+    /// The number a semaphore's or a count-down latch's key holds (Redisson keeps
+    /// both as a plain string at the name: available permits, or the count; the
+    /// key alone does not say which). `None` when there is no such key or it is
+    /// not a string holding an integer.
+    pub async fn counter(&self, name: &str) -> Result<Option<i64>, LockError> {
+        keys::validate_name(name, self.max_name_len)?;
+        let kind: String = redis::cmd("TYPE")
+            .arg(name)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        if kind != "string" {
+            return Ok(None);
+        }
+        let value: Option<String> = redis::cmd("GET")
+            .arg(name)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(value.and_then(|v| v.parse().ok()))
+    }
+
     /// The locks whose names match the glob `pattern` (`*` for all), sorted by
     /// name. Hashes that do not look like locks (an owner field and a hold
     /// count in every field but `mode`) are left out; a

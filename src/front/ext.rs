@@ -13,7 +13,9 @@ use actix::Addr;
 
 use super::acquire::Acquire;
 use super::handle::{Handle, LockHandle};
+use super::latch::{Latch, LatchHandle};
 use super::manager::LockManager;
+use super::semaphore::{Semaphore, SemaphoreHandle};
 use crate::error::LockError;
 use crate::guard::LockGuard;
 
@@ -39,6 +41,18 @@ pub trait Locks {
         &self,
         name: impl Into<String>,
     ) -> impl Future<Output = Result<LockHandle, LockError>>;
+
+    /// A [`SemaphoreHandle`] on the semaphore `name` (checked now, once).
+    fn semaphore(
+        &self,
+        name: impl Into<String>,
+    ) -> impl Future<Output = Result<SemaphoreHandle, LockError>>;
+
+    /// A [`LatchHandle`] on the count-down latch `name` (checked now, once).
+    fn latch(
+        &self,
+        name: impl Into<String>,
+    ) -> impl Future<Output = Result<LatchHandle, LockError>>;
 }
 
 impl Locks for Addr<LockManager> {
@@ -52,6 +66,22 @@ impl Locks for Addr<LockManager> {
         name: impl Into<String>,
     ) -> impl Future<Output = Result<LockHandle, LockError>> {
         let sent = self.send(Handle::new(name));
+        async move { sent.await? }
+    }
+
+    fn semaphore(
+        &self,
+        name: impl Into<String>,
+    ) -> impl Future<Output = Result<SemaphoreHandle, LockError>> {
+        let sent = self.send(Semaphore::new(name));
+        async move { sent.await? }
+    }
+
+    fn latch(
+        &self,
+        name: impl Into<String>,
+    ) -> impl Future<Output = Result<LatchHandle, LockError>> {
+        let sent = self.send(Latch::new(name));
         async move { sent.await? }
     }
 }

@@ -44,6 +44,8 @@ pub struct LockManager {
     shared: Arc<Shared>,
     /// (Lock name, kind) -> its running actor.
     locks: HashMap<(Arc<str>, Kind), Entry>,
+    /// Name -> running semaphore and latch actors.
+    synchronizers: super::synchronizers::Synchronizers,
 }
 
 impl LockManager {
@@ -127,6 +129,7 @@ impl LockManager {
         Ok(LockManager {
             shared,
             locks: HashMap::new(),
+            synchronizers: Default::default(),
         }
         .start())
     }
@@ -134,6 +137,13 @@ impl LockManager {
     /// What lock actors share (for the manager's messages, each in its own file).
     pub(super) fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    /// The registry of synchronizer actors, and what they share.
+    pub(super) fn synchronizers(
+        &mut self,
+    ) -> (&mut super::synchronizers::Synchronizers, &Arc<Shared>) {
+        (&mut self.synchronizers, &self.shared)
     }
 
     /// Checks a name against the configured rules.

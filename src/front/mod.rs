@@ -13,6 +13,14 @@
 //! - `multi`: [`MultiLock`](multi::MultiLock), all of several locks as one;
 //! - `redlock`: [`RedLock`](redlock::RedLock), one lock on a majority of independent
 //!   servers (one manager each);
+//! - `semaphore`, `latch`: [`SemaphoreHandle`](semaphore::SemaphoreHandle) and
+//!   [`LatchHandle`](latch::LatchHandle), Redisson's synchronizers, with the
+//!   messages that make them; `permit_semaphore`:
+//!   [`PermitSemaphoreHandle`](permit_semaphore::PermitSemaphoreHandle), permits
+//!   with ids and expiries; `synchronizers`: the manager's registry of their
+//!   actors;
+//! - `leader`: [`Leader`](leader::Leader), leader election on the exclusive lock,
+//!   and [`WhoLeads`](leader::WhoLeads);
 //! - `admin`: [`Admin`](admin::Admin), the operator's read-only views, which need no
 //!   manager.
 //!
@@ -24,6 +32,11 @@ pub(crate) mod admin;
 pub(crate) mod ext;
 pub(crate) mod handle;
 pub(crate) mod inspect;
+pub(crate) mod latch;
+pub(crate) mod leader;
 pub(crate) mod manager;
 pub(crate) mod multi;
+pub(crate) mod permit_semaphore;
 pub(crate) mod redlock;
+pub(crate) mod semaphore;
+pub(crate) mod synchronizers;

@@ -89,6 +89,13 @@ mod tests {
             include_str!("../../lua/force_release.lua"),
             include_str!("../../lua/rw_release_write.lua"),
             include_str!("../../lua/transfer.lua"),
+            include_str!("../../lua/sem_release.lua"),
+            include_str!("../../lua/sem_try_set.lua"),
+            include_str!("../../lua/latch_set.lua"),
+            include_str!("../../lua/latch_count_down.lua"),
+            include_str!("../../lua/xsem_acquire.lua"),
+            include_str!("../../lua/xsem_release.lua"),
+            include_str!("../../lua/xsem_renew.lua"),
         ] {
             let sharded = sharded(code).to_lowercase();
             assert!(sharded.contains("'spublish'"));

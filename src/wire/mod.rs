@@ -16,15 +16,18 @@
 //!
 //! The files: `exclusive` (the plain lock's acquire, release and batched renewal),
 //! `fair`, `rw`, `look` (inspect and force release, for every kind), and `batch`
-//! (many exclusive ops as one script call).
+//! (many exclusive ops as one script call), `synchronizer` (the semaphore's and
+//! the count-down latch's scripts), `expirable` (the permit-expirable semaphore's).
 
 mod batch;
 mod exclusive;
+mod expirable;
 mod fair;
 mod look;
 mod lua;
 mod replicas;
 mod rw;
+mod synchronizer;
 
 use std::time::Duration;
 
@@ -33,11 +36,16 @@ use redis::{Cmd, RedisError, RedisResult, ServerErrorKind, Value};
 
 pub(crate) use batch::{batch_invocation, split_batch_reply, BatchOp};
 pub(crate) use exclusive::{Acquire, Release, RenewHashes, Transfer, TransferReply};
+pub(crate) use expirable::{XsemAcquire, XsemRelease, XsemRenew, XsemTake};
 pub(crate) use fair::{FairAcquire, FairLeave, FairRefresh, FairRelease, Place};
 pub(crate) use look::{ForceRelease, Inspect};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
 pub(crate) use replicas::{judge, Confirmed, Need};
 pub(crate) use rw::{ReadAcquire, ReadRelease, RwRenew, WriteAcquire, WriteRelease};
+pub(crate) use synchronizer::{
+    read_number, LatchCountDown, LatchSet, SemAcquire, SemAdded, SemDrain, SemRelease, SemTake,
+    SemTrySet, MAX_PERMITS,
+};
 
 /// One script call laid out for the wire: which script, its KEYS and its ARGV.
 #[derive(Debug, Clone)]

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use crate::cli_sync::{LatchAction, LatchArgs, SemaphoreAction, SemaphoreArgs};
 use crate::duration::{parse_duration, parse_lease};
 
 /// The exit codes, shown by `lockwarden --help` (same table as docs/operations.md).
@@ -35,7 +36,9 @@ Examples:
   lockwarden hold orders:42 --for 30s
   lockwarden status orders:42
   lockwarden list --pattern 'orders:*'
-  lockwarden unlock --force orders:42";
+  lockwarden unlock --force orders:42
+  lockwarden run partner-api --semaphore --permits 3 -- ./call-partner.sh
+  lockwarden latch wait nightly-batch --wait 10m";
 
 /// Distributed locks on Redis (Redisson layout) for operators: run a command under a
 /// lock, hold one, look at locks, force-unlock.
@@ -112,6 +115,10 @@ Examples:
   lockwarden run orders:migrate --wait 5m --on-lost warn -- ./migrate.sh --all
   lockwarden --redis redis://a:6379 --redis redis://b:6379 --redis redis://c:6379 \
       run payments --redlock --wait 10s -- ./pay.sh
+  lockwarden run partner-api --semaphore --permits 3 -- ./call-partner.sh
+With --semaphore, NAME is a semaphore (Redisson's RSemaphore layout): at most
+--permits commands run at once across machines; the command sees LOCKWARDEN_SEMAPHORE
+and LOCKWARDEN_PERMITS (how many it took) instead of a token.
 The command sees LOCKWARDEN_LOCK (the lock name) and LOCKWARDEN_TOKEN (the fencing
 token of this acquisition) in its environment; with --redlock, LOCKWARDEN_TOKENS
 instead: node=token for each server that granted (node = its place among the --redis
@@ -138,7 +145,11 @@ at_ms is Unix time in milliseconds. Exit: 0, 75 on timeout, 76 if lost.")]
 Examples:
   lockwarden status orders:42
   lockwarden status orders:42 --json
-Exit: 0 whether or not the lock is held; 2 if the key exists and is not a lock.")]
+  lockwarden status partner-api      (a semaphore: its available permits)
+A semaphore or a count-down latch shows as a counter: the permits available, or the
+latch's count (a latch at zero has no key).
+Exit: 0 whether or not the lock is held; 2 if the key exists and is neither a lock
+nor a counter.")]
     Status(StatusArgs),
 
     /// Force-release a lock whoever holds it, waking a waiter.
@@ -168,6 +179,26 @@ piped, plain lines (a '# <time> <n> locks' line, then one line a lock). WAITING 
 the connections subscribed to the lock's unlock channel (about one per waiting
 process); QUEUE is a fair lock's queue. Ctrl-C ends it (exit 0).")]
     Top(TopArgs),
+
+    /// Work a count-down latch (Redisson's RCountDownLatch): set, count down, wait.
+    #[command(after_help = "\
+Examples:
+  lockwarden latch set nightly-batch 8        (only if it has no count; exit 1 if it has)
+  lockwarden latch count-down nightly-batch   (prints the count left)
+  lockwarden latch wait nightly-batch --wait 10m
+  lockwarden latch count nightly-batch
+Exit: 0; wait: 75 if --wait ran out first; set: 1 if a count was already set.")]
+    Latch(LatchArgs),
+
+    /// Set up or repair a semaphore (Redisson's RSemaphore): set, add, drain.
+    #[command(after_help = "\
+Examples:
+  lockwarden semaphore set partner-api 3     (only if it has none; exit 1 if it has)
+  lockwarden semaphore add partner-api 1     (prints the permits available)
+  lockwarden semaphore drain partner-api     (takes every available permit)
+Taking permits to run a command is `lockwarden run NAME --semaphore --permits N`.
+Exit: 0; set: 1 if the semaphore already had permits.")]
+    Semaphore(SemaphoreArgs),
 }
 
 /// How to acquire: shared by `run` and `hold`.
@@ -253,6 +284,20 @@ pub struct RunArgs {
     /// With --redlock: how long one server may take to grant in one round.
     #[arg(long, requires = "redlock", default_value = "50ms", value_name = "DURATION", value_parser = parse_lease)]
     pub node_wait: Duration,
+
+    /// NAME is a semaphore: take permits of it instead of a lock, so that at most
+    /// its number of permits of commands run at once.
+    #[arg(long, requires = "permits", conflicts_with_all = ["redlock", "fair", "read", "write", "lease"])]
+    pub semaphore: bool,
+
+    /// With --semaphore: the permits the semaphore is given if it has none yet
+    /// (an existing semaphore keeps its own number).
+    #[arg(long, requires = "semaphore", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub permits: Option<u32>,
+
+    /// With --semaphore: how many permits this command takes.
+    #[arg(long, requires = "semaphore", default_value = "1", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub take: u32,
 
     /// What to do if the lock is lost while the command runs.
     #[arg(long, value_enum, default_value = "kill", value_name = "ACTION")]

@@ -20,6 +20,25 @@ use crate::session::Session;
 /// Runs `lockwarden status`; answers the exit code.
 pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure> {
     let admin = session.admin().await?;
+    // A semaphore or a latch is a string holding a number, not a lock hash.
+    let counter = admin
+        .counter(&args.name)
+        .await
+        .map_err(|e| Failure::from_lock(&format!("reading \"{}\"", args.name), e))?;
+    if let Some(value) = counter {
+        if args.json {
+            say!(
+                "{}",
+                json!({"lock": args.name, "kind": "counter", "value": value})
+            );
+        } else {
+            say!(
+                "{}: counter {value} (a semaphore's available permits, or a count-down latch's count)",
+                args.name
+            );
+        }
+        return Ok(outcome::OK);
+    }
     let summary = admin
         .describe(&args.name)
         .await

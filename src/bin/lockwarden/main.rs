@@ -8,13 +8,15 @@
 //! chose. Everything about locks is the library's; the modules here decide what the
 //! operator sees and which exit code means what.
 //!
-//! - `cli`: the command line (clap), help texts and the exit-code table.
+//! - `cli`: the command line (clap), help texts and the exit-code table; `cli_sync`:
+//!   the `latch` and `semaphore` subcommands' shapes.
 //! - `duration`: `30s`-style durations.
 //! - `outcome`: exit codes and the error type.
 //! - `session`: URL, name and kind checks, connecting.
 //! - `acquire`: waiting with progress, signals, timeout messages.
 //! - `run`, `hold`, `inspect` (status, list), `unlock`, `top`: the subcommands; `redlock`:
-//!   what `run --redlock` does before and after the command.
+//!   what `run --redlock` does before and after the command; `sync`: `run
+//!   --semaphore`, `latch` and `semaphore`.
 
 /// `println!` that ignores a closed stdout (`lockwarden list | head -1`) instead
 /// of panicking: the reader left, and the exit code still tells the outcome.
@@ -29,6 +31,7 @@ macro_rules! say {
 
 mod acquire;
 mod cli;
+mod cli_sync;
 mod duration;
 mod hold;
 mod inspect;
@@ -36,6 +39,7 @@ mod outcome;
 mod redlock;
 mod run;
 mod session;
+mod sync;
 mod top;
 mod unlock;
 
@@ -71,6 +75,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Run(args) => Some(args.acquire.watchdog_lease),
         Command::Hold(args) => Some(args.acquire.watchdog_lease),
         Command::Status(_) | Command::Unlock(_) | Command::List(_) | Command::Top(_) => None,
+        Command::Latch(_) | Command::Semaphore(_) => None,
     };
     let redlock = matches!(&cli.command, Command::Run(args) if args.redlock);
     let session = Session::new(&cli.common, watchdog_lease, redlock)?;
@@ -94,6 +99,8 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         }
         Command::List(args) => inspect::list(&session, args).await,
         Command::Top(args) => top::top(&session, args).await,
+        Command::Latch(args) => sync::latch(&session, args).await,
+        Command::Semaphore(args) => sync::semaphore(&session, args).await,
     }
 }
 

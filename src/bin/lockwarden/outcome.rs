@@ -78,7 +78,7 @@ impl Failure {
     pub fn from_lock(doing: &str, e: LockError) -> Failure {
         let code = match &e {
             LockError::InvalidName(_) | LockError::InvalidLease { .. } => USAGE,
-            LockError::InvalidConfig(_) => USAGE,
+            LockError::InvalidConfig(_) | LockError::InvalidAmount { .. } => USAGE,
             LockError::Redis(r) if r.code() == Some("WRONGTYPE") => USAGE,
             LockError::Timeout { .. } => TIMEOUT,
             LockError::Lost(_) => LOST,

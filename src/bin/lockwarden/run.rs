@@ -127,6 +127,9 @@ pub async fn run(session: &Session, args: RunArgs) -> Result<i32, Failure> {
     if args.redlock {
         return run_redlock(session, args).await;
     }
+    if args.semaphore {
+        return crate::sync::run_semaphore(session, args).await;
+    }
     let manager = session.manager().await?;
     let mut signals = Signals::install()?;
     let guard = match acquire(&manager, &args.name, &args.acquire, &mut signals).await? {

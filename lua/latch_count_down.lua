@@ -1,0 +1,19 @@
+-- latch_count_down.lua: take one from a count-down latch's count; at zero, delete
+-- the key and tell every waiter.
+--
+-- KEYS[1]  the latch key
+-- KEYS[2]  its channel
+--
+-- Returns the count left (0 when the latch is open; a latch already open stays
+-- open: the key is deleted again and nothing is published).
+local left = redis.call('decr', KEYS[1])
+if left <= 0 then
+  redis.call('del', KEYS[1])
+end
+if left == 0 then
+  redis.call('publish', KEYS[2], '0')
+end
+if left < 0 then
+  return 0
+end
+return left

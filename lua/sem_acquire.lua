@@ -1,0 +1,16 @@
+-- sem_acquire.lua: take permits of a semaphore if enough are available.
+--
+-- Redisson's RSemaphore layout: the semaphore is a string key, the name itself,
+-- holding the number of available permits (absent: none yet, the same as 0).
+--
+-- KEYS[1]  the semaphore key
+-- ARGV[1]  permits to take, >= 1
+--
+-- Returns {1, left} when taken (left: what is available now), or {0, available}
+-- when fewer than ARGV[1] are available (nothing is changed then).
+local have = tonumber(redis.call('get', KEYS[1]) or '0') or 0
+local want = tonumber(ARGV[1])
+if have >= want then
+  return {1, redis.call('decrby', KEYS[1], want)}
+end
+return {0, have}

@@ -1,0 +1,20 @@
+-- sem_release.lua: give permits back to a semaphore (or add new ones) and tell its
+-- waiters how many are available now.
+--
+-- KEYS[1]  the semaphore key (a string: the available permits)
+-- KEYS[2]  its channel, redisson_sc:{<name>}
+-- ARGV[1]  permits to add, >= 1
+-- ARGV[2]  the most permits the key may hold (Redisson reads it as a Java int)
+--
+-- Returns {1, available} after adding, or {-1, available} when the sum would pass
+-- ARGV[2] (nothing is written or published then). The message is the new number
+-- of available permits, as Redisson publishes it.
+local have = tonumber(redis.call('get', KEYS[1]) or '0') or 0
+local now = have + tonumber(ARGV[1])
+if now > tonumber(ARGV[2]) then
+  return {-1, have}
+end
+-- INCRBY rather than SET: a TTL a Java user put on the semaphore stays.
+redis.call('incrby', KEYS[1], ARGV[1])
+redis.call('publish', KEYS[2], now)
+return {1, now}

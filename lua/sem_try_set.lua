@@ -1,0 +1,14 @@
+-- sem_try_set.lua: give a semaphore its first permits, unless it already has a value.
+--
+-- KEYS[1]  the semaphore key
+-- KEYS[2]  its channel, redisson_sc:{<name>}
+-- ARGV[1]  the permits, >= 0
+--
+-- Returns 1 when set (and the number is published, waking waiters), 0 when the key
+-- already existed (nothing changed).
+if redis.call('exists', KEYS[1]) == 1 then
+  return 0
+end
+redis.call('set', KEYS[1], ARGV[1])
+redis.call('publish', KEYS[2], ARGV[1])
+return 1

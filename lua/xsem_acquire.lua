@@ -1,0 +1,54 @@
+-- xsem_acquire.lua: take permits of a permit-expirable semaphore, each with an id
+-- and an expiry on the Redis clock; first give back every permit whose expiry has
+-- passed.
+--
+-- Redisson's RPermitExpirableSemaphore layout: the available permits in a string
+-- at the name, the permits taken in a sorted set {<name>}:timeout of permit id
+-- (16 raw bytes) -> expiry in Unix ms. Unlike Redisson, which computes expiries
+-- from each client's clock, the expiry here is the server's TIME plus the lease.
+--
+-- KEYS[1]  the semaphore key
+-- KEYS[2]  its permits, {<name>}:timeout
+-- KEYS[3]  its channel, redisson_sc:{<name>}
+-- ARGV[1]  permits to take, >= 0 (0 only reclaims and reports)
+-- ARGV[2]  the lease in ms, >= 1
+-- ARGV[3]  Redisson's "no expiry" score; a permit with it never expires
+-- ARGV[4..] one permit id per permit, 32 hex digits (stored as 16 bytes)
+--
+-- Returns {1, left} when taken (left: available after), or {0, available, wait}:
+-- too few available; wait is the ms until the nearest expiry, -1 for none.
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lapsed = redis.call('zrangebyscore', KEYS[2], 0, now)
+if #lapsed > 0 then
+  redis.call('zrem', KEYS[2], unpack(lapsed))
+  local value = redis.call('incrby', KEYS[1], #lapsed)
+  if tonumber(value) > 0 then
+    redis.call('publish', KEYS[3], value)
+  end
+end
+local have = tonumber(redis.call('get', KEYS[1]) or '0') or 0
+local want = tonumber(ARGV[1])
+if have >= want then
+  local left = have
+  if want > 0 then
+    left = redis.call('decrby', KEYS[1], want)
+    local expiry = now + tonumber(ARGV[2])
+    for i = 4, #ARGV do
+      local id = ARGV[i]:gsub('..', function(h) return string.char(tonumber(h, 16)) end)
+      redis.call('zadd', KEYS[2], expiry, id)
+    end
+    -- A TTL a Java user put on the semaphore covers its permits too.
+    local ttl = redis.call('pttl', KEYS[1])
+    if ttl > 0 then
+      redis.call('pexpire', KEYS[2], ttl)
+    end
+  end
+  return {1, left}
+end
+local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
+local wait = -1
+if first[2] ~= nil and first[2] ~= ARGV[3] then
+  wait = math.max(tonumber(first[2]) - now, 0)
+end
+return {0, have, wait}

@@ -1,0 +1,21 @@
+-- xsem_release.lua: give back permits of a permit-expirable semaphore by id.
+--
+-- KEYS[1]  the semaphore key
+-- KEYS[2]  its permits, {<name>}:timeout
+-- KEYS[3]  its channel, redisson_sc:{<name>}
+-- ARGV[1..] the permit ids, 32 hex digits each
+--
+-- Returns how many of them were still taken (and are now given back). An id not
+-- in the set expired and was reclaimed (or was given back before): it counts
+-- nothing, so a permit is never returned twice. The new available number is
+-- published when any came back.
+local back = 0
+for i = 1, #ARGV do
+  local id = ARGV[i]:gsub('..', function(h) return string.char(tonumber(h, 16)) end)
+  back = back + redis.call('zrem', KEYS[2], id)
+end
+if back > 0 then
+  local value = redis.call('incrby', KEYS[1], back)
+  redis.call('publish', KEYS[3], value)
+end
+return back

@@ -1,0 +1,283 @@
+//! The [`LatchActor`]: the waiters of one count-down latch in this process.
+//!
+//! A latch (Redisson's `RCountDownLatch` layout: a string key, the name itself,
+//! holding the count; absent means zero) opens for every waiter at once. The count
+//! down that reaches zero publishes `0` on `redisson_countdownlatch__channel__{name}`
+//! and a new count publishes `1`. The actor subscribes while anyone waits and opens
+//! for all of its waiters when `0` arrives, without asking Redis again: the message
+//! proves the count reached zero even if a new count was set right after. Since a
+//! message can be lost (a reconnect, a failover), the count is also read after the
+//! subscription is confirmed, after every [`Resync`] and on the fallback timer
+//! (`Config::max_retry_interval`); one read at a time, however many wait.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use tokio::sync::oneshot;
+use tracing::{debug, warn};
+
+use super::shared::Shared;
+use super::subscriber::{Resync, Subscribe, Unlocked, Unsubscribe};
+use crate::config::backoff;
+use crate::error::{redis_is_transient, LockError};
+use crate::keys;
+use crate::wire;
+
+/// Wait until the latch's count is zero, up to `wait` (`None`: for ever). Answers
+/// `true` once it is, `false` when the wait ran out first.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<bool, LockError>")]
+pub(crate) struct AwaitZero {
+    /// How long to wait.
+    pub(crate) wait: Option<Duration>,
+}
+
+/// One waiting caller.
+#[derive(Debug)]
+struct Waiter {
+    /// When it gives up.
+    deadline: Option<Instant>,
+    /// Where its answer goes.
+    tx: oneshot::Sender<Result<bool, LockError>>,
+}
+
+/// See the module documentation.
+pub(crate) struct LatchActor {
+    /// The latch's name (its key).
+    name: Arc<str>,
+    /// Its channel.
+    channel: String,
+    /// The manager's connection, subscriber and settings.
+    shared: Arc<Shared>,
+    /// Everyone waiting here.
+    waiters: Vec<Waiter>,
+    /// A read of the count is in flight.
+    reading: bool,
+    /// A reason to read arrived meanwhile: read again when it is answered.
+    again: bool,
+    /// Whether the channel subscription is confirmed (or given up to reconnect).
+    subscribed: bool,
+    /// A subscription is being made.
+    subscribing: bool,
+    /// The fallback / deadline timer.
+    timer: Option<SpawnHandle>,
+    /// The error of the last read, if it failed (answered at a deadline).
+    last_error: Option<redis::RedisError>,
+    /// Failed reads in a row, for the backoff.
+    failures: u32,
+}
+
+impl LatchActor {
+    pub(crate) fn new(name: Arc<str>, shared: Arc<Shared>) -> LatchActor {
+        LatchActor {
+            channel: keys::latch_channel(&name),
+            name,
+            shared,
+            waiters: Vec::new(),
+            reading: false,
+            again: false,
+            subscribed: false,
+            subscribing: false,
+            timer: None,
+            last_error: None,
+            failures: 0,
+        }
+    }
+
+    /// Answers every waiter: the latch is open.
+    fn open(&mut self, ctx: &mut Context<Self>) {
+        for w in self.waiters.drain(..) {
+            let _ = w.tx.send(Ok(true));
+        }
+        self.settle(ctx);
+    }
+
+    /// Answers waiters that left or whose deadline passed; drops the subscription
+    /// and the timer when nobody is left.
+    fn settle(&mut self, ctx: &mut Context<Self>) {
+        let now = Instant::now();
+        let last = self.last_error.as_ref();
+        let mut kept = Vec::with_capacity(self.waiters.len());
+        for w in self.waiters.drain(..) {
+            if w.tx.is_closed() {
+                continue;
+            }
+            if w.deadline.is_some_and(|d| d <= now) {
+                // A wait that ran out while Redis failed says so, not just "no".
+                let answer = match last {
+                    Some(e) => Err(LockError::from(e.clone())),
+                    None => Ok(false),
+                };
+                let _ = w.tx.send(answer);
+                continue;
+            }
+            kept.push(w);
+        }
+        self.waiters = kept;
+        if self.waiters.is_empty() {
+            if let Some(timer) = self.timer.take() {
+                ctx.cancel_future(timer);
+            }
+            if self.subscribed {
+                self.subscribed = false;
+                self.shared.subscriber.do_send(Unsubscribe {
+                    channel: self.channel.clone(),
+                });
+            }
+        }
+    }
+
+    /// Reads the count (subscribing first if needed).
+    fn check(&mut self, ctx: &mut Context<Self>) {
+        self.settle(ctx);
+        if self.waiters.is_empty() {
+            return;
+        }
+        if self.reading || self.subscribing {
+            self.again = true;
+            return;
+        }
+        if !self.subscribed {
+            self.subscribe(ctx);
+            return;
+        }
+        self.reading = true;
+        self.again = false;
+        let name = self.name.clone();
+        let mut conn = self.shared.node.conn();
+        let read = async move { wire::read_number(&mut conn, &name).await };
+        ctx.spawn(read.into_actor(self).map(|res, act, ctx| {
+            act.reading = false;
+            match res {
+                Ok(0) => {
+                    act.last_error = None;
+                    act.failures = 0;
+                    act.open(ctx);
+                }
+                Ok(_) => {
+                    act.last_error = None;
+                    act.failures = 0;
+                    if act.again {
+                        act.check(ctx);
+                    } else {
+                        act.arm(ctx, act.shared.config.max_retry_interval);
+                    }
+                }
+                Err(e) => {
+                    warn!(latch = %act.name, error = %e, "reading a latch's count failed");
+                    let transient = redis_is_transient(&e);
+                    act.last_error = Some(e);
+                    if transient {
+                        let delay = backoff(
+                            act.shared.config.reconnect_min,
+                            act.shared.config.reconnect_max,
+                            act.failures,
+                        );
+                        act.failures = act.failures.saturating_add(1);
+                        act.arm(ctx, delay);
+                    } else {
+                        // It will repeat: every waiter gets it now.
+                        for w in act.waiters.drain(..) {
+                            let err = act.last_error.clone().map(LockError::from);
+                            let _ = w.tx.send(Err(err.unwrap_or(LockError::Stopped)));
+                        }
+                        act.settle(ctx);
+                    }
+                }
+            }
+        }));
+    }
+
+    /// Wakes `check` after `delay`, or at the earliest deadline if sooner.
+    fn arm(&mut self, ctx: &mut Context<Self>, delay: Duration) {
+        if let Some(old) = self.timer.take() {
+            ctx.cancel_future(old);
+        }
+        let now = Instant::now();
+        let delay = self
+            .waiters
+            .iter()
+            .filter_map(|w| w.deadline)
+            .map(|d| d.saturating_duration_since(now))
+            .fold(delay, Duration::min);
+        self.timer = Some(ctx.run_later(delay, |act, ctx| {
+            act.timer = None;
+            act.check(ctx);
+        }));
+    }
+
+    /// Subscribes, then reads the count: a count down to zero before the
+    /// subscription is seen by that read, one after it by its message.
+    fn subscribe(&mut self, ctx: &mut Context<Self>) {
+        self.subscribing = true;
+        let subscriber = self.shared.subscriber.clone();
+        let msg = Subscribe {
+            channel: self.channel.clone(),
+            unlocked: ctx.address().recipient(),
+            resync: ctx.address().recipient(),
+        };
+        let fut = async move { subscriber.send(msg).await.unwrap_or(false) };
+        ctx.spawn(fut.into_actor(self).map(|confirmed, act, ctx| {
+            if !confirmed {
+                debug!(latch = %act.name, "subscription not confirmed; the fallback timer covers it");
+            }
+            act.subscribing = false;
+            act.subscribed = true;
+            act.again = false;
+            act.check(ctx);
+        }));
+    }
+}
+
+impl Actor for LatchActor {
+    type Context = Context<Self>;
+
+    fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        if self.subscribed {
+            self.shared.subscriber.do_send(Unsubscribe {
+                channel: self.channel.clone(),
+            });
+        }
+    }
+}
+
+impl Handler<AwaitZero> for LatchActor {
+    type Result = ResponseFuture<Result<bool, LockError>>;
+
+    fn handle(&mut self, msg: AwaitZero, ctx: &mut Context<Self>) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        self.waiters.push(Waiter {
+            deadline: msg.wait.and_then(|w| Instant::now().checked_add(w)),
+            tx,
+        });
+        // Listening already, one read answers the newcomer (the count may be zero
+        // now) without waiting for the next message; otherwise it subscribes first.
+        self.check(ctx);
+        if msg.wait.is_some() {
+            self.arm(ctx, self.shared.config.max_retry_interval);
+        }
+        Box::pin(async move { rx.await.map_err(|_| LockError::Stopped)? })
+    }
+}
+
+impl Handler<Unlocked> for LatchActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Unlocked, ctx: &mut Context<Self>) {
+        if msg.wake_all {
+            // "1": a new count was set; nothing opens.
+            return;
+        }
+        // "0": the count reached zero.
+        self.open(ctx);
+    }
+}
+
+impl Handler<Resync> for LatchActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Resync, ctx: &mut Context<Self>) {
+        self.check(ctx);
+    }
+}

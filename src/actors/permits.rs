@@ -1,0 +1,327 @@
+//! How a [`SemaphoreActor`] gives permits back ([`GivePermits`], for either kind of
+//! semaphore, retried through transient errors), and what it adds for a
+//! permit-expirable semaphore: the permits this process holds, by holding (one per
+//! guard), their renewal and their loss.
+//!
+//! Each take gets fresh permit ids (32 hex digits) and one holding. A permit taken
+//! with a lease expires on the Redis clock at that lease after the grant; a timer
+//! here, counted from when the take was sent (so it errs early), tells the guard
+//! `LeaseExpired`. A permit taken without one gets the watchdog lease and is
+//! renewed by the manager's renewer like a watchdog lock (`Renewal::Permits`, one
+//! `xsem_renew.lua` call per holding), so the permits of a process that dies come
+//! back within one lease; when a renewal finds a permit expired or gone (reclaimed
+//! by another client after a pause, deleted by an operator) or cannot reach Redis
+//! before the lease runs out, the renewer sends `Lapsed` and the guard's `lost()`
+//! resolves with the reason.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use tracing::warn;
+
+use super::renewer::{Lapsed, Renewal, Watched};
+use super::semaphore::SemaphoreActor;
+use super::shared::Shared;
+use crate::config::backoff;
+use crate::error::{redis_is_transient, LockError, LostReason};
+use crate::signal::{LostSignal, LostWatch};
+use crate::wire::{self, SemAdded, SemRelease, XsemRelease};
+
+/// Holding epochs of permits, from the top half of the range: the renewal table
+/// is keyed by epoch, and lock holdings count up from 1, so the two never meet.
+static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1 << 63);
+
+/// A permit-expirable semaphore's grant, as the guard keeps it.
+#[derive(Debug)]
+pub(crate) struct Granted {
+    /// The permits' ids.
+    pub(crate) ids: Vec<String>,
+    /// The holding in the actor.
+    pub(crate) epoch: u64,
+    /// Resolves when the permits are lost while held.
+    pub(crate) lost: LostWatch,
+}
+
+/// One guard's permits.
+#[derive(Debug)]
+struct Holding {
+    ids: Vec<String>,
+    signal: LostSignal,
+    /// Reads the signal's state.
+    watch: LostWatch,
+    /// The explicit lease's expiry timer.
+    timer: Option<SpawnHandle>,
+}
+
+/// The holdings of one semaphore actor.
+#[derive(Debug, Default)]
+pub(crate) struct Holdings {
+    map: HashMap<u64, Holding>,
+}
+
+/// `n` fresh permit ids: 16 random bytes as 32 hex digits, as Redisson makes them.
+pub(super) fn new_ids(n: u32) -> Vec<String> {
+    (0..n)
+        .map(|_| uuid::Uuid::new_v4().simple().to_string())
+        .collect()
+}
+
+/// Give permits back (a guard's release, or `SemaphoreHandle::release`); answers
+/// the permits available after it.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "Result<u64, LockError>")]
+pub(crate) struct GivePermits {
+    /// How many, at least 1.
+    pub(crate) permits: u32,
+}
+
+impl SemaphoreActor {
+    /// Gives permits back in the background (a grant that reached nobody).
+    pub(super) fn give(&mut self, permits: u32, ctx: &mut Context<Self>) {
+        let fut = give_back(self.shared.clone(), self.name.clone(), permits);
+        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
+            if let Err(e) = res {
+                warn!(semaphore = %act.name, permits, error = %e, "giving back permits failed");
+            }
+            act.pump(ctx);
+        }));
+    }
+}
+
+/// Runs the release script, retrying transient errors for up to one watchdog
+/// lease: permits given back must not be lost to a passing hiccup.
+async fn give_back(shared: Arc<Shared>, name: Arc<str>, permits: u32) -> Result<u64, LockError> {
+    let mut conn = shared.node.conn();
+    let give_up = Instant::now() + shared.config.watchdog_lease;
+    let mut attempt = 0;
+    loop {
+        match wire::call(
+            &mut conn,
+            &SemRelease {
+                name: &name,
+                permits,
+            },
+        )
+        .await
+        {
+            Ok(SemAdded::Available(n)) => return Ok(n),
+            Ok(SemAdded::Overflow(_)) => {
+                return Err(LockError::InvalidAmount {
+                    what: "permits",
+                    amount: u64::from(permits),
+                    reason: "the semaphore would hold more than 2147483647 permits",
+                })
+            }
+            Err(e) if redis_is_transient(&e) && Instant::now() < give_up => {
+                let delay = backoff(
+                    shared.config.reconnect_min,
+                    shared.config.reconnect_max,
+                    attempt,
+                );
+                warn!(semaphore = %name, error = %e, retry_in = ?delay, "giving back permits failed; retrying");
+                attempt += 1;
+                tokio::time::sleep(delay).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+impl Handler<GivePermits> for SemaphoreActor {
+    type Result = ResponseFuture<Result<u64, LockError>>;
+
+    fn handle(&mut self, msg: GivePermits, ctx: &mut Context<Self>) -> Self::Result {
+        let (shared, name) = (self.shared.clone(), self.name.clone());
+        let me = ctx.address();
+        Box::pin(async move {
+            let res = give_back(shared, name.clone(), msg.permits).await;
+            if let Err(e) = &res {
+                // A guard dropped without awaiting its release learns nothing:
+                // say it here.
+                warn!(semaphore = %name, permits = msg.permits, error = %e, "giving back permits failed");
+            }
+            // Local waiters need not wait for the message to come back round.
+            me.do_send(Wake);
+            res
+        })
+    }
+}
+
+/// Let the head ask again now (after a local release).
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+struct Wake;
+
+impl Handler<Wake> for SemaphoreActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Wake, ctx: &mut Context<Self>) {
+        self.pump(ctx);
+    }
+}
+
+/// Give back one guard's permits (its release, or its drop).
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "Result<(), LockError>")]
+pub(crate) struct ReturnPermits {
+    /// The holding.
+    pub(crate) epoch: u64,
+}
+
+impl SemaphoreActor {
+    /// Records a grant of `ids`: renewed by the renewer without a lease, lost at
+    /// the lease's end with one.
+    pub(super) fn hold(
+        &mut self,
+        ids: Vec<String>,
+        lease: Option<Duration>,
+        sent: Instant,
+        ctx: &mut Context<Self>,
+    ) -> Granted {
+        let epoch = NEXT_EPOCH.fetch_add(1, Ordering::Relaxed);
+        let signal = LostSignal::new();
+        let lost = signal.watch();
+        let timer = match lease {
+            None => {
+                let watched = Watched {
+                    name: self.name.clone(),
+                    field: Arc::from(ids.join(",")),
+                    renewal: Renewal::Permits,
+                    lock: ctx.address().downgrade().recipient(),
+                    valid_until: sent + self.shared.config.watchdog_lease,
+                };
+                self.shared.renewals.watch(epoch, watched);
+                None
+            }
+            Some(lease) => {
+                let left = lease.saturating_sub(sent.elapsed());
+                Some(ctx.run_later(left, move |act, _| {
+                    act.lapse(epoch, LostReason::LeaseExpired)
+                }))
+            }
+        };
+        self.holdings.map.insert(
+            epoch,
+            Holding {
+                ids: ids.clone(),
+                watch: signal.watch(),
+                signal,
+                timer,
+            },
+        );
+        Granted { ids, epoch, lost }
+    }
+
+    /// The holding's permits are lost: its guard learns why; the ids stay until
+    /// the guard gives them back (some may still be taken).
+    fn lapse(&mut self, epoch: u64, reason: LostReason) {
+        self.shared.renewals.unwatch(epoch);
+        if let Some(h) = self.holdings.map.get_mut(&epoch) {
+            h.timer = None;
+            if h.watch.lost().is_none() {
+                warn!(semaphore = %self.name, %reason, permits = h.ids.len(), "permits lost");
+            }
+            h.signal.lose(reason);
+        }
+    }
+
+    /// Ends a holding and gives its permits back in the background.
+    pub(super) fn end_holding(&mut self, epoch: u64, ctx: &mut Context<Self>) {
+        if let Some(ids) = self.forget(epoch, ctx) {
+            self.give_ids(ids, ctx);
+        }
+    }
+
+    /// Takes a holding out (renewal, timer); answers its ids.
+    fn forget(&mut self, epoch: u64, ctx: &mut Context<Self>) -> Option<Vec<String>> {
+        self.shared.renewals.unwatch(epoch);
+        let h = self.holdings.map.remove(&epoch)?;
+        if let Some(timer) = h.timer {
+            ctx.cancel_future(timer);
+        }
+        Some(h.ids)
+    }
+
+    /// Gives back permits by id in the background (ids not taken change nothing).
+    pub(super) fn give_ids(&mut self, ids: Vec<String>, ctx: &mut Context<Self>) {
+        let fut = return_ids(self.shared.clone(), self.name.clone(), ids);
+        ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
+            if let Err(e) = res {
+                warn!(semaphore = %act.name, error = %e, "giving back permits failed; they expire with their lease");
+            }
+            act.pump(ctx);
+        }));
+    }
+}
+
+/// Runs the release script, retrying transient errors for up to one watchdog
+/// lease (after that the permits have expired anyway); answers how many were
+/// still taken.
+async fn return_ids(
+    shared: Arc<Shared>,
+    name: Arc<str>,
+    ids: Vec<String>,
+) -> Result<usize, LockError> {
+    let mut conn = shared.node.conn();
+    let give_up = Instant::now() + shared.config.watchdog_lease;
+    let mut attempt = 0;
+    loop {
+        match wire::call(
+            &mut conn,
+            &XsemRelease {
+                name: &name,
+                ids: &ids,
+            },
+        )
+        .await
+        {
+            Ok(back) => return Ok(back),
+            Err(e) if redis_is_transient(&e) && Instant::now() < give_up => {
+                let delay = backoff(
+                    shared.config.reconnect_min,
+                    shared.config.reconnect_max,
+                    attempt,
+                );
+                attempt += 1;
+                tokio::time::sleep(delay).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+impl Handler<ReturnPermits> for SemaphoreActor {
+    type Result = ResponseActFuture<Self, Result<(), LockError>>;
+
+    fn handle(&mut self, msg: ReturnPermits, ctx: &mut Context<Self>) -> Self::Result {
+        let lost = self
+            .holdings
+            .map
+            .get(&msg.epoch)
+            .and_then(|h| h.watch.lost());
+        let Some(ids) = self.forget(msg.epoch, ctx) else {
+            return Box::pin(fut::ready(Err(LockError::NotHeld)));
+        };
+        let expected = ids.len();
+        let fut = return_ids(self.shared.clone(), self.name.clone(), ids);
+        Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
+            act.pump(ctx);
+            match (res?, lost) {
+                (_, Some(reason)) => Err(LockError::Lost(reason)),
+                (back, None) if back < expected => Err(LockError::Lost(LostReason::OwnerGone)),
+                _ => Ok(()),
+            }
+        }))
+    }
+}
+
+impl Handler<Lapsed> for SemaphoreActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Lapsed, _ctx: &mut Context<Self>) {
+        self.lapse(msg.epoch, msg.reason);
+    }
+}

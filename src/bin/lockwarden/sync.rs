@@ -1,0 +1,246 @@
+//! The synchronizers from the command line: `run NAME --semaphore` (a command
+//! under semaphore permits), `lockwarden latch` and `lockwarden semaphore`.
+//!
+//! `run --semaphore` waits like `run` does (Ctrl-C leaves the queue, `--wait`
+//! ends in exit 75), runs the command with LOCKWARDEN_SEMAPHORE and
+//! LOCKWARDEN_PERMITS in its environment, passes signals on to it, and gives the
+//! permits back once it exited. Permits have no lease in Redisson's layout, so
+//! there is nothing to lose while the command runs and no `--on-lost`; a
+//! `lockwarden` killed with SIGKILL keeps its permits taken (`semaphore add`
+//! gives them back).
+
+use std::io::{ErrorKind, IsTerminal};
+use std::time::Duration;
+
+use futures::FutureExt;
+use lockwarden::{LockError, Locks, SemaphoreGuard};
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+use tokio::process::Command;
+use tracing::info;
+
+use crate::acquire::Signals;
+use crate::cli::{LatchAction, LatchArgs, RunArgs, SemaphoreAction, SemaphoreArgs};
+use crate::duration::human;
+use crate::outcome::{self, child_code, note, signal_code, Failure};
+use crate::run::RELEASE_BUDGET;
+use crate::session::Session;
+
+/// Runs `lockwarden run NAME --semaphore`; answers the exit code.
+pub async fn run_semaphore(session: &Session, args: RunArgs) -> Result<i32, Failure> {
+    let doing = format!("taking permits of semaphore \"{}\"", args.name);
+    let manager = session.manager().await?;
+    let sem = manager
+        .semaphore(&args.name)
+        .await
+        .map_err(|e| Failure::from_lock(&doing, e))?;
+    if let Some(permits) = args.permits {
+        if sem
+            .try_set_permits(permits)
+            .await
+            .map_err(|e| Failure::from_lock(&doing, e))?
+        {
+            info!(semaphore = %args.name, permits, "semaphore created");
+        }
+    }
+    let mut signals = Signals::install()?;
+    let take = match args.acquire.wait {
+        Some(wait) => sem.acquire_within(args.take, wait).boxed_local(),
+        None => sem.acquire(args.take).boxed_local(),
+    };
+    let guard = futures::select! {
+        got = take.fuse() => match got {
+            Ok(guard) => guard,
+            Err(LockError::Timeout { waited }) => {
+                let available = sem.available().await.unwrap_or(0);
+                note(format!(
+                    "no {} permit(s) of semaphore \"{}\" within {} ({available} available now)",
+                    args.take, args.name, human(waited)
+                ));
+                return Ok(outcome::TIMEOUT);
+            }
+            Err(e) => return Err(Failure::from_lock(&doing, e)),
+        },
+        sig = signals.recv().fuse() => {
+            note(format!("interrupted while waiting for semaphore \"{}\"; left the queue", args.name));
+            // Time for the actor to notice the caller left (and give back a grant
+            // that crossed it) before the process ends.
+            actix_rt::time::sleep(Duration::from_millis(100)).await;
+            return Ok(signal_code(sig as i32));
+        }
+    };
+    Ok(supervise(guard, &args, &mut signals).await)
+}
+
+/// Runs the command while `guard` holds the permits, then gives them back.
+async fn supervise(guard: SemaphoreGuard, args: &RunArgs, signals: &mut Signals) -> i32 {
+    let on_terminal = std::io::stdin().is_terminal();
+    let Some((program, rest)) = args.command.split_first() else {
+        return outcome::USAGE;
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(rest)
+        .env("LOCKWARDEN_SEMAPHORE", &args.name)
+        .env("LOCKWARDEN_PERMITS", guard.permits().to_string());
+    if !on_terminal {
+        // As `run` does: its own process group, so signals reach a script's
+        // children too.
+        cmd.process_group(0);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = guard.release().await;
+            note(format!("cannot run {}: {e}", program.to_string_lossy()));
+            return match e.kind() {
+                ErrorKind::NotFound => outcome::NOT_FOUND,
+                _ => outcome::CANNOT_EXECUTE,
+            };
+        }
+    };
+    let pid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
+    let status = loop {
+        futures::select! {
+            status = child.wait().fuse() => break status,
+            sig = signals.recv().fuse() => {
+                // On a terminal, Ctrl-C already reached the command.
+                if let (Some(pid), false) = (pid, on_terminal && sig == Signal::SIGINT) {
+                    let sent = if on_terminal { kill(pid, sig) } else { killpg(pid, sig) };
+                    if let Err(e) = sent {
+                        tracing::debug!(%pid, %sig, error = %e, "signal not delivered");
+                    }
+                }
+            }
+        }
+    };
+    let code = match status {
+        Ok(status) => child_code(status),
+        Err(e) => {
+            note(format!("lost track of the command: {e}"));
+            outcome::FAILED
+        }
+    };
+    match tokio::time::timeout(RELEASE_BUDGET, guard.release()).await {
+        Ok(Ok(())) => code,
+        Ok(Err(e)) => {
+            note(format!(
+                "the command finished but giving back permits of semaphore \"{}\" failed: {e}",
+                args.name
+            ));
+            if code == 0 {
+                outcome::FAILED
+            } else {
+                code
+            }
+        }
+        Err(_) => {
+            note(format!(
+                "the command finished but Redis did not take back the permits of semaphore \
+                 \"{}\" within {}; `lockwarden semaphore add` returns them",
+                args.name,
+                human(RELEASE_BUDGET)
+            ));
+            if code == 0 {
+                outcome::FAILED
+            } else {
+                code
+            }
+        }
+    }
+}
+
+/// Runs `lockwarden latch ...`; answers the exit code.
+pub async fn latch(session: &Session, args: LatchArgs) -> Result<i32, Failure> {
+    let name = match &args.action {
+        LatchAction::Set { name, .. }
+        | LatchAction::CountDown { name }
+        | LatchAction::Wait { name, .. }
+        | LatchAction::Count { name } => name.clone(),
+    };
+    session.check_name(&name)?;
+    let doing = format!("latch \"{name}\"");
+    let fail = |e| Failure::from_lock(&doing, e);
+    let manager = session.manager().await?;
+    let latch = manager.latch(&name).await.map_err(fail)?;
+    match args.action {
+        LatchAction::Set { count, .. } => {
+            if latch.try_set_count(count).await.map_err(fail)? {
+                say!("{name}: count set to {count}");
+                Ok(outcome::OK)
+            } else {
+                let now = latch.count().await.map_err(fail)?;
+                note(format!(
+                    "latch \"{name}\" already has a count ({now}); left as it is"
+                ));
+                Ok(outcome::FAILED)
+            }
+        }
+        LatchAction::CountDown { .. } => {
+            let left = latch.count_down().await.map_err(fail)?;
+            say!("{left}");
+            Ok(outcome::OK)
+        }
+        LatchAction::Count { .. } => {
+            say!("{}", latch.count().await.map_err(fail)?);
+            Ok(outcome::OK)
+        }
+        LatchAction::Wait { wait, .. } => {
+            let mut signals = Signals::install()?;
+            let waiting = match wait {
+                Some(wait) => latch.wait_zero(wait).boxed_local(),
+                None => latch.wait_open().map(|r| r.map(|()| true)).boxed_local(),
+            };
+            futures::select! {
+                opened = waiting.fuse() => {
+                    if opened.map_err(fail)? {
+                        Ok(outcome::OK)
+                    } else {
+                        let left = latch.count().await.unwrap_or(0);
+                        note(format!("latch \"{name}\" still at {left} when --wait ran out"));
+                        Ok(outcome::TIMEOUT)
+                    }
+                }
+                sig = signals.recv().fuse() => Ok(signal_code(sig as i32)),
+            }
+        }
+    }
+}
+
+/// Runs `lockwarden semaphore ...`; answers the exit code.
+pub async fn semaphore(session: &Session, args: SemaphoreArgs) -> Result<i32, Failure> {
+    let name = match &args.action {
+        SemaphoreAction::Set { name, .. }
+        | SemaphoreAction::Add { name, .. }
+        | SemaphoreAction::Drain { name } => name.clone(),
+    };
+    session.check_name(&name)?;
+    let doing = format!("semaphore \"{name}\"");
+    let fail = |e| Failure::from_lock(&doing, e);
+    let manager = session.manager().await?;
+    let sem = manager.semaphore(&name).await.map_err(fail)?;
+    match args.action {
+        SemaphoreAction::Set { permits, .. } => {
+            if sem.try_set_permits(permits).await.map_err(fail)? {
+                say!("{name}: {permits} permits");
+                Ok(outcome::OK)
+            } else {
+                let now = sem.available().await.map_err(fail)?;
+                note(format!(
+                    "semaphore \"{name}\" already has permits ({now} available); left as it is"
+                ));
+                Ok(outcome::FAILED)
+            }
+        }
+        SemaphoreAction::Add { permits, .. } => {
+            say!("{}", sem.add_permits(permits).await.map_err(fail)?);
+            Ok(outcome::OK)
+        }
+        SemaphoreAction::Drain { .. } => {
+            say!("{}", sem.drain().await.map_err(fail)?);
+            Ok(outcome::OK)
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! [`LatchHandle`], a distributed count-down latch in Redisson's `RCountDownLatch`
+//! layout, and the [`Latch`] message that makes one.
+//!
+//! The latch is one string key, its name, holding the count (absent: zero, open).
+//! `try_set_count` sets it if there is none and publishes `1`; each `count_down`
+//! takes one, and the one that reaches zero deletes the key and publishes `0` on
+//! `redisson_countdownlatch__channel__{name}`, which opens every waiter of every
+//! process at once. Waiting goes through the name's actor (`actors/latch.rs`), which
+//! also reads the count after a resubscription and on its fallback timer, so a
+//! missed message delays a waiter but never strands it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+
+use super::manager::LockManager;
+use crate::actors::latch::{AwaitZero, LatchActor};
+use crate::actors::shared::Shared;
+use crate::error::LockError;
+use crate::wire::{self, LatchCountDown, LatchSet};
+
+/// Get a [`LatchHandle`] on the count-down latch `name` (checked now, once, by the
+/// rules of a lock name).
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "Result<LatchHandle, LockError>")]
+pub struct Latch {
+    /// The latch's name (its Redis key).
+    name: String,
+}
+
+impl Latch {
+    /// A handle on the latch `name`.
+    pub fn new(name: impl Into<String>) -> Latch {
+        Latch { name: name.into() }
+    }
+}
+
+impl Handler<Latch> for LockManager {
+    type Result = Result<LatchHandle, LockError>;
+
+    fn handle(&mut self, msg: Latch, _ctx: &mut Context<Self>) -> Self::Result {
+        self.check_name(&msg.name)?;
+        let (registry, shared) = self.synchronizers();
+        let shared = shared.clone();
+        let actor = registry.latch(&msg.name, &shared);
+        Ok(LatchHandle {
+            name: Arc::from(msg.name),
+            actor,
+            shared,
+        })
+    }
+}
+
+/// A handle on one count-down latch: cheap to clone, usable from any thread.
+///
+/// ```no_run
+/// # async fn demo(manager: actix::Addr<lockwarden::LockManager>) -> Result<(), lockwarden::LockError> {
+/// use std::time::Duration;
+/// use lockwarden::Locks;
+/// let batch = manager.latch("nightly-batch").await?;
+/// batch.try_set_count(8).await?; // eight jobs to go
+/// // ... each job, anywhere, calls batch.count_down() when done ...
+/// let all_done = batch.wait_zero(Duration::from_secs(600)).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LatchHandle {
+    /// The latch's name.
+    name: Arc<str>,
+    /// Its actor in this process (waiters, subscription).
+    actor: Addr<LatchActor>,
+    /// The manager's connection.
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for LatchHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LatchHandle")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LatchHandle {
+    /// The latch's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sets the count if the latch has none (it is open), and tells waiters a new
+    /// count began. Answers whether it set it. The count must be 1 to
+    /// `i64::MAX` (Redisson reads it as a Java `long`); anything else is refused
+    /// with nothing changed.
+    pub async fn try_set_count(&self, count: u64) -> Result<bool, LockError> {
+        let reason = if count == 0 {
+            "must be at least 1 (a latch at zero is open: it has no key)"
+        } else if i64::try_from(count).is_err() {
+            "is over i64::MAX, the largest count Redis and Redisson hold"
+        } else {
+            let mut conn = self.shared.node.conn();
+            let call = LatchSet {
+                name: &self.name,
+                count,
+            };
+            return Ok(wire::call(&mut conn, &call).await?);
+        };
+        Err(LockError::InvalidAmount {
+            what: "count",
+            amount: count,
+            reason,
+        })
+    }
+
+    /// Takes one from the count and answers what is left; the call that reaches
+    /// zero opens the latch for every waiter. On an open latch it does nothing
+    /// and answers 0.
+    pub async fn count_down(&self) -> Result<u64, LockError> {
+        let mut conn = self.shared.node.conn();
+        Ok(wire::call(&mut conn, &LatchCountDown { name: &self.name }).await?)
+    }
+
+    /// The count now (0: open).
+    pub async fn count(&self) -> Result<u64, LockError> {
+        let mut conn = self.shared.node.conn();
+        Ok(wire::read_number(&mut conn, &self.name).await?)
+    }
+
+    /// Waits until the count is zero, at most `timeout`: `true` once it is (at
+    /// once if it is already), `false` when the time ran out. A Redis error that
+    /// kept the latch from being read until the end is answered instead of
+    /// `false`.
+    pub async fn wait_zero(&self, timeout: Duration) -> Result<bool, LockError> {
+        self.actor
+            .send(AwaitZero {
+                wait: Some(timeout),
+            })
+            .await?
+    }
+
+    /// Waits until the count is zero, for as long as it takes.
+    pub async fn wait_open(&self) -> Result<(), LockError> {
+        self.actor.send(AwaitZero { wait: None }).await??;
+        Ok(())
+    }
+}

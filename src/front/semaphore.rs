@@ -1,0 +1,274 @@
+//! [`SemaphoreHandle`], a distributed counting semaphore in Redisson's `RSemaphore`
+//! layout, the [`Semaphore`] message that makes one, and [`SemaphoreGuard`], the
+//! permits an acquisition took.
+//!
+//! The semaphore is one string key, its name, holding the permits available; a
+//! release publishes the new number on `redisson_sc:{name}`, so Java services using
+//! Redisson share it. Waiting goes through the name's actor
+//! (`actors/semaphore.rs`: only the head of the local queue asks Redis, woken by the
+//! channel with a fallback timer); the other calls run one script or a GET on the
+//! manager's command connection. Every amount is checked before anything is sent.
+//!
+//! Permits are not owned: Redisson's layout records no holder, so permits taken by
+//! a process that dies are not given back by anyone (use
+//! `try_set_permits`/`add_permits` to repair, or a lease-bound design).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+
+use super::manager::LockManager;
+use crate::actors::permits::GivePermits;
+use crate::actors::semaphore::{SemaphoreActor, TakePermits};
+use crate::actors::shared::Shared;
+use crate::error::LockError;
+use crate::wire::{self, SemDrain, SemTrySet, MAX_PERMITS};
+
+/// Get a [`SemaphoreHandle`] on the semaphore `name` (checked now, once, by the
+/// rules of a lock name).
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "Result<SemaphoreHandle, LockError>")]
+pub struct Semaphore {
+    /// The semaphore's name (its Redis key).
+    name: String,
+}
+
+impl Semaphore {
+    /// A handle on the semaphore `name`.
+    pub fn new(name: impl Into<String>) -> Semaphore {
+        Semaphore { name: name.into() }
+    }
+}
+
+impl Handler<Semaphore> for LockManager {
+    type Result = Result<SemaphoreHandle, LockError>;
+
+    fn handle(&mut self, msg: Semaphore, _ctx: &mut Context<Self>) -> Self::Result {
+        self.check_name(&msg.name)?;
+        let (registry, shared) = self.synchronizers();
+        let shared = shared.clone();
+        let actor = registry.semaphore(&msg.name, &shared);
+        Ok(SemaphoreHandle {
+            name: Arc::from(msg.name),
+            actor,
+            shared,
+        })
+    }
+}
+
+/// A handle on one semaphore: cheap to clone, usable from any thread.
+///
+/// ```no_run
+/// # async fn demo(manager: actix::Addr<lockwarden::LockManager>) -> Result<(), lockwarden::LockError> {
+/// use lockwarden::Locks;
+/// let api = manager.semaphore("partner-api").await?;
+/// api.try_set_permits(3).await?; // only the first caller sets it
+/// let permit = api.acquire(1).await?; // waits for a free permit
+/// // ... call the partner API: at most 3 callers at once across the fleet ...
+/// permit.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SemaphoreHandle {
+    /// The semaphore's name.
+    name: Arc<str>,
+    /// Its actor in this process (waiters, subscription).
+    actor: Addr<SemaphoreActor>,
+    /// The manager's connection.
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for SemaphoreHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SemaphoreHandle")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Refuses an amount of permits outside 1..=[`MAX_PERMITS`] (`at_least` 0 lets
+/// zero through, for setting an empty semaphore).
+pub(super) fn check_permits(permits: u32, at_least: u32) -> Result<(), LockError> {
+    let reason = if permits < at_least {
+        "must be at least 1"
+    } else if u64::from(permits) > MAX_PERMITS {
+        "is over 2147483647, the most a semaphore holds (Redisson reads it as a Java int)"
+    } else {
+        return Ok(());
+    };
+    Err(LockError::InvalidAmount {
+        what: "permits",
+        amount: u64::from(permits),
+        reason,
+    })
+}
+
+impl SemaphoreHandle {
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sets the number of permits if the semaphore has none yet (its key is
+    /// absent), and wakes its waiters. Answers whether it set them: one caller of
+    /// many racing to initialise wins. Zero is allowed (permits added later).
+    pub async fn try_set_permits(&self, permits: u32) -> Result<bool, LockError> {
+        check_permits(permits, 0)?;
+        let mut conn = self.shared.node.conn();
+        let call = SemTrySet {
+            name: &self.name,
+            permits,
+        };
+        Ok(wire::call(&mut conn, &call).await?)
+    }
+
+    /// Adds `permits` (at least 1) and wakes waiters; answers how many are
+    /// available now. Refused, with nothing changed, if the total would pass
+    /// 2147483647.
+    pub async fn add_permits(&self, permits: u32) -> Result<u64, LockError> {
+        check_permits(permits, 1)?;
+        self.actor.send(GivePermits { permits }).await?
+    }
+
+    /// Gives back `permits` that no guard holds (Redisson's `release`: the
+    /// semaphore does not know who took what, so this is the same as
+    /// [`add_permits`](Self::add_permits)). Permits a guard holds go back through
+    /// the guard ([`SemaphoreGuard::release`]), which cannot give back more than it
+    /// took.
+    pub async fn release(&self, permits: u32) -> Result<u64, LockError> {
+        self.add_permits(permits).await
+    }
+
+    /// Takes `permits`, waiting for as long as it takes.
+    pub async fn acquire(&self, permits: u32) -> Result<SemaphoreGuard, LockError> {
+        self.take(permits, None).await
+    }
+
+    /// Takes `permits`, waiting at most `wait` ([`LockError::Timeout`] then).
+    pub async fn acquire_within(
+        &self,
+        permits: u32,
+        wait: Duration,
+    ) -> Result<SemaphoreGuard, LockError> {
+        self.take(permits, Some(wait)).await
+    }
+
+    /// One attempt: `Ok(None)` when fewer than `permits` are free, or when other
+    /// waiters of this process queue for them already.
+    pub async fn try_acquire(&self, permits: u32) -> Result<Option<SemaphoreGuard>, LockError> {
+        match self.take(permits, Some(Duration::ZERO)).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(LockError::Timeout { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn take(
+        &self,
+        permits: u32,
+        wait: Option<Duration>,
+    ) -> Result<SemaphoreGuard, LockError> {
+        check_permits(permits, 1)?;
+        self.actor
+            .send(TakePermits {
+                permits,
+                wait,
+                lease: None,
+            })
+            .await??;
+        Ok(SemaphoreGuard {
+            giver: self.actor.clone().recipient(),
+            name: self.name.clone(),
+            permits,
+        })
+    }
+
+    /// How many permits are available now (0 for a semaphore never set).
+    pub async fn available(&self) -> Result<u64, LockError> {
+        let mut conn = self.shared.node.conn();
+        Ok(wire::read_number(&mut conn, &self.name).await?)
+    }
+
+    /// Takes every available permit at once and answers how many that was. The
+    /// permits are not held by any guard: give them back with
+    /// [`release`](Self::release) if needed.
+    pub async fn drain(&self) -> Result<u64, LockError> {
+        let mut conn = self.shared.node.conn();
+        Ok(wire::call(&mut conn, &SemDrain { name: &self.name }).await?)
+    }
+}
+
+/// Permits taken from a semaphore. Release them with
+/// [`release`](SemaphoreGuard::release) to learn the outcome; dropping the guard
+/// gives them back in the background.
+#[must_use = "a permit guard that is not kept gives its permits back at once: bind it for as long as you need them"]
+pub struct SemaphoreGuard {
+    /// The semaphore's actor; keeps it alive while permits are held.
+    giver: Recipient<GivePermits>,
+    /// The semaphore's name.
+    name: Arc<str>,
+    /// Permits still held by this guard.
+    permits: u32,
+}
+
+impl std::fmt::Debug for SemaphoreGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SemaphoreGuard")
+            .field("name", &self.name)
+            .field("permits", &self.permits)
+            .finish()
+    }
+}
+
+impl SemaphoreGuard {
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many permits this guard still holds.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// Gives every permit this guard still holds back, waking waiters.
+    pub async fn release(mut self) -> Result<(), LockError> {
+        let permits = std::mem::take(&mut self.permits);
+        if permits > 0 {
+            self.giver.send(GivePermits { permits }).await??;
+        }
+        Ok(())
+    }
+
+    /// Gives back some of the permits and keeps the rest. Refused, with nothing
+    /// changed, for zero or for more than the guard holds.
+    pub async fn release_some(&mut self, permits: u32) -> Result<(), LockError> {
+        let reason = if permits == 0 {
+            "must be at least 1"
+        } else if permits > self.permits {
+            "is more than this guard holds"
+        } else {
+            self.giver.send(GivePermits { permits }).await??;
+            self.permits -= permits;
+            return Ok(());
+        };
+        Err(LockError::InvalidAmount {
+            what: "permits",
+            amount: u64::from(permits),
+            reason,
+        })
+    }
+}
+
+impl Drop for SemaphoreGuard {
+    fn drop(&mut self) {
+        if self.permits > 0 {
+            // Queued, never awaited: a drop must not block; the actor retries
+            // transient failures and logs the rest.
+            self.giver.do_send(GivePermits {
+                permits: self.permits,
+            });
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! The manager's registry of synchronizer actors: one [`SemaphoreActor`] (for a
+//! plain semaphore, another for a permit-expirable one) and one [`LatchActor`] per
+//! name, shared by every handle on that name in the process.
+//!
+//! One actor per name matters because the subscriber routes a channel to one
+//! actor: a second actor on the same name would take the first one's messages. The
+//! registry holds the actors weakly. Handles and guards hold them strongly, so an
+//! actor lives while anyone can use it and stops (unsubscribing) once the last
+//! handle and guard are gone; the next handle on that name starts a new one.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use actix::{Actor, Addr, WeakAddr};
+
+use crate::actors::latch::LatchActor;
+use crate::actors::semaphore::SemaphoreActor;
+use crate::actors::shared::Shared;
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub(crate) struct Synchronizers {
+    semaphores: HashMap<Arc<str>, WeakAddr<SemaphoreActor>>,
+    expirable: HashMap<Arc<str>, WeakAddr<SemaphoreActor>>,
+    latches: HashMap<Arc<str>, WeakAddr<LatchActor>>,
+}
+
+impl Synchronizers {
+    /// The running actor of semaphore `name`, started if there is none.
+    pub(crate) fn semaphore(&mut self, name: &str, shared: &Arc<Shared>) -> Addr<SemaphoreActor> {
+        find_or_start(&mut self.semaphores, name, |name| {
+            SemaphoreActor::new(name, shared.clone(), false).start()
+        })
+    }
+
+    /// The running actor of permit-expirable semaphore `name`, started if there is
+    /// none. It shares the channel of a plain semaphore of the same name, so a
+    /// process should not use both kinds on one name.
+    pub(crate) fn expirable(&mut self, name: &str, shared: &Arc<Shared>) -> Addr<SemaphoreActor> {
+        find_or_start(&mut self.expirable, name, |name| {
+            SemaphoreActor::new(name, shared.clone(), true).start()
+        })
+    }
+
+    /// The running actor of latch `name`, started if there is none.
+    pub(crate) fn latch(&mut self, name: &str, shared: &Arc<Shared>) -> Addr<LatchActor> {
+        find_or_start(&mut self.latches, name, |name| {
+            LatchActor::new(name, shared.clone()).start()
+        })
+    }
+}
+
+/// The live actor of `name` in `map`, or a new one from `start`; entries of actors
+/// that stopped are dropped whenever a new one starts, so the map does not grow
+/// with every name ever used.
+fn find_or_start<A: Actor>(
+    map: &mut HashMap<Arc<str>, WeakAddr<A>>,
+    name: &str,
+    start: impl FnOnce(Arc<str>) -> Addr<A>,
+) -> Addr<A> {
+    if let Some(addr) = map.get(name).and_then(WeakAddr::upgrade) {
+        return addr;
+    }
+    map.retain(|_, weak| weak.upgrade().is_some());
+    let name: Arc<str> = Arc::from(name);
+    let addr = start(name.clone());
+    map.insert(name, addr.downgrade());
+    addr
+}

@@ -1,0 +1,142 @@
+//! The permit-expirable semaphore's scripts as typed calls (`lua/xsem_*.lua`), in
+//! Redisson's `RPermitExpirableSemaphore` layout with expiries on the Redis clock.
+//!
+//! Permits carry ids: 32 hex digits here, stored as the 16 bytes they spell, which
+//! is how Redisson stores its own, so either side can give back the other's. The
+//! watchdog renews one holder's permits per call ([`XsemRenew`], through the
+//! renewer's table like a read-write lock's holders).
+
+use std::sync::LazyLock;
+
+use redis::{RedisResult, Value};
+
+use super::lua::Lua;
+use super::{unexpected, Invocation, ScriptCall};
+use crate::keys;
+
+static XSEM_ACQUIRE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/xsem_acquire.lua")));
+static XSEM_RELEASE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/xsem_release.lua")));
+static XSEM_RENEW: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/xsem_renew.lua")));
+
+/// Redisson's expiry score for a permit taken without a lease: it never expires.
+const NO_EXPIRY: &str = "922337203685477";
+
+/// Take permits of semaphore `name`, one per id, each expiring `lease_ms` after the
+/// server's clock now (reclaiming expired permits first).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct XsemAcquire<'a> {
+    /// The semaphore (its key).
+    pub(crate) name: &'a str,
+    /// The new permits' ids (none: only reclaim and report).
+    pub(crate) ids: &'a [String],
+    /// Their lease, in ms.
+    pub(crate) lease_ms: u64,
+}
+
+/// What a take attempt of the permit-expirable semaphore found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum XsemTake {
+    /// Taken; this many are left available.
+    Taken { left: u64 },
+    /// Too few available; `expires_in_ms` until the nearest permit expires, if any
+    /// will.
+    Short {
+        available: u64,
+        expires_in_ms: Option<u64>,
+    },
+}
+
+impl ScriptCall for XsemAcquire<'_> {
+    type Reply = XsemTake;
+
+    fn invocation(&self) -> Invocation {
+        let mut call = Invocation::new(&XSEM_ACQUIRE)
+            .must_replicate()
+            .key(self.name)
+            .key(keys::permit_timeouts(self.name))
+            .key(keys::semaphore_channel(self.name))
+            .arg(self.ids.len())
+            .arg(self.lease_ms)
+            .arg(NO_EXPIRY);
+        for id in self.ids {
+            call = call.arg(id);
+        }
+        call
+    }
+
+    fn parse(&self, reply: Value) -> RedisResult<XsemTake> {
+        let n: Vec<i64> = redis::from_redis_value_ref(&reply)?;
+        let count = |v: i64| u64::try_from(v).unwrap_or(0);
+        match n.as_slice() {
+            [1, left] => Ok(XsemTake::Taken { left: count(*left) }),
+            [0, available, wait] => Ok(XsemTake::Short {
+                available: count(*available),
+                expires_in_ms: u64::try_from(*wait).ok(),
+            }),
+            _ => Err(unexpected("permit acquire returned an unknown shape")),
+        }
+    }
+}
+
+/// Give back permits of semaphore `name` by id.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct XsemRelease<'a> {
+    /// The semaphore.
+    pub(crate) name: &'a str,
+    /// The permits' ids.
+    pub(crate) ids: &'a [String],
+}
+
+impl ScriptCall for XsemRelease<'_> {
+    /// How many were still taken (and came back).
+    type Reply = usize;
+
+    fn invocation(&self) -> Invocation {
+        let mut call = Invocation::new(&XSEM_RELEASE)
+            .key(self.name)
+            .key(keys::permit_timeouts(self.name))
+            .key(keys::semaphore_channel(self.name));
+        for id in self.ids {
+            call = call.arg(id);
+        }
+        call
+    }
+
+    fn parse(&self, reply: Value) -> RedisResult<usize> {
+        let n: i64 = redis::from_redis_value_ref(&reply)?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+}
+
+/// Extend the expiry of one holder's permits (ids separated by `,`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct XsemRenew<'a> {
+    /// The semaphore.
+    pub(crate) name: &'a str,
+    /// The holder's permit ids, comma-separated.
+    pub(crate) ids: &'a str,
+    /// The lease to set, in ms.
+    pub(crate) lease_ms: u64,
+}
+
+impl ScriptCall for XsemRenew<'_> {
+    /// Whether every permit was still taken.
+    type Reply = bool;
+
+    fn invocation(&self) -> Invocation {
+        Invocation::new(&XSEM_RENEW)
+            .must_replicate()
+            .key(self.name)
+            .key(keys::permit_timeouts(self.name))
+            .key(keys::semaphore_channel(self.name))
+            .arg(self.lease_ms)
+            .arg(self.ids)
+    }
+
+    fn parse(&self, reply: Value) -> RedisResult<bool> {
+        Ok(redis::from_redis_value_ref::<i64>(&reply)? == 1)
+    }
+}

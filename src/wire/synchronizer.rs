@@ -1,0 +1,216 @@
+//! The synchronizers' scripts as typed calls: the semaphore's (`lua/sem_*.lua`)
+//! and the count-down latch's (`lua/latch_*.lua`), in Redisson's layout.
+//!
+//! Both keep their state in one string key, the name itself: a semaphore's
+//! available permits, a latch's count. Every change that may let a waiter through
+//! publishes on the synchronizer's channel (`keys::semaphore_channel`,
+//! `keys::latch_channel`) in the same script, so a waiter that reads the key after
+//! subscribing cannot miss it. Plain reads (`available`, `count`) are a GET and need
+//! no script: [`read_number`].
+
+use std::sync::LazyLock;
+
+use redis::aio::ConnectionLike;
+use redis::{RedisResult, Value};
+
+use super::lua::Lua;
+use super::{unexpected, Invocation, ScriptCall};
+use crate::keys;
+
+static SEM_ACQUIRE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/sem_acquire.lua")));
+static SEM_RELEASE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/sem_release.lua")));
+static SEM_TRY_SET: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/sem_try_set.lua")));
+static SEM_DRAIN: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/sem_drain.lua")));
+static LATCH_SET: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/latch_set.lua")));
+static LATCH_COUNT_DOWN: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/latch_count_down.lua")));
+
+/// The most permits a semaphore key may hold: Redisson reads the key as a Java
+/// `int`, so a larger number would break a Java service sharing the semaphore.
+pub(crate) const MAX_PERMITS: u64 = i32::MAX as u64;
+
+/// Take `permits` of semaphore `name` if that many are available.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SemAcquire<'a> {
+    /// The semaphore (its key).
+    pub(crate) name: &'a str,
+    /// How many, at least 1.
+    pub(crate) permits: u32,
+}
+
+/// What a take attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SemTake {
+    /// Taken; this many are left available.
+    Taken { left: u64 },
+    /// Too few available (this many); nothing changed.
+    Short { available: u64 },
+}
+
+impl ScriptCall for SemAcquire<'_> {
+    type Reply = SemTake;
+
+    fn invocation(&self) -> Invocation {
+        Invocation::new(&SEM_ACQUIRE)
+            .must_replicate()
+            .key(self.name)
+            .arg(self.permits)
+    }
+
+    fn parse(&self, reply: Value) -> RedisResult<SemTake> {
+        let (taken, n): (i64, i64) = redis::from_redis_value_ref(&reply)?;
+        let n = u64::try_from(n).unwrap_or(0);
+        match taken {
+            1 => Ok(SemTake::Taken { left: n }),
+            0 => Ok(SemTake::Short { available: n }),
+            _ => Err(unexpected("semaphore acquire returned an unknown shape")),
+        }
+    }
+}
+
+/// Add `permits` to semaphore `name` (a release, or new permits) and wake its
+/// waiters.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SemRelease<'a> {
+    /// The semaphore.
+    pub(crate) name: &'a str,
+    /// How many, at least 1.
+    pub(crate) permits: u32,
+}
+
+/// What adding permits did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SemAdded {
+    /// Added; this many are available now.
+    Available(u64),
+    /// Refused: the sum would pass [`MAX_PERMITS`]; this many are available.
+    Overflow(u64),
+}
+
+impl ScriptCall for SemRelease<'_> {
+    type Reply = SemAdded;
+
+    fn invocation(&self) -> Invocation {
+        Invocation::new(&SEM_RELEASE)
+            .key(self.name)
+            .key(keys::semaphore_channel(self.name))
+            .arg(self.permits)
+            .arg(MAX_PERMITS)
+    }
+
+    fn parse(&self, reply: Value) -> RedisResult<SemAdded> {
+        let (done, n): (i64, i64) = redis::from_redis_value_ref(&reply)?;
+        let n = u64::try_from(n).unwrap_or(0);
+        match done {
+            1 => Ok(SemAdded::Available(n)),
+            -1 => Ok(SemAdded::Overflow(n)),
+            _ => Err(unexpected("semaphore release returned an unknown shape")),
+        }
+    }
+}
+
+/// Give semaphore `name` its first permits unless it has a value already.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SemTrySet<'a> {
+    /// The semaphore.
+    pub(crate) name: &'a str,
+    /// The permits (at most [`MAX_PERMITS`]).
+    pub(crate) permits: u32,
+}
+
+impl ScriptCall for SemTrySet<'_> {
+    /// Whether it was set.
+    type Reply = bool;
+
+    fn invocation(&self) -> Invocation {
+        Invocation::new(&SEM_TRY_SET)
+            .must_replicate()
+            .key(self.name)
+            .key(keys::semaphore_channel(self.name))
+            .arg(self.permits)
+    }
+
+    fn parse(&self, reply: Value) -> RedisResult<bool> {
+        Ok(redis::from_redis_value_ref::<i64>(&reply)? == 1)
+    }
+}
+
+/// Take every available permit of semaphore `name`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SemDrain<'a> {
+    /// The semaphore.
+    pub(crate) name: &'a str,
+}
+
+impl ScriptCall for SemDrain<'_> {
+    /// How many were taken.
+    type Reply = u64;
+
+    fn invocation(&self) -> Invocation {
+        Invocation::new(&SEM_DRAIN).must_replicate().key(self.name)
+    }
+
+    fn parse(&self, reply: Value) -> RedisResult<u64> {
+        Ok(u64::try_from(redis::from_redis_value_ref::<i64>(&reply)?).unwrap_or(0))
+    }
+}
+
+/// Give latch `name` its count unless it has one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LatchSet<'a> {
+    /// The latch.
+    pub(crate) name: &'a str,
+    /// The count, at least 1 and at most `i64::MAX` (a Java `long`).
+    pub(crate) count: u64,
+}
+
+impl ScriptCall for LatchSet<'_> {
+    /// Whether it was set.
+    type Reply = bool;
+
+    fn invocation(&self) -> Invocation {
+        Invocation::new(&LATCH_SET)
+            .must_replicate()
+            .key(self.name)
+            .key(keys::latch_channel(self.name))
+            .arg(self.count)
+    }
+
+    fn parse(&self, reply: Value) -> RedisResult<bool> {
+        Ok(redis::from_redis_value_ref::<i64>(&reply)? == 1)
+    }
+}
+
+/// Count latch `name` down by one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LatchCountDown<'a> {
+    /// The latch.
+    pub(crate) name: &'a str,
+}
+
+impl ScriptCall for LatchCountDown<'_> {
+    /// The count left (0: open).
+    type Reply = u64;
+
+    fn invocation(&self) -> Invocation {
+        Invocation::new(&LATCH_COUNT_DOWN)
+            .key(self.name)
+            .key(keys::latch_channel(self.name))
+    }
+
+    fn parse(&self, reply: Value) -> RedisResult<u64> {
+        Ok(u64::try_from(redis::from_redis_value_ref::<i64>(&reply)?).unwrap_or(0))
+    }
+}
+
+/// The number a synchronizer's key holds (a semaphore's permits, a latch's count);
+/// absent or below zero reads as 0, as Redisson reads it.
+pub(crate) async fn read_number<C: ConnectionLike>(conn: &mut C, name: &str) -> RedisResult<u64> {
+    let value: Option<i64> = redis::cmd("GET").arg(name).query_async(conn).await?;
+    Ok(value.map_or(0, |v| u64::try_from(v).unwrap_or(0)))
+}

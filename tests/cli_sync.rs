@@ -1,0 +1,207 @@
+//! The synchronizers from the command line (issue 14, part 5), as real processes
+//! on a real `redis-server`: `run --semaphore` keeps at most N commands running
+//! across processes, `latch` sets, counts down and wakes every waiting process,
+//! `status` shows a semaphore's permits, and bad input exits 2 writing nothing.
+#![cfg(feature = "cli")]
+
+mod support;
+
+use std::process::Output;
+use std::time::Duration;
+
+use support::{lockwarden_at, raw, RedisServer};
+use tokio::process::Child;
+
+/// Upper bound for any one invocation: far above what each needs.
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn spawn(server: &RedisServer, args: &[&str]) -> Child {
+    lockwarden_at(env!("CARGO_BIN_EXE_lockwarden"), &server.url())
+        .args(args)
+        .spawn()
+        .expect("cannot start lockwarden")
+}
+
+async fn finish(child: Child) -> Output {
+    tokio::time::timeout(LIMIT, child.wait_with_output())
+        .await
+        .expect("lockwarden did not exit in time")
+        .expect("cannot wait for lockwarden")
+}
+
+async fn run(server: &RedisServer, args: &[&str]) -> Output {
+    finish(spawn(server, args)).await
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).trim().to_string()
+}
+
+/// Six `lockwarden run --semaphore --permits 2` processes at once: each command
+/// appends `s` when it starts and `e` before it ends to one file (appends are
+/// atomic), and no prefix of that file ever has more than two commands running.
+#[tokio::test]
+async fn run_semaphore_keeps_at_most_n_commands_running() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("log");
+    let script = format!("echo s >> {0}; sleep 0.3; echo e >> {0}", log.display());
+    let children: Vec<Child> = (0..6)
+        .map(|_| {
+            spawn(
+                &server,
+                &[
+                    "run",
+                    "api",
+                    "--semaphore",
+                    "--permits",
+                    "2",
+                    "--",
+                    "sh",
+                    "-c",
+                    &script,
+                ],
+            )
+        })
+        .collect();
+    for child in children {
+        let out = finish(child).await;
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let lines = std::fs::read_to_string(&log).expect("log written");
+    let (mut running, mut peak, mut starts) = (0i32, 0, 0);
+    for line in lines.lines() {
+        match line {
+            "s" => {
+                running += 1;
+                starts += 1;
+            }
+            _ => running -= 1,
+        }
+        peak = peak.max(running);
+    }
+    assert_eq!(starts, 6, "every command ran:\n{lines}");
+    assert!(peak <= 2, "{peak} commands ran at once:\n{lines}");
+    assert_eq!(
+        raw::<String>(&server, &["GET", "api"]),
+        "2",
+        "permits all back"
+    );
+}
+
+/// `latch set` once (a second set exits 1), two processes wait, two
+/// `count-down`s print 1 then 0 and both waiters exit 0; a wait on a closed
+/// latch exits 75 when `--wait` runs out; `count` prints the count.
+#[tokio::test]
+async fn latch_commands_wake_every_waiting_process() {
+    let server = RedisServer::start();
+    assert!(run(&server, &["latch", "set", "batch", "2"])
+        .await
+        .status
+        .success());
+    let again = run(&server, &["latch", "set", "batch", "5"]).await;
+    assert_eq!(again.status.code(), Some(1), "{}", text(&again.stderr));
+    let waiters: Vec<Child> = (0..2)
+        .map(|_| spawn(&server, &["latch", "wait", "batch", "--wait", "50s"]))
+        .collect();
+    let subscribed = support::eventually(Duration::from_secs(20), || {
+        let n: Vec<(String, i64)> = raw(
+            &server,
+            &[
+                "PUBSUB",
+                "NUMSUB",
+                "redisson_countdownlatch__channel__{batch}",
+            ],
+        );
+        n.first().is_some_and(|(_, c)| *c == 2)
+    })
+    .await;
+    assert!(subscribed, "the waiting processes never subscribed");
+    let one = run(&server, &["latch", "count-down", "batch"]).await;
+    assert_eq!(text(&one.stdout), "1");
+    assert_eq!(
+        text(&run(&server, &["latch", "count", "batch"]).await.stdout),
+        "1"
+    );
+    let zero = run(&server, &["latch", "count-down", "batch"]).await;
+    assert_eq!(text(&zero.stdout), "0");
+    for w in waiters {
+        let out = finish(w).await;
+        assert!(out.status.success(), "waiter: {}", text(&out.stderr));
+    }
+    assert!(run(&server, &["latch", "set", "closed", "1"])
+        .await
+        .status
+        .success());
+    let timed_out = run(&server, &["latch", "wait", "closed", "--wait", "300ms"]).await;
+    assert_eq!(
+        timed_out.status.code(),
+        Some(75),
+        "{}",
+        text(&timed_out.stderr)
+    );
+}
+
+/// `status` shows a semaphore's available permits as a counter, in text and
+/// JSON; `semaphore add` and `drain` print the permits.
+#[tokio::test]
+async fn status_shows_a_semaphores_permits() {
+    let server = RedisServer::start();
+    assert!(run(&server, &["semaphore", "set", "api", "3"])
+        .await
+        .status
+        .success());
+    let out = run(&server, &["status", "api"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("api: counter 3"),
+        "{}",
+        text(&out.stdout)
+    );
+    let json = run(&server, &["status", "api", "--json"]).await;
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    assert_eq!(
+        (v["kind"].as_str(), v["value"].as_i64()),
+        (Some("counter"), Some(3))
+    );
+    assert_eq!(
+        text(&run(&server, &["semaphore", "add", "api", "2"]).await.stdout),
+        "5"
+    );
+    assert_eq!(
+        text(&run(&server, &["semaphore", "drain", "api"]).await.stdout),
+        "5"
+    );
+}
+
+/// Zero, negative or too large amounts and a name with unbalanced braces exit
+/// 2 with one line on stderr, and nothing is written.
+#[tokio::test]
+async fn bad_input_exits_2_and_writes_nothing() {
+    let server = RedisServer::start();
+    for args in [
+        &["semaphore", "add", "api", "0"][..],
+        &["semaphore", "set", "api", "-1"],
+        &["semaphore", "set", "api", "3000000000"],
+        &["latch", "set", "batch", "0"],
+        &["latch", "set", "batch", "9223372036854775808"],
+        &["latch", "set", "}x", "3"],
+        &["run", "api", "--semaphore", "--permits", "0", "--", "true"],
+        &["run", "a{b", "--semaphore", "--permits", "1", "--", "true"],
+    ] {
+        let out = run(&server, args).await;
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(
+            text(&out.stderr).lines().count(),
+            1,
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    assert_eq!(raw::<i64>(&server, &["DBSIZE"]), 0);
+}
