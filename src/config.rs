@@ -63,6 +63,8 @@ pub struct Config {
     pub(crate) token_ttl: Duration,
     /// Replicas that must confirm every lock change, if any.
     pub(crate) sync: Option<ReplicaSync>,
+    /// The label this manager registers under its client id, if any.
+    pub(crate) label: Option<String>,
 }
 
 /// How many replicas must confirm a lock change, and how long the master waits for
@@ -110,6 +112,7 @@ impl Config {
             batch_in_flight: 16,
             token_ttl: Duration::from_secs(3600),
             sync: None,
+            label: None,
         })
     }
 
@@ -315,6 +318,18 @@ impl Config {
         self
     }
 
+    /// A label for operators: the manager registers it in Redis beside its host
+    /// name, process id, program name, start time and version, under its client
+    /// id (`lockwarden:client:{<client id>}`), so that `lockwarden status`,
+    /// `list`, `top` and [`Inspect`](crate::Inspect) can say who holds a lock
+    /// ("billing-worker", "eu-1 cron"). Any text up to 256 bytes; control
+    /// characters are kept and escaped when shown. Defaults to no label (the
+    /// program name still tells processes apart).
+    pub fn label(mut self, label: impl Into<String>) -> Config {
+        self.label = Some(label.into());
+        self
+    }
+
     /// For a `rediss://` URL: trust the certificate authority in `pem` (PEM text)
     /// instead of the system's roots, as for a private CA or a self-signed test
     /// server. Fails with [`LockError::InvalidConfig`] if the URL is not a TLS one
@@ -402,6 +417,15 @@ impl Config {
         }
         if self.reconnect_max < self.reconnect_min {
             return bad("longest reconnect delay is shorter than the first".into());
+        }
+        if let Some(label) = &self.label {
+            if label.len() > crate::client::MAX_LABEL_LEN {
+                return bad(format!(
+                    "label of {} bytes is over the maximum of {} bytes",
+                    label.len(),
+                    crate::client::MAX_LABEL_LEN
+                ));
+            }
         }
         if let Some(ReplicaSync { min, timeout }) = self.sync {
             if min == 0 {

@@ -7,6 +7,8 @@
 //! - `subscriber`: the pub/sub actor that routes unlock messages to lock actors.
 //! - `renewer`: the watchdog, renewing every watchdog holding of a manager in
 //!   batches.
+//! - `registry`: the manager's entry in the client registry (who a client id
+//!   is), rewritten by the renewer once per renewal period.
 //! - `shared`: what a manager's lock actors share ([`Shared`](shared::Shared)).
 //!
 //! The actors talk to Redis only through the wire layer's typed calls on the node
@@ -15,6 +17,7 @@
 //! defined here or below, never by naming a higher type.
 
 pub(crate) mod lock;
+pub(crate) mod registry;
 pub(crate) mod renewer;
 pub(crate) mod shared;
 pub(crate) mod subscriber;

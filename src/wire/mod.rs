@@ -16,13 +16,15 @@
 //!
 //! The files: `exclusive` (the plain lock's acquire, release and batched renewal),
 //! `fair`, `rw`, `look` (inspect and force release, for every kind), and `batch`
-//! (many exclusive ops as one script call).
+//! (many exclusive ops as one script call), and `registry` (the client registry:
+//! plain commands, not a script).
 
 mod batch;
 mod exclusive;
 mod fair;
 mod look;
 mod lua;
+mod registry;
 mod replicas;
 mod rw;
 
@@ -36,6 +38,7 @@ pub(crate) use exclusive::{Acquire, Release, RenewHashes, Transfer, TransferRepl
 pub(crate) use fair::{FairAcquire, FairLeave, FairRefresh, FairRelease, Place};
 pub(crate) use look::{ForceRelease, Inspect};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
+pub(crate) use registry::{read_clients, register};
 pub(crate) use replicas::{judge, Confirmed, Need};
 pub(crate) use rw::{ReadAcquire, ReadRelease, RwRenew, WriteAcquire, WriteRelease};
 

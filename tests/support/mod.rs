@@ -101,6 +101,7 @@ pub fn lockwarden_at(bin: &str, url: &str) -> tokio::process::Command {
         .arg(url)
         .env_remove("REDIS_URL")
         .env_remove("LOCKWARDEN_WATCHDOG_LEASE")
+        .env_remove("LOCKWARDEN_LABEL")
         .env_remove("RUST_LOG")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())

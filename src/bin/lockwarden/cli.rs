@@ -97,6 +97,17 @@ pub struct Common {
     #[arg(long = "sync-timeout", global = true, default_value = "500ms", value_name = "DURATION", value_parser = parse_lease)]
     pub sync_timeout: Duration,
 
+    /// A label for the locks this command holds: `status`, `list` and `top` show
+    /// it beside the holder's host and pid (registered under the client id, see
+    /// docs/operations.md, "Who holds a lock"). Up to 256 bytes; none by default.
+    #[arg(
+        long = "label",
+        global = true,
+        env = "LOCKWARDEN_LABEL",
+        value_name = "TEXT"
+    )]
+    pub label: Option<String>,
+
     /// Log what happens on stderr (-v info, -vv debug, -vvv trace).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
