@@ -65,6 +65,8 @@ pub struct Config {
     pub(crate) sync: Option<ReplicaSync>,
     /// The label this manager registers under its client id, if any.
     pub(crate) label: Option<String>,
+    /// Whether metrics also get per-lock series labelled by lock name.
+    pub(crate) metric_lock_names: bool,
 }
 
 /// How many replicas must confirm a lock change, and how long the master waits for
@@ -113,6 +115,7 @@ impl Config {
             token_ttl: Duration::from_secs(3600),
             sync: None,
             label: None,
+            metric_lock_names: false,
         })
     }
 
@@ -327,6 +330,20 @@ impl Config {
     /// program name still tells processes apart).
     pub fn label(mut self, label: impl Into<String>) -> Config {
         self.label = Some(label.into());
+        self
+    }
+
+    /// Also record per-lock metrics, labelled by lock name: the counter
+    /// `lockwarden_lock_acquisitions_total{lock,kind}`, the histograms
+    /// `lockwarden_lock_wait_seconds{lock,kind}` and
+    /// `lockwarden_lock_hold_seconds{lock,kind}`, and
+    /// `lockwarden_lock_lost_total{lock,reason}`, beside the usual ones (which
+    /// never carry names). Each lock name becomes time series of its own in the
+    /// metrics backend, so turn it on only when the names are few and fixed (not
+    /// one per order or per user), and each record then allocates its labels.
+    /// Defaults to off.
+    pub fn metric_lock_names(mut self, on: bool) -> Config {
+        self.metric_lock_names = on;
         self
     }
 

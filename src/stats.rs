@@ -50,9 +50,9 @@ impl Counters {
         self.released.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("lockwarden_releases_total").increment(1);
     }
-    pub(crate) fn lost(&self, reason: LostReason) {
+    pub(crate) fn lost(&self, reason: LostReason, lock: Option<&str>) {
         self.lost.fetch_add(1, Ordering::Relaxed);
-        record::lost(reason);
+        record::lost(reason, lock);
     }
     pub(crate) fn renewal_failed(&self) {
         self.renewals_failed.fetch_add(1, Ordering::Relaxed);
@@ -78,8 +78,10 @@ impl Counters {
 }
 
 /// The metrics recorded through the `metrics` facade, beside the counters above
-/// (docs/operations.md, "Metrics", lists them). Lock names are never labels: a
-/// service that locks one name per order would make one time series per order.
+/// (docs/operations.md, "Metrics", lists them). Lock names are not labels of these:
+/// a service that locks one name per order would make one time series per order.
+/// `Config::metric_lock_names(true)` adds series of their own, named
+/// `lockwarden_lock_*`, labelled by lock name (those allocate their labels).
 pub(crate) mod record {
     use std::time::Duration;
 
@@ -98,14 +100,21 @@ pub(crate) mod record {
         };
     }
 
-    /// A waiter was granted the lock after waiting `waited` (from its request).
-    pub(crate) fn acquired(kind: AcquireKind, waited: Duration) {
+    /// A waiter was granted the lock after waiting `waited` (from its request);
+    /// `lock` is its name when the config opts in to per-lock series.
+    pub(crate) fn acquired(kind: AcquireKind, waited: Duration, lock: Option<&str>) {
         by_kind!(
             kind,
             counter!("lockwarden_acquisitions_total", "outcome" => "acquired")
         )
         .increment(1);
         by_kind!(kind, histogram!("lockwarden_acquire_wait_seconds")).record(waited);
+        if let Some(lock) = lock {
+            // Opted in: allocating labels from a name is accepted here.
+            let labels = [("lock", lock.to_string()), ("kind", kind.to_string())];
+            metrics::counter!("lockwarden_lock_acquisitions_total", &labels).increment(1);
+            metrics::histogram!("lockwarden_lock_wait_seconds", &labels).record(waited);
+        }
     }
 
     /// A waiter was answered with `err` instead of a lock.
@@ -133,12 +142,23 @@ pub(crate) mod record {
 
     /// A holding ended (released or lost) after being held `held` (from its
     /// first grant, re-entries included).
-    pub(crate) fn held(kind: AcquireKind, held: Duration) {
+    pub(crate) fn held(kind: AcquireKind, held: Duration, lock: Option<&str>) {
         by_kind!(kind, histogram!("lockwarden_hold_seconds")).record(held);
+        if let Some(lock) = lock {
+            let labels = [("lock", lock.to_string()), ("kind", kind.to_string())];
+            metrics::histogram!("lockwarden_lock_hold_seconds", &labels).record(held);
+        }
     }
 
-    /// A held lock was lost.
-    pub(crate) fn lost(reason: LostReason) {
+    /// A held lock was lost (`lock`: its name, when opted in and known).
+    pub(crate) fn lost(reason: LostReason, lock: Option<&str>) {
+        if let Some(lock) = lock {
+            let labels = [
+                ("lock", lock.to_string()),
+                ("reason", reason_label(reason).into()),
+            ];
+            metrics::counter!("lockwarden_lock_lost_total", &labels).increment(1);
+        }
         match reason {
             LostReason::OwnerGone => {
                 metrics::counter!("lockwarden_locks_lost_total", "reason" => "owner_gone")
@@ -154,6 +174,16 @@ pub(crate) mod record {
             }
         }
         .increment(1);
+    }
+
+    /// The `reason` label of a loss.
+    fn reason_label(reason: LostReason) -> &'static str {
+        match reason {
+            LostReason::OwnerGone => "owner_gone",
+            LostReason::LeaseExpired => "lease_expired",
+            LostReason::Unreachable => "unreachable",
+            LostReason::ManagerStopped => "manager_stopped",
+        }
     }
 
     /// One renewal call answered: `renewed` holdings still held, `gone` no longer

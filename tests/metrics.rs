@@ -57,7 +57,8 @@ impl Seen {
 /// manager times out on it and then waits for it through a pub/sub reconnect, that
 /// waiter's, one with a lease that runs out) and one read lock,
 /// the counters and histograms say exactly that, agree with `GetStats`, and the
-/// watchdog's renewals, a pub/sub reconnect and the coalescer's batches show.
+/// watchdog's renewals, a pub/sub reconnect and the coalescer's batches show; no
+/// series names a lock unless the manager opts in (`Config::metric_lock_names`).
 #[actix_rt::test]
 async fn a_scripted_scenario_reads_back_through_the_facade() {
     let recorder = DebuggingRecorder::new();
@@ -176,4 +177,38 @@ async fn a_scripted_scenario_reads_back_through_the_facade() {
     assert!(batches.iter().all(|n| *n >= 1.0));
     let renewal_batches = seen.histogram("lockwarden_renewal_batch_locks{}");
     assert!(!renewal_batches.is_empty());
+    // No series so far names a lock: only an opted-in manager's do.
+    assert!(
+        seen.counters
+            .keys()
+            .chain(seen.histograms.keys())
+            .all(|k| !k.contains("lock=")),
+        "{:?}",
+        seen.counters
+    );
+
+    let named = manager(&server, |c| c.metric_lock_names(true)).await;
+    hold(&named, "m:named", |x| x)
+        .await
+        .release()
+        .await
+        .expect("released");
+    let mut after = Seen::default();
+    after.take(&snapshotter);
+    assert_eq!(
+        after.counter("lockwarden_lock_acquisitions_total{kind=exclusive,lock=m:named}"),
+        1,
+        "{:?}",
+        after.counters
+    );
+    assert_eq!(
+        after.counter("lockwarden_acquisitions_total{kind=exclusive,outcome=acquired}"),
+        1
+    );
+    assert_eq!(
+        after
+            .histogram("lockwarden_lock_hold_seconds{kind=exclusive,lock=m:named}")
+            .len(),
+        1
+    );
 }

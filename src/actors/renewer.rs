@@ -495,7 +495,7 @@ impl Renewer {
             lock.do_send(Lapsed { epoch, reason });
         } else {
             // The lock actor is gone; its guards were told when it stopped.
-            self.counters.lost(reason);
+            self.counters.lost(reason, None);
             warn!(epoch, %reason, "lock lost after its lock actor stopped");
         }
     }
