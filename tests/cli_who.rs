@@ -107,7 +107,7 @@ async fn status_list_and_top_name_the_holding_process() {
             .unwrap_or_else(|| panic!("no line for {name}: {list}"))
             .to_string()
     };
-    assert!(line("who:held").contains(&format!("\tby=host ")), "{list}");
+    assert!(line("who:held").contains("\tby=host "), "{list}");
     assert!(line("who:held").contains(&format!("pid {pid} ")), "{list}");
     assert!(
         line("who:foreign").contains("\tby=unknown client"),

@@ -168,10 +168,34 @@ async fn the_registry_costs_one_small_hash_per_manager() {
     }
 }
 
-/// A user whose ACL leaves out the registry keys still takes and releases locks
-/// (the refused write is only logged); its holders show as unknown.
+/// What the library logs, kept for a test to read.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A user whose ACL leaves out the registry keys still takes and releases locks;
+/// the refused write is logged as one warning naming the ACL, and its holders
+/// show as unknown.
 #[actix_rt::test]
 async fn an_acl_without_the_registry_fails_no_lock() {
+    let log = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer({
+            let log = log.clone();
+            move || log.clone()
+        })
+        .with_ansi(false)
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
     let server = RedisServer::start();
     let _: () = raw(
         &server,
@@ -203,5 +227,79 @@ async fn an_acl_without_the_registry_fails_no_lock() {
         .expect("inspect");
     assert_eq!(info.holders[0].client, None);
     assert!(registry_keys(&server).is_empty());
+    g.release().await.expect("released");
+    let text = String::from_utf8_lossy(&log.0.lock().expect("log buffer")).into_owned();
+    let warnings: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("does not allow the client registry"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{text}");
+    assert!(warnings[0].contains("ACL"), "{text}");
+}
+
+/// The registry line of docs/operations.md's least-privilege ACL (`+multi +exec
+/// +hset +pexpire ~lockwarden:client:*`) beside the exclusive lock's rights is
+/// enough to register; an operator with `+hgetall` on it names the holder.
+#[actix_rt::test]
+async fn the_documented_registry_acl_is_enough() {
+    let server = RedisServer::start();
+    let _: () = raw(
+        &server,
+        &[
+            "ACL",
+            "SETUSER",
+            "locks",
+            "on",
+            ">pw",
+            "resetkeys",
+            "resetchannels",
+            "-@all",
+            "+evalsha",
+            "+script|load",
+            "+hexists",
+            "+hget",
+            "+hincrby",
+            "+pexpire",
+            "+pttl",
+            "+time",
+            "+set",
+            "+get",
+            "+del",
+            "+publish",
+            "+pubsub|numsub",
+            "+subscribe",
+            "+unsubscribe",
+            "+ping",
+            "+info",
+            "+multi",
+            "+exec",
+            "+hset",
+            "~acl:*",
+            "~redisson_lock_token:{acl:*",
+            "~redisson_unlock_latch:{acl:*",
+            "~redisson_lock__channel:{acl:*",
+            "&redisson_lock__channel:{acl:*",
+            "~lockwarden:client:*",
+        ],
+    );
+    let url = format!("redis://locks:pw@127.0.0.1:{}", server.port());
+    let m = lockwarden::LockManager::start(lockwarden::Config::from_url(&url).expect("url"))
+        .await
+        .expect("manager starts");
+    let g = hold(&m, "acl:1", |a| a).await;
+    let keys = registry_keys(&server);
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let ttl: i64 = raw(&server, &["PTTL", &keys[0]]);
+    assert!(ttl > 0 && ttl <= 30_000, "PTTL {ttl}");
+    let admin = Admin::connect(&config(&server)).await.expect("admin");
+    let seen = admin
+        .describe("acl:1")
+        .await
+        .expect("describe")
+        .expect("held");
+    assert_eq!(
+        seen.holders[0].client.as_ref().map(|c| c.pid),
+        Some(std::process::id())
+    );
     g.release().await.expect("released");
 }

@@ -290,7 +290,7 @@ impl Renewer {
         let due = Self::collect(&table, now);
         self.renew(due, now, ctx);
         self.ticks = self.ticks.wrapping_add(1);
-        if self.ticks % SLOTS == 0 {
+        if self.ticks.is_multiple_of(SLOTS) {
             self.register(ctx);
         }
     }

@@ -26,9 +26,16 @@ pub(crate) async fn register<C: ConnectionLike>(
     fields: &[(&'static str, String)],
     ttl_ms: u64,
 ) -> RedisResult<()> {
+    // HSET with many fields, not redis-rs's `hset_multiple` (HMSET, deprecated:
+    // an ACL written for HSET refuses it).
+    let mut hset = redis::cmd("HSET");
+    hset.arg(key);
+    for (field, value) in fields {
+        hset.arg(*field).arg(value);
+    }
     let mut pipe = redis::pipe();
     pipe.atomic()
-        .hset_multiple(key, fields)
+        .add_command(hset)
         .ignore()
         .pexpire(key, i64::try_from(ttl_ms).unwrap_or(i64::MAX))
         .ignore();
