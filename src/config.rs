@@ -326,8 +326,8 @@ impl Config {
     /// id (`lockwarden:client:{<client id>}`), so that `lockwarden status`,
     /// `list`, `top` and [`Inspect`](crate::Inspect) can say who holds a lock
     /// ("billing-worker", "eu-1 cron"). Any text up to 256 bytes; control
-    /// characters are kept and escaped when shown. Defaults to no label (the
-    /// program name still tells processes apart).
+    /// characters are kept and escaped when shown. Without one, the program name
+    /// still tells processes apart. Defaults to no label.
     pub fn label(mut self, label: impl Into<String>) -> Config {
         self.label = Some(label.into());
         self

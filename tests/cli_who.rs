@@ -153,3 +153,26 @@ async fn status_list_and_top_name_the_holding_process() {
     let gone = eventually(Duration::from_secs(5), || !exists(&server, &key)).await;
     assert!(gone, "the entry outlived its killed process");
 }
+
+/// `--label` over 256 bytes exits 2 with one line naming the label, before
+/// anything connects.
+#[test]
+fn an_overlong_label_exits_2() {
+    let long = "x".repeat(300);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockwarden"))
+        .args([
+            "--redis",
+            "redis://127.0.0.1:1",
+            "--label",
+            &long,
+            "hold",
+            "a",
+        ])
+        .env_remove("REDIS_URL")
+        .env_remove("LOCKWARDEN_LABEL")
+        .output()
+        .expect("run lockwarden");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("label"), "{err}");
+}

@@ -303,3 +303,22 @@ async fn the_documented_registry_acl_is_enough() {
     );
     g.release().await.expect("released");
 }
+
+/// A label over 256 bytes is refused with a clear error before anything
+/// connects; 256 bytes are accepted.
+#[actix_rt::test]
+async fn an_overlong_label_is_refused() {
+    let server = RedisServer::start();
+    let long = config(&server).label("x".repeat(257));
+    assert!(matches!(
+        long.validate(),
+        Err(lockwarden::LockError::InvalidConfig(why)) if why.contains("label")
+    ));
+    let refused = lockwarden::LockManager::start(config(&server).label("x".repeat(257))).await;
+    assert!(matches!(
+        refused,
+        Err(lockwarden::LockError::InvalidConfig(_))
+    ));
+    assert!(registry_keys(&server).is_empty());
+    assert!(config(&server).label("x".repeat(256)).validate().is_ok());
+}

@@ -28,6 +28,7 @@ Exit codes:
 Environment:
   REDIS_URL                   Redis to use when --redis is not given
   LOCKWARDEN_WATCHDOG_LEASE   same as --watchdog-lease (run, hold)
+  LOCKWARDEN_LABEL            same as --label
   RUST_LOG                    tracing filter for -v output (e.g. lockwarden=debug)
 
 Examples:
@@ -100,11 +101,13 @@ pub struct Common {
     /// A label for the locks this command holds: `status`, `list` and `top` show
     /// it beside the holder's host and pid (registered under the client id, see
     /// docs/operations.md, "Who holds a lock"). Up to 256 bytes; none by default.
+    // The env value is hidden: clap shows an unset variable as `[env: NAME=]`.
     #[arg(
         long = "label",
         global = true,
         env = "LOCKWARDEN_LABEL",
-        value_name = "TEXT"
+        value_name = "TEXT",
+        hide_env_values = true
     )]
     pub label: Option<String>,
 
