@@ -1,9 +1,9 @@
 //! `lockwarden top`: a live view of the locks that exist, refreshed every second.
 //!
 //! Each refresh is one [`Admin::list`] (SCAN, never KEYS; on a cluster every
-//! master) and one [`Admin::waiting`] (a single `PUBSUB NUMSUB` for every lock's
-//! channel), so watching costs Redis a few commands a second whatever the number
-//! of clients. What it shows depends on where the output goes:
+//! master; then one `HGETALL` per distinct holding client, for who it is) and one
+//! [`Admin::waiting`] (a single `PUBSUB NUMSUB` for every lock's channel), so
+//! watching costs Redis a few commands a second whatever the number of waiters. What it shows depends on where the output goes:
 //! - a terminal: the screen is redrawn in place (cursor home, clear), one row a
 //!   lock, most-waited-for first, cut to `--limit` rows and 160 columns so that a
 //!   refresh never scrolls; each holder as `host/pid/label` when its manager is
