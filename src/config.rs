@@ -63,6 +63,10 @@ pub struct Config {
     pub(crate) token_ttl: Duration,
     /// Replicas that must confirm every lock change, if any.
     pub(crate) sync: Option<ReplicaSync>,
+    /// The label this manager registers under its client id, if any.
+    pub(crate) label: Option<String>,
+    /// Whether metrics also get per-lock series labelled by lock name.
+    pub(crate) metric_lock_names: bool,
 }
 
 /// How many replicas must confirm a lock change, and how long the master waits for
@@ -110,6 +114,8 @@ impl Config {
             batch_in_flight: 16,
             token_ttl: Duration::from_secs(3600),
             sync: None,
+            label: None,
+            metric_lock_names: false,
         })
     }
 
@@ -315,6 +321,32 @@ impl Config {
         self
     }
 
+    /// A label for operators: the manager registers it in Redis beside its host
+    /// name, process id, program name, start time and version, under its client
+    /// id (`lockwarden:client:{<client id>}`), so that `lockwarden status`,
+    /// `list`, `top` and [`Inspect`](crate::Inspect) can say who holds a lock
+    /// ("billing-worker", "eu-1 cron"). Any text up to 256 bytes; control
+    /// characters are kept and escaped when shown. Without one, the program name
+    /// still tells processes apart. Defaults to no label.
+    pub fn label(mut self, label: impl Into<String>) -> Config {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// Also record per-lock metrics, labelled by lock name: the counter
+    /// `lockwarden_lock_acquisitions_total{lock,kind}`, the histograms
+    /// `lockwarden_lock_wait_seconds{lock,kind}` and
+    /// `lockwarden_lock_hold_seconds{lock,kind}`, and
+    /// `lockwarden_lock_lost_total{lock,reason}`, beside the usual ones (which
+    /// never carry names). Each lock name becomes time series of its own in the
+    /// metrics backend, so turn it on only when the names are few and fixed (not
+    /// one per order or per user), and each record then allocates its labels.
+    /// Defaults to off.
+    pub fn metric_lock_names(mut self, on: bool) -> Config {
+        self.metric_lock_names = on;
+        self
+    }
+
     /// For a `rediss://` URL: trust the certificate authority in `pem` (PEM text)
     /// instead of the system's roots, as for a private CA or a self-signed test
     /// server. Fails with [`LockError::InvalidConfig`] if the URL is not a TLS one
@@ -402,6 +434,15 @@ impl Config {
         }
         if self.reconnect_max < self.reconnect_min {
             return bad("longest reconnect delay is shorter than the first".into());
+        }
+        if let Some(label) = &self.label {
+            if label.len() > crate::client::MAX_LABEL_LEN {
+                return bad(format!(
+                    "label of {} bytes is over the maximum of {} bytes",
+                    label.len(),
+                    crate::client::MAX_LABEL_LEN
+                ));
+            }
         }
         if let Some(ReplicaSync { min, timeout }) = self.sync {
             if min == 0 {

@@ -23,6 +23,9 @@ const QUEUE_PREFIX: &str = "redisson_lock_queue";
 const TIMEOUT_PREFIX: &str = "redisson_lock_timeout";
 /// Prefix of a read-write lock's channel.
 const RWLOCK_PREFIX: &str = "redisson_rwlock";
+/// Prefix of a lock manager's registry entry (not Redisson's: lockwarden's own,
+/// beside the lock layout, never inside a lock key).
+const CLIENT_PREFIX: &str = "lockwarden:client";
 /// Suffix (after the owner field) of a read hold's timeout key.
 const READ_TIMEOUT_SUFFIX: &str = "rwlock_timeout";
 
@@ -158,6 +161,12 @@ pub(crate) fn fair_channel(name: &str, owner_field: &str) -> String {
 /// The channel of a read-write lock.
 pub(crate) fn rw_channel(name: &str) -> String {
     prefixed(RWLOCK_PREFIX, name)
+}
+
+/// The registry entry of the manager with this client id:
+/// `lockwarden:client:{<client id>}`, a small hash in the client id's own slot.
+pub(crate) fn client_key(client_id: &str) -> String {
+    format!("{CLIENT_PREFIX}:{{{client_id}}}")
 }
 
 /// The prefix of one reader's hold timeout keys, `{<name>}:<owner field>:rwlock_timeout`;

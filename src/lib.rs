@@ -64,7 +64,9 @@
 //!   naming; [`Owner`]), `kind` ([`AcquireKind`]), `view` (the read model of a lock:
 //!   [`LockInfo`], [`Holder`], [`QueuedWaiter`], [`LockKind`]), `guard`
 //!   ([`LockGuard`], [`ReleaseOutcome`], [`LockLost`]), `signal` (how a holding
-//!   tells its guards it was lost), `stats` ([`Stats`]).
+//!   tells its guards it was lost), `stats` ([`Stats`], and the metrics recorded
+//!   through the `metrics` facade), `client` (a manager's registry entry:
+//!   [`ClientInfo`]).
 //! - `wire`: the Lua scripts of `lua/` as typed calls, one struct per script, over
 //!   any redis-rs connection; knows no actor and no deployment.
 //! - `node`: the Redis seam, the only code that knows the deployment: it connects,
@@ -85,6 +87,7 @@
 #![deny(missing_docs, missing_debug_implementations)]
 
 mod actors;
+mod client;
 mod config;
 mod error;
 mod front;
@@ -98,6 +101,7 @@ mod tls;
 mod view;
 mod wire;
 
+pub use client::{ClientInfo, UNKNOWN_CLIENT};
 pub use config::Config;
 pub use error::{LockError, LostReason, NameError};
 pub use front::acquire::{Acquire, AcquireResponse};

@@ -1,9 +1,17 @@
-//! Counters an application can read cheaply to watch the lock manager's health.
+//! Counters an application can read cheaply to watch the lock manager's health,
+//! and the same events recorded through the `metrics` facade.
 //!
 //! They are plain atomics bumped on the paths that already do the work, so keeping
-//! them costs nothing measurable; [`Stats`] is a copy taken on request.
+//! them costs nothing measurable; [`Stats`] is a copy taken on request. Each bump
+//! also records to the `metrics` facade (module `record`: the metric names and
+//! labels, in one place), which the application wires to Prometheus, OpenTelemetry
+//! or anything else by installing a recorder. With none installed a record is a
+//! load and a call to a no-op: every label is a static string (the `by_kind!`,
+//! `by_reason!` matches pick a literal), so nothing is formatted or allocated.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::LostReason;
 
 /// A snapshot of the lock manager's counters since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -40,15 +48,18 @@ impl Counters {
     }
     pub(crate) fn released(&self) {
         self.released.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("lockwarden_releases_total").increment(1);
     }
-    pub(crate) fn lost(&self) {
+    pub(crate) fn lost(&self, reason: LostReason, lock: Option<&str>) {
         self.lost.fetch_add(1, Ordering::Relaxed);
+        record::lost(reason, lock);
     }
     pub(crate) fn renewal_failed(&self) {
         self.renewals_failed.fetch_add(1, Ordering::Relaxed);
     }
     pub(crate) fn reconnect(&self) {
         self.reconnects.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("lockwarden_reconnects_total").increment(1);
     }
     pub(crate) fn timeout(&self) {
         self.timeouts.fetch_add(1, Ordering::Relaxed);
@@ -63,5 +74,151 @@ impl Counters {
             reconnects: self.reconnects.load(Ordering::Relaxed),
             timeouts: self.timeouts.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// The metrics recorded through the `metrics` facade, beside the counters above
+/// (docs/operations.md, "Metrics", lists them). Lock names are not labels of these:
+/// a service that locks one name per order would make one time series per order.
+/// `Config::metric_lock_names(true)` adds series of their own, named
+/// `lockwarden_lock_*`, labelled by lock name (those allocate their labels).
+pub(crate) mod record {
+    use std::time::Duration;
+
+    use crate::error::{LockError, LostReason};
+    use crate::kind::AcquireKind;
+
+    /// `$mac!($name, "kind" => <the kind's literal>, ...)`: a static key per kind.
+    macro_rules! by_kind {
+        ($kind:expr, $mac:ident!($name:literal $(, $k:literal => $v:literal)*)) => {
+            match $kind {
+                AcquireKind::Exclusive => metrics::$mac!($name, "kind" => "exclusive" $(, $k => $v)*),
+                AcquireKind::Fair => metrics::$mac!($name, "kind" => "fair" $(, $k => $v)*),
+                AcquireKind::Read => metrics::$mac!($name, "kind" => "read" $(, $k => $v)*),
+                AcquireKind::Write => metrics::$mac!($name, "kind" => "write" $(, $k => $v)*),
+            }
+        };
+    }
+
+    /// A waiter was granted the lock after waiting `waited` (from its request);
+    /// `lock` is its name when the config opts in to per-lock series.
+    pub(crate) fn acquired(kind: AcquireKind, waited: Duration, lock: Option<&str>) {
+        by_kind!(
+            kind,
+            counter!("lockwarden_acquisitions_total", "outcome" => "acquired")
+        )
+        .increment(1);
+        by_kind!(kind, histogram!("lockwarden_acquire_wait_seconds")).record(waited);
+        if let Some(lock) = lock {
+            // Opted in: allocating labels from a name is accepted here.
+            let labels = [("lock", lock.to_string()), ("kind", kind.to_string())];
+            metrics::counter!("lockwarden_lock_acquisitions_total", &labels).increment(1);
+            metrics::histogram!("lockwarden_lock_wait_seconds", &labels).record(waited);
+        }
+    }
+
+    /// A waiter was answered with `err` instead of a lock.
+    pub(crate) fn failed(kind: AcquireKind, err: &LockError) {
+        match err {
+            LockError::Timeout { .. } => {
+                by_kind!(
+                    kind,
+                    counter!("lockwarden_acquisitions_total", "outcome" => "timeout")
+                )
+            }
+            LockError::UpgradeRefused => {
+                by_kind!(
+                    kind,
+                    counter!("lockwarden_acquisitions_total", "outcome" => "refused")
+                )
+            }
+            _ => by_kind!(
+                kind,
+                counter!("lockwarden_acquisitions_total", "outcome" => "error")
+            ),
+        }
+        .increment(1);
+    }
+
+    /// A holding ended (released or lost) after being held `held` (from its
+    /// first grant, re-entries included).
+    pub(crate) fn held(kind: AcquireKind, held: Duration, lock: Option<&str>) {
+        by_kind!(kind, histogram!("lockwarden_hold_seconds")).record(held);
+        if let Some(lock) = lock {
+            let labels = [("lock", lock.to_string()), ("kind", kind.to_string())];
+            metrics::histogram!("lockwarden_lock_hold_seconds", &labels).record(held);
+        }
+    }
+
+    /// A held lock was lost (`lock`: its name, when opted in and known).
+    pub(crate) fn lost(reason: LostReason, lock: Option<&str>) {
+        if let Some(lock) = lock {
+            let labels = [
+                ("lock", lock.to_string()),
+                ("reason", reason_label(reason).into()),
+            ];
+            metrics::counter!("lockwarden_lock_lost_total", &labels).increment(1);
+        }
+        match reason {
+            LostReason::OwnerGone => {
+                metrics::counter!("lockwarden_locks_lost_total", "reason" => "owner_gone")
+            }
+            LostReason::LeaseExpired => {
+                metrics::counter!("lockwarden_locks_lost_total", "reason" => "lease_expired")
+            }
+            LostReason::Unreachable => {
+                metrics::counter!("lockwarden_locks_lost_total", "reason" => "unreachable")
+            }
+            LostReason::ManagerStopped => {
+                metrics::counter!("lockwarden_locks_lost_total", "reason" => "manager_stopped")
+            }
+        }
+        .increment(1);
+    }
+
+    /// The `reason` label of a loss.
+    fn reason_label(reason: LostReason) -> &'static str {
+        match reason {
+            LostReason::OwnerGone => "owner_gone",
+            LostReason::LeaseExpired => "lease_expired",
+            LostReason::Unreachable => "unreachable",
+            LostReason::ManagerStopped => "manager_stopped",
+        }
+    }
+
+    /// One renewal call answered: `renewed` holdings still held, `gone` no longer
+    /// held; or it failed for `failed` holdings.
+    pub(crate) fn renewals(renewed: usize, gone: usize, failed: usize) {
+        let n = |c: usize| c as u64;
+        if renewed > 0 {
+            metrics::counter!("lockwarden_renewals_total", "outcome" => "renewed")
+                .increment(n(renewed));
+        }
+        if gone > 0 {
+            metrics::counter!("lockwarden_renewals_total", "outcome" => "gone").increment(n(gone));
+        }
+        if failed > 0 {
+            metrics::counter!("lockwarden_renewals_total", "outcome" => "failed")
+                .increment(n(failed));
+            metrics::counter!("lockwarden_renewal_failures_total").increment(1);
+        }
+    }
+
+    /// A renewal call was sent for `locks` holdings.
+    pub(crate) fn renewal_batch(locks: usize) {
+        metrics::histogram!("lockwarden_renewal_batch_locks").record(locks as f64);
+    }
+
+    /// A coalesced script call was sent carrying `ops` acquisitions and releases.
+    pub(crate) fn batch(ops: usize) {
+        metrics::histogram!("lockwarden_batch_ops").record(ops as f64);
+    }
+
+    /// A channel was subscribed again (after a reconnect, or its slot moved).
+    pub(crate) fn resubscribed(channels: usize) {
+        if channels == 0 {
+            return;
+        }
+        metrics::counter!("lockwarden_resubscribes_total").increment(channels as u64);
     }
 }

@@ -7,7 +7,10 @@
 //! those raw fields into holders and a kind, once, for both readers: they differ
 //! only in whether they can tell which holders are their own.
 
+use std::collections::HashMap;
 use std::time::Duration;
+
+use crate::client::{client_id_of, ClientInfo, UNKNOWN_CLIENT};
 
 /// The hash field of a read-write lock that holds its mode (`read` or `write`).
 const MODE_FIELD: &str = "mode";
@@ -55,6 +58,11 @@ pub struct Holder {
     /// Whether the holder is an owner of the manager that inspected (always
     /// `false` from an [`Admin`](crate::Admin), which has no client id).
     pub this_manager: bool,
+    /// Who the holder's client id is (host, pid, label...), from the registry
+    /// entry its lock manager keeps in Redis; `None` when there is no valid entry:
+    /// a Redisson client, a manager that is gone, or an entry something else wrote
+    /// (shown as [`UNKNOWN_CLIENT`](crate::UNKNOWN_CLIENT)).
+    pub client: Option<ClientInfo>,
 }
 
 impl Holder {
@@ -62,6 +70,32 @@ impl Holder {
     /// with `:write`); the other holders of a read-write lock are readers.
     pub fn is_writer(&self) -> bool {
         self.owner_field.ends_with(":write")
+    }
+
+    /// The client id part of its owner field, when it is one lockwarden or
+    /// Redisson makes (a UUID).
+    pub fn client_id(&self) -> Option<&str> {
+        client_id_of(&self.owner_field)
+    }
+
+    /// Who holds it, for people: [`ClientInfo::describe`] or
+    /// [`UNKNOWN_CLIENT`](crate::UNKNOWN_CLIENT).
+    pub fn who(&self) -> String {
+        match &self.client {
+            Some(c) => c.describe(),
+            None => UNKNOWN_CLIENT.to_string(),
+        }
+    }
+}
+
+/// Fills in [`Holder::client`] of `holders` from the registry entries `found`
+/// (by client id).
+pub(crate) fn attach_clients<'a>(
+    holders: impl IntoIterator<Item = &'a mut Holder>,
+    found: &HashMap<String, ClientInfo>,
+) {
+    for h in holders {
+        h.client = h.client_id().and_then(|id| found.get(id)).cloned();
     }
 }
 
@@ -149,6 +183,7 @@ impl Inspected {
                 Some(Holder {
                     holds: value.parse().ok()?,
                     this_manager: ours.is_some_and(|p| owner_field.starts_with(p)),
+                    client: None,
                     owner_field,
                 })
             })

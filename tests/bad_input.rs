@@ -7,8 +7,9 @@ mod support;
 
 use support::{hold, manager, raw, RedisServer, Target};
 
+/// Keys written, leaving out the managers' client registry entries.
 fn dbsize(server: &RedisServer) -> i64 {
-    raw(server, &["DBSIZE"])
+    support::data_key_count(server)
 }
 
 /// Empty, over-long and cross-slot names are refused by every entry point, and

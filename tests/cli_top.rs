@@ -48,7 +48,8 @@ async fn scene(server: &RedisServer) -> (Vec<LockGuard>, Vec<actix_rt::task::Joi
 }
 
 /// Piped: a header line and one line a lock per refresh, with waiting processes,
-/// the fair queue, kinds and holders; `--json`: one object per refresh.
+/// the fair queue, kinds and holders (named by host and pid); `--json`: one
+/// object per refresh.
 #[actix_rt::test]
 async fn piped_and_json_output_show_every_lock() {
     let server = RedisServer::start();
@@ -85,6 +86,9 @@ async fn piped_and_json_output_show_every_lock() {
     assert!(line("top:fair").contains("\tqueue=1\t"), "{text}");
     assert!(line("top:rw").contains("\tread-write\t"), "{text}");
     assert!(line("top:held").contains("expires in "), "{text}");
+    // The holder is named by its process (this test's managers).
+    let me = format!("pid {} ", std::process::id());
+    assert!(line("top:held").contains(&me), "{text}");
 
     let out = lockwarden(&server)
         .args(["top", "--json", "--iterations", "1"])
@@ -103,6 +107,7 @@ async fn piped_and_json_output_show_every_lock() {
     );
     assert_eq!(locks[0]["waiting"], 1);
     assert_eq!(locks[0]["holders"].as_array().map(Vec::len), Some(1));
+    assert_eq!(locks[0]["holders"][0]["client"]["pid"], std::process::id());
     assert!(frame["at_ms"].as_u64().is_some());
 }
 
@@ -144,6 +149,12 @@ async fn on_a_terminal_the_screen_follows_the_locks() {
         "redrawn in place: {seen:?}"
     );
     assert!(seen.contains("NAME"), "{seen:?}");
+    // Holders as host/pid: this test's managers hold them.
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    assert!(
+        seen.contains(&format!("{}/{}", host.trim(), std::process::id())),
+        "{seen:?}"
+    );
 
     // Release the read hold; a later screen no longer shows the lock.
     let read = held.pop().expect("the read hold");

@@ -1,7 +1,8 @@
 //! The examples, run as a new user runs them, checked against what they print: the
 //! quickstart's holds really alternate between the two managers with growing
 //! fencing tokens, and the failover demo stamps "A is told its lock is lost" with
-//! the time A learned it (while Redis was frozen), not the time Redis resumed.
+//! the time A learned it (while Redis was frozen), not the time Redis resumed;
+//! the metrics example finds what it expects in its own `/metrics` scrape.
 //!
 //! `cargo test` builds the examples but does not say where; a filtered run
 //! (`cargo test --test examples`) does not build them at all. So the test asks cargo
@@ -41,6 +42,7 @@ fn example(name: &str) -> PathBuf {
                 "failover",
                 "--example",
                 "leader",
+                "metrics",
             ])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .output()
@@ -149,4 +151,25 @@ fn leader_hands_over_with_one_leader_at_a_time() {
     assert!(text.contains("deposed: Lost(ManagerStopped)"), "{text}");
     assert!(text.contains("deposed: Resigned"), "{text}");
     assert!(text.contains("every check held"), "{text}");
+}
+
+/// The metrics example serves `/metrics` through the Prometheus exporter while
+/// its workers contend, scrapes it once and finds the acquisitions, the timeout,
+/// the wait and hold histograms and the batch sizes it expects (it exits 1
+/// otherwise).
+#[test]
+fn metrics_example_scrapes_its_own_endpoint() {
+    let out = run("metrics", None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("every expected metric is there"), "{text}");
+    assert!(
+        text.contains("lockwarden_acquisitions_total{kind=\"exclusive\",outcome=\"acquired\"} 61"),
+        "{text}"
+    );
 }

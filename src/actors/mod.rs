@@ -10,6 +10,8 @@
 //! - `semaphore`, `latch`: the synchronizers' actors, one per name, on the same
 //!   subscriber and waiting rules as the locks; `permits`: what the semaphore
 //!   actor adds for a permit-expirable semaphore (holdings, renewal, loss).
+//! - `registry`: the manager's entry in the client registry (who a client id
+//!   is), rewritten by the renewer once per renewal period.
 //! - `shared`: what a manager's lock actors share ([`Shared`](shared::Shared)).
 //!
 //! The actors talk to Redis only through the wire layer's typed calls on the node
@@ -20,6 +22,7 @@
 pub(crate) mod latch;
 pub(crate) mod lock;
 pub(crate) mod permits;
+pub(crate) mod registry;
 pub(crate) mod renewer;
 pub(crate) mod semaphore;
 pub(crate) mod shared;

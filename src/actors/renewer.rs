@@ -33,11 +33,12 @@ use actix::prelude::*;
 use actix::WeakRecipient;
 use tracing::{debug, warn};
 
+use super::registry::Registration;
 use crate::config::millis;
 use crate::config::Config;
 use crate::error::{redis_is_transient, LostReason};
 use crate::node::{Group, Node};
-use crate::stats::Counters;
+use crate::stats::{record, Counters};
 use crate::wire::{self, RenewHashes, RwRenew, XsemRenew};
 
 /// One renewal call in flight: the holdings it renews and, once answered,
@@ -198,6 +199,10 @@ pub(crate) struct Renewer {
     late_budget: Duration,
     /// Health counters (failed renewals, lost locks).
     counters: Arc<Counters>,
+    /// The manager's client registry entry, rewritten every [`SLOTS`] ticks.
+    registration: Arc<Registration>,
+    /// Ticks so far.
+    ticks: usize,
 }
 
 impl Renewer {
@@ -206,6 +211,7 @@ impl Renewer {
         node: Node,
         config: &Config,
         counters: Arc<Counters>,
+        registration: Arc<Registration>,
     ) -> Renewer {
         Renewer {
             table,
@@ -214,6 +220,8 @@ impl Renewer {
             every: config.renew_every(),
             late_budget: config.response_timeout.min(config.watchdog_lease / 4),
             counters,
+            registration,
+            ticks: 0,
         }
     }
 
@@ -288,6 +296,19 @@ impl Renewer {
         let now = Instant::now();
         let due = Self::collect(&table, now);
         self.renew(due, now, ctx);
+        self.ticks = self.ticks.wrapping_add(1);
+        if self.ticks.is_multiple_of(SLOTS) {
+            self.register(ctx);
+        }
+    }
+
+    /// Rewrites the client registry entry (once per renewal period, and after a
+    /// reconnect): one small call per manager, whatever it holds.
+    fn register(&self, ctx: &mut Context<Self>) {
+        let (registration, conn) = (self.registration.clone(), self.node.conn());
+        ctx.spawn(actix::fut::wrap_future(async move {
+            registration.refresh(conn).await
+        }));
     }
 
     /// Sends the renewals of `due` (batched by node group) and reports its lapsed
@@ -308,6 +329,7 @@ impl Renewer {
         let mut all: Vec<u64> = Vec::new();
         for chunk in groups.values().flat_map(|g| g.chunks(CHUNK)) {
             let ids: Vec<u64> = chunk.iter().map(|(id, _, _)| *id).collect();
+            record::renewal_batch(ids.len());
             all.extend(&ids);
             let locks: Vec<(Arc<str>, Arc<str>)> = chunk
                 .iter()
@@ -413,6 +435,10 @@ impl Renewer {
                 }
             }
         }
+        match &answer {
+            Ok(_) => record::renewals(ids.len() - gone.len(), gone.len(), 0),
+            Err(_) => record::renewals(0, 0, ids.len()),
+        }
         if let Err(error) = &answer {
             self.counters.renewal_failed();
             warn!(locks = ids.len(), %error, "renewal failed; retrying until the leases run out");
@@ -491,7 +517,7 @@ impl Renewer {
             lock.do_send(Lapsed { epoch, reason });
         } else {
             // The lock actor is gone; its guards were told when it stopped.
-            self.counters.lost();
+            self.counters.lost(reason, None);
             warn!(epoch, %reason, "lock lost after its lock actor stopped");
         }
     }
@@ -511,6 +537,8 @@ impl Handler<Reconnected> for Renewer {
         let Some(table) = self.table.upgrade() else {
             return;
         };
+        // The server may have restarted without its data: the entry too.
+        self.register(ctx);
         let due = Self::collect_all(&table);
         let count = due.hashes.len() + due.rw.len();
         if count > 0 {

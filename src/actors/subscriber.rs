@@ -149,6 +149,7 @@ impl Subscriber {
                 let after_failures = act.attempts > 0;
                 act.attempts = 0;
                 if std::mem::replace(&mut act.connected_once, true) || after_failures {
+                    crate::stats::record::resubscribed(resubscribed);
                     // The pub/sub connection and the command connection reach the
                     // same server: this one coming back is the earliest sign that
                     // the server may have restarted or failed over.
@@ -265,6 +266,9 @@ impl Subscriber {
                 .map_err(|e| e.to_string())
         };
         ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
+            if res.is_ok() {
+                crate::stats::record::resubscribed(1);
+            }
             if let Err(why) = res {
                 // The slot may still be moving: treat it as a dropped node, which
                 // retries every channel with backoff.
@@ -305,6 +309,7 @@ impl Subscriber {
         ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| match res {
             Ok(()) => {
                 act.resubscribing = false;
+                crate::stats::record::resubscribed(act.routes.len());
                 info!(
                     channels = act.routes.len(),
                     "cluster pub/sub resubscribed after a node dropped; resyncing"

@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::error::LockError;
 use crate::keys;
 use crate::node::{self, Conn, Purpose};
-use crate::view::{Holder, Inspected, LockKind, QueuedWaiter};
+use crate::view::{attach_clients, Holder, Inspected, LockKind, QueuedWaiter};
 use crate::wire::{self, Inspect, Publish, ScriptConn};
 
 /// How many keys one SCAN call is asked to look at: large enough to walk a big
@@ -39,8 +39,8 @@ pub struct LockSummary {
     pub name: String,
     /// Its kind.
     pub kind: LockKind,
-    /// Its holders and their hold counts (never marked as this manager's: an
-    /// [`Admin`] has no client id).
+    /// Its holders and their hold counts, with who each is when its manager is
+    /// registered (never marked as this manager's: an [`Admin`] has no client id).
     pub holders: Vec<Holder>,
     /// Time until it expires; `None` when the key has no expiry.
     pub ttl: Option<Duration>,
@@ -78,7 +78,9 @@ impl Admin {
     pub async fn describe(&self, name: &str) -> Result<Option<LockSummary>, LockError> {
         keys::validate_name(name, self.max_name_len)?;
         let found = wire::call(&mut self.conn.clone(), &Inspect { name }).await?;
-        Ok(found.exists.then(|| summarize(name, found)))
+        let mut lock = found.exists.then(|| summarize(name, found));
+        self.attach_clients(lock.as_mut_slice()).await?;
+        Ok(lock)
     }
 
     /// The number a semaphore's or a count-down latch's key holds (Redisson keeps
@@ -117,7 +119,25 @@ impl Admin {
         }
         locks.sort_by(|a, b| a.name.cmp(&b.name));
         locks.dedup_by(|a, b| a.name == b.name);
+        self.attach_clients(&mut locks).await?;
         Ok(locks)
+    }
+
+    /// Fills in who each holder of `locks` is, from the registry entries of their
+    /// client ids (one HGETALL per distinct client, all sent at once).
+    async fn attach_clients(&self, locks: &mut [LockSummary]) -> Result<(), LockError> {
+        let ids: Vec<&str> = locks
+            .iter()
+            .flat_map(|l| l.holders.iter().filter_map(Holder::client_id))
+            .collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let clients = wire::read_clients(&self.conn, &ids).await?;
+        for lock in locks {
+            attach_clients(&mut lock.holders, &clients);
+        }
+        Ok(())
     }
 
     /// For each of `locks`, how many connections are subscribed to its unlock

@@ -12,7 +12,7 @@ use tracing::info;
 
 use super::manager::LockManager;
 use crate::error::LockError;
-use crate::view::LockInfo;
+use crate::view::{attach_clients, Holder, LockInfo};
 use crate::wire::{self, ForceRelease};
 
 /// Delete a lock whoever holds it, whatever its kind, waking its waiters (one of an
@@ -47,8 +47,9 @@ impl Handler<ForceUnlock> for LockManager {
     }
 }
 
-/// Read a lock's kind, who holds it, their hold counts, its remaining TTL and its
-/// fair queue.
+/// Read a lock's kind, who holds it (with each holder's host, pid and label when
+/// its manager is registered, [`Holder::client`](crate::Holder::client)), their
+/// hold counts, its remaining TTL and its fair queue.
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "Result<LockInfo, LockError>")]
 pub struct Inspect {
@@ -73,7 +74,15 @@ impl Handler<Inspect> for LockManager {
         Box::pin(async move {
             checked?;
             let found = wire::call(&mut conn, &wire::Inspect { name: &msg.name }).await?;
-            Ok(found.into_info(&msg.name, Some(&ours)))
+            let mut info = found.into_info(&msg.name, Some(&ours));
+            // Who the holders are: their managers' registry entries, in a second
+            // round trip (on a cluster they live in other slots than the lock).
+            let ids: Vec<&str> = info.holders.iter().filter_map(Holder::client_id).collect();
+            if !ids.is_empty() {
+                let clients = wire::read_clients(&conn, &ids).await?;
+                attach_clients(&mut info.holders, &clients);
+            }
+            Ok(info)
         })
     }
 }

@@ -18,6 +18,7 @@ use actix::prelude::*;
 use tracing::{debug, info};
 
 use crate::actors::lock::{Idle, LockActor};
+use crate::actors::registry::Registration;
 use crate::actors::renewer::{RenewTable, Renewer};
 use crate::actors::shared::Shared;
 use crate::actors::subscriber::Subscriber;
@@ -105,11 +106,16 @@ impl LockManager {
         let client_id = uuid::Uuid::new_v4().to_string();
         info!(%client_id, "lock manager started");
         let renewals = Arc::new(RenewTable::default());
+        // Registered before the first lock can be taken, so an operator never
+        // sees one of its holders as unknown; a failure is only logged.
+        let registration = Arc::new(Registration::new(&client_id, &config));
+        registration.refresh(node.conn()).await;
         let renewer = Renewer::new(
             Arc::downgrade(&renewals),
             node.clone(),
             &config,
             Arc::clone(&counters),
+            registration,
         )
         .start();
         let subscriber = {

@@ -191,6 +191,7 @@ async fn drive(
 
 /// Sends one batch and hands every op its reply.
 async fn send(mut conn: Conn, mut batch: Vec<Op>) {
+    crate::stats::record::batch(batch.len());
     if batch.len() == 1 {
         if let Some(op) = batch.pop() {
             let res = op.call.run(&mut conn).await.and_then(wire::into_result);

@@ -17,7 +17,8 @@
 //! The files: `exclusive` (the plain lock's acquire, release and batched renewal),
 //! `fair`, `rw`, `look` (inspect and force release, for every kind), and `batch`
 //! (many exclusive ops as one script call), `synchronizer` (the semaphore's and
-//! the count-down latch's scripts), `expirable` (the permit-expirable semaphore's).
+//! the count-down latch's scripts), `expirable` (the permit-expirable semaphore's),
+//! and `registry` (the client registry: plain commands, not a script).
 
 mod batch;
 mod exclusive;
@@ -25,6 +26,7 @@ mod expirable;
 mod fair;
 mod look;
 mod lua;
+mod registry;
 mod replicas;
 mod rw;
 mod synchronizer;
@@ -40,6 +42,7 @@ pub(crate) use expirable::{XsemAcquire, XsemRelease, XsemRenew, XsemTake};
 pub(crate) use fair::{FairAcquire, FairLeave, FairRefresh, FairRelease, Place};
 pub(crate) use look::{ForceRelease, Inspect};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
+pub(crate) use registry::{read_clients, register};
 pub(crate) use replicas::{judge, Confirmed, Need};
 pub(crate) use rw::{ReadAcquire, ReadRelease, RwRenew, WriteAcquire, WriteRelease};
 pub(crate) use synchronizer::{

@@ -104,10 +104,26 @@ pub fn lockwarden_at(bin: &str, url: &str) -> tokio::process::Command {
         .arg(url)
         .env_remove("REDIS_URL")
         .env_remove("LOCKWARDEN_WATCHDOG_LEASE")
+        .env_remove("LOCKWARDEN_LABEL")
         .env_remove("RUST_LOG")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
     cmd
+}
+
+/// The keys on the test server other than lock managers' client registry
+/// entries (`lockwarden:client:{<client id>}`, one per running manager, kept
+/// alive while it runs): what a test that checks "nothing was written" counts.
+pub fn data_keys(server: &RedisServer) -> Vec<String> {
+    let keys: Vec<String> = raw(server, &["KEYS", "*"]);
+    keys.into_iter()
+        .filter(|k| !k.starts_with("lockwarden:client:{"))
+        .collect()
+}
+
+/// How many [`data_keys`] the test server holds.
+pub fn data_key_count(server: &RedisServer) -> i64 {
+    data_keys(server).len() as i64
 }

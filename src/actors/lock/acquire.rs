@@ -182,6 +182,7 @@ impl LockActor {
                     Some(w) => {
                         self.turn.granted(self.queue.len());
                         let waited = w.since.elapsed();
+                        crate::stats::record::acquired(w.kind, waited, self.metric_name());
                         w.span
                             .in_scope(|| debug!(token, holds, ?waited, "acquired"));
                         let claim = Claim {

@@ -61,6 +61,8 @@ pub(crate) struct Holding {
     pub(crate) lost_tx: LostSignal,
     /// Actors that asked for a [`LockLost`] message.
     pub(crate) watchers: Vec<Recipient<LockLost>>,
+    /// When it was first granted (for the hold-time metric).
+    pub(crate) since: Instant,
 }
 
 /// Who a successful acquisition belongs to.
@@ -232,6 +234,7 @@ impl LockActor {
                     valid_until: sent,
                     lost_tx: LostSignal::new(),
                     watchers: Vec::new(),
+                    since: Instant::now(),
                 });
                 self.holdings.live.len() - 1
             }
@@ -280,8 +283,15 @@ impl LockActor {
     }
 
     /// Takes a holding out and stops renewing it.
+    /// The lock name as a metric label, when the config opts in
+    /// (`Config::metric_lock_names`).
+    pub(super) fn metric_name(&self) -> Option<&str> {
+        self.shared.config.metric_lock_names.then_some(&*self.name)
+    }
+
     pub(super) fn forget(&mut self, epoch: u64) -> Option<Holding> {
         let h = self.holdings.remove(epoch)?;
+        crate::stats::record::held(h.kind, h.since.elapsed(), self.metric_name());
         if h.watchdog {
             self.shared.renewals.unwatch(epoch);
         }
@@ -321,7 +331,7 @@ impl LockActor {
         let Some(h) = self.forget(epoch) else {
             return;
         };
-        self.shared.counters.lost();
+        self.shared.counters.lost(reason, self.metric_name());
         warn!(lock = %self.name, kind = %h.kind, owner = %h.owner, %reason, "lock lost while held");
         h.lost_tx.lose(reason);
         for watcher in &h.watchers {

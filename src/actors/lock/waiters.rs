@@ -66,6 +66,7 @@ impl Waiter {
     /// Answers with an error (a closed channel means nobody listens any more, which
     /// is fine: there is nothing to undo for a failure).
     pub(crate) fn fail(self, err: LockError) {
+        crate::stats::record::failed(self.kind, &err);
         let _ = self.reply.send(Err(err));
     }
 

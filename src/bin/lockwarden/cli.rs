@@ -29,6 +29,7 @@ Exit codes:
 Environment:
   REDIS_URL                   Redis to use when --redis is not given
   LOCKWARDEN_WATCHDOG_LEASE   same as --watchdog-lease (run, hold)
+  LOCKWARDEN_LABEL            same as --label
   RUST_LOG                    tracing filter for -v output (e.g. lockwarden=debug)
 
 Examples:
@@ -99,6 +100,19 @@ pub struct Common {
     /// --sync-replicas; below 2s).
     #[arg(long = "sync-timeout", global = true, default_value = "500ms", value_name = "DURATION", value_parser = parse_lease)]
     pub sync_timeout: Duration,
+
+    /// A label for the locks this command holds: `status`, `list` and `top` show
+    /// it beside the holder's host and pid (registered under the client id, see
+    /// docs/operations.md, "Who holds a lock"). Up to 256 bytes; none by default.
+    // The env value is hidden: clap shows an unset variable as `[env: NAME=]`.
+    #[arg(
+        long = "label",
+        global = true,
+        env = "LOCKWARDEN_LABEL",
+        value_name = "TEXT",
+        hide_env_values = true
+    )]
+    pub label: Option<String>,
 
     /// Log what happens on stderr (-v info, -vv debug, -vvv trace).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]

@@ -7,9 +7,12 @@
 //! object, `list --json` one per line), so a script can move from one to the other.
 //! Holders are also classified by the look of their owner field: `<uuid>:<n>`
 //! (`:write` after it for a writer) is what lockwarden and Redisson write; anything
-//! else was written by some other client that shares the key.
+//! else was written by some other client that shares the key. Each holder is shown
+//! with who it is (host, pid, label) when its manager is registered, or as an
+//! unknown client; `--json` carries the entry as `client` (null when unknown) and
+//! the same text as `who`.
 
-use lockwarden::{LockKind, LockSummary};
+use lockwarden::{ClientInfo, LockKind, LockSummary};
 use serde_json::{json, Value};
 
 use crate::cli::{ListArgs, StatusArgs};
@@ -74,7 +77,12 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
             OwnerFormat::Redisson => "lockwarden/Redisson owner",
             OwnerFormat::Other => "owner field of another format",
         };
-        say!("  {}  holds: {}  ({look})", h.owner_field, h.holds);
+        say!(
+            "  {}  holds: {}  {}  ({look})",
+            h.owner_field,
+            h.holds,
+            h.who()
+        );
     }
     for (place, w) in lock.queue.iter().enumerate() {
         let left = match w.expires_in {
@@ -101,15 +109,46 @@ pub async fn list(session: &Session, args: ListArgs) -> Result<i32, Failure> {
             say!("{}", to_json(&lock.name, Some(lock)));
         } else {
             say!(
-                "{}\t{}\tholders={}\t{}",
+                "{}\t{}\tholders={}\t{}\tby={}",
                 outcome::field(&lock.name),
                 lock.kind.as_str(),
                 lock.holders.len(),
-                ttl_text(lock)
+                ttl_text(lock),
+                outcome::field(&who_text(lock)),
             );
         }
     }
     Ok(outcome::OK)
+}
+
+/// Who holds `lock`, one entry a holder: `host web-3 pid 4211 ...`, or the
+/// unknown-client text; `-` when nobody does.
+pub fn who_text(lock: &LockSummary) -> String {
+    if lock.holders.is_empty() {
+        return "-".into();
+    }
+    lock.holders
+        .iter()
+        .map(|h| h.who())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// A holder's registry entry as JSON (`null` when unknown); strings as
+/// registered (JSON escapes control characters itself).
+fn client_json(client: Option<&ClientInfo>) -> Value {
+    let Some(c) = client else {
+        return Value::Null;
+    };
+    let started_ms = c
+        .started
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(millis)
+        .unwrap_or(0);
+    json!({
+        "host": c.host, "pid": c.pid, "program": c.program, "label": c.label,
+        "started_ms": started_ms, "version": c.version,
+    })
 }
 
 /// The refusal for a key that exists and is not a lock: bad input, exit 2.
@@ -143,6 +182,8 @@ pub fn to_json(name: &str, lock: Option<&LockSummary>) -> Value {
                 "owner": h.owner_field,
                 "holds": h.holds,
                 "owner_format": owner_format(&h.owner_field).as_str(),
+                "client": client_json(h.client.as_ref()),
+                "who": h.who(),
             })
         })
         .collect();

@@ -95,6 +95,9 @@ impl Session {
         if let Some(min) = common.sync_replicas {
             config = config.sync_replicas(min, common.sync_timeout);
         }
+        if let Some(label) = &common.label {
+            config = config.label(label.as_str());
+        }
         config
             .validate()
             .map_err(|e| Failure::usage(e.to_string()))?;
@@ -144,9 +147,12 @@ impl Session {
             if let Some(lease) = watchdog_lease {
                 config = config.watchdog_lease(lease);
             }
+            if let Some(label) = &common.label {
+                config = config.label(label.as_str());
+            }
             config
                 .validate()
-                .map_err(|e| Failure::usage(format!("--watchdog-lease: {e}")))?;
+                .map_err(|e| Failure::usage(format!("--watchdog-lease or --label: {e}")))?;
             nodes.push((shown, config));
         }
         let (shown_url, config) = nodes[0].clone();

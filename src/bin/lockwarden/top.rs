@@ -1,12 +1,13 @@
 //! `lockwarden top`: a live view of the locks that exist, refreshed every second.
 //!
 //! Each refresh is one [`Admin::list`] (SCAN, never KEYS; on a cluster every
-//! master) and one [`Admin::waiting`] (a single `PUBSUB NUMSUB` for every lock's
-//! channel), so watching costs Redis a few commands a second whatever the number
-//! of clients. What it shows depends on where the output goes:
+//! master; then one `HGETALL` per distinct holding client, for who it is) and one
+//! [`Admin::waiting`] (a single `PUBSUB NUMSUB` for every lock's channel), so
+//! watching costs Redis a few commands a second whatever the number of waiters. What it shows depends on where the output goes:
 //! - a terminal: the screen is redrawn in place (cursor home, clear), one row a
 //!   lock, most-waited-for first, cut to `--limit` rows and 160 columns so that a
-//!   refresh never scrolls;
+//!   refresh never scrolls; each holder as `host/pid/label` when its manager is
+//!   registered, its owner field marked "unknown client" otherwise;
 //! - a pipe or a file: plain lines, a `# <time> <n> locks` line and then one
 //!   tab-separated line a lock per refresh, as `list` prints them;
 //! - `--json`: one object per refresh, `{"at_ms", "locks": [...]}`, each lock in the
@@ -84,16 +85,36 @@ async fn look(admin: &Admin, pattern: &str) -> Frame {
     Ok(rows)
 }
 
-/// "3 holders: a:1 x2, b:7" (owner fields with hold counts beyond one).
-fn holders_text(lock: &LockSummary) -> String {
+/// "a:1 x2 [host web-3 pid 4211 ...], b:7 [unknown client ...]" (owner fields
+/// with hold counts beyond one, and who each is); `compact` for a screen row:
+/// "web-3/4211/billing x2, b:7 (unknown client)".
+fn holders_text(lock: &LockSummary, compact: bool) -> String {
     if lock.holders.is_empty() {
         return "-".into();
     }
     lock.holders
         .iter()
-        .map(|h| match h.holds {
-            1 => h.owner_field.clone(),
-            n => format!("{} x{n}", h.owner_field),
+        .map(|h| {
+            let who = match (&h.client, compact) {
+                (Some(c), true) => {
+                    let label = c
+                        .label
+                        .as_deref()
+                        .map(|l| format!("/{}", outcome::field(l)));
+                    format!(
+                        "{}/{}{}",
+                        outcome::field(&c.host),
+                        c.pid,
+                        label.unwrap_or_default()
+                    )
+                }
+                (None, true) => format!("{} (unknown client)", h.owner_field),
+                (_, false) => format!("{} [{}]", h.owner_field, h.who()),
+            };
+            match h.holds {
+                1 => who,
+                n => format!("{who} x{n}"),
+            }
         })
         .collect::<Vec<_>>()
         .join(", ")
@@ -132,7 +153,7 @@ fn screen_frame(url: &str, at: Duration, frame: &Frame, limit: usize) -> String 
                     waiting,
                     lock.queue.len(),
                     ttl_text(lock),
-                    holders_text(lock)
+                    holders_text(lock, true)
                 ));
             }
             if rows.len() > limit {
@@ -161,7 +182,7 @@ fn plain_frame(at: Duration, frame: &Frame) -> String {
                     lock.kind.as_str(),
                     lock.queue.len(),
                     ttl_text(lock),
-                    outcome::field(&holders_text(lock)),
+                    outcome::field(&holders_text(lock, false)),
                 ));
             }
         }

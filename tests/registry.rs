@@ -1,0 +1,324 @@
+//! Who holds a lock: every manager registers host, pid, program, label, start time
+//! and version under its client id (`lockwarden:client:{<client id>}`), kept alive
+//! with a TTL of one watchdog lease; `Inspect` and `Admin` name each holder by it,
+//! and show a Redisson holder, a gone manager or a malformed entry as unknown.
+
+mod support;
+
+use std::time::Duration;
+
+use lockwarden::{Acquire, Admin, ClientInfo, Inspect, LockInfo, UNKNOWN_CLIENT};
+use support::{config, eventually, exists, hold, manager, raw, RedisServer};
+
+/// The registry key of the manager that holds `info`'s only holder.
+fn key_of(info: &LockInfo) -> String {
+    let id = info.holders[0].client_id().expect("a uuid client id");
+    format!("lockwarden:client:{{{id}}}")
+}
+
+/// The registry keys on the server.
+fn registry_keys(server: &RedisServer) -> Vec<String> {
+    raw(server, &["KEYS", "lockwarden:client:*"])
+}
+
+/// A holder is named by this process's host, pid, program and label, through
+/// `Inspect` and through `Admin` (describe and list); the label is kept raw and
+/// escaped when shown.
+#[actix_rt::test]
+async fn a_holder_is_named_by_host_pid_and_label() {
+    let server = RedisServer::start();
+    let label = "billing\nworker \u{1b}[31m";
+    let m = manager(&server, |c| c.label(label)).await;
+    let _g = hold(&m, "who:1", |a| a).await;
+
+    let info = m
+        .send(Inspect::new("who:1"))
+        .await
+        .expect("running")
+        .expect("inspect");
+    let client: &ClientInfo = info.holders[0].client.as_ref().expect("registered");
+    assert_eq!(client.pid, std::process::id());
+    assert_eq!(client.label.as_deref(), Some(label));
+    assert_eq!(client.version, env!("CARGO_PKG_VERSION"));
+    if let Ok(host) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+        assert_eq!(client.host, host.trim());
+    }
+    assert!(client.program.starts_with("registry"), "{}", client.program);
+    let shown = info.holders[0].who();
+    assert!(
+        shown.contains(r#"label "billing\nworker \u{1b}[31m""#),
+        "{shown}"
+    );
+    assert!(!shown.chars().any(char::is_control), "{shown:?}");
+
+    let admin = Admin::connect(&config(&server)).await.expect("admin");
+    let described = admin
+        .describe("who:1")
+        .await
+        .expect("describe")
+        .expect("held");
+    assert_eq!(described.holders[0].client.as_ref(), Some(client));
+    let listed = admin.list("who:*").await.expect("list");
+    assert_eq!(listed[0].holders[0].client.as_ref(), Some(client));
+    // The registry entry itself is not a lock.
+    let all = admin.list("*").await.expect("list all");
+    assert_eq!(all.len(), 1, "{all:?}");
+}
+
+/// A holder written by another client (a Redisson-style owner field with no
+/// entry), one whose entry is a string, and one whose entry holds garbage all
+/// read as unknown, and reading them fails nothing.
+#[actix_rt::test]
+async fn foreign_and_malformed_entries_read_as_unknown() {
+    let server = RedisServer::start();
+    let ids = [
+        "11111111-2222-4333-8444-555555555555",
+        "21111111-2222-4333-8444-555555555555",
+        "31111111-2222-4333-8444-555555555555",
+    ];
+    for (i, id) in ids.iter().enumerate() {
+        let _: i64 = raw(
+            &server,
+            &["HSET", &format!("odd:{i}"), &format!("{id}:1"), "1"],
+        );
+    }
+    let _: () = raw(
+        &server,
+        &["SET", &format!("lockwarden:client:{{{}}}", ids[1]), "x"],
+    );
+    let _: i64 = raw(
+        &server,
+        &[
+            "HSET",
+            &format!("lockwarden:client:{{{}}}", ids[2]),
+            "host",
+            "h",
+            "pid",
+            "not a number",
+            "started_ms",
+            "yesterday",
+        ],
+    );
+    let m = manager(&server, |c| c).await;
+    for i in 0..ids.len() {
+        let info = m
+            .send(Inspect::new(format!("odd:{i}")))
+            .await
+            .expect("running")
+            .expect("inspect does not fail on a bad entry");
+        assert_eq!(info.holders[0].client, None, "odd:{i}");
+        assert_eq!(info.holders[0].who(), UNKNOWN_CLIENT);
+    }
+    let admin = Admin::connect(&config(&server)).await.expect("admin");
+    let listed = admin.list("odd:*").await.expect("list");
+    assert_eq!(listed.len(), 3);
+    assert!(listed.iter().all(|l| l.holders[0].client.is_none()));
+}
+
+/// The entry lives with a TTL of at most one watchdog lease, is rewritten while
+/// the manager runs (it outlives several leases), and is gone within a lease once
+/// the manager and its locks are gone.
+#[actix_rt::test]
+async fn the_entry_is_kept_alive_and_expires_after_the_manager() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(600);
+    let m = manager(&server, |c| {
+        c.watchdog_lease(lease)
+            .idle_timeout(Duration::from_millis(100))
+    })
+    .await;
+    let g = hold(&m, "alive:1", |a| a).await;
+    let info = m
+        .send(Inspect::new("alive:1"))
+        .await
+        .expect("running")
+        .expect("inspect");
+    let key = key_of(&info);
+    assert!(exists(&server, &key));
+    // Four leases: the entry must have been rewritten to still be there.
+    let until = std::time::Instant::now() + lease * 4;
+    while std::time::Instant::now() < until {
+        let ttl: i64 = raw(&server, &["PTTL", &key]);
+        assert!(ttl > 0 && ttl <= 600, "PTTL {ttl} ms");
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    g.release().await.expect("released");
+    drop(m);
+    let gone = eventually(Duration::from_secs(10), || !exists(&server, &key)).await;
+    assert!(gone, "the entry outlived its manager");
+}
+
+/// Memory per manager (not per lock): one small hash, measured with MEMORY
+/// USAGE; holding 200 locks adds no registry entry.
+#[actix_rt::test]
+async fn the_registry_costs_one_small_hash_per_manager() {
+    let server = RedisServer::start();
+    let m = manager(&server, |c| c.label("orders-worker")).await;
+    let mut guards = Vec::new();
+    for i in 0..200 {
+        guards.push(hold(&m, &format!("mem:{i}"), |a| a).await);
+    }
+    let keys = registry_keys(&server);
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let bytes: i64 = raw(&server, &["MEMORY", "USAGE", &keys[0]]);
+    eprintln!("client registry entry: {bytes} bytes of Redis memory per manager");
+    assert!(bytes > 0 && bytes < 512, "{bytes} bytes");
+    for g in guards {
+        g.release().await.expect("released");
+    }
+}
+
+/// What the library logs, kept for a test to read.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A user whose ACL leaves out the registry keys still takes and releases locks;
+/// the refused write is logged as one warning naming the ACL, and its holders
+/// show as unknown.
+#[actix_rt::test]
+async fn an_acl_without_the_registry_fails_no_lock() {
+    let log = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer({
+            let log = log.clone();
+            move || log.clone()
+        })
+        .with_ansi(false)
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+    let server = RedisServer::start();
+    let _: () = raw(
+        &server,
+        &[
+            "ACL",
+            "SETUSER",
+            "locker",
+            "on",
+            ">pw",
+            "~reg:*",
+            "~redisson_*",
+            "&*",
+            "+@all",
+        ],
+    );
+    let url = format!("redis://locker:pw@127.0.0.1:{}", server.port());
+    let m = lockwarden::LockManager::start(lockwarden::Config::from_url(&url).expect("url"))
+        .await
+        .expect("a manager starts without the registry");
+    let g = m
+        .send(Acquire::new("reg:1").wait(Duration::from_secs(5)))
+        .await
+        .expect("running")
+        .expect("the lock is granted");
+    let info = m
+        .send(Inspect::new("reg:1"))
+        .await
+        .expect("running")
+        .expect("inspect");
+    assert_eq!(info.holders[0].client, None);
+    assert!(registry_keys(&server).is_empty());
+    g.release().await.expect("released");
+    let text = String::from_utf8_lossy(&log.0.lock().expect("log buffer")).into_owned();
+    let warnings: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("does not allow the client registry"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{text}");
+    assert!(warnings[0].contains("ACL"), "{text}");
+}
+
+/// The registry line of docs/operations.md's least-privilege ACL (`+multi +exec
+/// +hset +pexpire ~lockwarden:client:*`) beside the exclusive lock's rights is
+/// enough to register; an operator with `+hgetall` on it names the holder.
+#[actix_rt::test]
+async fn the_documented_registry_acl_is_enough() {
+    let server = RedisServer::start();
+    let _: () = raw(
+        &server,
+        &[
+            "ACL",
+            "SETUSER",
+            "locks",
+            "on",
+            ">pw",
+            "resetkeys",
+            "resetchannels",
+            "-@all",
+            "+evalsha",
+            "+script|load",
+            "+hexists",
+            "+hget",
+            "+hincrby",
+            "+pexpire",
+            "+pttl",
+            "+time",
+            "+set",
+            "+get",
+            "+del",
+            "+publish",
+            "+pubsub|numsub",
+            "+subscribe",
+            "+unsubscribe",
+            "+ping",
+            "+info",
+            "+multi",
+            "+exec",
+            "+hset",
+            "~acl:*",
+            "~redisson_lock_token:{acl:*",
+            "~redisson_unlock_latch:{acl:*",
+            "~redisson_lock__channel:{acl:*",
+            "&redisson_lock__channel:{acl:*",
+            "~lockwarden:client:*",
+        ],
+    );
+    let url = format!("redis://locks:pw@127.0.0.1:{}", server.port());
+    let m = lockwarden::LockManager::start(lockwarden::Config::from_url(&url).expect("url"))
+        .await
+        .expect("manager starts");
+    let g = hold(&m, "acl:1", |a| a).await;
+    let keys = registry_keys(&server);
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let ttl: i64 = raw(&server, &["PTTL", &keys[0]]);
+    assert!(ttl > 0 && ttl <= 30_000, "PTTL {ttl}");
+    let admin = Admin::connect(&config(&server)).await.expect("admin");
+    let seen = admin
+        .describe("acl:1")
+        .await
+        .expect("describe")
+        .expect("held");
+    assert_eq!(
+        seen.holders[0].client.as_ref().map(|c| c.pid),
+        Some(std::process::id())
+    );
+    g.release().await.expect("released");
+}
+
+/// A label over 256 bytes is refused with a clear error before anything
+/// connects; 256 bytes are accepted.
+#[actix_rt::test]
+async fn an_overlong_label_is_refused() {
+    let server = RedisServer::start();
+    let long = config(&server).label("x".repeat(257));
+    assert!(matches!(
+        long.validate(),
+        Err(lockwarden::LockError::InvalidConfig(why)) if why.contains("label")
+    ));
+    let refused = lockwarden::LockManager::start(config(&server).label("x".repeat(257))).await;
+    assert!(matches!(
+        refused,
+        Err(lockwarden::LockError::InvalidConfig(_))
+    ));
+    assert!(registry_keys(&server).is_empty());
+    assert!(config(&server).label("x".repeat(256)).validate().is_ok());
+}
