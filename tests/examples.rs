@@ -42,6 +42,7 @@ fn example(name: &str) -> PathBuf {
                 "failover",
                 "--example",
                 "leader",
+                "--example",
                 "metrics",
             ])
             .current_dir(env!("CARGO_MANIFEST_DIR"))

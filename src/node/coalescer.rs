@@ -103,6 +103,7 @@ impl Coalescer {
         let idle = self.lane.slots.available_permits() + 1 == self.lane.in_flight;
         if idle && self.lane.queued.load(Ordering::Acquire) == 0 {
             if let Ok(slot) = self.lane.slots.try_acquire() {
+                crate::stats::record::batch(1);
                 let mut conn = self.lane.conn.clone();
                 let value = call.invocation().run(&mut conn).await;
                 drop(slot);
