@@ -38,9 +38,9 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-use crate::config::{Config, ReplicaSync};
+use crate::config::Config;
 use crate::error::LockError;
-use crate::wire::{Publish, ScriptConn};
+use crate::wire::{Confirmation, Publish, ScriptConn};
 
 pub(crate) use coalescer::Coalescer;
 use pubsub::Target;
@@ -88,8 +88,9 @@ impl Topology {
 pub(crate) struct Conn {
     /// The deployment's connection.
     link: Link,
-    /// Replicas to wait for behind every lock-changing script (`wire/replicas.rs`).
-    sync: Option<ReplicaSync>,
+    /// Replicas to wait for behind every lock-changing script, and the budget
+    /// of `WAIT`s on this connection (`wire/replicas.rs`); shared by its clones.
+    sync: Option<Arc<Confirmation>>,
 }
 
 /// The connection of each deployment.
@@ -152,8 +153,8 @@ impl ScriptConn for Conn {
         }
     }
 
-    fn sync(&self) -> Option<ReplicaSync> {
-        self.sync
+    fn confirmation(&self) -> Option<Arc<Confirmation>> {
+        self.sync.clone()
     }
 }
 
@@ -288,7 +289,7 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
             checks::warn_if_locks_can_be_evicted(&mut conn).await;
             if let Some(sync) = config.sync {
                 checks::replicas_can_confirm(&mut conn, sync).await?;
-                conn.sync = Some(sync);
+                conn.sync = Some(Arc::new(Confirmation::new(sync, config.response_timeout)));
             }
         }
     }

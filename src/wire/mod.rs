@@ -36,7 +36,7 @@ pub(crate) use exclusive::{Acquire, Release, RenewHashes, Transfer, TransferRepl
 pub(crate) use fair::{FairAcquire, FairLeave, FairRefresh, FairRelease, Place};
 pub(crate) use look::{ForceRelease, Inspect};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
-pub(crate) use replicas::{judge, Confirmed, Need};
+pub(crate) use replicas::{judge, Confirmation, Confirmed, Need};
 pub(crate) use rw::{ReadAcquire, ReadRelease, RwRenew, WriteAcquire, WriteRelease};
 
 /// One script call laid out for the wire: which script, its KEYS and its ARGV.
