@@ -145,3 +145,92 @@ fn the_command_runs_through_sentinel() {
     );
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--master-name"));
 }
+
+/// Unnamed client connections on `server` other than the one asking (the
+/// Sentinels name theirs): a lock manager's command and pub/sub connections.
+fn unnamed_clients(server: &RedisServer) -> usize {
+    let list: String = support::raw(server, &["CLIENT", "LIST"]);
+    list.lines()
+        .filter(|l| l.contains(" name= ") && !l.contains("cmd=client|list"))
+        .count()
+}
+
+/// A master that freezes (SIGSTOP: its connections stay open and silent, so no
+/// call fails to tell the manager) is replaced by Sentinel while nothing is in
+/// flight: the manager hears Sentinel's `+switch-master` and moves its command
+/// and pub/sub connections to the new master by itself, so its next
+/// acquisition, a single attempt, is granted there (without the announcement it
+/// waited out the response timeout on the frozen master and failed). The
+/// listeners on the Sentinels end when the manager does.
+#[actix_rt::test]
+async fn a_switch_announced_by_sentinel_is_followed_before_any_call() {
+    let mut master = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&master);
+    let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(&master, 2)).collect();
+    let urls: Vec<String> = sentinels.iter().map(Sentinel::url).collect();
+    // Idle lock actors (which share the connection) go soon after the manager.
+    let config = Config::sentinel(MASTER_NAME, urls.iter().map(String::as_str))
+        .expect("config")
+        .idle_timeout(Duration::from_millis(500));
+    let m = LockManager::start(config).await.expect("started");
+    let warm = m
+        .send(Acquire::new("warm"))
+        .await
+        .expect("running")
+        .expect("granted by the first master");
+    warm.release().await.expect("released");
+
+    master.pause();
+    let began = Instant::now();
+    while sentinels
+        .iter()
+        .any(|s| s.master_port() != Some(replica.port()))
+    {
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "no failover within 30 s\n{}",
+            sentinels[0].log()
+        );
+        actix_rt::time::sleep(Duration::from_millis(100)).await;
+    }
+    let moved =
+        support::eventually(Duration::from_secs(10), || unnamed_clients(&replica) >= 2).await;
+    assert!(
+        moved,
+        "the manager's connections did not move to the new master: {}",
+        support::raw::<String>(&replica, &["CLIENT", "LIST"])
+    );
+    let after = m
+        .send(Acquire::new("after").wait(Duration::ZERO))
+        .await
+        .expect("running")
+        .expect("the first attempt after the failover is granted by the new master");
+    assert!(support::exists(&replica, "after"));
+    after.release().await.expect("released");
+
+    // The listeners end with the manager.
+    let listening = |s: &Sentinel| {
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(
+                &mut redis::Client::open(s.url())
+                    .expect("url")
+                    .get_connection()
+                    .expect("sentinel"),
+            )
+            .expect("CLIENT LIST on a Sentinel");
+        list.lines()
+            .filter(|l| l.contains(" name= ") && l.contains("cmd=subscribe"))
+            .count()
+    };
+    assert_eq!(listening(&sentinels[1]), 1, "no listener on the Sentinel");
+    drop(m);
+    let stopped = Instant::now();
+    let ended = support::eventually(Duration::from_secs(30), || {
+        sentinels.iter().all(|s| listening(s) == 0)
+    })
+    .await;
+    assert!(ended, "a listener outlived its manager");
+    eprintln!("listeners ended {:?} after the manager", stopped.elapsed());
+    master.resume();
+}

@@ -31,6 +31,7 @@ mod cluster;
 mod coalescer;
 mod pubsub;
 mod sentinel;
+mod switch;
 
 use std::sync::Arc;
 
@@ -273,7 +274,14 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
     })??;
     let (target, topology) = match &link {
         Link::Standalone(_) => (Target::Server(Box::new(client)), Topology::Standalone),
-        Link::Sentinel(follower) => (Target::Master(Arc::clone(follower)), Topology::Standalone),
+        Link::Sentinel(follower) => {
+            // Weakly: the subscriber may outlive the manager, and the Follower's
+            // `+switch-master` listeners must end with the manager.
+            (
+                Target::Master(Arc::downgrade(follower)),
+                Topology::Standalone,
+            )
+        }
         Link::Cluster(_, publish) => {
             let seeds = config.cluster.clone().unwrap_or_default();
             let target = Target::Cluster(seeds, Box::new(config.clone()), *publish);
@@ -286,6 +294,12 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
             let _: String = redis::cmd("PING").query_async(&mut conn).await?;
         }
         Purpose::Locks => {
+            if let Link::Sentinel(follower) = &conn.link {
+                follower.listen_for_switches(
+                    (config.reconnect_min, config.reconnect_max),
+                    config.connection_timeout,
+                );
+            }
             checks::warn_if_locks_can_be_evicted(&mut conn).await;
             if let Some(sync) = config.sync {
                 checks::replicas_can_confirm(&mut conn, sync).await?;
