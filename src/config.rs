@@ -63,6 +63,9 @@ pub struct Config {
     pub(crate) token_ttl: Duration,
     /// Replicas that must confirm every lock change, if any.
     pub(crate) sync: Option<ReplicaSync>,
+    /// Under Sentinel: the username (if any) and password of the master and
+    /// replicas it names ([`Config::master_credentials`]).
+    pub(crate) master_auth: Option<(Option<String>, String)>,
 }
 
 /// How many replicas must confirm a lock change, and how long the master waits for
@@ -110,6 +113,7 @@ impl Config {
             batch_in_flight: 16,
             token_ttl: Duration::from_secs(3600),
             sync: None,
+            master_auth: None,
         })
     }
 
@@ -316,6 +320,20 @@ impl Config {
         self
     }
 
+    /// Under Sentinel ([`Config::sentinel`]): the credentials of the master (and
+    /// replicas) the Sentinels name, sent with AUTH on every connection to it
+    /// (`username` `None` for a `requirepass` password, `Some` for an ACL user).
+    /// The Sentinels' own credentials, when they have `requirepass`, go in their
+    /// URLs (`redis://:password@host:26379`, or `user:password@`), as do TLS
+    /// Sentinels (`rediss://`); a master reached over TLS is not supported yet.
+    /// [`Config::validate`] refuses it without `Config::sentinel`
+    /// ([`LockError::InvalidConfig`]): elsewhere the credentials go in the URL.
+    /// Defaults to none: the master is reached without AUTH.
+    pub fn master_credentials(mut self, username: Option<&str>, password: &str) -> Config {
+        self.master_auth = Some((username.map(str::to_string), password.to_string()));
+        self
+    }
+
     /// For a `rediss://` URL: trust the certificate authority in `pem` (PEM text)
     /// instead of the system's roots, as for a private CA or a self-signed test
     /// server. Fails with [`LockError::InvalidConfig`] if the URL is not a TLS one
@@ -403,6 +421,11 @@ impl Config {
         }
         if self.reconnect_max < self.reconnect_min {
             return bad("longest reconnect delay is shorter than the first".into());
+        }
+        if self.master_auth.is_some() && self.sentinel.is_none() {
+            return bad(
+                "master_credentials is for a master found through Sentinel; put the credentials in the Redis URL".into(),
+            );
         }
         if let Some(ReplicaSync { min, timeout }) = self.sync {
             if min == 0 {

@@ -255,7 +255,8 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
                 Link::Cluster(conn, publish)
             }
             (Some((master, sentinels)), None) => {
-                Link::Sentinel(Follower::connect(master, sentinels, cm).await?)
+                let auth = config.master_auth.as_ref();
+                Link::Sentinel(Follower::connect(master, sentinels, auth, cm).await?)
             }
             (None, None) => {
                 Link::Standalone(ConnectionManager::new_with_config(client.clone(), cm).await?)

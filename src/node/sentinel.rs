@@ -20,8 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::sentinel::{SentinelClient, SentinelServerType};
-use redis::{Client, Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{
+    Client, Cmd, Pipeline, RedisConnectionInfo, RedisError, RedisFuture, RedisResult, Value,
+};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
@@ -62,19 +64,31 @@ impl std::fmt::Debug for Follower {
 }
 
 impl Follower {
-    /// Finds the master `name` through `sentinels` and connects to it.
+    /// Finds the master `name` through `sentinels` (whose URLs carry their own
+    /// credentials) and connects to it, with `auth` (username, password) if the
+    /// master needs it.
     pub(crate) async fn connect(
         name: &str,
         sentinels: &[String],
+        auth: Option<&(Option<String>, String)>,
         settings: ConnectionManagerConfig,
     ) -> RedisResult<Arc<Follower>> {
+        // How redis-rs connects to the servers the Sentinels name (the master's
+        // role check, the connections handed out).
+        let node = auth.map(|(username, password)| {
+            let mut redis = RedisConnectionInfo::default().set_password(password);
+            if let Some(username) = username {
+                redis = redis.set_username(username);
+            }
+            SentinelNodeConnectionInfo::default().set_redis_connection_info(redis)
+        });
         // redis-rs takes the name as a String without its TLS feature and as any
         // AsRef<str> with it; a String serves both builds.
         #[allow(clippy::unnecessary_to_owned)]
         let mut client = SentinelClient::build(
             sentinels.to_vec(),
             name.to_string(),
-            None,
+            node,
             SentinelServerType::Master,
         )?;
         let master = client.async_get_client().await?;

@@ -86,6 +86,19 @@ pub struct Common {
     #[arg(long = "master-name", global = true, value_name = "NAME")]
     pub master_name: Option<String>,
 
+    /// The password of the master and replicas the Sentinels name, if they
+    /// need one (with --sentinel; the Sentinels' own goes in their URLs:
+    /// redis://:password@host:26379). Best given in the environment, where `ps`
+    /// does not show it.
+    #[arg(
+        long = "master-password",
+        global = true,
+        env = "LOCKWARDEN_MASTER_PASSWORD",
+        value_name = "PASSWORD",
+        hide_env_values = true
+    )]
+    pub master_password: Option<String>,
+
     /// Replicas that must confirm each lock change (WAIT) before it counts; a
     /// grant fewer confirm is undone and retried until --wait runs out. Off by
     /// default. See docs/operations.md, "Running with Sentinel".
