@@ -136,7 +136,8 @@ impl Follower {
         // although the addresses differ for a moment.
         loop {
             let Some(follower) = me.upgrade() else {
-                return;
+                // The manager is gone: nothing will reopen the connection.
+                return std::future::pending().await;
             };
             let moved = Arc::clone(&follower.moved).notified_owned();
             drop(follower);

@@ -42,7 +42,7 @@ use std::time::Duration;
 use futures::future::{select, Either};
 use redis::{Cmd, RedisError, RedisResult, Value};
 use tokio::sync::{Notify, Semaphore, SemaphorePermit};
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::lua::ScriptConn;
 use crate::config::{millis, ReplicaSync, WAIT_SLACK};
@@ -135,22 +135,33 @@ impl Confirmation {
 
     /// Remembers what a `WAIT` found.
     fn record(&self, confirmed: &Confirmed) {
-        let acked = match confirmed {
+        let (acked, failed) = match confirmed {
             Confirmed::NotAsked => return,
             Confirmed::Enough => {
-                self.short.store(false, Ordering::Release);
+                if self.short.swap(false, Ordering::AcqRel) {
+                    info!(
+                        wanted = self.sync.min,
+                        "replicas confirm lock changes again"
+                    );
+                }
                 return;
             }
-            Confirmed::Short { acked, .. } => *acked,
-            Confirmed::Failed(_) => 0,
+            Confirmed::Short { acked, .. } => (*acked, None),
+            Confirmed::Failed(e) => (0, Some(e)),
         };
         self.acked.store(acked, Ordering::Release);
         if !self.short.swap(true, Ordering::AcqRel) {
-            warn!(
-                acked,
-                wanted = self.sync.min,
-                "too few replicas confirm lock changes; releases go without WAIT and grants are refused until they do"
-            );
+            match failed {
+                Some(e) => warn!(
+                    error = %e,
+                    "a lock change with WAIT failed; until a WAIT confirms again, releases go without one and grants ask only within the WAIT budget"
+                ),
+                None => warn!(
+                    acked,
+                    wanted = self.sync.min,
+                    "too few replicas confirm lock changes; until they do, releases go without WAIT and grants ask only within the WAIT budget"
+                ),
+            }
             self.turned_short.notify_waiters();
         }
     }

@@ -106,7 +106,8 @@ pub struct Common {
     pub sync_replicas: Option<u32>,
 
     /// How long the master waits for those replicas per lock change (with
-    /// --sync-replicas; below 2s).
+    /// --sync-replicas; below 1900ms: Redis may end a WAIT 100 ms late, and a
+    /// command may take 2s).
     #[arg(long = "sync-timeout", global = true, default_value = "500ms", value_name = "DURATION", value_parser = parse_lease)]
     pub sync_timeout: Duration,
 
