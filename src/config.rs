@@ -121,7 +121,9 @@ impl Config {
     /// through these Sentinels (`redis://host:26379`, with a password or TLS as
     /// the Sentinels need), with every other setting at its default. The master is
     /// looked up when the manager starts and again whenever its connection fails or
-    /// answers READONLY (a failover demoted it), so the manager follows failovers.
+    /// answers READONLY (a failover demoted it) or a Sentinel announces that it
+    /// switched the master (`+switch-master`), so the manager follows failovers.
+    /// A master that needs a password takes [`Config::master_credentials`].
     /// Fails with [`LockError::InvalidConfig`] if the name is empty, no Sentinel is
     /// given, or a URL cannot be parsed (nothing connects yet).
     pub fn sentinel<'a>(

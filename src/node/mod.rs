@@ -14,7 +14,8 @@
 //! own: a standalone server reached through redis-rs's `ConnectionManager`
 //! (multiplexed: concurrent scripts from all lock actors are pipelined on one
 //! socket; it reconnects by itself), the master Sentinel names (`sentinel.rs`,
-//! which follows failovers, as redis-rs does not), and a Redis Cluster
+//! which follows failovers, as redis-rs does not, and `switch.rs`, which hears
+//! Sentinel announce them), and a Redis Cluster
 //! (`cluster.rs`, redis-rs's cluster connection: slot routing, redirects, topology
 //! refresh). A new deployment is a new variant and a new arm in [`connect`];
 //! nothing above changes. What redis-rs does itself (pipelining, reconnecting,
