@@ -67,6 +67,9 @@ pub struct Config {
     pub(crate) label: Option<String>,
     /// Whether metrics also get per-lock series labelled by lock name.
     pub(crate) metric_lock_names: bool,
+    /// Under Sentinel: the username (if any) and password of the master and
+    /// replicas it names ([`Config::master_credentials`]).
+    pub(crate) master_auth: Option<(Option<String>, String)>,
 }
 
 /// How many replicas must confirm a lock change, and how long the master waits for
@@ -116,6 +119,7 @@ impl Config {
             sync: None,
             label: None,
             metric_lock_names: false,
+            master_auth: None,
         })
     }
 
@@ -123,7 +127,9 @@ impl Config {
     /// through these Sentinels (`redis://host:26379`, with a password or TLS as
     /// the Sentinels need), with every other setting at its default. The master is
     /// looked up when the manager starts and again whenever its connection fails or
-    /// answers READONLY (a failover demoted it), so the manager follows failovers.
+    /// answers READONLY (a failover demoted it) or a Sentinel announces that it
+    /// switched the master (`+switch-master`), so the manager follows failovers.
+    /// A master that needs a password takes [`Config::master_credentials`].
     /// Fails with [`LockError::InvalidConfig`] if the name is empty, no Sentinel is
     /// given, or a URL cannot be parsed (nothing connects yet).
     pub fn sentinel<'a>(
@@ -313,8 +319,9 @@ impl Config {
     /// compares the settings with Redisson's default.
     ///
     /// `min` is at least 1 and at most the replicas connected to the master when
-    /// the manager starts; `timeout` is at least 1 ms and below the response
-    /// timeout (2 s by default). Not on a Redis Cluster yet ([`LockError::InvalidConfig`]).
+    /// the manager starts; `timeout` is at least 1 ms, and `timeout` + 100 ms
+    /// (how late Redis may end a `WAIT`: its timer ticks 10 times a second by
+    /// default) is below the response timeout (2 s by default). Not on a Redis Cluster yet ([`LockError::InvalidConfig`]).
     /// Defaults to off: no replica is waited for.
     pub fn sync_replicas(mut self, min: u32, timeout: Duration) -> Config {
         self.sync = Some(ReplicaSync { min, timeout });
@@ -344,6 +351,20 @@ impl Config {
     /// Defaults to off.
     pub fn metric_lock_names(mut self, on: bool) -> Config {
         self.metric_lock_names = on;
+        self
+    }
+
+    /// Under Sentinel ([`Config::sentinel`]): the credentials of the master (and
+    /// replicas) the Sentinels name, sent with AUTH on every connection to it
+    /// (`username` `None` for a `requirepass` password, `Some` for an ACL user).
+    /// The Sentinels' own credentials, when they have `requirepass`, go in their
+    /// URLs (`redis://:password@host:26379`, or `user:password@`), as do TLS
+    /// Sentinels (`rediss://`); a master reached over TLS is not supported yet.
+    /// [`Config::validate`] refuses it without `Config::sentinel`
+    /// ([`LockError::InvalidConfig`]): elsewhere the credentials go in the URL.
+    /// Defaults to none: the master is reached without AUTH.
+    pub fn master_credentials(mut self, username: Option<&str>, password: &str) -> Config {
+        self.master_auth = Some((username.map(str::to_string), password.to_string()));
         self
     }
 
@@ -444,6 +465,11 @@ impl Config {
                 ));
             }
         }
+        if self.master_auth.is_some() && self.sentinel.is_none() {
+            return bad(
+                "master_credentials is for a master found through Sentinel; put the credentials in the Redis URL".into(),
+            );
+        }
         if let Some(ReplicaSync { min, timeout }) = self.sync {
             if min == 0 {
                 return bad(
@@ -451,9 +477,9 @@ impl Config {
                         .into(),
                 );
             }
-            if timeout < Duration::from_millis(1) || timeout >= self.response_timeout {
+            if timeout < Duration::from_millis(1) || timeout + WAIT_SLACK >= self.response_timeout {
                 return bad(format!(
-                    "sync_replicas: timeout {timeout:?} must be at least 1 ms and below the response timeout {:?}",
+                    "sync_replicas: timeout {timeout:?} must be at least 1 ms, and with the {WAIT_SLACK:?} a WAIT may last beyond it, below the response timeout {:?}",
                     self.response_timeout
                 ));
             }
@@ -464,6 +490,11 @@ impl Config {
         Ok(())
     }
 }
+
+/// How much longer than its timeout a `WAIT` may block: Redis checks blocked
+/// clients' timeouts at its timer tick (`hz` 10 by default, every 100 ms), so a
+/// `WAIT 1 200` for a missing replica was measured answering after 220-310 ms.
+pub(crate) const WAIT_SLACK: Duration = Duration::from_millis(100);
 
 /// Shortest watchdog lease accepted: renewed every third of it, a lease must leave
 /// a renewal a few network round trips and a renewer tick to answer.

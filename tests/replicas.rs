@@ -382,3 +382,84 @@ fn the_command_takes_sync_replicas() {
         "grant and release each waited for the replica: {waits}"
     );
 }
+
+/// A master whose only replica is gone (SIGKILLed) while grants keep trying:
+/// a release is not stuck behind their `WAIT`s (each blocks the shared command
+/// connection for its whole timeout; before the budget of `WAIT`s it failed
+/// "timed out" after 5.9 s). It is answered Ok within 2 s and the lock is gone
+/// from Redis, while a new grant is still refused `NotReplicated` and leaves
+/// nothing behind.
+#[actix_rt::test]
+async fn a_release_is_not_stuck_behind_waits_for_a_missing_replica() {
+    let master = RedisServer::start();
+    let mut replica = RedisServer::start_replica_of(&master);
+    let config = Config::from_url(&master.url())
+        .expect("url")
+        .response_timeout(Duration::from_millis(400))
+        .sync_replicas(1, Duration::from_millis(200));
+    let m = LockManager::start(config).await.expect("started");
+    let held = m
+        .send(Acquire::new("held"))
+        .await
+        .expect("running")
+        .expect("granted while the replica is up");
+    replica.kill();
+    // Grants keep asking (each attempt a script and a WAIT) while the release
+    // goes out.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let contenders: Vec<_> = (0..8)
+        .map(|i| {
+            let (m, stop) = (m.clone(), stop.clone());
+            actix_rt::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let asked = Acquire::new(format!("busy:{i}"))
+                        .write()
+                        .wait(Duration::from_millis(700));
+                    if let Ok(Ok(g)) = m.send(asked).await {
+                        let _ = g.release().await;
+                    }
+                }
+            })
+        })
+        .collect();
+    actix_rt::time::sleep(Duration::from_millis(500)).await;
+    let began = Instant::now();
+    let released = held.release().await;
+    let took = began.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        released.is_ok(),
+        "release failed after {took:?}: {released:?}"
+    );
+    assert!(took < Duration::from_secs(2), "release took {took:?}");
+    assert!(
+        holder_on(&master, "held").is_none(),
+        "the lock is still in Redis"
+    );
+    for c in contenders {
+        c.await.expect("contender");
+    }
+    let refused = m
+        .send(Acquire::new("fresh").wait(Duration::from_millis(500)))
+        .await
+        .expect("running");
+    assert!(
+        matches!(
+            refused,
+            Err(LockError::NotReplicated {
+                acked: 0,
+                wanted: 1
+            })
+        ),
+        "{refused:?}"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || holder_on(&master, "fresh")
+            .is_none()
+            && (0..8)
+                .all(|i| holder_on(&master, &format!("busy:{i}")).is_none()))
+        .await,
+        "a refused grant was left on the master"
+    );
+    eprintln!("release answered in {took:?}");
+}

@@ -14,7 +14,8 @@
 //! own: a standalone server reached through redis-rs's `ConnectionManager`
 //! (multiplexed: concurrent scripts from all lock actors are pipelined on one
 //! socket; it reconnects by itself), the master Sentinel names (`sentinel.rs`,
-//! which follows failovers, as redis-rs does not), and a Redis Cluster
+//! which follows failovers, as redis-rs does not, and `switch.rs`, which hears
+//! Sentinel announce them), and a Redis Cluster
 //! (`cluster.rs`, redis-rs's cluster connection: slot routing, redirects, topology
 //! refresh). A new deployment is a new variant and a new arm in [`connect`];
 //! nothing above changes. What redis-rs does itself (pipelining, reconnecting,
@@ -31,6 +32,7 @@ mod cluster;
 mod coalescer;
 mod pubsub;
 mod sentinel;
+mod switch;
 
 use std::sync::Arc;
 
@@ -38,9 +40,9 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-use crate::config::{Config, ReplicaSync};
+use crate::config::Config;
 use crate::error::LockError;
-use crate::wire::{Publish, ScriptConn};
+use crate::wire::{Confirmation, Publish, ScriptConn};
 
 pub(crate) use coalescer::Coalescer;
 use pubsub::Target;
@@ -88,8 +90,9 @@ impl Topology {
 pub(crate) struct Conn {
     /// The deployment's connection.
     link: Link,
-    /// Replicas to wait for behind every lock-changing script (`wire/replicas.rs`).
-    sync: Option<ReplicaSync>,
+    /// Replicas to wait for behind every lock-changing script, and the budget
+    /// of `WAIT`s on this connection (`wire/replicas.rs`); shared by its clones.
+    sync: Option<Arc<Confirmation>>,
 }
 
 /// The connection of each deployment.
@@ -152,8 +155,8 @@ impl ScriptConn for Conn {
         }
     }
 
-    fn sync(&self) -> Option<ReplicaSync> {
-        self.sync
+    fn confirmation(&self) -> Option<Arc<Confirmation>> {
+        self.sync.clone()
     }
 }
 
@@ -253,7 +256,8 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
                 Link::Cluster(conn, publish)
             }
             (Some((master, sentinels)), None) => {
-                Link::Sentinel(Follower::connect(master, sentinels, cm).await?)
+                let auth = config.master_auth.as_ref();
+                Link::Sentinel(Follower::connect(master, sentinels, auth, cm).await?)
             }
             (None, None) => {
                 Link::Standalone(ConnectionManager::new_with_config(client.clone(), cm).await?)
@@ -272,7 +276,14 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
     })??;
     let (target, topology) = match &link {
         Link::Standalone(_) => (Target::Server(Box::new(client)), Topology::Standalone),
-        Link::Sentinel(follower) => (Target::Master(Arc::clone(follower)), Topology::Standalone),
+        Link::Sentinel(follower) => {
+            // Weakly: the subscriber may outlive the manager, and the Follower's
+            // `+switch-master` listeners must end with the manager.
+            (
+                Target::Master(Arc::downgrade(follower)),
+                Topology::Standalone,
+            )
+        }
         Link::Cluster(_, publish) => {
             let seeds = config.cluster.clone().unwrap_or_default();
             let target = Target::Cluster(seeds, Box::new(config.clone()), *publish);
@@ -285,10 +296,16 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
             let _: String = redis::cmd("PING").query_async(&mut conn).await?;
         }
         Purpose::Locks => {
+            if let Link::Sentinel(follower) = &conn.link {
+                follower.listen_for_switches(
+                    (config.reconnect_min, config.reconnect_max),
+                    config.connection_timeout,
+                );
+            }
             checks::warn_if_locks_can_be_evicted(&mut conn).await;
             if let Some(sync) = config.sync {
                 checks::replicas_can_confirm(&mut conn, sync).await?;
-                conn.sync = Some(sync);
+                conn.sync = Some(Arc::new(Confirmation::new(sync, config.response_timeout)));
             }
         }
     }

@@ -5,7 +5,8 @@
 //! channel the server dropped by itself, a node connection that went away. On a
 //! standalone server or a Sentinel-managed master that is one dedicated redis-rs
 //! `PubSub` connection, whose stream ends when it drops (the subscriber is then
-//! restarted and resubscribes everything). On a cluster it is one RESP3 cluster
+//! restarted and resubscribes everything), or, under Sentinel, when the command
+//! connection moved to another master (the old one may never drop it). On a cluster it is one RESP3 cluster
 //! connection whose pushes come through a channel: with sharded pub/sub each lock's
 //! channel is subscribed on the master owning its slot, redis-rs resubscribes a
 //! node's channels when it reconnects to it, and the stream goes on across node
@@ -14,7 +15,7 @@
 //! for every channel of the slot, which arrives here as [`Event::Dropped`], and the
 //! subscriber subscribes it again (redis-rs then routes it to the new owner).
 
-use std::sync::Arc;
+use std::sync::Weak;
 use std::time::Duration;
 
 use futures::stream::{BoxStream, StreamExt};
@@ -108,8 +109,9 @@ pub(crate) struct PubSubSource {
 pub(super) enum Target {
     /// Always this server (boxed: a client is large, and this enum is cloned).
     Server(Box<redis::Client>),
-    /// The master the Sentinels name when the connection is opened.
-    Master(Arc<Follower>),
+    /// The master the Sentinels name when the connection is opened (held
+    /// weakly: the command connection owns the Follower).
+    Master(Weak<Follower>),
     /// A cluster: its seeds, the settings, and which channels its scripts use.
     Cluster(Vec<String>, Box<Config>, Publish),
 }
@@ -124,9 +126,23 @@ impl PubSubSource {
     pub(crate) async fn open(&self) -> Result<(Sink, BoxStream<'static, Event>), String> {
         let target = self.target.clone();
         let open = async move {
+            let mut until = None;
             let server = match target {
                 Target::Server(client) => client.get_async_pubsub().await?,
-                Target::Master(follower) => follower.master().await?.get_async_pubsub().await?,
+                Target::Master(follower) => {
+                    let Some(strong) = follower.upgrade() else {
+                        return Err(redis::RedisError::from((
+                            redis::ErrorKind::Client,
+                            "the lock manager stopped",
+                        )));
+                    };
+                    let client = strong.master().await?;
+                    let at = client.get_connection_info().addr().to_string();
+                    // The connection ends when the command connection moves to
+                    // another master: the subscriber then reopens it there.
+                    until = Some(Follower::moved_away(follower, at));
+                    client.get_async_pubsub().await?
+                }
                 Target::Cluster(seeds, config, publish) => {
                     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
                     let conn = cluster::connect_pubsub(&seeds, &config, tx).await?;
@@ -140,7 +156,11 @@ impl PubSubSource {
                 channel: msg.get_channel_name().to_string(),
                 payload: msg.get_payload_bytes().to_vec(),
             });
-            Ok::<_, redis::RedisError>((Sink::Server(sink), events.boxed()))
+            let events = match until {
+                Some(moved) => events.take_until(moved).boxed(),
+                None => events.boxed(),
+            };
+            Ok::<_, redis::RedisError>((Sink::Server(sink), events))
         };
         tokio::time::timeout(self.timeout, open)
             .await

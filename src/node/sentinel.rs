@@ -10,15 +10,24 @@
 //! one. The call that met the error still fails (as any call on a dropping
 //! connection does); callers already retry those until their deadline, and their
 //! retry goes to the new master. The subscriber asks the Sentinels afresh every time
-//! it opens a connection ([`Follower::master`]).
+//! it opens a connection ([`Follower::master`]), and a connection it opened ends
+//! when the Follower moves away from that master ([`Follower::moved_away`]), so the
+//! subscriber follows too. A lock manager's Follower also listens to every
+//! Sentinel's `+switch-master` announcement (`switch.rs`) and moves the moment a
+//! failover is done, before any call fails.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, Weak};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::sentinel::{SentinelClient, SentinelServerType};
-use redis::{Client, Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{
+    Client, Cmd, Pipeline, RedisConnectionInfo, RedisError, RedisFuture, RedisResult, Value,
+};
+use tokio::sync::watch;
 use tracing::{debug, info, warn};
+
+use super::switch;
 
 /// How many times a lookup is tried after a sign that the master moved, and the
 /// pause between tries: 120 x 250 ms covers a failover of half a minute.
@@ -36,9 +45,14 @@ pub(crate) struct Follower {
     /// Told when the connection moves to a new master: calls still waiting on
     /// the old one give up at once (they would wait out the old connection's
     /// reconnect attempts, seconds) so that their callers retry on the new one.
-    moved: tokio::sync::Notify,
+    moved: Arc<tokio::sync::Notify>,
     /// How the connections are made.
     settings: ConnectionManagerConfig,
+    /// The master's name and the Sentinels' URLs, for the listeners.
+    name: String,
+    sentinel_urls: Vec<String>,
+    /// Dropped with the Follower: the `+switch-master` listeners then end.
+    gone: watch::Sender<()>,
 }
 
 impl std::fmt::Debug for Follower {
@@ -50,19 +64,31 @@ impl std::fmt::Debug for Follower {
 }
 
 impl Follower {
-    /// Finds the master `name` through `sentinels` and connects to it.
+    /// Finds the master `name` through `sentinels` (whose URLs carry their own
+    /// credentials) and connects to it, with `auth` (username, password) if the
+    /// master needs it.
     pub(crate) async fn connect(
         name: &str,
         sentinels: &[String],
+        auth: Option<&(Option<String>, String)>,
         settings: ConnectionManagerConfig,
     ) -> RedisResult<Arc<Follower>> {
+        // How redis-rs connects to the servers the Sentinels name (the master's
+        // role check, the connections handed out).
+        let node = auth.map(|(username, password)| {
+            let mut redis = RedisConnectionInfo::default().set_password(password);
+            if let Some(username) = username {
+                redis = redis.set_username(username);
+            }
+            SentinelNodeConnectionInfo::default().set_redis_connection_info(redis)
+        });
         // redis-rs takes the name as a String without its TLS feature and as any
         // AsRef<str> with it; a String serves both builds.
         #[allow(clippy::unnecessary_to_owned)]
         let mut client = SentinelClient::build(
             sentinels.to_vec(),
             name.to_string(),
-            None,
+            node,
             SentinelServerType::Master,
         )?;
         let master = client.async_get_client().await?;
@@ -73,9 +99,53 @@ impl Follower {
             sentinels: tokio::sync::Mutex::new(client),
             current: RwLock::new((conn, address)),
             looking: AtomicBool::new(false),
-            moved: tokio::sync::Notify::new(),
+            moved: Arc::new(tokio::sync::Notify::new()),
             settings,
+            name: name.to_string(),
+            sentinel_urls: sentinels.to_vec(),
+            gone: watch::channel(()).0,
         }))
+    }
+
+    /// Starts listening for the Sentinels' `+switch-master` announcements
+    /// (`switch.rs`) until this Follower is gone; reconnects to a Sentinel after
+    /// `backoff` (first and longest pause), each attempt bounded by
+    /// `connect_timeout`.
+    pub(crate) fn listen_for_switches(
+        self: &Arc<Self>,
+        backoff: (std::time::Duration, std::time::Duration),
+        connect_timeout: std::time::Duration,
+    ) {
+        let listen = switch::Listen {
+            name: self.name.clone(),
+            follower: Arc::downgrade(self),
+            gone: self.gone.subscribe(),
+            backoff,
+            connect_timeout,
+        };
+        switch::start(&self.sentinel_urls, &listen);
+    }
+
+    /// Resolves once the connection has moved to a master other than the one at
+    /// `from` (the address a pub/sub connection was opened to): the subscriber's
+    /// connection there is then on the wrong server, even if it never drops (a
+    /// frozen or cut-off old master). Holds the Follower only weakly.
+    pub(crate) async fn moved_away(me: Weak<Self>, from: String) {
+        // Only a move heard from now on counts: when the subscriber reached the
+        // new master before this Follower did, its connection is the right one
+        // although the addresses differ for a moment.
+        loop {
+            let Some(follower) = me.upgrade() else {
+                // The manager is gone: nothing will reopen the connection.
+                return std::future::pending().await;
+            };
+            let moved = Arc::clone(&follower.moved).notified_owned();
+            drop(follower);
+            moved.await;
+            if me.upgrade().is_some_and(|f| f.address() != from) {
+                return;
+            }
+        }
     }
 
     /// The address of the master in use.
@@ -109,7 +179,7 @@ impl Follower {
     /// and waiting for the next failed call to ask again would leave the
     /// connection on the dead one until a command timed out there (the
     /// connection manager's own reconnect attempts take seconds).
-    fn look_again(self: &Arc<Self>) {
+    pub(super) fn look_again(self: &Arc<Self>) {
         if self.looking.swap(true, Ordering::AcqRel) {
             return;
         }

@@ -13,6 +13,7 @@ use std::sync::LazyLock;
 use redis::{RedisResult, Value};
 
 use super::lua::Lua;
+use super::replicas::Need;
 use super::{unexpected, Invocation};
 
 /// `lua/batch.lua`, with the scripts it runs put in front of it as functions whose
@@ -62,6 +63,12 @@ pub(crate) fn batch_invocation<'a>(
     ops: impl Iterator<Item = &'a Invocation> + Clone,
 ) -> Invocation {
     let mut call = Invocation::new(&BATCH);
+    // A batch of grants only must be confirmed (while replicas are short it is
+    // not sent); one with a release in it goes, confirmed or not, so that the
+    // release stands, and its grants are judged one by one.
+    if ops.clone().all(|op| op.need == Need::Must) {
+        call = call.must_replicate();
+    }
     for op in ops.clone() {
         call.keys.extend(op.keys.iter().cloned());
     }

@@ -15,7 +15,9 @@
 use redis::aio::ConnectionLike;
 use redis::Script;
 
-use crate::config::ReplicaSync;
+use std::sync::Arc;
+
+use super::replicas::Confirmation;
 
 /// Which publish command the scripts must use on a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -33,9 +35,10 @@ pub(crate) trait ScriptConn: ConnectionLike {
     /// The publish command of this connection's deployment.
     fn publish(&self) -> Publish;
 
-    /// How many replicas must confirm a lock change, and how long to wait for
-    /// them (`replicas.rs`); `None`, the default, asks none.
-    fn sync(&self) -> Option<ReplicaSync> {
+    /// How many replicas must confirm a lock change, how long to wait for them,
+    /// and how many `WAIT`s may block the connection at once (`replicas.rs`);
+    /// `None`, the default, asks none.
+    fn confirmation(&self) -> Option<Arc<Confirmation>> {
         None
     }
 }

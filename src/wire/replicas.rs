@@ -14,12 +14,38 @@
 //! lock actor, the renewal counts as failed); a release, a queue refresh or a
 //! force-unlock is already done and cannot be taken back, so a shortfall there is
 //! logged and the answer stands.
+//!
+//! A `WAIT` blocks the whole connection it is sent on: Redis reads nothing more
+//! from that client until the `WAIT` answers, and the command connection is one
+//! socket shared by every lock of the manager. While replicas confirm, a `WAIT`
+//! lasts a replica round trip; when they are missing (a failover to a master left
+//! with no replica, a frozen replica), each lasts its whole timeout, and calls
+//! pipelined behind a few of them outlast the response timeout: a release was seen
+//! answered "timed out" again and again for 5 s. So each connection has a budget
+//! ([`Confirmation`]): at most `k` `WAIT`s on it at once, where `k` whole `WAIT`s
+//! (each its timeout plus the [`WAIT_SLACK`] Redis may take beyond it) leave at
+//! least one more before the response timeout, so that nothing queued behind
+//! them times out. And once a `WAIT` found too few replicas, the
+//! connection knows they are *short* until a `WAIT` finds enough again: then a
+//! call that only hopes (a release) is sent without a `WAIT` at all (its change
+//! stands; logged), and a call that must be confirmed takes a free place in the
+//! budget to ask again, or, with none free, is refused `NotReplicated` at once
+//! without being sent (nothing written). Calls already waiting for a place when the
+//! connection turns short stop waiting and go the same way. A round trip with a
+//! `WAIT` that failed (a timeout: its `WAIT` may still be blocking) also counts as
+//! short.
 
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use futures::future::{select, Either};
 use redis::{Cmd, RedisError, RedisResult, Value};
-use tracing::warn;
+use tokio::sync::{Notify, Semaphore, SemaphorePermit};
+use tracing::{info, warn};
 
 use super::lua::ScriptConn;
-use crate::config::{millis, ReplicaSync};
+use crate::config::{millis, ReplicaSync, WAIT_SLACK};
 use crate::error::not_replicated;
 
 /// How much a script's answer depends on its write reaching replicas.
@@ -33,6 +59,129 @@ pub(crate) enum Need {
     /// Its answer is only true once replicated (a grant, a renewal): a shortfall
     /// turns the answer into an error.
     Must,
+}
+
+/// Replica confirmation on one connection: what is required, and the budget of
+/// `WAIT`s that may block it at once (see the module documentation). Shared by
+/// every clone of the connection.
+#[derive(Debug)]
+pub(crate) struct Confirmation {
+    /// How many replicas must confirm, and how long the master waits for them.
+    sync: ReplicaSync,
+    /// Places for `WAIT`s on the connection at once.
+    places: Semaphore,
+    /// The last `WAIT` found too few replicas (or failed).
+    short: AtomicBool,
+    /// How many replicas the last `WAIT` counted.
+    acked: AtomicU32,
+    /// Wakes the calls waiting for a place when the connection turns short.
+    turned_short: Notify,
+}
+
+/// How a call goes out on a connection that asks replicas to confirm.
+enum Way<'a> {
+    /// With a `WAIT`, in a place of the budget.
+    Wait(SemaphorePermit<'a>),
+    /// Without a `WAIT` (a call that only hopes, while replicas are short).
+    Alone,
+    /// Not at all (a call that must be confirmed, while replicas are short and
+    /// no place is free).
+    Refused,
+}
+
+impl Confirmation {
+    /// Confirmation by `sync` on a connection whose calls time out after
+    /// `response_timeout` (longer than `sync.timeout`, `Config::validate`).
+    pub(crate) fn new(sync: ReplicaSync, response_timeout: Duration) -> Confirmation {
+        Confirmation {
+            sync,
+            places: Semaphore::new(budget(sync.timeout, response_timeout)),
+            short: AtomicBool::new(false),
+            acked: AtomicU32::new(0),
+            turned_short: Notify::new(),
+        }
+    }
+
+    /// Whether the last `WAIT` found too few replicas.
+    fn is_short(&self) -> bool {
+        self.short.load(Ordering::Acquire)
+    }
+
+    /// The way a call with `need` (not read-only) goes out now.
+    async fn way(&self, need: Need) -> Way<'_> {
+        // Listen before looking, so that turning short in between is heard.
+        let mut turned = pin!(self.turned_short.notified());
+        turned.as_mut().enable();
+        if !self.is_short() {
+            if let Ok(place) = self.places.try_acquire() {
+                return Way::Wait(place);
+            }
+            if let Either::Left((Ok(place), _)) = select(pin!(self.places.acquire()), turned).await
+            {
+                if !self.is_short() {
+                    return Way::Wait(place);
+                }
+            }
+        }
+        match need {
+            Need::Must => match self.places.try_acquire() {
+                // A grant may ask again whether the replicas are back.
+                Ok(place) => Way::Wait(place),
+                Err(_) => Way::Refused,
+            },
+            _ => Way::Alone,
+        }
+    }
+
+    /// Remembers what a `WAIT` found.
+    fn record(&self, confirmed: &Confirmed) {
+        let (acked, failed) = match confirmed {
+            Confirmed::NotAsked => return,
+            Confirmed::Enough => {
+                if self.short.swap(false, Ordering::AcqRel) {
+                    info!(
+                        wanted = self.sync.min,
+                        "replicas confirm lock changes again"
+                    );
+                }
+                return;
+            }
+            Confirmed::Short { acked, .. } => (*acked, None),
+            Confirmed::Failed(e) => (0, Some(e)),
+        };
+        self.acked.store(acked, Ordering::Release);
+        if !self.short.swap(true, Ordering::AcqRel) {
+            match failed {
+                Some(e) => warn!(
+                    error = %e,
+                    "a lock change with WAIT failed; until a WAIT confirms again, releases go without one and grants ask only within the WAIT budget"
+                ),
+                None => warn!(
+                    acked,
+                    wanted = self.sync.min,
+                    "too few replicas confirm lock changes; until they do, releases go without WAIT and grants ask only within the WAIT budget"
+                ),
+            }
+            self.turned_short.notify_waiters();
+        }
+    }
+
+    /// How many replicas the last `WAIT` counted, and how many must: the answer
+    /// for a call refused or sent alone while replicas are short.
+    fn shortfall(&self) -> (u32, u32) {
+        (self.acked.load(Ordering::Acquire), self.sync.min)
+    }
+}
+
+/// How many `WAIT`s of `timeout` may block a connection at once so that a call
+/// queued behind all of them still has a whole `WAIT` left of
+/// `response_timeout`, counting the [`WAIT_SLACK`] Redis may take beyond each
+/// timeout: at least one.
+fn budget(timeout: Duration, response_timeout: Duration) -> usize {
+    let whole = response_timeout.as_nanos() / (timeout + WAIT_SLACK).as_nanos();
+    usize::try_from(whole.saturating_sub(1))
+        .unwrap_or(usize::MAX)
+        .clamp(1, Semaphore::MAX_PERMITS)
 }
 
 /// What the replicas confirmed of one round trip.
@@ -54,27 +203,53 @@ pub(crate) enum Confirmed {
 }
 
 /// Sends `cmd`, followed by `WAIT` when the connection asks replicas to confirm
-/// and `need` is not read-only; answers the script's reply as Redis sent it.
+/// and `need` is not read-only, within the connection's budget of `WAIT`s (see
+/// the module documentation); answers the script's reply as Redis sent it. A
+/// call that must be confirmed while replicas are short and the budget is spent
+/// is not sent: it is answered `NotReplicated` at once.
 pub(crate) async fn send<C: ScriptConn>(
     conn: &mut C,
     cmd: &Cmd,
     need: Need,
 ) -> RedisResult<(Value, Confirmed)> {
-    let Some(sync) = conn.sync().filter(|_| need != Need::ReadOnly) else {
+    let Some(confirmation) = conn.confirmation().filter(|_| need != Need::ReadOnly) else {
         return Ok((conn.req_packed_command(cmd).await?, Confirmed::NotAsked));
     };
+    let _place = match confirmation.way(need).await {
+        Way::Wait(place) => place,
+        Way::Alone => {
+            let reply = conn.req_packed_command(cmd).await?;
+            let (acked, wanted) = confirmation.shortfall();
+            return Ok((reply, Confirmed::Short { acked, wanted }));
+        }
+        Way::Refused => {
+            let (acked, wanted) = confirmation.shortfall();
+            return Err(not_replicated(acked, wanted));
+        }
+    };
+    let sync = confirmation.sync;
     let mut pipe = redis::pipe();
     pipe.add_command(cmd.clone())
         .cmd("WAIT")
         .arg(sync.min)
         .arg(millis(sync.timeout));
-    let mut replies = conn.req_packed_commands(&pipe, 0, 2).await?.into_iter();
+    let replies = match conn.req_packed_commands(&pipe, 0, 2).await {
+        Ok(replies) => replies,
+        Err(e) => {
+            // Its WAIT may still block the connection (a timeout).
+            confirmation.record(&Confirmed::Failed(e.clone()));
+            return Err(e);
+        }
+    };
+    let mut replies = replies.into_iter();
     let (Some(reply), Some(wait)) = (replies.next(), replies.next()) else {
         return Err(super::unexpected(
             "a script and WAIT gave fewer than two replies",
         ));
     };
-    Ok((reply, confirmed(wait, sync)))
+    let confirmed = confirmed(wait, sync);
+    confirmation.record(&confirmed);
+    Ok((reply, confirmed))
 }
 
 /// Reads `WAIT`'s reply against what `sync` requires.
@@ -155,5 +330,13 @@ mod tests {
             confirmed(Value::Int(3), sync(2)),
             Confirmed::Enough
         ));
+    }
+
+    #[test]
+    fn the_budget_leaves_a_whole_wait_of_the_response_timeout() {
+        let ms = Duration::from_millis;
+        assert_eq!(budget(ms(200), ms(400)), 1);
+        assert_eq!(budget(ms(500), ms(2000)), 2);
+        assert_eq!(budget(ms(10), ms(2000)), 17);
     }
 }

@@ -13,6 +13,8 @@ pub const MASTER_NAME: &str = "mymaster";
 /// One Sentinel; killed on drop (its log is printed if the test panicked).
 pub struct Sentinel {
     port: u16,
+    /// Its `requirepass`, if any (then in its URL).
+    password: Option<String>,
     child: Option<Child>,
     dir: tempfile::TempDir,
 }
@@ -21,6 +23,25 @@ impl Sentinel {
     /// Starts a Sentinel monitoring `master` with this quorum: the master is
     /// considered down after 1 s without answers, a failover may take 5 s.
     pub fn start(master: &RedisServer, quorum: u32) -> Sentinel {
+        Sentinel::start_with_auth(master, quorum, None, None)
+    }
+
+    /// As [`Sentinel::start`], with a password of its own (`requirepass`, and
+    /// `sentinel-pass` for its peers, which must share it) and the password of the
+    /// master and replicas it watches (`auth-pass`).
+    pub fn start_with_auth(
+        master: &RedisServer,
+        quorum: u32,
+        password: Option<&str>,
+        master_password: Option<&str>,
+    ) -> Sentinel {
+        let mut auth = String::new();
+        if let Some(pw) = password {
+            auth.push_str(&format!("requirepass {pw}\nsentinel sentinel-pass {pw}\n"));
+        }
+        if let Some(pw) = master_password {
+            auth.push_str(&format!("sentinel auth-pass {MASTER_NAME} {pw}\n"));
+        }
         for _ in 0..5 {
             let dir = tempfile::tempdir().expect("temp dir");
             let port = free_port();
@@ -33,7 +54,7 @@ impl Sentinel {
                      sentinel monitor {MASTER_NAME} 127.0.0.1 {master} {quorum}\n\
                      sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
                      sentinel failover-timeout {MASTER_NAME} 5000\n\
-                     sentinel parallel-syncs {MASTER_NAME} 1\n",
+                     sentinel parallel-syncs {MASTER_NAME} 1\n{auth}",
                     dir = dir.path().display(),
                     log = dir.path().join("sentinel.log").display(),
                     master = master.port(),
@@ -50,6 +71,7 @@ impl Sentinel {
                 .expect("run redis-server --sentinel");
             let mut s = Sentinel {
                 port,
+                password: password.map(str::to_string),
                 child: Some(child),
                 dir,
             };
@@ -71,9 +93,12 @@ impl Sentinel {
         panic!("redis-server --sentinel did not start");
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>`, with `:<password>@` if it has one.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match &self.password {
+            Some(pw) => format!("redis://:{pw}@127.0.0.1:{}", self.port),
+            None => format!("redis://127.0.0.1:{}", self.port),
+        }
     }
 
     /// The port of the master this Sentinel names now, if it answers.

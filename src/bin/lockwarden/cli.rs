@@ -90,6 +90,19 @@ pub struct Common {
     #[arg(long = "master-name", global = true, value_name = "NAME")]
     pub master_name: Option<String>,
 
+    /// The password of the master and replicas the Sentinels name, if they
+    /// need one (with --sentinel; the Sentinels' own goes in their URLs:
+    /// redis://:password@host:26379). Best given in the environment, where `ps`
+    /// does not show it.
+    #[arg(
+        long = "master-password",
+        global = true,
+        env = "LOCKWARDEN_MASTER_PASSWORD",
+        value_name = "PASSWORD",
+        hide_env_values = true
+    )]
+    pub master_password: Option<String>,
+
     /// Replicas that must confirm each lock change (WAIT) before it counts; a
     /// grant fewer confirm is undone and retried until --wait runs out. Off by
     /// default. See docs/operations.md, "Running with Sentinel".
@@ -97,7 +110,8 @@ pub struct Common {
     pub sync_replicas: Option<u32>,
 
     /// How long the master waits for those replicas per lock change (with
-    /// --sync-replicas; below 2s).
+    /// --sync-replicas; below 1900ms: Redis may end a WAIT 100 ms late, and a
+    /// command may take 2s).
     #[arg(long = "sync-timeout", global = true, default_value = "500ms", value_name = "DURATION", value_parser = parse_lease)]
     pub sync_timeout: Duration,
 

@@ -92,6 +92,9 @@ impl Session {
         if let Some(lease) = watchdog_lease {
             config = config.watchdog_lease(lease);
         }
+        if let Some(password) = &common.master_password {
+            config = config.master_credentials(None, password);
+        }
         if let Some(min) = common.sync_replicas {
             config = config.sync_replicas(min, common.sync_timeout);
         }
