@@ -114,14 +114,17 @@ impl LockActor {
     /// attempt; the caller sends it (an acquisition, or a handover in `turn.rs`).
     pub(super) fn start_attempt(&mut self, id: u64) -> Option<(Attempt, kinds::Attempt)> {
         let per_waiter = self.rules().per_waiter();
+        let known_lock = self.known_lock;
         let w = self.queue.find_mut(id)?;
         let queue = per_waiter && !w.try_once;
         // Once sent, the attempt may put it in the Redis queue: from now on,
         // leaving this queue must leave that one too.
         w.queued |= queue;
         w.due = false;
-        // A retry: the first attempt found the key a lock hash (or got an error).
-        let fresh = w.fresh && w.tried_at.is_some();
+        // A retry (the first attempt found the key a lock hash, or got an error),
+        // or an earlier attempt of this actor found it one: a key that turns into
+        // another type under a live lock actor then reads as busy, not WRONGTYPE.
+        let fresh = w.fresh && (w.tried_at.is_some() || known_lock);
         w.tried_at = Some(Instant::now());
         let attempt = Attempt {
             waiter: w.id,
@@ -176,6 +179,7 @@ impl LockActor {
         let woken = std::mem::take(&mut self.woken);
         match res {
             Ok(AcquireReply::Acquired { token, holds }) => {
+                self.known_lock = true;
                 self.failures = 0;
                 self.last_error = None;
                 match self.queue.take(attempt.waiter) {
@@ -223,6 +227,7 @@ impl LockActor {
                 self.pump(ctx);
             }
             Ok(AcquireReply::Busy { ttl, head }) => {
+                self.known_lock = true;
                 self.failures = 0;
                 self.last_error = None;
                 self.on_busy(attempt, ttl, head, woken, ctx);

@@ -138,6 +138,10 @@ pub(crate) struct LockActor {
     failures: u32,
     /// This process's run of grants, and whether it yields to others (`turn.rs`).
     turn: turn::Turn,
+    /// An attempt of this actor's found the key a lock hash (granted, or busy
+    /// after the full check): a new owner's first attempt may then skip the
+    /// re-entry check too (`acquire.lua`'s new-owner flag).
+    known_lock: bool,
 }
 
 impl LockActor {
@@ -172,12 +176,14 @@ impl LockActor {
             last_error: None,
             failures: 0,
             turn: turn::Turn::default(),
+            known_lock: false,
         }
     }
 
     /// Brings timers and subscriptions in line with what is left to do: keeps a
     /// deadline timer while waiters wait, unsubscribes channels no waiter listens
-    /// on, and starts the idle countdown when nothing at all is going on.
+    /// on (the exclusive lock's after a short linger, `turn::LINGER`), and starts
+    /// the idle countdown when nothing at all is going on.
     fn settle(&mut self, ctx: &mut Context<Self>) {
         if self.queue.is_empty() {
             if let Some(t) = self.wake_timer.take() {
@@ -186,10 +192,11 @@ impl LockActor {
         } else if self.wake_timer.is_none() {
             self.schedule(None, ctx);
         }
+        let lingers = !self.subs.is_empty() && self.lingers(ctx);
         let unneeded: Vec<String> = self
             .subs
             .iter()
-            .filter(|(channel, sub)| **sub == Sub::On && !self.needs(channel))
+            .filter(|(channel, sub)| **sub == Sub::On && !self.needs(channel) && !lingers)
             .map(|(channel, _)| channel.clone())
             .collect();
         for channel in unneeded {
