@@ -182,8 +182,7 @@ impl LockActor {
 
     /// Brings timers and subscriptions in line with what is left to do: keeps a
     /// deadline timer while waiters wait, unsubscribes channels no waiter listens
-    /// on (the exclusive lock's after a short linger, `turn::LINGER`), and starts
-    /// the idle countdown when nothing at all is going on.
+    /// on, and starts the idle countdown when nothing at all is going on.
     fn settle(&mut self, ctx: &mut Context<Self>) {
         if self.queue.is_empty() {
             if let Some(t) = self.wake_timer.take() {
@@ -192,11 +191,10 @@ impl LockActor {
         } else if self.wake_timer.is_none() {
             self.schedule(None, ctx);
         }
-        let lingers = !self.subs.is_empty() && self.lingers(ctx);
         let unneeded: Vec<String> = self
             .subs
             .iter()
-            .filter(|(channel, sub)| **sub == Sub::On && !self.needs(channel) && !lingers)
+            .filter(|(channel, sub)| **sub == Sub::On && !self.needs(channel))
             .map(|(channel, _)| channel.clone())
             .collect();
         for channel in unneeded {

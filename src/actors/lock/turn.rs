@@ -67,16 +67,6 @@ pub(super) const FALLBACK: Duration = Duration::from_millis(10);
 /// 0.27-0.30, and lockwarden's waiters 80-123 holds each against its 80-92.
 pub(super) const JITTER: Duration = Duration::from_micros(60);
 
-/// How long the unlock channel stays subscribed after the last local waiter
-/// left. A process contending in a loop has no waiter queued between a release
-/// and its next acquisition; dropping the subscription then and taking it again
-/// at the next busy answer cost a SUBSCRIBE and an UNSUBSCRIBE per run (in
-/// `tests/turns.rs`, 0.9 of the 2.8 extra Redis commands per acquisition that
-/// three managers paid over one). Kept this long, a process that stopped
-/// contending may once be yielded to for nothing (the yielder's head then waits
-/// [`FALLBACK`]).
-pub(super) const LINGER: Duration = Duration::from_millis(50);
-
 /// A wake delay shorter than this is not slept: a thread's sleep is not more
 /// precise (and the hop to a blocking thread costs about as much).
 pub(super) const PRECISION: Duration = Duration::from_micros(20);
@@ -107,9 +97,6 @@ pub(super) struct Turn {
     /// Redis refused a handover (the user may not run PUBSUB NUMSUB): this lock
     /// releases plainly from now on.
     refused: bool,
-    /// Since the last local waiter left, the channel stays subscribed until then
-    /// ([`LINGER`]).
-    linger: Option<Instant>,
 }
 
 impl Turn {
@@ -305,24 +292,6 @@ impl LockActor {
             }
             out
         })))
-    }
-
-    /// Whether the unlock channel stays subscribed though no local waiter needs it
-    /// now ([`LINGER`]); arms the settle that drops it when the time is up.
-    pub(super) fn lingers(&mut self, ctx: &mut Context<Self>) -> bool {
-        if !self.rules().takes_turns() || !self.queue.is_empty() {
-            self.turn.linger = None;
-            return false;
-        }
-        let now = Instant::now();
-        match self.turn.linger {
-            None => {
-                self.turn.linger = Some(now + LINGER);
-                ctx.run_later(LINGER, |act, ctx| act.settle(ctx));
-                true
-            }
-            Some(until) => now < until,
-        }
     }
 
     /// A plain release of this lock published its unlock message and `others`
