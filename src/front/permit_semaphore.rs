@@ -18,8 +18,8 @@ use actix::prelude::*;
 
 use super::manager::LockManager;
 use super::semaphore::check_permits;
-use crate::actors::permits::GivePermits;
-use crate::actors::permits::{Granted, ReturnPermits};
+use crate::actors::semaphore::permits::GivePermits;
+use crate::actors::semaphore::permits::{Granted, ReturnPermits};
 use crate::actors::semaphore::{SemaphoreActor, TakePermits};
 use crate::actors::shared::Shared;
 use crate::error::{LockError, LostReason};

@@ -19,7 +19,7 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use super::manager::LockManager;
-use crate::actors::permits::GivePermits;
+use crate::actors::semaphore::permits::GivePermits;
 use crate::actors::semaphore::{SemaphoreActor, TakePermits};
 use crate::actors::shared::Shared;
 use crate::error::LockError;

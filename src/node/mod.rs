@@ -13,8 +13,8 @@
 //! Three deployments stand behind it, each a [`Conn`] variant and a file of its
 //! own: a standalone server reached through redis-rs's `ConnectionManager`
 //! (multiplexed: concurrent scripts from all lock actors are pipelined on one
-//! socket; it reconnects by itself), the master Sentinel names (`sentinel.rs`,
-//! which follows failovers, as redis-rs does not, and `switch.rs`, which hears
+//! socket; it reconnects by itself), the master Sentinel names (`sentinel/`,
+//! which follows failovers, as redis-rs does not, and `sentinel/switch.rs`, which hears
 //! Sentinel announce them), and a Redis Cluster
 //! (`cluster.rs`, redis-rs's cluster connection: slot routing, redirects, topology
 //! refresh). A new deployment is a new variant and a new arm in [`connect`];
@@ -32,7 +32,6 @@ mod cluster;
 mod coalescer;
 mod pubsub;
 mod sentinel;
-mod switch;
 
 use std::sync::Arc;
 
@@ -100,7 +99,7 @@ pub(crate) struct Conn {
 enum Link {
     /// A standalone server.
     Standalone(ConnectionManager),
-    /// The master Sentinel names, followed across failovers (`sentinel.rs`).
+    /// The master Sentinel names, followed across failovers (`sentinel/`).
     Sentinel(Arc<Follower>),
     /// A Redis Cluster (`cluster.rs`), and the publish command of its scripts.
     Cluster(ClusterConnection, Publish),

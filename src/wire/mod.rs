@@ -145,10 +145,11 @@ impl Invocation {
     ) -> RedisResult<(Value, Confirmed)> {
         let publish = conn.publish();
         let cmd = self.command(publish);
-        match replicas::send(conn, &cmd, self.need).await? {
+        let confirmation = conn.confirmation();
+        match replicas::send(conn, confirmation.clone(), &cmd, self.need).await? {
             (Value::ServerError(e), _) if e.kind() == Some(ServerErrorKind::NoScript) => {
                 self.script.get(publish).load_async(conn).await?;
-                replicas::send(conn, &cmd, self.need).await
+                replicas::send(conn, confirmation, &cmd, self.need).await
             }
             answer => Ok(answer),
         }

@@ -44,9 +44,9 @@ use redis::{Cmd, RedisError, RedisResult, Value};
 use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 use tracing::{info, warn};
 
-use super::lua::ScriptConn;
 use crate::config::{millis, ReplicaSync, WAIT_SLACK};
 use crate::error::not_replicated;
+use redis::aio::ConnectionLike;
 
 /// How much a script's answer depends on its write reaching replicas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,12 +207,19 @@ pub(crate) enum Confirmed {
 /// the module documentation); answers the script's reply as Redis sent it. A
 /// call that must be confirmed while replicas are short and the budget is spent
 /// is not sent: it is answered `NotReplicated` at once.
-pub(crate) async fn send<C: ScriptConn>(
+///
+/// `confirmation` is the connection's own ([`ScriptConn::confirmation`]), passed
+/// in rather than asked for here, so that this file needs nothing of `lua.rs`
+/// (which names [`Confirmation`]).
+///
+/// [`ScriptConn::confirmation`]: super::ScriptConn::confirmation
+pub(crate) async fn send<C: ConnectionLike>(
     conn: &mut C,
+    confirmation: Option<std::sync::Arc<Confirmation>>,
     cmd: &Cmd,
     need: Need,
 ) -> RedisResult<(Value, Confirmed)> {
-    let Some(confirmation) = conn.confirmation().filter(|_| need != Need::ReadOnly) else {
+    let Some(confirmation) = confirmation.filter(|_| need != Need::ReadOnly) else {
         return Ok((conn.req_packed_command(cmd).await?, Confirmed::NotAsked));
     };
     let _place = match confirmation.way(need).await {

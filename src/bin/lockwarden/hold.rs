@@ -18,8 +18,8 @@ use serde_json::{json, Value};
 use crate::acquire::{acquire, report_timeout, Signals, Waited};
 use crate::cli::HoldArgs;
 use crate::duration::{human, millis};
+use crate::outcome::RELEASE_BUDGET;
 use crate::outcome::{self, note, signal_code, Failure};
-use crate::run::RELEASE_BUDGET;
 use crate::session::Session;
 
 /// Milliseconds since the Unix epoch, by this machine's clock (0 before 1970).

@@ -30,6 +30,11 @@ pub const CANNOT_EXECUTE: i32 = 126;
 /// The command was not found (as in shells).
 pub const NOT_FOUND: i32 = 127;
 
+/// Longest the release after the command (`run`, `hold`, a semaphore's `run`) may
+/// take (the library's default response timeout); past it the lock is left to
+/// expire.
+pub const RELEASE_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The code for "ended by signal `n`", as shells report it.
 pub fn signal_code(n: i32) -> i32 {
     128 + n

@@ -42,6 +42,7 @@ use tracing::info;
 use crate::acquire::{acquire, report_timeout, Signals, Waited};
 use crate::cli::{OnLost, RunArgs};
 use crate::duration::human;
+use crate::outcome::RELEASE_BUDGET;
 use crate::outcome::{self, child_code, note, signal_code, Failure};
 use crate::redlock::{self, RedWaited};
 use crate::session::Session;
@@ -51,9 +52,6 @@ use crate::session::Session;
 const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// How long a probe may take before Redis counts as not answering.
 const PROBE_BUDGET: Duration = Duration::from_secs(1);
-/// Longest the release after the command (or after `hold`) may take (the library's
-/// default response timeout); past it the lock is left to expire.
-pub const RELEASE_BUDGET: Duration = Duration::from_secs(2);
 
 /// Where signals for the command go.
 #[derive(Clone, Copy, Debug)]

@@ -22,8 +22,8 @@ use tracing::info;
 use crate::acquire::Signals;
 use crate::cli::{LatchAction, LatchArgs, RunArgs, SemaphoreAction, SemaphoreArgs};
 use crate::duration::human;
+use crate::outcome::RELEASE_BUDGET;
 use crate::outcome::{self, child_code, note, signal_code, Failure};
-use crate::run::RELEASE_BUDGET;
 use crate::session::Session;
 
 /// Runs `lockwarden run NAME --semaphore`; answers the exit code.

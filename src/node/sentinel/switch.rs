@@ -25,7 +25,7 @@ use redis::RedisResult;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::sentinel::Follower;
+use super::Follower;
 use crate::config::backoff;
 
 /// The channel every Sentinel announces a finished failover on.

@@ -16,6 +16,8 @@
 //! Sentinel's `+switch-master` announcement (`switch.rs`) and moves the moment a
 //! failover is done, before any call fails.
 
+mod switch;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 
@@ -26,8 +28,6 @@ use redis::{
 };
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
-
-use super::switch;
 
 /// How many times a lookup is tried after a sign that the master moved, and the
 /// pause between tries: 120 x 250 ms covers a failover of half a minute.

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::warn;
 
-use super::renewer::{Lapsed, Renewal, Watched};
-use super::semaphore::SemaphoreActor;
-use super::shared::Shared;
+use super::SemaphoreActor;
+use crate::actors::renewer::{Lapsed, Renewal, Watched};
+use crate::actors::shared::Shared;
 use crate::config::backoff;
 use crate::error::{redis_is_transient, LockError, LostReason};
 use crate::signal::{LostSignal, LostWatch};

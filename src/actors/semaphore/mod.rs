@@ -24,6 +24,8 @@
 //! takers elsewhere can delay it without bound. Where that matters, give the large
 //! takers their own semaphore or hold the small ones to the same process.
 
+pub(crate) mod permits;
+
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,8 +34,8 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
-use super::shared::Shared;
-use super::subscriber::{Resync, Subscribe, Unlocked, Unsubscribe};
+use crate::actors::shared::Shared;
+use crate::actors::subscriber::{Resync, Subscribe, Unlocked, Unsubscribe};
 use crate::config::{backoff, millis};
 use crate::error::{redis_is_transient, LockError};
 use crate::keys;
@@ -67,7 +69,7 @@ pub(crate) struct TakePermits {
 #[derive(Debug)]
 pub(crate) struct Grant {
     /// The permit-expirable semaphore's holding.
-    pub(crate) permits: Option<super::permits::Granted>,
+    pub(crate) permits: Option<permits::Granted>,
 }
 
 /// One waiting caller.
@@ -105,7 +107,7 @@ pub(crate) struct SemaphoreActor {
     /// one.
     pub(super) expirable: bool,
     /// A permit-expirable semaphore's holdings in this process.
-    pub(super) holdings: super::permits::Holdings,
+    pub(super) holdings: permits::Holdings,
     /// Its channel.
     channel: String,
     /// The manager's connection, subscriber and settings.
@@ -192,7 +194,7 @@ impl SemaphoreActor {
         let name = self.name.clone();
         let mut conn = self.shared.node.conn();
         let ids = if self.expirable {
-            super::permits::new_ids(permits)
+            permits::new_ids(permits)
         } else {
             Vec::new()
         };
