@@ -17,7 +17,7 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
-use super::shared::Shared;
+use super::shared::{until_first, Shared};
 use super::subscriber::{Resync, Subscribe, Unlocked, Unsubscribe};
 use crate::config::backoff;
 use crate::error::{redis_is_transient, LockError};
@@ -194,13 +194,7 @@ impl LatchActor {
         if let Some(old) = self.timer.take() {
             ctx.cancel_future(old);
         }
-        let now = Instant::now();
-        let delay = self
-            .waiters
-            .iter()
-            .filter_map(|w| w.deadline)
-            .map(|d| d.saturating_duration_since(now))
-            .fold(delay, Duration::min);
+        let delay = until_first(delay, self.waiters.iter().filter_map(|w| w.deadline));
         self.timer = Some(ctx.run_later(delay, |act, ctx| {
             act.timer = None;
             act.check(ctx);

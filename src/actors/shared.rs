@@ -7,6 +7,7 @@
 //! manager and every lock actor are gone.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use actix::Addr;
 
@@ -34,4 +35,13 @@ pub(crate) struct Shared {
     pub(crate) counters: Arc<Counters>,
     /// The watchdog holdings of all lock actors, swept by the renewer.
     pub(crate) renewals: Arc<RenewTable>,
+}
+
+/// `delay`, or less if one of `deadlines` comes sooner: when an actor whose
+/// waiters have deadlines (the synchronizers') must look again.
+pub(crate) fn until_first(delay: Duration, deadlines: impl Iterator<Item = Instant>) -> Duration {
+    let now = Instant::now();
+    deadlines
+        .map(|d| d.saturating_duration_since(now))
+        .fold(delay, Duration::min)
 }

@@ -17,14 +17,13 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use super::manager::LockManager;
-use super::semaphore::check_permits;
-use crate::actors::semaphore::permits::GivePermits;
+use super::semaphore::{add, check_permits, try_set};
 use crate::actors::semaphore::permits::{Granted, ReturnPermits};
 use crate::actors::semaphore::{SemaphoreActor, TakePermits};
 use crate::actors::shared::Shared;
 use crate::error::{LockError, LostReason};
 use crate::signal::LostWatch;
-use crate::wire::{self, SemTrySet, XsemAcquire, XsemTake};
+use crate::wire::{self, XsemAcquire, XsemTake};
 
 /// Get a [`PermitSemaphoreHandle`] on the permit-expirable semaphore `name`
 /// (checked now, once, by the rules of a lock name).
@@ -95,20 +94,13 @@ impl PermitSemaphoreHandle {
     /// Sets the number of permits if the semaphore has none yet; answers whether
     /// it did. Zero is allowed.
     pub async fn try_set_permits(&self, permits: u32) -> Result<bool, LockError> {
-        check_permits(permits, 0)?;
-        let mut conn = self.shared.node.conn();
-        let call = SemTrySet {
-            name: &self.name,
-            permits,
-        };
-        Ok(wire::call(&mut conn, &call).await?)
+        try_set(&self.shared, &self.name, permits).await
     }
 
     /// Adds `permits` (at least 1) and wakes waiters; answers how many are
     /// available now.
     pub async fn add_permits(&self, permits: u32) -> Result<u64, LockError> {
-        check_permits(permits, 1)?;
-        self.actor.send(GivePermits { permits }).await?
+        add(&self.actor, permits).await
     }
 
     /// How many permits are available now, after giving back every expired one.

@@ -87,6 +87,21 @@ impl std::fmt::Debug for SemaphoreHandle {
     }
 }
 
+/// `try_set_permits` of either kind of semaphore (both keep the count in a
+/// string at the name).
+pub(super) async fn try_set(shared: &Shared, name: &str, permits: u32) -> Result<bool, LockError> {
+    check_permits(permits, 0)?;
+    let mut conn = shared.node.conn();
+    Ok(wire::call(&mut conn, &SemTrySet { name, permits }).await?)
+}
+
+/// `add_permits` of either kind of semaphore: through its actor, which wakes
+/// local waiters too.
+pub(super) async fn add(actor: &Addr<SemaphoreActor>, permits: u32) -> Result<u64, LockError> {
+    check_permits(permits, 1)?;
+    actor.send(GivePermits { permits }).await?
+}
+
 /// Refuses an amount of permits outside 1..=[`MAX_PERMITS`] (`at_least` 0 lets
 /// zero through, for setting an empty semaphore).
 pub(super) fn check_permits(permits: u32, at_least: u32) -> Result<(), LockError> {
@@ -114,21 +129,14 @@ impl SemaphoreHandle {
     /// absent), and wakes its waiters. Answers whether it set them: one caller of
     /// many racing to initialise wins. Zero is allowed (permits added later).
     pub async fn try_set_permits(&self, permits: u32) -> Result<bool, LockError> {
-        check_permits(permits, 0)?;
-        let mut conn = self.shared.node.conn();
-        let call = SemTrySet {
-            name: &self.name,
-            permits,
-        };
-        Ok(wire::call(&mut conn, &call).await?)
+        try_set(&self.shared, &self.name, permits).await
     }
 
     /// Adds `permits` (at least 1) and wakes waiters; answers how many are
     /// available now. Refused, with nothing changed, if the total would pass
     /// 2147483647.
     pub async fn add_permits(&self, permits: u32) -> Result<u64, LockError> {
-        check_permits(permits, 1)?;
-        self.actor.send(GivePermits { permits }).await?
+        add(&self.actor, permits).await
     }
 
     /// Gives back `permits` that no guard holds (Redisson's `release`: the

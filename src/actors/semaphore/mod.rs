@@ -34,7 +34,7 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
-use crate::actors::shared::Shared;
+use crate::actors::shared::{until_first, Shared};
 use crate::actors::subscriber::{Resync, Subscribe, Unlocked, Unsubscribe};
 use crate::config::{backoff, millis};
 use crate::error::{redis_is_transient, LockError};
@@ -329,13 +329,7 @@ impl SemaphoreActor {
         if let Some(old) = self.timer.take() {
             ctx.cancel_future(old);
         }
-        let now = Instant::now();
-        let delay = self
-            .waiters
-            .iter()
-            .filter_map(|w| w.deadline)
-            .map(|d| d.saturating_duration_since(now))
-            .fold(delay, Duration::min);
+        let delay = until_first(delay, self.waiters.iter().filter_map(|w| w.deadline));
         self.timer = Some(ctx.run_later(delay, |act, ctx| {
             act.timer = None;
             act.pump(ctx);
