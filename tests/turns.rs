@@ -91,10 +91,11 @@ async fn contend(server: &RedisServer, managers: usize, spread: usize) -> (Tally
 /// Three managers with two waiters each: no waiter starves (the holding manager
 /// used to hand the lock to its own next waiter before the others heard the
 /// unlock message, and some waiters got nothing), the busiest waiter has at most
-/// four times the holds of the idlest, and an acquisition costs Redis at most 1.4
+/// four times the holds of the idlest, and an acquisition costs Redis at most 1.3
 /// times the commands (script-internal ones included) it costs when one manager
 /// has all six waiters. Before turns it cost 1.9 times: every release published,
-/// and a waiter in every other manager woke and failed.
+/// and a waiter in every other manager woke and failed; with turns but a
+/// SUBSCRIBE and an UNSUBSCRIBE per run, 1.31-1.32 times (now 1.20).
 #[actix_rt::test]
 async fn every_waiter_of_every_manager_gets_turns() {
     let server = RedisServer::start();
@@ -113,7 +114,7 @@ async fn every_waiter_of_every_manager_gets_turns() {
     assert!(min > 0, "a waiter starved: {:?}", t.per_waiter);
     assert!(max <= 4 * min, "unfair: {:?}", t.per_waiter);
     assert!(
-        per_acquisition <= 1.4 * alone,
+        per_acquisition <= 1.3 * alone,
         "{per_acquisition:.1} commands per acquisition, {alone:.1} with one manager"
     );
 }
