@@ -514,6 +514,6 @@ pub(crate) fn backoff(first: Duration, longest: Duration, attempt: u32) -> Durat
         .checked_mul(1u32 << attempt.min(16))
         .unwrap_or(longest)
         .min(longest);
-    let jitter = base.mul_f64(0.25 * (uuid::Uuid::new_v4().as_u128() % 1000) as f64 / 1000.0);
+    let jitter = base.mul_f64(0.25 * crate::random::below(1000) as f64 / 1000.0);
     base.saturating_sub(jitter)
 }

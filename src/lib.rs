@@ -95,6 +95,7 @@ mod guard;
 mod keys;
 mod kind;
 mod node;
+mod random;
 mod signal;
 mod stats;
 mod tls;

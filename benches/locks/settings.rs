@@ -39,6 +39,9 @@ pub struct Settings {
     pub many_at_default: bool,
     /// Where the PNG chart goes.
     pub chart: String,
+    /// Concurrent holders of scenario A (`LOCKWARDEN_BENCH_A_HOLDERS`, default
+    /// `1,16,64`): one value alone is handy under a profiler.
+    pub holders: Vec<usize>,
 }
 
 /// Independent servers of scenario R.
@@ -102,12 +105,17 @@ impl Settings {
                 "LOCKWARDEN_BENCH_CHART",
                 format!("{target}/lockwarden-bench/handoff.png"),
             ),
+            holders: env_or("LOCKWARDEN_BENCH_A_HOLDERS", "1,16,64".to_string())
+                .split(',')
+                .filter_map(|c| c.trim().parse().ok())
+                .filter(|&c| c > 0)
+                .collect(),
         }
     }
 
     /// Concurrent holders of scenario A.
-    pub fn holders(&self) -> &'static [usize] {
-        &[1, 16, 64]
+    pub fn holders(&self) -> &[usize] {
+        &self.holders
     }
 
     /// Waiter counts of scenario B.

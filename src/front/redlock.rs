@@ -232,7 +232,7 @@ impl RedLock {
                     // No node answered: a short random pause before asking again.
                     let pause = self
                         .node_wait
-                        .mul_f64(0.5 + (uuid::Uuid::new_v4().as_u128() % 1000) as f64 / 1000.0);
+                        .mul_f64(0.5 + crate::random::below(1000) as f64 / 1000.0);
                     tokio::time::sleep(left.map_or(pause, |l| pause.min(l))).await;
                 }
             }

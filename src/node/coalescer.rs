@@ -200,7 +200,8 @@ async fn send(mut conn: Conn, mut batch: Vec<Op>) {
         }
         return;
     }
-    let call = wire::batch_invocation(batch.iter().map(|op| &op.call));
+    let starts = wire::batch_key_starts(batch.iter().map(|op| &op.call));
+    let call = wire::batch_invocation(batch.iter_mut().map(|op| &mut op.call));
     // One WAIT behind the batch covers every op in it; each op is then judged by
     // its own need (a grant fails on a shortfall, a release stands).
     let res = call
@@ -212,8 +213,8 @@ async fn send(mut conn: Conn, mut batch: Vec<Op>) {
         });
     match res {
         Ok((replies, confirmed)) => {
-            for (op, reply) in batch.into_iter().zip(replies) {
-                let key = op.call.routing_key().unwrap_or("?");
+            for ((op, reply), start) in batch.into_iter().zip(replies).zip(starts) {
+                let key = call.keys.get(start).map_or("?", String::as_str);
                 let judged = wire::judge(op.call.need, reply, &confirmed, key);
                 let _ = op.reply.send(judged.and_then(wire::into_result));
             }

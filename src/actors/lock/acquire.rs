@@ -455,7 +455,7 @@ impl LockActor {
             kind: u.kind,
             field: u.field.clone(),
             lease_ms: millis(lease),
-            request_id: Arc::from(uuid::Uuid::new_v4().to_string()),
+            request_id: Arc::from(crate::random::request_id()),
             retry: false,
         };
         let release = self.rules().release(&self.shared, giveback);

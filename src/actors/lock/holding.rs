@@ -361,7 +361,7 @@ impl LockActor {
             kind,
             field,
             lease_ms: millis(lease),
-            request_id: Arc::from(uuid::Uuid::new_v4().to_string()),
+            request_id: Arc::from(crate::random::request_id()),
             retry: false,
         };
         if last {

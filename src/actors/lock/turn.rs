@@ -176,7 +176,7 @@ impl Turn {
             return Duration::ZERO;
         }
         let micros = u64::try_from(JITTER.as_micros()).unwrap_or(1).max(1);
-        Duration::from_micros((uuid::Uuid::new_v4().as_u128() % u128::from(micros)) as u64)
+        Duration::from_micros(crate::random::below(micros))
     }
 
     /// While the head waiter must not ask Redis: how much longer.

@@ -213,7 +213,7 @@ async fn a_lone_call_runs_the_plain_script() {
             .await
             .expect("release");
     }
-    let acquire = wire::Acquire {
+    let mut acquire = wire::Acquire {
         name: "x",
         field: "x",
         lease_ms: 1,
@@ -221,7 +221,7 @@ async fn a_lone_call_runs_the_plain_script() {
         fresh: false,
     }
     .invocation();
-    let release = wire::Release {
+    let mut release = wire::Release {
         name: "x",
         field: "x",
         lease_ms: 1,
@@ -230,7 +230,7 @@ async fn a_lone_call_runs_the_plain_script() {
         retry: false,
     }
     .invocation();
-    let batch = wire::batch_invocation([&acquire, &release].into_iter());
+    let batch = wire::batch_invocation([&mut acquire, &mut release].into_iter());
     let loaded: Vec<bool> = redis::cmd("SCRIPT")
         .arg("EXISTS")
         .arg(batch.script.get(wire::Publish::Plain).get_hash())
