@@ -53,23 +53,23 @@ pub(super) struct Unresolved {
 
 impl Attempt {
     /// This attempt, as one whose reply was lost.
-    pub(super) fn unresolved(self) -> Unresolved {
-        Unresolved {
+    pub(super) fn unresolved(self) -> Box<Unresolved> {
+        Box::new(Unresolved {
             kind: self.kind,
             owner: self.owner,
             field: self.field,
-        }
+        })
     }
 }
 
 impl Unresolved {
     /// The attempt made for this waiter.
-    pub(super) fn of(w: &Waiter) -> Unresolved {
-        Unresolved {
+    pub(super) fn of(w: &Waiter) -> Box<Unresolved> {
+        Box::new(Unresolved {
             kind: w.kind,
             owner: w.owner,
             field: w.field.clone(),
-        }
+        })
     }
 }
 

@@ -25,7 +25,6 @@ mod tests;
 mod turn;
 mod waiters;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use actix::prelude::*;
@@ -84,6 +83,50 @@ enum Sub {
     On,
 }
 
+/// The channels this lock subscribed to, with their state: none while nobody
+/// waits, one for an exclusive or read-write lock, one per local waiter for a
+/// fair lock. A Vec, not a map: every lock actor has this field, and an empty
+/// Vec is half the size of an empty map (bytes kept by every held lock).
+#[derive(Debug, Default)]
+struct Subs(Vec<(String, Sub)>);
+
+impl Subs {
+    fn get(&self, channel: &str) -> Option<Sub> {
+        self.0.iter().find(|(c, _)| c == channel).map(|(_, s)| *s)
+    }
+
+    fn contains_key(&self, channel: &str) -> bool {
+        self.get(channel).is_some()
+    }
+
+    fn insert(&mut self, channel: String, sub: Sub) {
+        match self.0.iter_mut().find(|(c, _)| *c == channel) {
+            Some((_, s)) => *s = sub,
+            None => self.0.push((channel, sub)),
+        }
+    }
+
+    fn remove(&mut self, channel: &str) {
+        self.0.retain(|(c, _)| c != channel);
+        if self.0.is_empty() {
+            // A held lock keeps no room for subscriptions it no longer has.
+            self.0 = Vec::new();
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.0 = Vec::new();
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&String, &Sub)> {
+        self.0.iter().map(|(c, s)| (c, s))
+    }
+}
+
 /// The actor of one lock name and kind; see the module documentation.
 pub(crate) struct LockActor {
     /// The lock name (also the lock key).
@@ -109,7 +152,7 @@ pub(crate) struct LockActor {
     /// no news (the local release already handed over), so they are skipped.
     own_unlocks: u32,
     /// Channel -> subscription state (one channel, or one per fair waiter).
-    subs: HashMap<String, Sub>,
+    subs: Subs,
     /// Fallback retry / deadline timer.
     wake_timer: Option<SpawnHandle>,
     /// Fires when the earliest explicit lease of a holding runs out.
@@ -122,8 +165,9 @@ pub(crate) struct LockActor {
     idle_timer: Option<SpawnHandle>,
     /// Enqueue messages received, echoed to the manager in the idle handshake.
     received: u64,
-    /// An attempt whose reply was lost, to be checked before the next one.
-    unresolved: Option<acquire::Unresolved>,
+    /// An attempt whose reply was lost, to be checked before the next one (boxed:
+    /// rare, and every lock actor carries the field).
+    unresolved: Option<Box<acquire::Unresolved>>,
     /// That check is in flight.
     resolving: bool,
     /// Set before stopping on purpose so the Supervisor restarts this actor with
@@ -162,7 +206,7 @@ impl LockActor {
             attempt: None,
             woken: false,
             own_unlocks: 0,
-            subs: HashMap::new(),
+            subs: Subs::default(),
             wake_timer: None,
             expiry_timer: None,
             fair: FairPlaces::default(),
@@ -272,7 +316,7 @@ impl LockActor {
 
     /// Whether `channel` is subscribed (and routed here).
     fn listening(&self, channel: &str) -> bool {
-        self.subs.get(channel) == Some(&Sub::On)
+        self.subs.get(channel) == Some(Sub::On)
     }
 
     /// After a restart: asks Redis whether the holdings still stand, then restarts
