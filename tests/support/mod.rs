@@ -2,11 +2,14 @@
 //! the setup steps of lockwarden tests. Each test file includes it with `mod support;`.
 #![allow(dead_code)] // each test binary uses a different part of this
 
+mod certs;
 mod cluster;
 mod sentinel;
 mod server;
 mod target;
 
+#[allow(unused_imports)] // only the TLS tests use it
+pub use certs::*;
 #[allow(unused_imports)] // only the Cluster tests use it
 pub use cluster::*;
 #[allow(unused_imports)] // only the Sentinel tests use it
