@@ -254,10 +254,7 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
                 let (conn, publish) = cluster::connect(seeds, config).await?;
                 Link::Cluster(conn, publish)
             }
-            (Some((master, sentinels)), None) => {
-                let auth = config.master_auth.as_ref();
-                Link::Sentinel(Follower::connect(master, sentinels, auth, cm).await?)
-            }
+            (Some(_), None) => Link::Sentinel(Follower::connect(config, cm).await?),
             (None, None) => {
                 Link::Standalone(ConnectionManager::new_with_config(client.clone(), cm).await?)
             }
