@@ -296,8 +296,10 @@ impl Config {
     /// and confirmed survives the failover to any replica that confirmed it (with
     /// `min` = the number of replicas: to any replica). Costs one replica round
     /// trip per lock change, and while a `WAIT` lasts the shared command
-    /// connection answers nothing else, so keep `timeout` short. docs/operations.md
-    /// compares the settings with Redisson's default.
+    /// connection answers nothing else, so keep `timeout` short. A master with
+    /// AOF and `appendfsync always` on Redis 7.2+ is also asked `WAITAOF 1 0
+    /// timeout` (the change is on its own disk), decided once at start from its
+    /// `INFO`. docs/operations.md compares the settings with Redisson's default.
     ///
     /// `min` is at least 1 and at most the replicas connected to the master when
     /// the manager starts; `timeout` is at least 1 ms, and `timeout` + 100 ms

@@ -300,8 +300,9 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
             }
             checks::warn_if_locks_can_be_evicted(&mut conn).await;
             if let Some(sync) = config.sync {
-                checks::replicas_can_confirm(&mut conn, sync).await?;
-                conn.sync = Some(Arc::new(Confirmation::new(sync, config.response_timeout)));
+                let confirm = checks::replicas_can_confirm(&mut conn, sync).await?;
+                let confirmation = Confirmation::new(sync, config.response_timeout, confirm);
+                conn.sync = Some(Arc::new(confirmation));
             }
         }
     }

@@ -80,6 +80,20 @@ pub fn fill_until_oom(server: &RedisServer) {
     );
 }
 
+/// `INFO stats`' counts of error replies, read on `conn`: asked on a connection
+/// of its own, each read would add errors of its own on Redis 7.0 (redis-rs's
+/// CLIENT SETINFO, which 7.0 does not know).
+pub fn error_replies(conn: &mut redis::Connection) -> String {
+    let stats: String = redis::cmd("INFO")
+        .arg("stats")
+        .query(conn)
+        .expect("INFO stats");
+    stats
+        .lines()
+        .filter(|l| l.contains("error_replies"))
+        .collect()
+}
+
 /// Whether a key exists on the test server.
 pub fn exists(server: &RedisServer, key: &str) -> bool {
     raw::<i64>(server, &["EXISTS", key]) == 1
