@@ -72,6 +72,7 @@ async fn locks_work_and_follow_the_master_through_tls_sentinels() {
 
     a_lock_is_taken_and_released(&t, &m).await;
     a_waiter_is_woken_by_its_unlock_message(&t, &m).await;
+    #[cfg(feature = "cli")]
     the_command_runs_through_tls_sentinels(&t).await;
     a_master_that_would_need_plain_text_is_not_reached(&t).await;
     the_manager_follows_a_failover(&mut t, &m).await;
@@ -133,27 +134,15 @@ async fn a_waiter_is_woken_by_its_unlock_message(t: &Topology, m: &Addr<LockMana
 /// `lockwarden --sentinel rediss://... --master-name` takes a lock, trusting the
 /// CA through SSL_CERT_FILE; Sentinel URLs that mix schemes, and --master-tls
 /// without --sentinel, are bad input (exit 2, nothing connects).
+#[cfg(feature = "cli")]
 async fn the_command_runs_through_tls_sentinels(t: &Topology) {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockwarden"));
-    cmd.env("SSL_CERT_FILE", t.certs.path("ca.crt"))
-        .env_remove("REDIS_URL")
-        .env_remove("RUST_LOG")
-        .arg("--master-name")
-        .arg(MASTER_NAME);
+    let mut cmd = t.certs.lockwarden(env!("CARGO_BIN_EXE_lockwarden"));
+    cmd.arg("--master-name").arg(MASTER_NAME);
     for url in t.urls() {
         cmd.arg("--sentinel").arg(url);
     }
     cmd.args(["run", "tlscli", "--wait", "5s", "--", "true"]);
-    let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
-        .await
-        .expect("lockwarden exited in time")
-        .expect("lockwarden ran");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::succeeds(cmd, Duration::from_secs(30)).await;
     let plain = format!("redis://127.0.0.1:{}", support::free_port());
     for (args, says) in [
         (

@@ -62,29 +62,9 @@ async fn an_untrusted_server_certificate_is_refused() {
 async fn the_command_runs_over_tls() {
     let certs = Certs::make();
     let (_server, port) = tls_server(&certs);
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockwarden"))
-        .env("SSL_CERT_FILE", certs.path("ca.crt"))
-        .env_remove("REDIS_URL")
-        .env_remove("RUST_LOG")
-        .args([
-            "--redis",
-            &format!("rediss://127.0.0.1:{port}/"),
-            "run",
-            "tls:cli",
-            "--wait",
-            "5s",
-            "--",
-            "true",
-        ])
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(20), out)
-        .await
-        .expect("lockwarden exited in time")
-        .expect("lockwarden ran");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut cmd = certs.lockwarden(env!("CARGO_BIN_EXE_lockwarden"));
+    cmd.arg("--redis")
+        .arg(format!("rediss://127.0.0.1:{port}/"));
+    cmd.args(["run", "tls:cli", "--wait", "5s", "--", "true"]);
+    support::succeeds(cmd, Duration::from_secs(20)).await;
 }

@@ -95,6 +95,18 @@ impl Certs {
         }
     }
 
+    /// The `lockwarden` command (`bin`: the test's
+    /// `env!("CARGO_BIN_EXE_lockwarden")`) trusting this CA through
+    /// `SSL_CERT_FILE`, as with any system bundle, with no `REDIS_URL` or
+    /// `RUST_LOG` from the environment.
+    pub fn lockwarden(&self, bin: &str) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(bin);
+        cmd.env("SSL_CERT_FILE", self.path("ca.crt"))
+            .env_remove("REDIS_URL")
+            .env_remove("RUST_LOG");
+        cmd
+    }
+
     /// The CA certificate (PEM), as `Config::tls_root_cert` takes it.
     pub fn ca_pem(&self) -> Vec<u8> {
         std::fs::read(self.path("ca.crt")).expect("read the CA certificate")

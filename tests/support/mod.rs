@@ -130,6 +130,21 @@ pub fn lockwarden_at(bin: &str, url: &str) -> tokio::process::Command {
     cmd
 }
 
+/// Runs `cmd` to its end, within `limit`, and checks that it exited 0 (its
+/// stderr shown if not).
+pub async fn succeeds(mut cmd: tokio::process::Command, limit: std::time::Duration) {
+    let out = tokio::time::timeout(limit, cmd.output())
+        .await
+        .expect("the command exited in time")
+        .expect("the command ran");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The keys on the test server other than lock managers' client registry
 /// entries (`lockwarden:client:{<client id>}`, one per running manager, kept
 /// alive while it runs): what a test that checks "nothing was written" counts.

@@ -95,3 +95,25 @@ fn root_cert(config: &Config) -> Option<redis::TlsCertificates> {
         root_cert: Some(pem.clone()),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every Sentinel setup the configuration accepts must build: redis-rs's
+    /// builder refuses some (TLS settings for a plain Sentinel), which would
+    /// otherwise only show when a manager starts. Nothing connects here.
+    #[test]
+    fn every_sentinel_setup_the_config_accepts_builds() {
+        let urls = ["redis://:pw@127.0.0.1:26379", "redis://:pw@127.0.0.1:26380"];
+        let plain = Config::sentinel("m", urls).expect("config");
+        for config in [plain.clone(), plain.master_tls(true)] {
+            assert!(sentinel_client(&config).is_ok());
+            assert_eq!(sentinel_clients(&config).expect("clients").len(), 2);
+        }
+        if let Ok(tls) = Config::sentinel("m", ["rediss://127.0.0.1:26379"]) {
+            assert!(sentinel_client(&tls).is_ok());
+            assert!(sentinel_client(&tls.master_tls(false)).is_ok());
+        }
+    }
+}
