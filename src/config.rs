@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use crate::error::LockError;
 
+mod sentinel;
+
 /// How a [`LockManager`](crate::LockManager) connects and times its work.
 ///
 /// ```
@@ -70,6 +72,13 @@ pub struct Config {
     /// Under Sentinel: the username (if any) and password of the master and
     /// replicas it names ([`Config::master_credentials`]).
     pub(crate) master_auth: Option<(Option<String>, String)>,
+    /// Under Sentinel: whether the master and replicas it names speak TLS, if
+    /// said ([`Config::master_tls`]); unsaid, as the Sentinels do.
+    pub(crate) master_tls: Option<bool>,
+    /// The certificate authority (PEM) trusted instead of the system's roots
+    /// ([`Config::tls_root_cert`]), kept for the connections a Sentinel setup
+    /// makes beyond `client`.
+    pub(crate) tls_root: Option<Vec<u8>>,
 }
 
 /// How many replicas must confirm a lock change, and how long the master waits for
@@ -120,37 +129,9 @@ impl Config {
             label: None,
             metric_lock_names: false,
             master_auth: None,
+            master_tls: None,
+            tls_root: None,
         })
-    }
-
-    /// A configuration for the master that Redis Sentinel knows as `master`, found
-    /// through these Sentinels (`redis://host:26379`, with a password or TLS as
-    /// the Sentinels need), with every other setting at its default. The master is
-    /// looked up when the manager starts and again whenever its connection fails or
-    /// answers READONLY (a failover demoted it) or a Sentinel announces that it
-    /// switched the master (`+switch-master`), so the manager follows failovers.
-    /// A master that needs a password takes [`Config::master_credentials`].
-    /// Fails with [`LockError::InvalidConfig`] if the name is empty, no Sentinel is
-    /// given, or a URL cannot be parsed (nothing connects yet).
-    pub fn sentinel<'a>(
-        master: &str,
-        sentinels: impl IntoIterator<Item = &'a str>,
-    ) -> Result<Config, LockError> {
-        let urls: Vec<String> = sentinels.into_iter().map(str::to_string).collect();
-        if master.is_empty() {
-            return Err(LockError::InvalidConfig(
-                "the Sentinel master name is empty".into(),
-            ));
-        }
-        let Some(first) = urls.first() else {
-            return Err(LockError::InvalidConfig("no Sentinel URL given".into()));
-        };
-        for url in &urls[1..] {
-            Config::from_url(url)?;
-        }
-        let mut config = Config::from_url(first)?;
-        config.sentinel = Some((master.to_string(), urls));
-        Ok(config)
     }
 
     /// A configuration for a Redis Cluster reached through these seed nodes (any
@@ -315,8 +296,10 @@ impl Config {
     /// and confirmed survives the failover to any replica that confirmed it (with
     /// `min` = the number of replicas: to any replica). Costs one replica round
     /// trip per lock change, and while a `WAIT` lasts the shared command
-    /// connection answers nothing else, so keep `timeout` short. docs/operations.md
-    /// compares the settings with Redisson's default.
+    /// connection answers nothing else, so keep `timeout` short. A master with
+    /// AOF and `appendfsync always` on Redis 7.2+ is also asked `WAITAOF 1 0
+    /// timeout` (the change is on its own disk), decided once at start from its
+    /// `INFO`. docs/operations.md compares the settings with Redisson's default.
     ///
     /// `min` is at least 1 and at most the replicas connected to the master when
     /// the manager starts; `timeout` is at least 1 ms, and `timeout` + 100 ms
@@ -354,33 +337,32 @@ impl Config {
         self
     }
 
-    /// Under Sentinel ([`Config::sentinel`]): the credentials of the master (and
-    /// replicas) the Sentinels name, sent with AUTH on every connection to it
-    /// (`username` `None` for a `requirepass` password, `Some` for an ACL user).
-    /// The Sentinels' own credentials, when they have `requirepass`, go in their
-    /// URLs (`redis://:password@host:26379`, or `user:password@`), as do TLS
-    /// Sentinels (`rediss://`); a master reached over TLS is not supported yet.
-    /// [`Config::validate`] refuses it without `Config::sentinel`
-    /// ([`LockError::InvalidConfig`]): elsewhere the credentials go in the URL.
-    /// Defaults to none: the master is reached without AUTH.
-    pub fn master_credentials(mut self, username: Option<&str>, password: &str) -> Config {
-        self.master_auth = Some((username.map(str::to_string), password.to_string()));
-        self
-    }
-
     /// For a `rediss://` URL: trust the certificate authority in `pem` (PEM text)
     /// instead of the system's roots, as for a private CA or a self-signed test
-    /// server. Fails with [`LockError::InvalidConfig`] if the URL is not a TLS one
-    /// or the certificate cannot be used. Defaults to the system's roots.
+    /// server. Under Sentinel it is trusted for every TLS connection: to the
+    /// Sentinels (`rediss://` URLs) and to the master and replicas they name
+    /// ([`Config::master_tls`]). Fails with [`LockError::InvalidConfig`] if the
+    /// URL is not a TLS one (under Sentinel: [`Config::validate`] refuses it when
+    /// neither the Sentinels nor the master speak TLS) or the certificate cannot
+    /// be used. Defaults to the system's roots.
     #[cfg(feature = "tls")]
     pub fn tls_root_cert(mut self, pem: impl Into<Vec<u8>>) -> Result<Config, LockError> {
-        let info = self.client.get_connection_info().clone();
+        let pem = pem.into();
         let certs = redis::TlsCertificates {
             client_tls: None,
-            root_cert: Some(pem.into()),
+            root_cert: Some(pem.clone()),
         };
-        self.client = redis::Client::build_with_tls(info, certs)
-            .map_err(|e| LockError::InvalidConfig(format!("TLS root certificate: {e}")))?;
+        let bad =
+            |e: redis::RedisError| LockError::InvalidConfig(format!("TLS root certificate: {e}"));
+        let info = self.client.get_connection_info().clone();
+        if self.sentinel.is_some() && !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+            // Plain Sentinels may name a TLS master: the certificate is for it,
+            // and is only read here (redis-rs parses it as it will use it).
+            redis::Client::build_with_tls("rediss://127.0.0.1/", certs).map_err(bad)?;
+        } else {
+            self.client = redis::Client::build_with_tls(info, certs).map_err(bad)?;
+        }
+        self.tls_root = Some(pem);
         Ok(self)
     }
 
@@ -465,11 +447,7 @@ impl Config {
                 ));
             }
         }
-        if self.master_auth.is_some() && self.sentinel.is_none() {
-            return bad(
-                "master_credentials is for a master found through Sentinel; put the credentials in the Redis URL".into(),
-            );
-        }
+        self.validate_sentinel()?;
         if let Some(ReplicaSync { min, timeout }) = self.sync {
             if min == 0 {
                 return bad(

@@ -59,6 +59,40 @@ async fn lock_changes_are_on_the_replicas_when_the_call_returns() {
     assert!(stats.get("wait").copied().unwrap_or(0) >= 60, "{stats:?}");
 }
 
+/// A master with AOF and `appendfsync always`: replicas still confirm, and
+/// `WAITAOF 1 0` follows each `WAIT` only where Redis has it (7.2+; this
+/// machine's 7.0.15 does not, so only the older path is exercised here).
+#[actix_rt::test]
+async fn a_master_with_aof_is_asked_for_waitaof_only_when_it_has_it() {
+    let master = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let replica = RedisServer::start_replica_of(&master);
+    assert!(master.info("persistence").contains("aof_enabled:1"));
+    let m = support::manager(&master, |c| c.sync_replicas(1, Duration::from_millis(500))).await;
+    // Errors counted over the lock traffic alone, after a first round: a
+    // script's first call costs one (NOSCRIPT).
+    let warm = support::hold(&m, "aof:warm", |a| a).await;
+    warm.release().await.expect("released");
+    let mut conn = master.conn();
+    let before = support::error_replies(&mut conn);
+    for i in 0..5 {
+        let name = format!("aof:{i}");
+        let g = support::hold(&m, &name, |a| a).await;
+        assert!(holder_on(&replica, &name).is_some(), "{name}");
+        g.release().await.expect("released");
+    }
+    // An unknown command has no commandstats line: only its error shows it.
+    let after = support::error_replies(&mut conn);
+    assert_eq!(after, before, "the lock traffic met errors");
+    // COMMAND INFO answers nil for a command the server does not have.
+    let known: Vec<redis::Value> = support::raw(&master, &["COMMAND", "INFO", "WAITAOF"]);
+    let has_waitaof = !matches!(known.first(), Some(redis::Value::Nil) | None);
+    let stats = master.commandstats();
+    assert!(stats.get("wait").copied().unwrap_or(0) >= 10, "{stats:?}");
+    let waitaofs = stats.get("waitaof").copied().unwrap_or(0);
+    assert_eq!(waitaofs >= 10, has_waitaof, "{stats:?}");
+    assert!(has_waitaof || waitaofs == 0, "{stats:?}");
+}
+
 /// A replica that never acknowledges (frozen with SIGSTOP): a grant is answered
 /// `NotReplicated` (at once for a zero wait, at the deadline for a wait) and
 /// leaves no lock behind; a held lock whose renewals are not confirmed is told

@@ -8,116 +8,19 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use lockwarden::{Acquire, Config, LockManager};
-use support::{free_port, RedisServer};
-
-/// A CA and a server certificate for 127.0.0.1 / localhost, in a temp dir.
-struct Certs {
-    dir: tempfile::TempDir,
-}
-
-impl Certs {
-    fn make() -> Certs {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let run = |args: &[&str]| {
-            let out = Command::new("openssl")
-                .args(args)
-                .current_dir(dir.path())
-                .output()
-                .expect("openssl must be installed for the TLS test");
-            assert!(
-                out.status.success(),
-                "openssl {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        run(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=lockwarden test CA",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-        ]);
-        run(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=localhost",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-        ]);
-        std::fs::write(
-            dir.path().join("san.ext"),
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-        )
-        .expect("write san.ext");
-        run(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-            "-out",
-            "server.crt",
-        ]);
-        Certs { dir }
-    }
-
-    fn path(&self, file: &str) -> PathBuf {
-        self.dir.path().join(file)
-    }
-}
+use support::{free_port, Certs, RedisServer};
 
 /// A server with its plain port (for the test's own checks) and a TLS port.
 fn tls_server(certs: &Certs) -> (RedisServer, u16) {
-    let tls_port = free_port();
-    let s = |p: PathBuf| p.to_string_lossy().into_owned();
-    let (cert, key, ca) = (
-        s(certs.path("server.crt")),
-        s(certs.path("server.key")),
-        s(certs.path("ca.crt")),
-    );
-    let server = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port.to_string(),
-        "--tls-cert-file",
-        &cert,
-        "--tls-key-file",
-        &key,
-        "--tls-ca-cert-file",
-        &ca,
-        "--tls-auth-clients",
-        "no",
-    ]);
-    (server, tls_port)
-}
-
-fn pem(path: &Path) -> Vec<u8> {
-    std::fs::read(path).expect("read the CA certificate")
+    let tls_port = free_port().to_string();
+    let mut args = vec!["--tls-port".to_string(), tls_port.clone()];
+    args.extend(certs.files().args());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = RedisServer::start_with(&args);
+    (server, tls_port.parse().expect("a port"))
 }
 
 /// The library over TLS: acquire, see the lock in Redis, release.
@@ -127,7 +30,7 @@ async fn the_library_locks_over_tls() {
     let (server, port) = tls_server(&certs);
     let config = Config::from_url(&format!("rediss://127.0.0.1:{port}/"))
         .expect("rediss URL")
-        .tls_root_cert(pem(&certs.path("ca.crt")))
+        .tls_root_cert(certs.ca_pem())
         .expect("CA certificate");
     let m = LockManager::start(config).await.expect("manager over TLS");
     let g = m
@@ -159,29 +62,9 @@ async fn an_untrusted_server_certificate_is_refused() {
 async fn the_command_runs_over_tls() {
     let certs = Certs::make();
     let (_server, port) = tls_server(&certs);
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lockwarden"))
-        .env("SSL_CERT_FILE", certs.path("ca.crt"))
-        .env_remove("REDIS_URL")
-        .env_remove("RUST_LOG")
-        .args([
-            "--redis",
-            &format!("rediss://127.0.0.1:{port}/"),
-            "run",
-            "tls:cli",
-            "--wait",
-            "5s",
-            "--",
-            "true",
-        ])
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(20), out)
-        .await
-        .expect("lockwarden exited in time")
-        .expect("lockwarden ran");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut cmd = certs.lockwarden(env!("CARGO_BIN_EXE_lockwarden"));
+    cmd.arg("--redis")
+        .arg(format!("rediss://127.0.0.1:{port}/"));
+    cmd.args(["run", "tls:cli", "--wait", "5s", "--", "true"]);
+    support::succeeds(cmd, Duration::from_secs(20)).await;
 }

@@ -10,24 +10,27 @@
 //!
 //! With `Config::sync_replicas`, the master must have the replicas it is asked to
 //! wait for: a manager that waits for two replicas of a master with one would
-//! refuse every grant, so that is refused once, at start, with the numbers.
+//! refuse every grant, so that is refused once, at start, with the numbers. The
+//! same `INFO` tells the server's version and whether it keeps an AOF, which
+//! decide whether `WAITAOF` follows each `WAIT` (`wire/replicas.rs`).
 
 use redis::aio::ConnectionLike;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::ReplicaSync;
 use crate::error::LockError;
+use crate::wire::{confirm_with, Confirm};
 
 /// Checks, at start, that the server is a master with at least as many connected
-/// replicas as `sync` wants confirmations from (`INFO replication`).
+/// replicas as `sync` wants confirmations from, and answers which commands
+/// confirm a lock change there (`INFO`'s default sections, and `appendfsync`
+/// when it matters).
 pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
     conn: &mut C,
     sync: ReplicaSync,
-) -> Result<(), LockError> {
-    let info: String = redis::cmd("INFO")
-        .arg("replication")
-        .query_async(conn)
-        .await?;
+) -> Result<Confirm, LockError> {
+    // The default sections hold server, persistence and replication alike.
+    let info: String = redis::cmd("INFO").query_async(conn).await?;
     let field = |name: &str| {
         info.lines()
             .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
@@ -47,7 +50,40 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
             sync.min
         )));
     }
-    Ok(())
+    let version = field("redis_version").unwrap_or_default();
+    let aof = field("aof_enabled").as_deref() == Some("1");
+    let appendfsync = match aof {
+        true => config_get(conn, "appendfsync").await,
+        false => None,
+    };
+    let confirm = confirm_with(&version, aof, appendfsync.as_deref());
+    match confirm {
+        Confirm::Wait => {}
+        Confirm::WaitOnly(why) => info!(
+            version,
+            "the master keeps an AOF, but lock changes are confirmed with WAIT alone \
+             (replicas received them, not necessarily on disk): {why}"
+        ),
+        Confirm::WaitAndAof => info!(
+            version,
+            "the master keeps an AOF with appendfsync always: lock changes also wait for \
+             WAITAOF 1 0 (written to the master's disk)"
+        ),
+    }
+    Ok(confirm)
+}
+
+/// One `CONFIG GET` value, or `None` if the server will not say (an ACL without
+/// CONFIG, a managed service that renames it).
+async fn config_get<C: ConnectionLike>(conn: &mut C, name: &str) -> Option<String> {
+    let pairs: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(name)
+        .query_async(conn)
+        .await
+        .map_err(|e| debug!(error = %e, name, "cannot read a server setting"))
+        .ok()?;
+    pairs.get(1).cloned()
 }
 
 /// Reads `maxmemory` and `maxmemory-policy` and warns, once, if locks can be

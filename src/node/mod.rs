@@ -254,10 +254,7 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
                 let (conn, publish) = cluster::connect(seeds, config).await?;
                 Link::Cluster(conn, publish)
             }
-            (Some((master, sentinels)), None) => {
-                let auth = config.master_auth.as_ref();
-                Link::Sentinel(Follower::connect(master, sentinels, auth, cm).await?)
-            }
+            (Some(_), None) => Link::Sentinel(Follower::connect(config, cm).await?),
             (None, None) => {
                 Link::Standalone(ConnectionManager::new_with_config(client.clone(), cm).await?)
             }
@@ -303,8 +300,9 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
             }
             checks::warn_if_locks_can_be_evicted(&mut conn).await;
             if let Some(sync) = config.sync {
-                checks::replicas_can_confirm(&mut conn, sync).await?;
-                conn.sync = Some(Arc::new(Confirmation::new(sync, config.response_timeout)));
+                let confirm = checks::replicas_can_confirm(&mut conn, sync).await?;
+                let confirmation = Confirmation::new(sync, config.response_timeout, confirm);
+                conn.sync = Some(Arc::new(confirmation));
             }
         }
     }

@@ -43,7 +43,7 @@ pub(crate) use fair::{FairAcquire, FairLeave, FairRefresh, FairRelease, Place};
 pub(crate) use look::{ForceRelease, Inspect};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
 pub(crate) use registry::{read_clients, register};
-pub(crate) use replicas::{judge, Confirmation, Confirmed, Need};
+pub(crate) use replicas::{confirm_with, judge, Confirm, Confirmation, Confirmed, Need};
 pub(crate) use rw::{ReadAcquire, ReadRelease, RwRenew, WriteAcquire, WriteRelease};
 pub(crate) use synchronizer::{
     read_number, LatchCountDown, LatchSet, SemAcquire, SemAdded, SemDrain, SemRelease, SemTake,

@@ -34,6 +34,17 @@
 //! connection turns short stop waiting and go the same way. A round trip with a
 //! `WAIT` that failed (a timeout: its `WAIT` may still be blocking) also counts as
 //! short.
+//!
+//! A master with AOF on can also be asked to have written the change to its own
+//! disk: `WAITAOF 1 0 <timeout>` (Redis 7.2+) behind the `WAIT` ([`Confirm`]),
+//! so a lock survives the master's restart from its AOF as well as a failover.
+//! It is sent only with `appendfsync always`, where Redis fsyncs before it
+//! answers and `WAITAOF` returns at once; under `everysec` it would hold every
+//! lock change, and the shared connection, until the next fsync (up to a second),
+//! and the operator chose to lose up to a second of writes anyway. Replicas are
+//! still counted by `WAIT` (received), not by `WAITAOF`'s second number, which
+//! counts only replicas running with AOF of their own. Chosen once, from the
+//! master's `INFO` when the manager starts (`node/checks.rs`).
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -61,6 +72,40 @@ pub(crate) enum Need {
     Must,
 }
 
+/// Which commands confirm a lock change on the master in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Confirm {
+    /// `WAIT` alone: the master has AOF off.
+    Wait,
+    /// `WAIT` alone although the master has AOF on, for this reason.
+    WaitOnly(&'static str),
+    /// `WAIT`, then `WAITAOF 1 0 <timeout>`: the master's own AOF too.
+    WaitAndAof,
+}
+
+/// The commands for a master of `INFO`'s `redis_version` and `aof_enabled`,
+/// with this `appendfsync` (`None`: the server would not say).
+pub(crate) fn confirm_with(version: &str, aof: bool, appendfsync: Option<&str>) -> Confirm {
+    if !aof {
+        return Confirm::Wait;
+    }
+    let mut parts = version.split('.').map(|p| {
+        let digits: String = p.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse::<u32>().unwrap_or(0)
+    });
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if (major, minor) < (7, 2) {
+        return Confirm::WaitOnly("WAITAOF needs Redis 7.2 or later");
+    }
+    match appendfsync {
+        Some(policy) if policy.eq_ignore_ascii_case("always") => Confirm::WaitAndAof,
+        Some(_) => Confirm::WaitOnly(
+            "appendfsync is not `always`: WAITAOF would hold each lock change until the next fsync",
+        ),
+        None => Confirm::WaitOnly("the master would not tell its appendfsync (CONFIG GET)"),
+    }
+}
+
 /// Replica confirmation on one connection: what is required, and the budget of
 /// `WAIT`s that may block it at once (see the module documentation). Shared by
 /// every clone of the connection.
@@ -76,6 +121,8 @@ pub(crate) struct Confirmation {
     acked: AtomicU32,
     /// Wakes the calls waiting for a place when the connection turns short.
     turned_short: Notify,
+    /// `WAITAOF 1 0` follows the `WAIT` ([`Confirm::WaitAndAof`]).
+    aof: bool,
 }
 
 /// How a call goes out on a connection that asks replicas to confirm.
@@ -90,15 +137,21 @@ enum Way<'a> {
 }
 
 impl Confirmation {
-    /// Confirmation by `sync` on a connection whose calls time out after
-    /// `response_timeout` (longer than `sync.timeout`, `Config::validate`).
-    pub(crate) fn new(sync: ReplicaSync, response_timeout: Duration) -> Confirmation {
+    /// Confirmation by `sync`, with the commands `confirm` names, on a
+    /// connection whose calls time out after `response_timeout` (longer than
+    /// `sync.timeout`, `Config::validate`).
+    pub(crate) fn new(
+        sync: ReplicaSync,
+        response_timeout: Duration,
+        confirm: Confirm,
+    ) -> Confirmation {
         Confirmation {
             sync,
             places: Semaphore::new(budget(sync.timeout, response_timeout)),
             short: AtomicBool::new(false),
             acked: AtomicU32::new(0),
             turned_short: Notify::new(),
+            aof: confirm == Confirm::WaitAndAof,
         }
     }
 
@@ -240,7 +293,11 @@ pub(crate) async fn send<C: ConnectionLike>(
         .cmd("WAIT")
         .arg(sync.min)
         .arg(millis(sync.timeout));
-    let replies = match conn.req_packed_commands(&pipe, 0, 2).await {
+    if confirmation.aof {
+        pipe.cmd("WAITAOF").arg(1).arg(0).arg(millis(sync.timeout));
+    }
+    let count = if confirmation.aof { 3 } else { 2 };
+    let replies = match conn.req_packed_commands(&pipe, 0, count).await {
         Ok(replies) => replies,
         Err(e) => {
             // Its WAIT may still block the connection (a timeout).
@@ -254,13 +311,39 @@ pub(crate) async fn send<C: ConnectionLike>(
             "a script and WAIT gave fewer than two replies",
         ));
     };
-    let confirmed = confirmed(wait, sync);
+    let confirmed = confirmed(wait, replies.next(), sync);
     confirmation.record(&confirmed);
     Ok((reply, confirmed))
 }
 
+/// Reads `WAIT`'s reply, and `WAITAOF`'s if it was sent, against what `sync`
+/// requires.
+fn confirmed(wait: Value, waitaof: Option<Value>, sync: ReplicaSync) -> Confirmed {
+    let replicas = counted(wait, sync);
+    let Some(waitaof) = waitaof else {
+        return replicas;
+    };
+    match (replicas, waitaof) {
+        (Confirmed::Enough, Value::Array(counts)) => match counts.first() {
+            Some(Value::Int(local)) if *local >= 1 => Confirmed::Enough,
+            // The master's own disk did not confirm: the change is no better
+            // than unreplicated, and takes the same path (undone, retried).
+            Some(Value::Int(_)) => Confirmed::Short {
+                acked: 0,
+                wanted: sync.min,
+            },
+            _ => Confirmed::Failed(super::unexpected("WAITAOF returned an unknown shape")),
+        },
+        (Confirmed::Enough, Value::ServerError(e)) => Confirmed::Failed(e.into()),
+        (Confirmed::Enough, _) => {
+            Confirmed::Failed(super::unexpected("WAITAOF returned an unknown shape"))
+        }
+        (short, _) => short,
+    }
+}
+
 /// Reads `WAIT`'s reply against what `sync` requires.
-fn confirmed(wait: Value, sync: ReplicaSync) -> Confirmed {
+fn counted(wait: Value, sync: ReplicaSync) -> Confirmed {
     match wait {
         Value::Int(n) => {
             let acked = u32::try_from(n).unwrap_or(0);
@@ -321,7 +404,7 @@ mod tests {
 
     #[test]
     fn a_grant_needs_enough_replicas_and_a_release_stands_anyway() {
-        let short = confirmed(Value::Int(1), sync(2));
+        let short = confirmed(Value::Int(1), None, sync(2));
         assert!(matches!(
             short,
             Confirmed::Short {
@@ -334,8 +417,50 @@ mod tests {
         assert!(crate::error::redis_is_transient(&e));
         assert!(judge(Need::Hope, Value::Int(0), &short, "release").is_ok());
         assert!(matches!(
-            confirmed(Value::Int(3), sync(2)),
+            confirmed(Value::Int(3), None, sync(2)),
             Confirmed::Enough
+        ));
+    }
+
+    #[test]
+    fn waitaof_only_on_a_recent_master_that_fsyncs_every_write() {
+        assert_eq!(confirm_with("7.2.4", false, None), Confirm::Wait);
+        for old in ["7.0.15", "6.2.14", "7.1.242"] {
+            assert!(matches!(
+                confirm_with(old, true, Some("always")),
+                Confirm::WaitOnly(_)
+            ));
+        }
+        assert_eq!(
+            confirm_with("7.2.0", true, Some("always")),
+            Confirm::WaitAndAof
+        );
+        assert_eq!(
+            confirm_with("8.0.1-rc1", true, Some("ALWAYS")),
+            Confirm::WaitAndAof
+        );
+        for fsync in [Some("everysec"), Some("no"), None] {
+            assert!(matches!(
+                confirm_with("7.4.1", true, fsync),
+                Confirm::WaitOnly(_)
+            ));
+        }
+    }
+
+    #[test]
+    fn the_masters_own_disk_must_confirm_when_asked() {
+        let both = |local| Value::Array(vec![Value::Int(local), Value::Int(0)]);
+        assert!(matches!(
+            confirmed(Value::Int(1), Some(both(1)), sync(1)),
+            Confirmed::Enough
+        ));
+        assert!(matches!(
+            confirmed(Value::Int(1), Some(both(0)), sync(1)),
+            Confirmed::Short { acked: 0, .. }
+        ));
+        assert!(matches!(
+            confirmed(Value::Int(0), Some(both(1)), sync(1)),
+            Confirmed::Short { acked: 0, .. }
         ));
     }
 

@@ -2,11 +2,14 @@
 //! the setup steps of lockwarden tests. Each test file includes it with `mod support;`.
 #![allow(dead_code)] // each test binary uses a different part of this
 
+mod certs;
 mod cluster;
 mod sentinel;
 mod server;
 mod target;
 
+#[allow(unused_imports)] // only the TLS tests use it
+pub use certs::*;
 #[allow(unused_imports)] // only the Cluster tests use it
 pub use cluster::*;
 #[allow(unused_imports)] // only the Sentinel tests use it
@@ -77,6 +80,20 @@ pub fn fill_until_oom(server: &RedisServer) {
     );
 }
 
+/// `INFO stats`' counts of error replies, read on `conn`: asked on a connection
+/// of its own, each read would add errors of its own on Redis 7.0 (redis-rs's
+/// CLIENT SETINFO, which 7.0 does not know).
+pub fn error_replies(conn: &mut redis::Connection) -> String {
+    let stats: String = redis::cmd("INFO")
+        .arg("stats")
+        .query(conn)
+        .expect("INFO stats");
+    stats
+        .lines()
+        .filter(|l| l.contains("error_replies"))
+        .collect()
+}
+
 /// Whether a key exists on the test server.
 pub fn exists(server: &RedisServer, key: &str) -> bool {
     raw::<i64>(server, &["EXISTS", key]) == 1
@@ -111,6 +128,21 @@ pub fn lockwarden_at(bin: &str, url: &str) -> tokio::process::Command {
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
     cmd
+}
+
+/// Runs `cmd` to its end, within `limit`, and checks that it exited 0 (its
+/// stderr shown if not).
+pub async fn succeeds(mut cmd: tokio::process::Command, limit: std::time::Duration) {
+    let out = tokio::time::timeout(limit, cmd.output())
+        .await
+        .expect("the command exited in time")
+        .expect("the command ran");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The keys on the test server other than lock managers' client registry

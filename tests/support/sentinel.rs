@@ -1,11 +1,13 @@
 //! Redis Sentinel processes for tests: `redis-server <config> --sentinel` on a free
 //! port, watching a master the test started, with timings small enough that a
-//! failover takes a few seconds.
+//! failover takes a few seconds. A Sentinel of a TLS master speaks only TLS
+//! itself (`port 0`, `tls-port`), to clients, to its peers and to the servers
+//! it watches (`tls-replication yes`).
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::server::{free_port, redis_server_bin, RedisServer};
+use super::server::{client_for, free_port, redis_server_bin, RedisServer, TlsFiles};
 
 /// The name every test Sentinel monitors its master under.
 pub const MASTER_NAME: &str = "mymaster";
@@ -15,6 +17,8 @@ pub struct Sentinel {
     port: u16,
     /// Its `requirepass`, if any (then in its URL).
     password: Option<String>,
+    /// Set when it speaks only TLS (`rediss://` URL).
+    tls: Option<TlsFiles>,
     child: Option<Child>,
     dir: tempfile::TempDir,
 }
@@ -35,6 +39,22 @@ impl Sentinel {
         password: Option<&str>,
         master_password: Option<&str>,
     ) -> Sentinel {
+        Sentinel::launch(master, quorum, password, master_password, None)
+    }
+
+    /// As [`Sentinel::start`], speaking only TLS with these files, for a
+    /// master started with [`RedisServer::start_tls`].
+    pub fn start_tls(master: &RedisServer, quorum: u32, tls: &TlsFiles) -> Sentinel {
+        Sentinel::launch(master, quorum, None, None, Some(tls))
+    }
+
+    fn launch(
+        master: &RedisServer,
+        quorum: u32,
+        password: Option<&str>,
+        master_password: Option<&str>,
+        tls: Option<&TlsFiles>,
+    ) -> Sentinel {
         let mut auth = String::new();
         if let Some(pw) = password {
             auth.push_str(&format!("requirepass {pw}\nsentinel sentinel-pass {pw}\n"));
@@ -45,12 +65,24 @@ impl Sentinel {
         for _ in 0..5 {
             let dir = tempfile::tempdir().expect("temp dir");
             let port = free_port();
+            let listen = match tls {
+                None => format!("port {port}\n"),
+                // The same settings as the servers' flags, in config-file form.
+                Some(tls) => {
+                    let mut lines = format!("port 0\ntls-port {port}\ntls-replication yes\n");
+                    for pair in tls.args().chunks(2) {
+                        let key = pair[0].trim_start_matches("--");
+                        lines.push_str(&format!("{key} {}\n", pair[1]));
+                    }
+                    lines
+                }
+            };
             let conf = dir.path().join("sentinel.conf");
             // Sentinel rewrites its config file, so each has its own, writable.
             std::fs::write(
                 &conf,
                 format!(
-                    "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {log}\n\
+                    "{listen}bind 127.0.0.1\ndir {dir}\nlogfile {log}\n\
                      sentinel monitor {MASTER_NAME} 127.0.0.1 {master} {quorum}\n\
                      sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
                      sentinel failover-timeout {MASTER_NAME} 5000\n\
@@ -72,6 +104,7 @@ impl Sentinel {
             let mut s = Sentinel {
                 port,
                 password: password.map(str::to_string),
+                tls: tls.cloned(),
                 child: Some(child),
                 dir,
             };
@@ -93,17 +126,23 @@ impl Sentinel {
         panic!("redis-server --sentinel did not start");
     }
 
-    /// `redis://127.0.0.1:<port>`, with `:<password>@` if it has one.
+    /// `redis://127.0.0.1:<port>` (`rediss://` if it speaks TLS), with
+    /// `:<password>@` if it has one.
     pub fn url(&self) -> String {
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
         match &self.password {
-            Some(pw) => format!("redis://:{pw}@127.0.0.1:{}", self.port),
-            None => format!("redis://127.0.0.1:{}", self.port),
+            Some(pw) => format!("{scheme}://:{pw}@127.0.0.1:{}", self.port),
+            None => format!("{scheme}://127.0.0.1:{}", self.port),
         }
     }
 
     /// The port of the master this Sentinel names now, if it answers.
     pub fn master_port(&self) -> Option<u16> {
-        let client = redis::Client::open(self.url()).ok()?;
+        let client = client_for(&self.url(), self.tls.as_ref()).ok()?;
         let mut conn = client
             .get_connection_with_timeout(Duration::from_millis(200))
             .ok()?;

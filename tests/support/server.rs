@@ -7,6 +7,10 @@
 //! pause it with SIGSTOP. When a test panics, the server's log is printed so the
 //! failure can be read next to Redis's side of the story.
 //!
+//! A server can also speak only TLS ([`RedisServer::start_tls`]): its port is
+//! then its TLS port, replication to its replicas is TLS, and the test's own
+//! connections trust the CA it was given.
+//!
 //! The binary is `redis-server` from `PATH`, or the path in `REDIS_SERVER_BIN`.
 //! Never the server at 6379: every test starts its own.
 
@@ -28,6 +32,64 @@ pub struct RedisServer {
     args: Vec<String>,
     /// Paused with SIGSTOP.
     paused: bool,
+    /// Set for a server that speaks only TLS.
+    tls: Option<TlsFiles>,
+}
+
+/// The certificate, key and CA a TLS server runs with (`--tls-*-file`).
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+}
+
+/// A client for `url`, trusting the CA of `tls` if given.
+pub fn client_for(url: &str, tls: Option<&TlsFiles>) -> redis::RedisResult<redis::Client> {
+    match tls {
+        None => redis::Client::open(url),
+        Some(tls) => tls.client(url),
+    }
+}
+
+impl TlsFiles {
+    /// `redis-server` arguments naming these files; clients need no certificate.
+    pub fn args(&self) -> Vec<String> {
+        let path = |p: &PathBuf| p.to_string_lossy().into_owned();
+        [
+            "--tls-cert-file".to_string(),
+            path(&self.cert),
+            "--tls-key-file".into(),
+            path(&self.key),
+            "--tls-ca-cert-file".into(),
+            path(&self.ca),
+            "--tls-auth-clients".into(),
+            "no".into(),
+        ]
+        .into()
+    }
+
+    /// A client for `url` (`rediss://`) that trusts this CA.
+    #[cfg(feature = "tls")]
+    pub fn client(&self, url: &str) -> redis::RedisResult<redis::Client> {
+        // rustls needs a process-wide provider; lockwarden installs the same one.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let root = std::fs::read(&self.ca).map_err(redis::RedisError::from)?;
+        let certs = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(root),
+        };
+        redis::Client::build_with_tls(url, certs)
+    }
+
+    /// Without the `tls` feature, no client speaks TLS.
+    #[cfg(not(feature = "tls"))]
+    pub fn client(&self, _url: &str) -> redis::RedisResult<redis::Client> {
+        Err(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "TLS test servers need the tls feature",
+        )))
+    }
 }
 
 /// Which binary to run.
@@ -51,6 +113,16 @@ impl RedisServer {
 
     /// Starts a server with extra `redis-server` arguments (`["--maxmemory", "2mb"]`).
     pub fn start_with(args: &[&str]) -> RedisServer {
+        RedisServer::start_as(None, args)
+    }
+
+    /// Starts a server that speaks only TLS (`--port 0`, its port the TLS
+    /// port, `--tls-replication yes`) with these files and extra arguments.
+    pub fn start_tls(tls: &TlsFiles, args: &[&str]) -> RedisServer {
+        RedisServer::start_as(Some(tls.clone()), args)
+    }
+
+    fn start_as(tls: Option<TlsFiles>, args: &[&str]) -> RedisServer {
         let dir = tempfile::tempdir().expect("cannot make a temp dir");
         let mut server = RedisServer {
             port: 0,
@@ -58,6 +130,7 @@ impl RedisServer {
             dir,
             args: args.iter().map(|a| a.to_string()).collect(),
             paused: false,
+            tls,
         };
         // Another process may take the port between our probe and the bind: try a few.
         for _ in 0..5 {
@@ -77,9 +150,14 @@ impl RedisServer {
     /// Runs the process on `self.port` and waits until `ready` holds.
     fn spawn_until(&mut self, ready: impl Fn(&RedisServer) -> bool) -> Result<(), String> {
         let mut cmd = Command::new(redis_server_bin());
-        cmd.arg("--port")
-            .arg(self.port.to_string())
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        match &self.tls {
+            None => cmd.arg("--port").arg(self.port.to_string()),
+            Some(tls) => cmd
+                .args(["--port", "0", "--tls-replication", "yes", "--tls-port"])
+                .arg(self.port.to_string())
+                .args(tls.args()),
+        };
+        cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(self.dir.path())
             .arg("--logfile")
@@ -116,7 +194,7 @@ impl RedisServer {
     }
 
     fn ping(&self) -> bool {
-        let Ok(client) = redis::Client::open(self.url()) else {
+        let Ok(client) = self.client() else {
             return false;
         };
         let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
@@ -125,9 +203,19 @@ impl RedisServer {
         redis::cmd("PING").query::<String>(&mut conn).is_ok()
     }
 
-    /// `redis://127.0.0.1:<port>/`
+    /// `redis://127.0.0.1:<port>/`, or `rediss://` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
+    }
+
+    /// A client for this server (trusting its CA if it speaks TLS).
+    pub fn client(&self) -> redis::RedisResult<redis::Client> {
+        client_for(&self.url(), self.tls.as_ref())
     }
 
     /// The port.
@@ -142,7 +230,7 @@ impl RedisServer {
 
     /// A plain blocking connection, for raw commands in assertions.
     pub fn conn(&self) -> redis::Connection {
-        redis::Client::open(self.url())
+        self.client()
             .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
             .unwrap_or_else(|e| panic!("cannot connect to test redis: {e}\n{}", self.log()))
     }
@@ -210,7 +298,7 @@ impl RedisServer {
     }
 
     fn answers(&self) -> bool {
-        let Ok(client) = redis::Client::open(self.url()) else {
+        let Ok(client) = self.client() else {
             return false;
         };
         let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
@@ -224,7 +312,7 @@ impl RedisServer {
 
     /// Whether the server answers LOADING right now.
     pub fn is_loading(&self) -> bool {
-        let Ok(client) = redis::Client::open(self.url()) else {
+        let Ok(client) = self.client() else {
             return false;
         };
         let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(500)) else {
@@ -269,7 +357,8 @@ impl RedisServer {
         std::fs::read_to_string(self.log_path()).unwrap_or_else(|e| format!("(no log: {e})"))
     }
 
-    /// Starts a replica of `master` and waits until its first sync is done.
+    /// Starts a replica of `master` (speaking TLS if it does) and waits until
+    /// its first sync is done.
     pub fn start_replica_of(master: &RedisServer) -> RedisServer {
         let port = master.port().to_string();
         // Redis waits 5 s for more replicas before a diskless full sync.
@@ -277,7 +366,8 @@ impl RedisServer {
             .arg(&["SET", "repl-diskless-sync-delay", "0"])
             .query(&mut master.conn())
             .expect("CONFIG SET on the master");
-        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+        let replica =
+            RedisServer::start_as(master.tls.clone(), &["--replicaof", "127.0.0.1", &port]);
         let deadline = Instant::now() + Duration::from_secs(10);
         while !replica
             .info("replication")
@@ -304,7 +394,7 @@ impl RedisServer {
     /// `CLUSTER INFO`, or an empty string if the node does not answer (a node
     /// still starting, or one that is not in cluster mode).
     pub fn cluster_info(&self) -> String {
-        let Ok(client) = redis::Client::open(self.url()) else {
+        let Ok(client) = self.client() else {
             return String::new();
         };
         let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(500)) else {

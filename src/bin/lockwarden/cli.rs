@@ -69,9 +69,11 @@ pub struct Common {
     )]
     pub redis_urls: Vec<String>,
 
-    /// A Sentinel to find the master through (redis://host:26379); repeat it for
-    /// each Sentinel. With it, --master-name names the master and --redis is not
-    /// used.
+    /// A Sentinel to find the master through (redis://host:26379, or rediss://
+    /// for TLS; then the master is reached over TLS too, see --master-tls);
+    /// repeat it for each Sentinel, all with the same scheme and password. With
+    /// it, --master-name names the master and --redis is not used. A private CA
+    /// is trusted through SSL_CERT_FILE.
     #[arg(long = "sentinel", global = true, value_name = "URL")]
     pub sentinels: Vec<String>,
 
@@ -102,6 +104,12 @@ pub struct Common {
         hide_env_values = true
     )]
     pub master_password: Option<String>,
+
+    /// Whether the master and replicas the Sentinels name speak TLS (with
+    /// --sentinel): yes or no. By default as the Sentinels: yes for rediss://
+    /// Sentinel URLs, no for redis://.
+    #[arg(long = "master-tls", global = true, value_name = "yes|no", value_parser = clap::builder::BoolishValueParser::new())]
+    pub master_tls: Option<bool>,
 
     /// Replicas that must confirm each lock change (WAIT) before it counts; a
     /// grant fewer confirm is undone and retried until --wait runs out. Off by

@@ -95,6 +95,9 @@ impl Session {
         if let Some(password) = &common.master_password {
             config = config.master_credentials(None, password);
         }
+        if let Some(on) = common.master_tls {
+            config = config.master_tls(on);
+        }
         if let Some(min) = common.sync_replicas {
             config = config.sync_replicas(min, common.sync_timeout);
         }

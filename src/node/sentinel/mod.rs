@@ -16,18 +16,19 @@
 //! Sentinel's `+switch-master` announcement (`switch.rs`) and moves the moment a
 //! failover is done, before any call fails.
 
+mod dial;
 mod switch;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{
-    Client, Cmd, Pipeline, RedisConnectionInfo, RedisError, RedisFuture, RedisResult, Value,
-};
+use redis::sentinel::SentinelClient;
+use redis::{Client, Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
+
+use crate::config::Config;
 
 /// How many times a lookup is tried after a sign that the master moved, and the
 /// pause between tries: 120 x 250 ms covers a failover of half a minute.
@@ -48,9 +49,9 @@ pub(crate) struct Follower {
     moved: Arc<tokio::sync::Notify>,
     /// How the connections are made.
     settings: ConnectionManagerConfig,
-    /// The master's name and the Sentinels' URLs, for the listeners.
+    /// The master's name and a client per Sentinel, for the listeners.
     name: String,
-    sentinel_urls: Vec<String>,
+    sentinel_clients: Vec<Client>,
     /// Dropped with the Follower: the `+switch-master` listeners then end.
     gone: watch::Sender<()>,
 }
@@ -64,45 +65,30 @@ impl std::fmt::Debug for Follower {
 }
 
 impl Follower {
-    /// Finds the master `name` through `sentinels` (whose URLs carry their own
-    /// credentials) and connects to it, with `auth` (username, password) if the
-    /// master needs it.
+    /// Finds the master of `config` (a Sentinel setup) through its Sentinels and
+    /// connects to it, with the credentials and TLS `config` gives (`dial.rs`).
     pub(crate) async fn connect(
-        name: &str,
-        sentinels: &[String],
-        auth: Option<&(Option<String>, String)>,
+        config: &Config,
         settings: ConnectionManagerConfig,
     ) -> RedisResult<Arc<Follower>> {
-        // How redis-rs connects to the servers the Sentinels name (the master's
-        // role check, the connections handed out).
-        let node = auth.map(|(username, password)| {
-            let mut redis = RedisConnectionInfo::default().set_password(password);
-            if let Some(username) = username {
-                redis = redis.set_username(username);
-            }
-            SentinelNodeConnectionInfo::default().set_redis_connection_info(redis)
-        });
-        // redis-rs takes the name as a String without its TLS feature and as any
-        // AsRef<str> with it; a String serves both builds.
-        #[allow(clippy::unnecessary_to_owned)]
-        let mut client = SentinelClient::build(
-            sentinels.to_vec(),
-            name.to_string(),
-            node,
-            SentinelServerType::Master,
-        )?;
+        let mut client = dial::sentinel_client(config)?;
+        let sentinel_clients = dial::sentinel_clients(config)?;
         let master = client.async_get_client().await?;
         let address = master.get_connection_info().addr().to_string();
         let conn = ConnectionManager::new_with_config(master, settings.clone()).await?;
-        info!(master = %address, "found the master through Sentinel");
+        info!(master = %address, tls = config.master_uses_tls(), "found the master through Sentinel");
         Ok(Arc::new(Follower {
             sentinels: tokio::sync::Mutex::new(client),
             current: RwLock::new((conn, address)),
             looking: AtomicBool::new(false),
             moved: Arc::new(tokio::sync::Notify::new()),
             settings,
-            name: name.to_string(),
-            sentinel_urls: sentinels.to_vec(),
+            name: config
+                .sentinel
+                .as_ref()
+                .map(|(name, _)| name.clone())
+                .unwrap_or_default(),
+            sentinel_clients,
             gone: watch::channel(()).0,
         }))
     }
@@ -123,7 +109,7 @@ impl Follower {
             backoff,
             connect_timeout,
         };
-        switch::start(&self.sentinel_urls, &listen);
+        switch::start(&self.sentinel_clients, &listen);
     }
 
     /// Resolves once the connection has moved to a master other than the one at

@@ -46,26 +46,24 @@ pub(super) struct Listen {
     pub(super) connect_timeout: Duration,
 }
 
-/// Starts one listener per Sentinel URL (the URL carries the Sentinel's own
-/// password or TLS, as the lookups use it).
-pub(super) fn start(sentinels: &[String], listen: &Listen) {
-    for url in sentinels {
-        tokio::spawn(supervise(url.clone(), listen.clone()));
+/// Starts one listener per Sentinel (each client has the Sentinel's password
+/// and TLS settings, as the lookups use them: `dial.rs`).
+pub(super) fn start(sentinels: &[redis::Client], listen: &Listen) {
+    for client in sentinels {
+        tokio::spawn(supervise(client.clone(), listen.clone()));
     }
 }
 
 /// Keeps one Sentinel's listener running until the Follower is gone.
-async fn supervise(url: String, listen: Listen) {
-    // The address for the log: the URL may hold a password.
-    let at = redis::Client::open(url.as_str())
-        .map(|c| c.get_connection_info().addr().to_string())
-        .unwrap_or_else(|_| "?".into());
+async fn supervise(client: redis::Client, listen: Listen) {
+    // The address for the log, without the password a URL may hold.
+    let at = client.get_connection_info().addr().to_string();
     let mut attempt = 0u32;
     loop {
         let outcome = {
             let mut gone = listen.gone.clone();
             let changed = std::pin::pin!(gone.changed());
-            let run = std::pin::pin!(listen_once(&url, &at, &listen, &mut attempt));
+            let run = std::pin::pin!(listen_once(&client, &at, &listen, &mut attempt));
             match select(run, changed).await {
                 Either::Left((outcome, _)) => outcome,
                 Either::Right(_) => return,
@@ -96,8 +94,12 @@ async fn supervise(url: String, listen: Listen) {
 
 /// Subscribes to one Sentinel's announcements and acts on them until its
 /// connection ends (`Ok`) or cannot be made (`Err`).
-async fn listen_once(url: &str, at: &str, listen: &Listen, attempt: &mut u32) -> RedisResult<()> {
-    let client = redis::Client::open(url)?;
+async fn listen_once(
+    client: &redis::Client,
+    at: &str,
+    listen: &Listen,
+    attempt: &mut u32,
+) -> RedisResult<()> {
     let connect = async {
         let mut pubsub = client.get_async_pubsub().await?;
         pubsub.subscribe(CHANNEL).await?;
