@@ -193,54 +193,58 @@ async fn the_documented_acl_is_enough() {
     next.release().await.expect("released");
 }
 
-/// A holder of `m` releases while another owner of the same manager waits: the
-/// waiter gets the lock and its token is larger. Answers how many PUBSUB NUMSUB
-/// calls Redis ran meanwhile (the handover's).
-async fn local_handover(server: &RedisServer, m: &actix::Addr<lockwarden::LockManager>) -> u64 {
-    let numsub = || {
-        server
-            .commandstats()
-            .get("pubsub|numsub")
-            .copied()
-            .unwrap_or(0)
-    };
-    let g = m
+/// Four times in a row, a holder of `m` releases while another owner of the same
+/// manager waits: each waiter gets the lock, with a larger token. Answers how many
+/// unlock messages (PUBLISH) and listener counts (PUBSUB NUMSUB) Redis ran
+/// meanwhile. A handover publishes nothing; the third of a run counts who
+/// listens, since its count decides whether the run goes on.
+async fn local_handovers(
+    server: &RedisServer,
+    m: &actix::Addr<lockwarden::LockManager>,
+) -> (u64, u64) {
+    let stat = |name: &str| server.commandstats().get(name).copied().unwrap_or(0);
+    let mut g = m
         .send(Acquire::new("acl:h"))
         .await
         .expect("running")
         .expect("acquired");
-    let before = numsub();
-    let waiting = actix_rt::spawn({
-        let m = m.clone();
-        async move {
-            m.send(Acquire::new("acl:h").wait(Duration::from_secs(10)))
-                .await
-        }
-    });
-    // A try behind it in the same manager comes back refused (a local holder
-    // holds) only once the waiter, queued before it, waits too.
-    let tried = m
-        .send(Acquire::new("acl:h").wait(Duration::ZERO))
-        .await
-        .expect("running");
-    assert!(matches!(tried, Err(LockError::Timeout { .. })), "{tried:?}");
-    let token = g.fencing_token();
-    assert_eq!(
-        g.release().await.expect("released"),
-        ReleaseOutcome::Released
-    );
-    let next = waiting
-        .await
-        .expect("task")
-        .expect("running")
-        .expect("the local waiter got the lock");
-    assert!(next.fencing_token() > token);
-    next.release().await.expect("released");
-    numsub() - before
+    let before = (stat("publish"), stat("pubsub|numsub"));
+    for _ in 0..4 {
+        let waiting = actix_rt::spawn({
+            let m = m.clone();
+            async move {
+                m.send(Acquire::new("acl:h").wait(Duration::from_secs(10)))
+                    .await
+            }
+        });
+        // A try behind it in the same manager comes back refused (a local holder
+        // holds) only once the waiter, queued before it, waits too.
+        let tried = m
+            .send(Acquire::new("acl:h").wait(Duration::ZERO))
+            .await
+            .expect("running");
+        assert!(matches!(tried, Err(LockError::Timeout { .. })), "{tried:?}");
+        let token = g.fencing_token();
+        assert_eq!(
+            g.release().await.expect("released"),
+            ReleaseOutcome::Released
+        );
+        g = waiting
+            .await
+            .expect("task")
+            .expect("running")
+            .expect("the local waiter got the lock");
+        assert!(g.fencing_token() > token);
+    }
+    let after = (stat("publish"), stat("pubsub|numsub"));
+    g.release().await.expect("released");
+    (after.0 - before.0, after.1 - before.1)
 }
 
-/// With the handover's right the lock goes to the local waiter in one call;
-/// without it, by a plain release, and the waiter still gets it.
+/// With the handover's right (PUBSUB NUMSUB) the lock goes to each local waiter
+/// in one call, with no unlock message; without it, the first handover that
+/// must count listeners is refused, and from then on the lock goes by plain
+/// releases (which publish), and every waiter still gets it.
 #[actix_rt::test]
 async fn a_local_handover_with_and_without_its_right() {
     let server = RedisServer::start();
@@ -249,14 +253,14 @@ async fn a_local_handover_with_and_without_its_right() {
     with.push(HANDOVER);
     set_user(&server, &with);
     let m = user_manager(&server).await;
-    assert_eq!(
-        local_handover(&server, &m).await,
-        1,
-        "handed over in one call"
-    );
+    let (published, counted) = local_handovers(&server, &m).await;
+    assert_eq!(published, 0, "handed over in one call each time");
+    assert_eq!(counted, 1, "the run's listeners counted once");
     set_user(&server, &all);
     let m = user_manager(&server).await;
-    assert_eq!(local_handover(&server, &m).await, 0, "released plainly");
+    let (published, counted) = local_handovers(&server, &m).await;
+    assert_eq!(counted, 0, "no count without the right");
+    assert!(published >= 1, "released plainly once refused");
 }
 
 /// The state of Redis as a test can compare it: every key with its type and value.
