@@ -237,6 +237,53 @@ async fn an_acl_without_the_registry_fails_no_lock() {
     assert!(warnings[0].contains("ACL"), "{text}");
 }
 
+/// A user that may HSET the registry entry but not PEXPIRE it (a selector grants
+/// only HSET on `lockwarden:client:*`) writes nothing there: the right the write
+/// needs after its first command is asked for before it, so no entry is left
+/// without its TTL (it would outlive the process for ever). Locks still work.
+#[actix_rt::test]
+async fn a_registry_entry_is_never_left_without_its_ttl() {
+    let server = RedisServer::start();
+    let _: () = raw(
+        &server,
+        &[
+            "ACL",
+            "SETUSER",
+            "halfway",
+            "on",
+            ">pw",
+            "~reg:*",
+            "~redisson_*",
+            "&*",
+            "+@all",
+            "(+hset ~lockwarden:client:*)",
+        ],
+    );
+    let url = format!("redis://halfway:pw@127.0.0.1:{}", server.port());
+    let m = lockwarden::LockManager::start(lockwarden::Config::from_url(&url).expect("url"))
+        .await
+        .expect("a manager starts without the registry");
+    let g = m
+        .send(Acquire::new("reg:2").wait(Duration::from_secs(5)))
+        .await
+        .expect("running")
+        .expect("the lock is granted");
+    g.release().await.expect("released");
+    // The manager's first write was made (and refused) before the lock was taken.
+    assert!(registry_keys(&server).is_empty());
+    // The same user, asked directly, may write the entry's fields.
+    let mut conn = redis::Client::open(url.as_str())
+        .expect("url")
+        .get_connection()
+        .expect("connect");
+    let _: i64 = redis::cmd("HSET")
+        .arg("lockwarden:client:{probe}")
+        .arg("host")
+        .arg("x")
+        .query(&mut conn)
+        .expect("HSET is allowed on the entry");
+}
+
 /// The registry line of docs/operations.md's least-privilege ACL (`+multi +exec
 /// +hset +pexpire ~lockwarden:client:*`) beside the exclusive lock's rights is
 /// enough to register; an operator with `+hgetall` on it names the holder.

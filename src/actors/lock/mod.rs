@@ -297,7 +297,8 @@ impl LockActor {
     }
 
     /// Whether `channel` must stay subscribed: some waiter listens on it, or,
-    /// where processes take turns, this process holds the lock. A process that
+    /// where processes take turns, this process holds the lock and few others
+    /// listen (`turn::KEEP_LISTENING` says why only few). A process that
     /// contends in a loop is often between holds with nobody queued while one of
     /// its own holds; unsubscribing then and subscribing again at the next busy
     /// answer cost two commands per hold (tests/turns.rs: 271 of each for 604
@@ -309,7 +310,9 @@ impl LockActor {
             self.fair_field_of(channel)
                 .is_some_and(|field| self.queue.iter().any(|w| &*w.field == field))
         } else {
-            let holds = self.rules().takes_turns() && !self.holdings.is_empty();
+            let holds = self.rules().takes_turns()
+                && !self.holdings.is_empty()
+                && self.turn.keeps_listening();
             (holds || !self.queue.is_empty()) && channel == self.channel()
         }
     }
