@@ -83,7 +83,12 @@ pub(super) const PRECISION: Duration = Duration::from_micros(20);
 /// turned (most/fewest holds per waiter 6.8-7.0 against 2.3 with the churn; a
 /// jitter 20-30 us per listener brought it to 3.2-3.5 only). So a process that
 /// just held the lock goes to the back of the line when more than this many
-/// others listen, and keeps its place when few do.
+/// others listen, and keeps its place when few do. A process with a single
+/// waiter saves nothing by keeping it (that waiter is never queued behind a
+/// local holder), and paid for it: its own unlock message came back to it, and
+/// the UNSUBSCRIBE moved from the hold to just after the release (bench B,
+/// W = 2 over 4 managers of one process: handoff p50 65 us against 51 us and
+/// raw EVALSHA's 41). So only a run that has seen another local waiter keeps it.
 pub(super) const KEEP_LISTENING: u16 = 3;
 
 /// Holds per local waiter in a run. Each run that ends with others waiting costs
@@ -112,6 +117,10 @@ pub(super) struct Turn {
     /// Redis refused a handover (the user may not run PUBSUB NUMSUB): this lock
     /// releases plainly from now on.
     refused: bool,
+    /// This run has seen another local waiter (queued at a grant, or handed the
+    /// lock): only then does keeping the channel subscribed while holding save
+    /// anything (see [`KEEP_LISTENING`]).
+    crowded: bool,
 }
 
 impl Turn {
@@ -127,6 +136,7 @@ impl Turn {
             self.budget = per_round.saturating_mul(ROUNDS);
         }
         self.run = self.run.saturating_add(1);
+        self.crowded = self.run > 1 || waiting > 0;
         self.until = None;
     }
 
@@ -195,10 +205,10 @@ impl Turn {
     }
 
     /// Whether this process may keep the unlock channel subscribed while it
-    /// holds the lock with nobody queued: only while few other processes listen
-    /// (see [`KEEP_LISTENING`]).
+    /// holds the lock with nobody queued: only in a run with other local waiters
+    /// and while few other processes listen (see [`KEEP_LISTENING`]).
     pub(super) fn keeps_listening(&self) -> bool {
-        self.others <= KEEP_LISTENING
+        self.crowded && self.others <= KEEP_LISTENING
     }
 
     /// While the head waiter must not ask Redis: how much longer.
