@@ -284,8 +284,8 @@ async fn a_registry_entry_is_never_left_without_its_ttl() {
         .expect("HSET is allowed on the entry");
 }
 
-/// The registry line of docs/operations.md's least-privilege ACL (`+multi +exec
-/// +hset +pexpire ~lockwarden:client:*`) beside the exclusive lock's rights is
+/// The registry line of docs/operations.md's least-privilege ACL (`+hset +pexpire
+/// ~lockwarden:client:*`) beside the exclusive lock's rights is
 /// enough to register; an operator with `+hgetall` on it names the holder.
 #[actix_rt::test]
 async fn the_documented_registry_acl_is_enough() {
@@ -318,8 +318,6 @@ async fn the_documented_registry_acl_is_enough() {
             "+unsubscribe",
             "+ping",
             "+info",
-            "+multi",
-            "+exec",
             "+hset",
             "~acl:*",
             "~redisson_lock_token:{acl:*",

@@ -1,45 +1,77 @@
 //! The client registry on the wire: writing a manager's entry and reading entries
 //! back by client id (`crate::client` says what an entry holds).
 //!
-//! Not scripts: a write is one `MULTI HSET PEXPIRE EXEC` (the fields and the TTL
-//! change together, so an entry never lives without its TTL), a read one `HGETALL`
-//! per client id, all sent at once on the multiplexed connection (on a cluster each
-//! goes to its own slot's master: one key per client, one slot). The entry is
+//! A write is one call of `lua/register.lua` (the fields and the TTL change
+//! together, so an entry never lives without its TTL; the script says why it is
+//! not a `MULTI` transaction), a read one `HGETALL` per client id, all sent at once
+//! on the multiplexed connection (on a cluster each goes to its own slot's master:
+//! one key per client, one slot). The entry is
 //! rewritten whole on every refresh rather than only re-expired, so an entry lost
 //! with a restart or a failover comes back within one renewal period.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use futures::future::join_all;
 use redis::aio::ConnectionLike;
 use redis::{RedisError, RedisResult, Value};
 use tracing::warn;
 
+use super::lua::{Lua, ScriptConn};
+use super::{unexpected, Invocation, ScriptCall};
 use crate::client::ClientInfo;
 use crate::error::redis_is_transient;
 use crate::keys;
 
+static REGISTER: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
+        include_str!("../../lua/register.lua")
+    ))
+});
+
+/// Write (or rewrite) the entry `fields` under `key` with a TTL of `ttl_ms`.
+struct Register<'a> {
+    key: &'a str,
+    fields: &'a [(&'static str, String)],
+    ttl_ms: u64,
+}
+
+impl ScriptCall for Register<'_> {
+    type Reply = ();
+
+    fn invocation(&self) -> Invocation {
+        let mut call = Invocation::new(&REGISTER).key(self.key).arg(self.ttl_ms);
+        for (field, value) in self.fields {
+            call = call.arg(field).arg(value);
+        }
+        call
+    }
+
+    fn parse(&self, reply: Value) -> RedisResult<()> {
+        match reply {
+            Value::Int(1) => Ok(()),
+            _ => Err(unexpected("register.lua returned an unknown shape")),
+        }
+    }
+}
+
 /// Writes (or rewrites) the entry `fields` under `key` with a TTL of `ttl_ms`.
-pub(crate) async fn register<C: ConnectionLike>(
+pub(crate) async fn register<C: ScriptConn>(
     conn: &mut C,
     key: &str,
     fields: &[(&'static str, String)],
     ttl_ms: u64,
 ) -> RedisResult<()> {
-    // HSET with many fields, not redis-rs's `hset_multiple` (HMSET, deprecated:
-    // an ACL written for HSET refuses it).
-    let mut hset = redis::cmd("HSET");
-    hset.arg(key);
-    for (field, value) in fields {
-        hset.arg(*field).arg(value);
-    }
-    let mut pipe = redis::pipe();
-    pipe.atomic()
-        .add_command(hset)
-        .ignore()
-        .pexpire(key, i64::try_from(ttl_ms).unwrap_or(i64::MAX))
-        .ignore();
-    pipe.query_async(conn).await
+    super::call(
+        conn,
+        &Register {
+            key,
+            fields,
+            ttl_ms,
+        },
+    )
+    .await
 }
 
 /// The entries of `ids` (client ids) that exist and read as lockwarden wrote
