@@ -182,6 +182,33 @@ impl std::io::Write for Captured {
     }
 }
 
+/// A manager started as a user with every right on the test's lock keys and
+/// channels but none on the registry keys, plus `extra` ACL rules; answers it and
+/// the user's URL.
+async fn locker_without_registry(
+    server: &RedisServer,
+    extra: &[&str],
+) -> (actix::Addr<lockwarden::LockManager>, String) {
+    let mut rules = vec![
+        "ACL",
+        "SETUSER",
+        "locker",
+        "on",
+        ">pw",
+        "~reg:*",
+        "~redisson_*",
+        "&*",
+        "+@all",
+    ];
+    rules.extend_from_slice(extra);
+    let _: () = raw(server, &rules);
+    let url = format!("redis://locker:pw@127.0.0.1:{}", server.port());
+    let m = lockwarden::LockManager::start(lockwarden::Config::from_url(&url).expect("url"))
+        .await
+        .expect("a manager starts without the registry");
+    (m, url)
+}
+
 /// A user whose ACL leaves out the registry keys still takes and releases locks;
 /// the refused write is logged as one warning naming the ACL, and its holders
 /// show as unknown.
@@ -197,24 +224,7 @@ async fn an_acl_without_the_registry_fails_no_lock() {
         .finish();
     let _logging = tracing::subscriber::set_default(subscriber);
     let server = RedisServer::start();
-    let _: () = raw(
-        &server,
-        &[
-            "ACL",
-            "SETUSER",
-            "locker",
-            "on",
-            ">pw",
-            "~reg:*",
-            "~redisson_*",
-            "&*",
-            "+@all",
-        ],
-    );
-    let url = format!("redis://locker:pw@127.0.0.1:{}", server.port());
-    let m = lockwarden::LockManager::start(lockwarden::Config::from_url(&url).expect("url"))
-        .await
-        .expect("a manager starts without the registry");
+    let (m, _) = locker_without_registry(&server, &[]).await;
     let g = m
         .send(Acquire::new("reg:1").wait(Duration::from_secs(5)))
         .await
@@ -244,25 +254,7 @@ async fn an_acl_without_the_registry_fails_no_lock() {
 #[actix_rt::test]
 async fn a_registry_entry_is_never_left_without_its_ttl() {
     let server = RedisServer::start();
-    let _: () = raw(
-        &server,
-        &[
-            "ACL",
-            "SETUSER",
-            "halfway",
-            "on",
-            ">pw",
-            "~reg:*",
-            "~redisson_*",
-            "&*",
-            "+@all",
-            "(+hset ~lockwarden:client:*)",
-        ],
-    );
-    let url = format!("redis://halfway:pw@127.0.0.1:{}", server.port());
-    let m = lockwarden::LockManager::start(lockwarden::Config::from_url(&url).expect("url"))
-        .await
-        .expect("a manager starts without the registry");
+    let (m, url) = locker_without_registry(&server, &["(+hset ~lockwarden:client:*)"]).await;
     let g = m
         .send(Acquire::new("reg:2").wait(Duration::from_secs(5)))
         .await
