@@ -25,13 +25,18 @@
 //! recipient for [`Lapsed`]), never the lock actor's type. Batches are cut by node
 //! group ([`Node::group`]), so on a cluster one call never spans two slots.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use actix::WeakRecipient;
 use tracing::{debug, warn};
+
+mod table;
+
+use table::{Due, HashHolding, SLOTS};
+pub(crate) use table::{Lapsed, RenewTable, Renewal, Watched};
 
 use super::registry::Registration;
 use crate::config::millis;
@@ -46,142 +51,9 @@ use crate::wire::{self, RenewHashes, RwRenew, XsemRenew};
 type Call =
     std::pin::Pin<Box<dyn std::future::Future<Output = (Vec<u64>, redis::RedisResult<Vec<bool>>)>>>;
 
-/// Slots per renewal period: a tick every period / `SLOTS` renews one slot.
-const SLOTS: usize = 10;
-
 /// Keys per `renew.lua` call. A call this size keeps Redis busy for well under a
 /// millisecond, so other clients' commands never wait long behind it.
 const CHUNK: usize = 512;
-
-/// A watchdog holding's lease ran out or its owner no longer holds it (sent to the
-/// lock actor, which reports the loss to the guards).
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(crate) struct Lapsed {
-    /// The holding.
-    pub(crate) epoch: u64,
-    /// Why it is lost.
-    pub(crate) reason: LostReason,
-}
-
-/// Which script renews a holding (the lock kind decides).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Renewal {
-    /// `lua/renew.lua`, many holdings per call: exclusive and fair locks.
-    Hash,
-    /// `lua/rw_renew.lua`, one holder per call: a read-write lock's reader, or
-    /// its writer (`write`).
-    ReadWrite {
-        /// Whether it is the write side.
-        write: bool,
-    },
-    /// `lua/xsem_renew.lua`, one holder per call: the permits one guard holds of
-    /// a permit-expirable semaphore (the `field` is their ids, comma-separated).
-    Permits,
-}
-
-/// One watchdog holding to renew.
-#[derive(Debug)]
-pub(crate) struct Watched {
-    /// The lock name (the hash key).
-    pub(crate) name: Arc<str>,
-    /// The holder's hash field.
-    pub(crate) field: Arc<str>,
-    /// Which script renews it.
-    pub(crate) renewal: Renewal,
-    /// Who to tell when it is lost. Weakly: renewal must not keep a lock actor
-    /// alive, and only a lapse needs to reach it.
-    pub(crate) lock: WeakRecipient<Lapsed>,
-    /// Until when it is surely held (send time of the last success plus its lease).
-    pub(crate) valid_until: Instant,
-}
-
-#[derive(Debug)]
-struct Entry {
-    held: Watched,
-    /// The slot it is swept in.
-    slot: usize,
-    /// A renewal of it is in flight.
-    renewing: bool,
-    /// Its lease has run out here and one last renewal was tried (see `collect`).
-    late: bool,
-}
-
-#[derive(Debug, Default)]
-struct Table {
-    /// Holding epoch (unique in the process) -> entry.
-    entries: HashMap<u64, Entry>,
-    /// The epochs of each slot. Removal is lazy: a sweep drops epochs that are no
-    /// longer entries, so taking a holding out costs one hash removal.
-    slots: [Vec<u64>; SLOTS],
-    /// The slot swept last.
-    current: usize,
-}
-
-/// The watchdog holdings of one manager, shared by its lock actors (which add and
-/// remove them) and its renewer (which sweeps them). A plain mutex rather than
-/// messages: entering a holding is on every watchdog acquisition's path, and a
-/// table insert is far cheaper than a mailbox round.
-#[derive(Debug, Default)]
-pub(crate) struct RenewTable {
-    table: Mutex<Table>,
-}
-
-impl RenewTable {
-    fn lock(&self) -> MutexGuard<'_, Table> {
-        // Nothing can panic while the table is locked; if it ever did, the data
-        // (plain maps) is still consistent.
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Starts renewing a holding, or, if it is renewed already, notes a later
-    /// `valid_until` (a re-entry set the lease again).
-    pub(crate) fn watch(&self, epoch: u64, held: Watched) {
-        let mut t = self.lock();
-        if let Some(e) = t.entries.get_mut(&epoch) {
-            e.held.valid_until = e.held.valid_until.max(held.valid_until);
-            return;
-        }
-        // Of the slots swept in the last half period (so the first renewal comes
-        // between half a period and a period after the grant), the emptiest: a
-        // burst of acquisitions is spread over several ticks instead of one.
-        let slot = (0..SLOTS / 2)
-            .map(|back| (t.current + SLOTS - back) % SLOTS)
-            .min_by_key(|&s| t.slots[s].len())
-            .unwrap_or(t.current);
-        t.slots[slot].push(epoch);
-        t.entries.insert(
-            epoch,
-            Entry {
-                held,
-                slot,
-                renewing: false,
-                late: false,
-            },
-        );
-    }
-
-    /// Stops renewing a holding (released or lost). Unknown epochs are ignored.
-    pub(crate) fn unwatch(&self, epoch: u64) {
-        self.lock().entries.remove(&epoch);
-    }
-}
-
-/// A holding that `renew.lua` renews: (epoch, lock name, owner field).
-type HashHolding = (u64, Arc<str>, Arc<str>);
-
-/// What one tick sends: the renewable holdings of one slot, by script.
-#[derive(Default)]
-struct Due {
-    /// Exclusive and fair holdings: `renew.lua` takes many at once (of one group).
-    hashes: Vec<HashHolding>,
-    /// Read-write holdings: one `rw_renew.lua` call each.
-    rw: Vec<(u64, bool, Arc<str>, Arc<str>)>,
-    /// Holdings whose lease ran out unrenewed.
-    lapsed: Vec<(u64, WeakRecipient<Lapsed>)>,
-    /// Permit-expirable semaphore holders: one `xsem_renew.lua` call each.
-    permits: Vec<HashHolding>,
-}
 
 /// The actor that sweeps a manager's [`RenewTable`]; see the module documentation.
 pub(crate) struct Renewer {
@@ -225,68 +97,6 @@ impl Renewer {
         }
     }
 
-    /// Takes one slot's due holdings out of the table.
-    fn collect(table: &RenewTable, now: Instant) -> Due {
-        let mut t = table.lock();
-        let t = &mut *t;
-        t.current = (t.current + 1) % SLOTS;
-        let slot = t.current;
-        let mut due = Due::default();
-        let mut ids = std::mem::take(&mut t.slots[slot]);
-        ids.retain(|id| {
-            let Some(e) = t.entries.get_mut(id) else {
-                return false;
-            };
-            if e.slot != slot {
-                return false;
-            }
-            if e.held.valid_until <= now {
-                if e.late && !e.renewing {
-                    due.lapsed.push((*id, e.held.lock.clone()));
-                    return true; // removed below
-                }
-                // valid_until counts from when the grant or renewal was sent; if
-                // the request waited in Redis (CLIENT PAUSE), Redis's TTL runs out
-                // later than that. One renewal is tried before declaring the loss:
-                // only Redis knows whether the owner still holds it.
-                e.late = true;
-            }
-            if !e.renewing {
-                e.renewing = true;
-                let (name, field) = (e.held.name.clone(), e.held.field.clone());
-                match e.held.renewal {
-                    Renewal::Hash => due.hashes.push((*id, name, field)),
-                    Renewal::ReadWrite { write } => due.rw.push((*id, write, name, field)),
-                    Renewal::Permits => due.permits.push((*id, name, field)),
-                }
-            }
-            true
-        });
-        for (id, _) in &due.lapsed {
-            t.entries.remove(id);
-        }
-        ids.retain(|id| t.entries.contains_key(id));
-        t.slots[slot] = ids;
-        due
-    }
-
-    /// Every holding not being renewed already, whatever its slot (after a
-    /// reconnect, when any of them may have been lost).
-    fn collect_all(table: &RenewTable) -> Due {
-        let mut t = table.lock();
-        let mut due = Due::default();
-        for (id, e) in t.entries.iter_mut().filter(|(_, e)| !e.renewing) {
-            e.renewing = true;
-            let (name, field) = (e.held.name.clone(), e.held.field.clone());
-            match e.held.renewal {
-                Renewal::Hash => due.hashes.push((*id, name, field)),
-                Renewal::ReadWrite { write } => due.rw.push((*id, write, name, field)),
-                Renewal::Permits => due.permits.push((*id, name, field)),
-            }
-        }
-        due
-    }
-
     /// One tick: renew the next slot's holdings.
     fn tick(&mut self, ctx: &mut Context<Self>) {
         let Some(table) = self.table.upgrade() else {
@@ -294,7 +104,7 @@ impl Renewer {
             return;
         };
         let now = Instant::now();
-        let due = Self::collect(&table, now);
+        let due = table.collect(now);
         self.renew(due, now, ctx);
         self.ticks = self.ticks.wrapping_add(1);
         if self.ticks.is_multiple_of(SLOTS) {
@@ -405,36 +215,11 @@ impl Renewer {
         let Some(table) = self.table.upgrade() else {
             return;
         };
-        let lease = self.lease;
-        let mut gone = Vec::new();
         // A passing refusal (BUSY, OOM, LOADING, a dropped connection) is tried
         // again at the next tick, not a whole period later, when the lease may
         // have run out.
         let soon = matches!(&answer, Err(e) if redis_is_transient(e));
-        {
-            let mut t = table.lock();
-            let next = (t.current + 1) % SLOTS;
-            for (i, id) in ids.iter().enumerate() {
-                let Some(e) = t.entries.get_mut(id) else {
-                    continue;
-                };
-                e.renewing = false;
-                match &answer {
-                    Ok(held) if held[i] => {
-                        e.held.valid_until = e.held.valid_until.max(sent + lease);
-                        e.late = false;
-                    }
-                    Ok(_) => gone.push(*id),
-                    Err(_) => {
-                        if soon && e.slot != next {
-                            // Moved: its old slot drops it lazily.
-                            e.slot = next;
-                            t.slots[next].push(*id);
-                        }
-                    }
-                }
-            }
-        }
+        let gone = table.settle(ids, sent, self.lease, &answer, soon);
         match &answer {
             Ok(_) => record::renewals(ids.len() - gone.len(), gone.len(), 0),
             Err(_) => record::renewals(0, 0, ids.len()),
@@ -444,9 +229,8 @@ impl Renewer {
             warn!(locks = ids.len(), %error, "renewal failed; retrying until the leases run out");
         }
         for id in gone {
-            let lock = table.lock().entries.remove(&id);
-            if let Some(e) = lock {
-                self.lapse(id, &e.held.lock, LostReason::OwnerGone);
+            if let Some(lock) = table.take(id) {
+                self.lapse(id, &lock, LostReason::OwnerGone);
             }
         }
     }
@@ -459,13 +243,7 @@ impl Renewer {
         let Some(table) = self.table.upgrade() else {
             return;
         };
-        let deadline = {
-            let t = table.lock();
-            ids.iter()
-                .filter_map(|id| t.entries.get(id).map(|e| e.held.valid_until))
-                .min()
-        };
-        let Some(at) = deadline else {
+        let Some(at) = table.earliest(&ids) else {
             return;
         };
         let now = Instant::now();
@@ -482,26 +260,7 @@ impl Renewer {
         };
         let now = Instant::now();
         let renewed_until = sent + self.lease;
-        let (lapsed, waiting) = {
-            let mut t = table.lock();
-            let (due, rest): (Vec<u64>, Vec<u64>) = ids
-                .into_iter()
-                .filter(|id| t.entries.contains_key(id))
-                .partition(|id| t.entries.get(id).is_some_and(|e| e.held.valid_until <= now));
-            let waiting: Vec<u64> = rest
-                .into_iter()
-                .filter(|id| {
-                    t.entries
-                        .get(id)
-                        .is_some_and(|e| e.held.valid_until < renewed_until)
-                })
-                .collect();
-            let lapsed: Vec<(u64, WeakRecipient<Lapsed>)> = due
-                .into_iter()
-                .filter_map(|id| t.entries.remove(&id).map(|e| (id, e.held.lock)))
-                .collect();
-            (lapsed, waiting)
-        };
+        let (lapsed, waiting) = table.take_expired(ids, now, renewed_until);
         for (epoch, lock) in lapsed {
             self.lapse(epoch, &lock, LostReason::Unreachable);
         }
@@ -539,7 +298,7 @@ impl Handler<Reconnected> for Renewer {
         };
         // The server may have restarted without its data: the entry too.
         self.register(ctx);
-        let due = Self::collect_all(&table);
+        let due = table.collect_all();
         let count = due.hashes.len() + due.rw.len();
         if count > 0 {
             debug!(
