@@ -5,8 +5,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lockwarden::{Config, LockError, LockManager};
-use support::free_port;
+use lockwarden::{Acquire, Config, LockError, LockManager};
+use support::{free_port, hold, manager, RedisServer};
 
 /// Starting against a port where nothing listens fails within the configured
 /// connection timeout (plus scheduling slack), not after a round of reconnects.
@@ -212,4 +212,44 @@ async fn the_locks_methods_need_one_question_mark() {
     guard.release().await.expect("release");
     let bad = m.handle("").await.expect_err("empty name");
     assert!(matches!(bad, LockError::InvalidName(_)), "{bad:?}");
+}
+
+/// A manager that is dropped (its address and every guard gone) closes every
+/// connection it opened, the pub/sub one included, within a few seconds: a
+/// service that makes managers and drops them must not pile up connections.
+#[actix_rt::test]
+async fn a_dropped_manager_closes_its_connections() {
+    let server = RedisServer::start();
+    let clients = || -> u64 {
+        let info = server.info("clients");
+        info.lines()
+            .find_map(|l| l.strip_prefix("connected_clients:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("connected_clients")
+    };
+    let before = clients();
+    let m = manager(&server, |c| c).await;
+    // A waiter subscribes to the lock's channel: the pub/sub connection is in use.
+    let g = hold(&m, "bye", |a| a).await;
+    let waiting = m.send(Acquire::new("bye").wait(Duration::from_secs(5)));
+    let second = actix_rt::spawn(waiting);
+    g.release().await.expect("released");
+    let g2 = second
+        .await
+        .expect("task")
+        .expect("running")
+        .expect("acquired");
+    g2.release().await.expect("released");
+    assert!(clients() > before, "the manager is connected");
+    drop(m);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while clients() > before {
+        assert!(
+            Instant::now() < deadline,
+            "{} connections still open 10 s after the manager was dropped: {}",
+            clients() - before,
+            support::raw::<String>(&server, &["CLIENT", "LIST"])
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

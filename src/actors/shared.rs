@@ -35,6 +35,8 @@ pub(crate) struct Shared {
     pub(crate) counters: Arc<Counters>,
     /// The watchdog holdings of all lock actors, swept by the renewer.
     pub(crate) renewals: Arc<RenewTable>,
+    /// Dropped with the last holder of this: tells the subscriber to stop.
+    pub(crate) _alive: tokio::sync::watch::Sender<()>,
 }
 
 /// `delay`, or less if one of `deadlines` comes sooner: when an actor whose

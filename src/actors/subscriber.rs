@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use actix::WeakRecipient;
+use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::renewer::Reconnected;
@@ -97,6 +98,11 @@ pub(crate) struct Subscriber {
     connected_once: bool,
     /// A resubscription after a dropped cluster node is under way.
     resubscribing: bool,
+    /// Closed when the manager and every actor sharing it are gone (its sender
+    /// lives in their `Shared`). The subscriber then stops, and its connection
+    /// closes: the stream it reads would otherwise keep it running, connected,
+    /// for as long as the process lives.
+    manager: watch::Receiver<()>,
 }
 
 impl Subscriber {
@@ -105,8 +111,10 @@ impl Subscriber {
         config: Arc<Config>,
         counters: Arc<Counters>,
         reconnected: Recipient<Reconnected>,
+        manager: watch::Receiver<()>,
     ) -> Subscriber {
         Subscriber {
+            manager,
             reconnected,
             connected_once: false,
             resubscribing: false,
@@ -184,6 +192,13 @@ impl Actor for Subscriber {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        let mut manager = self.manager.clone();
+        // Nothing is ever sent: `changed` ends only when the sender is dropped.
+        let gone = async move { while manager.changed().await.is_ok() {} };
+        ctx.spawn(gone.into_actor(self).map(|(), _, ctx| {
+            debug!("the manager is gone; the subscriber stops");
+            ctx.stop();
+        }));
         self.connect(ctx);
     }
 }

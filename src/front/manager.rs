@@ -17,7 +17,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use tracing::{debug, info};
 
-use crate::actors::lock::{Idle, LockActor};
+use crate::actors::lock::{Idle, LockActor, ManagerGone};
 use crate::actors::registry::Registration;
 use crate::actors::renewer::{RenewTable, Renewer};
 use crate::actors::shared::Shared;
@@ -118,10 +118,13 @@ impl LockManager {
             registration,
         )
         .start();
+        let (alive, manager_alive) = tokio::sync::watch::channel(());
         let subscriber = {
             let (source, config, counters) = (node.pubsub(), config.clone(), Arc::clone(&counters));
             let reconnected = renewer.recipient();
-            Supervisor::start(move |_| Subscriber::new(source, config, counters, reconnected))
+            Supervisor::start(move |_| {
+                Subscriber::new(source, config, counters, reconnected, manager_alive)
+            })
         };
         let shared = Arc::new(Shared {
             client_id,
@@ -131,6 +134,7 @@ impl LockManager {
             subscriber,
             counters,
             renewals,
+            _alive: alive,
         });
         Ok(LockManager {
             shared,
@@ -197,6 +201,15 @@ impl LockManager {
 
 impl Actor for LockManager {
     type Context = Context<Self>;
+
+    /// Every address of the manager is gone: its idle lock actors stop now, so
+    /// that its connections close once the last guard is released (each lock
+    /// actor keeps what the manager shares, connections included).
+    fn stopped(&mut self, _ctx: &mut Context<Self>) {
+        for entry in self.locks.values() {
+            entry.addr.do_send(ManagerGone);
+        }
+    }
 }
 
 /// Read the manager's counters.

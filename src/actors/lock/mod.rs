@@ -20,6 +20,7 @@
 mod acquire;
 mod holding;
 mod kinds;
+mod subs;
 #[cfg(test)]
 mod tests;
 mod turn;
@@ -37,6 +38,7 @@ use crate::error::{LockError, LostReason};
 use crate::guard::{Release, ReleaseOutcome};
 use crate::kind::Kind;
 use crate::wire;
+use subs::{Sub, Subs};
 
 use holding::{Holdings, LostHoldings};
 use kinds::fair::FairPlaces;
@@ -56,6 +58,24 @@ pub(crate) struct Cancel {
     pub(crate) waiter: u64,
 }
 
+/// The manager stopped: an idle lock actor stops now rather than after its idle
+/// countdown (nothing can send it work any more, and it keeps the manager's
+/// connections open); a busy one stops when it is done, as the countdown then
+/// finds the manager gone.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct ManagerGone;
+
+impl Handler<ManagerGone> for LockActor {
+    type Result = ();
+
+    fn handle(&mut self, _msg: ManagerGone, ctx: &mut Context<Self>) {
+        if self.is_idle() {
+            ctx.stop();
+        }
+    }
+}
+
 /// A lock actor has had nothing to do for a while and offers to stop (sent to the
 /// manager). The answer `true` (stop) comes when the manager has sent it nothing
 /// it has not seen; the registry entry is then gone, so the next request for that
@@ -71,60 +91,6 @@ pub(crate) struct Idle {
     pub(crate) addr: Addr<LockActor>,
     /// Enqueue messages it received, compared with those sent.
     pub(crate) received: u64,
-}
-
-/// State of one channel subscription of this lock (a channel not in the map is
-/// not subscribed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Sub {
-    /// Asked the subscriber; no answer yet.
-    Pending,
-    /// Routed (and subscribed, or to be subscribed on reconnect).
-    On,
-}
-
-/// The channels this lock subscribed to, with their state: none while nobody
-/// waits, one for an exclusive or read-write lock, one per local waiter for a
-/// fair lock. A Vec, not a map: every lock actor has this field, and an empty
-/// Vec is half the size of an empty map (bytes kept by every held lock).
-#[derive(Debug, Default)]
-struct Subs(Vec<(String, Sub)>);
-
-impl Subs {
-    fn get(&self, channel: &str) -> Option<Sub> {
-        self.0.iter().find(|(c, _)| c == channel).map(|(_, s)| *s)
-    }
-
-    fn contains_key(&self, channel: &str) -> bool {
-        self.get(channel).is_some()
-    }
-
-    fn insert(&mut self, channel: String, sub: Sub) {
-        match self.0.iter_mut().find(|(c, _)| *c == channel) {
-            Some((_, s)) => *s = sub,
-            None => self.0.push((channel, sub)),
-        }
-    }
-
-    fn remove(&mut self, channel: &str) {
-        self.0.retain(|(c, _)| c != channel);
-        if self.0.is_empty() {
-            // A held lock keeps no room for subscriptions it no longer has.
-            self.0 = Vec::new();
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    fn clear(&mut self) {
-        self.0 = Vec::new();
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&String, &Sub)> {
-        self.0.iter().map(|(c, s)| (c, s))
-    }
 }
 
 /// The actor of one lock name and kind; see the module documentation.
@@ -249,14 +215,7 @@ impl LockActor {
             self.own_unlocks = 0;
         }
         self.fair_timers(ctx);
-        let idle = self.queue.is_empty()
-            && self.holdings.is_empty()
-            && self.lost.is_empty()
-            && self.attempt.is_none()
-            && self.unresolved.is_none()
-            && self.releases == 0
-            && !self.fair.busy()
-            && self.subs.is_empty();
+        let idle = self.is_idle();
         match (idle, self.idle_timer.is_some()) {
             (true, false) => {
                 let after = self.shared.config.idle_timeout;
@@ -272,6 +231,18 @@ impl LockActor {
             }
             _ => {}
         }
+    }
+
+    /// Nothing at all is going on: no waiter, holding, call or subscription.
+    fn is_idle(&self) -> bool {
+        self.queue.is_empty()
+            && self.holdings.is_empty()
+            && self.lost.is_empty()
+            && self.attempt.is_none()
+            && self.unresolved.is_none()
+            && self.releases == 0
+            && !self.fair.busy()
+            && self.subs.is_empty()
     }
 
     /// Redis answered in a shape the protocol does not allow, so local state can no
