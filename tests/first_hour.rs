@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockwarden::{Acquire, Config, LockError, LockManager};
-use support::{free_port, hold, manager, RedisServer};
+use support::{free_port, hold, manager, Captured, RedisServer};
 
 /// Starting against a port where nothing listens fails within the configured
 /// connection timeout (plus scheduling slack), not after a round of reconnects.
@@ -63,40 +63,12 @@ async fn a_wait_that_ends_while_redis_does_not_answer_says_so() {
     );
 }
 
-/// A log writer the test can read back.
-#[derive(Clone, Default)]
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log buffer").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().expect("log buffer")).into_owned()
-    }
-}
-
 /// The nested-acquire trap is loud: a task that takes a lock it already holds
 /// without passing the same owner, and waits with no deadline, is reported in the
 /// log after `Config::stall_warning`, naming the way out.
 #[actix_rt::test]
 async fn a_task_waiting_for_its_own_lock_is_reported() {
-    let log = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer({
-            let log = log.clone();
-            move || log.clone()
-        })
-        .with_ansi(false)
-        .finish();
-    let _logging = tracing::subscriber::set_default(subscriber);
+    let (log, _logging) = Captured::install();
 
     let redis = support::RedisServer::start();
     let m = support::manager(&redis, |c| c.stall_warning(Duration::from_millis(200))).await;

@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use lockwarden::{Acquire, Admin, ClientInfo, Inspect, LockInfo, UNKNOWN_CLIENT};
-use support::{config, eventually, exists, hold, manager, raw, RedisServer};
+use support::{config, eventually, exists, hold, manager, raw, Captured, RedisServer};
 
 /// The registry key of the manager that holds `info`'s only holder.
 fn key_of(info: &LockInfo) -> String {
@@ -168,20 +168,6 @@ async fn the_registry_costs_one_small_hash_per_manager() {
     }
 }
 
-/// What the library logs, kept for a test to read.
-#[derive(Clone, Default)]
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log buffer").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// A manager started as a user with every right on the test's lock keys and
 /// channels but none on the registry keys, plus `extra` ACL rules; answers it and
 /// the user's URL.
@@ -214,15 +200,7 @@ async fn locker_without_registry(
 /// show as unknown.
 #[actix_rt::test]
 async fn an_acl_without_the_registry_fails_no_lock() {
-    let log = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer({
-            let log = log.clone();
-            move || log.clone()
-        })
-        .with_ansi(false)
-        .finish();
-    let _logging = tracing::subscriber::set_default(subscriber);
+    let (log, _logging) = Captured::install();
     let server = RedisServer::start();
     let (m, _) = locker_without_registry(&server, &[]).await;
     let g = m
@@ -238,7 +216,7 @@ async fn an_acl_without_the_registry_fails_no_lock() {
     assert_eq!(info.holders[0].client, None);
     assert!(registry_keys(&server).is_empty());
     g.release().await.expect("released");
-    let text = String::from_utf8_lossy(&log.0.lock().expect("log buffer")).into_owned();
+    let text = log.text();
     let warnings: Vec<&str> = text
         .lines()
         .filter(|l| l.contains("WARN") && l.contains("does not allow the client registry"))

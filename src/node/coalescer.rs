@@ -200,8 +200,7 @@ async fn send(mut conn: Conn, mut batch: Vec<Op>) {
         }
         return;
     }
-    let starts = wire::batch_key_starts(batch.iter().map(|op| &op.call));
-    let call = wire::batch_invocation(batch.iter_mut().map(|op| &mut op.call));
+    let (call, starts) = wire::batch_invocation(batch.iter_mut().map(|op| &mut op.call));
     // One WAIT behind the batch covers every op in it; each op is then judged by
     // its own need (a grant fails on a shortfall, a release stands).
     let res = call

@@ -58,16 +58,21 @@ impl BatchOp {
 }
 
 /// One call of the batch script over `ops` (each one with a [`BatchOp`]): every
-/// op's keys, then per op its code and arguments. The ops' keys and arguments are
-/// moved into the batch, not copied (copies were a few allocations per op on the
-/// busiest path), so the ops are left without them: [`batch_key_starts`], taken
-/// before, says where each op's keys are in the batch.
-pub(crate) fn batch_invocation<'a>(ops: impl Iterator<Item = &'a mut Invocation>) -> Invocation {
+/// op's keys, then per op its code and arguments; with it, where each op's keys
+/// start in the batch's KEYS (the first is the op's routing key, which names it
+/// in an error). The ops' keys and arguments are moved into the batch, not copied
+/// (copies were a few allocations per op on the busiest path), so the ops are
+/// left without them.
+pub(crate) fn batch_invocation<'a>(
+    ops: impl Iterator<Item = &'a mut Invocation>,
+) -> (Invocation, Vec<usize>) {
     let mut call = Invocation::new(&BATCH);
     let mut all_must = true;
     let mut codes_and_args = Vec::new();
+    let mut starts = Vec::new();
     for op in ops {
         all_must &= op.need == Need::Must;
+        starts.push(call.keys.len());
         call.keys.append(&mut op.keys);
         codes_and_args.push(op.batch.map_or("?", BatchOp::code).to_string());
         codes_and_args.append(&mut op.args);
@@ -79,18 +84,7 @@ pub(crate) fn batch_invocation<'a>(ops: impl Iterator<Item = &'a mut Invocation>
         call = call.must_replicate();
     }
     call.args = codes_and_args;
-    call
-}
-
-/// Where each of `ops`' keys will start in their batch's KEYS: the first is the
-/// op's routing key, which names it in an error.
-pub(crate) fn batch_key_starts<'a>(ops: impl Iterator<Item = &'a Invocation>) -> Vec<usize> {
-    ops.scan(0, |next, op| {
-        let start = *next;
-        *next += op.keys.len();
-        Some(start)
-    })
-    .collect()
+    (call, starts)
 }
 
 /// The batch script's reply, one entry per op (an error reply for an op that

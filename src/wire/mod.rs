@@ -36,7 +36,7 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisError, RedisResult, ServerErrorKind, Value};
 
-pub(crate) use batch::{batch_invocation, batch_key_starts, split_batch_reply, BatchOp};
+pub(crate) use batch::{batch_invocation, split_batch_reply, BatchOp};
 pub(crate) use exclusive::{Acquire, Release, RenewHashes, Transfer, TransferReply};
 pub(crate) use expirable::{XsemAcquire, XsemRelease, XsemRenew, XsemTake};
 pub(crate) use fair::{FairAcquire, FairLeave, FairRefresh, FairRelease, Place};

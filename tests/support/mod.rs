@@ -4,6 +4,7 @@
 
 mod certs;
 mod cluster;
+mod log;
 mod sentinel;
 mod server;
 mod target;
@@ -12,6 +13,8 @@ mod target;
 pub use certs::*;
 #[allow(unused_imports)] // only the Cluster tests use it
 pub use cluster::*;
+#[allow(unused_imports)] // only the tests that read the log use it
+pub use log::*;
 #[allow(unused_imports)] // only the Sentinel tests use it
 pub use sentinel::*;
 pub use server::*;

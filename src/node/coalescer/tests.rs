@@ -230,7 +230,7 @@ async fn a_lone_call_runs_the_plain_script() {
         retry: false,
     }
     .invocation();
-    let batch = wire::batch_invocation([&mut acquire, &mut release].into_iter());
+    let (batch, _) = wire::batch_invocation([&mut acquire, &mut release].into_iter());
     let loaded: Vec<bool> = redis::cmd("SCRIPT")
         .arg("EXISTS")
         .arg(batch.script.get(wire::Publish::Plain).get_hash())
