@@ -26,46 +26,26 @@ pub async fn bad_names_are_refused_before_reaching_redis(t: &Target) {
     let scripts = || t.commandstats().get("evalsha").copied().unwrap_or(0);
     let scripts_before = scripts();
     for (name, want) in cases {
-        let got = m
-            .send(Acquire::new(name))
-            .await
-            .expect("running")
-            .expect_err(name);
-        assert!(
-            matches!(&got, LockError::InvalidName(e) if *e == want),
-            "{name:?}: {got:?}"
-        );
-        let got = m
-            .send(Handle::new(name))
-            .await
-            .expect("running")
-            .expect_err(name);
-        assert!(
-            matches!(&got, LockError::InvalidName(e) if *e == want),
-            "{name:?}: {got:?}"
-        );
-        let got = m
-            .send(ForceUnlock::new(name))
-            .await
-            .expect("running")
-            .expect_err(name);
-        assert!(
-            matches!(got, LockError::InvalidName(_)),
-            "{name:?}: {got:?}"
-        );
-        let got = m
-            .send(Inspect::new(name))
-            .await
-            .expect("running")
-            .expect_err(name);
-        assert!(
-            matches!(got, LockError::InvalidName(_)),
-            "{name:?}: {got:?}"
-        );
+        let got = m.send(Acquire::new(name)).await.expect("running");
+        assert_eq!(invalid_name(got, name), want.clone(), "{name:?}");
+        let got = m.send(Handle::new(name)).await.expect("running");
+        assert_eq!(invalid_name(got, name), want, "{name:?}");
+        let got = m.send(ForceUnlock::new(name)).await.expect("running");
+        invalid_name(got, name);
+        let got = m.send(Inspect::new(name)).await.expect("running");
+        invalid_name(got, name);
     }
     assert_eq!(t.dbsize(), keys_before);
     // Only our own INFO/DBSIZE calls reached Redis: no script ran.
     assert_eq!(scripts(), scripts_before, "a refused request reached Redis");
+}
+
+/// The name error a request was refused with; panics on any other answer.
+fn invalid_name<T: std::fmt::Debug>(got: Result<T, LockError>, name: &str) -> NameError {
+    match got {
+        Err(LockError::InvalidName(e)) => e,
+        other => panic!("{name:?}: {other:?}"),
+    }
 }
 
 pub async fn bad_leases_are_refused(t: &Target) {
