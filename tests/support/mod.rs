@@ -5,6 +5,7 @@
 mod certs;
 mod cluster;
 mod log;
+mod proxy;
 mod sentinel;
 mod server;
 mod target;
@@ -15,6 +16,8 @@ pub use certs::*;
 pub use cluster::*;
 #[allow(unused_imports)] // only the tests that read the log use it
 pub use log::*;
+#[allow(unused_imports)] // only the fault tests use it
+pub use proxy::*;
 #[allow(unused_imports)] // only the Sentinel tests use it
 pub use sentinel::*;
 pub use server::*;
