@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::kinds::Giveback;
 use super::LockActor;
@@ -356,6 +356,14 @@ impl LockActor {
         };
         h.guards = h.guards.saturating_sub(1);
         let (kind, field, lease, last) = (h.kind, h.field.clone(), h.lease, h.guards == 0);
+        let sent = Instant::now();
+        // Until when a release of the last hold is worth retrying: past this the
+        // lease has surely run out in Redis (a watchdog holding was renewed before
+        // now at the latest), so the lock is free whatever became of the release.
+        let lease_end = match h.watchdog {
+            true => sent + lease,
+            false => h.valid_until.min(sent + lease),
+        };
         let giveback = Giveback {
             name: self.name.clone(),
             kind,
@@ -371,8 +379,9 @@ impl LockActor {
         }
         self.releases += 1;
         let (rules, shared) = (self.rules(), self.shared.clone());
-        let sent = Instant::now();
-        let fut = with_latch(self.shared.config.clone(), sent, move |retry| {
+        // Only the last hold's release may outlive its latch: see `with_latch`.
+        let until = last.then_some(lease_end);
+        let fut = with_latch(self.shared.config.clone(), sent, until, move |retry| {
             rules.release(
                 &shared,
                 Giveback {
@@ -381,8 +390,22 @@ impl LockActor {
                 },
             )
         });
-        Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
+        Box::pin(fut.into_actor(self).map(move |(res, late), act, ctx| {
             act.releases -= 1;
+            let res = match res {
+                // A retry past the latch's lifetime no longer learns what an
+                // earlier attempt did. Finding the owner gone then means that
+                // attempt freed the lock (or its lease ended): either way it is
+                // free and nobody else's hold was touched.
+                Ok(ReleaseReply::NotHeld) if late => {
+                    info!(lock = %act.name, "release settled after Redis came back: the lock was already free");
+                    Ok(ReleaseReply::Released {
+                        published: false,
+                        heard: 0,
+                    })
+                }
+                res => res,
+            };
             let out = act.on_released(epoch, sent, res, ctx);
             act.pump(ctx);
             out
@@ -463,29 +486,59 @@ impl LockActor {
     }
 }
 
-/// Runs a release (`once(retry)`) until it is answered or fails for good. A
-/// release whose reply was lost is retried with the same request id: the latch in
-/// Redis answers with the first outcome, so it is never applied twice. Retries
-/// stop at half the latch's lifetime after `sent`, while the latch surely remains.
+/// The longest pause between two tries of a release. Every waiter is blind until
+/// the release lands, so after a failover it should land within moments of the new
+/// master taking over (a Sentinel failover takes 2-4 s; with the reconnect
+/// backoff's 2 s steps a release landed up to 2 s after it), and a try against a
+/// master that is still gone fails at once, so trying often costs little.
+const RELEASE_RETRY_MAX: Duration = Duration::from_millis(250);
+
+/// Runs a release (`once(retry)`) until it is answered or fails for good, and says
+/// whether the answer came from a try made after the latch could have expired.
+///
+/// A release whose reply was lost is retried with the same request id: the latch in
+/// Redis answers with the first outcome, so it is never applied twice. That holds
+/// for half the latch's lifetime after `sent`, while the latch surely remains.
+/// A failover or a restart can take longer than that, and a release given up then
+/// leaves the lock blind for the rest of its lease (every waiter waits it out). So
+/// the release of a holding's *last* hold goes on trying until `until` (the end of
+/// its lease: past it the lock is free anyway). Such a late try cannot double a
+/// release: the last hold's earlier attempt either freed the lock (the owner field
+/// is gone, and the late try answers "not held", which the caller reads as freed)
+/// or did nothing (the late try frees it). Releases that leave holds behind stop
+/// at the latch's half-life, as a second decrement would take a hold nobody gave.
 pub(super) async fn with_latch<T, F, Fut>(
     config: Arc<Config>,
     sent: Instant,
+    until: Option<Instant>,
     mut once: F,
-) -> redis::RedisResult<T>
+) -> (redis::RedisResult<T>, bool)
 where
     F: FnMut(bool) -> Fut,
     Fut: Future<Output = redis::RedisResult<T>>,
 {
+    let latched = sent + config.latch_ttl / 2;
     let mut tries = 0u32;
     loop {
+        let late = Instant::now() >= latched;
         match once(tries > 0).await {
-            Err(e) if redis_is_transient(&e) && sent.elapsed() < config.latch_ttl / 2 => {
-                let delay = backoff(config.reconnect_min, config.reconnect_max, tries);
+            Err(e) if redis_is_transient(&e) => {
+                let longest = config.reconnect_max.min(RELEASE_RETRY_MAX);
+                let delay = backoff(config.reconnect_min, longest, tries);
+                let next = Instant::now() + delay;
+                if next >= until.map_or(latched, |u| u.max(latched)) {
+                    return (Err(e), late);
+                }
+                if tries == 0 {
+                    // The first failure says why; later ones repeat it at debug.
+                    warn!(error = %e, retry_in = ?delay, "release failed; retrying until the lease ends");
+                } else {
+                    debug!(error = %e, retry_in = ?delay, "release failed; retrying with the same request id");
+                }
                 tries += 1;
-                debug!(error = %e, retry_in = ?delay, "release failed; retrying with the same request id");
                 tokio::time::sleep(delay).await;
             }
-            other => return other,
+            other => return (other, late),
         }
     }
 }

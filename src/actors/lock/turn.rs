@@ -252,7 +252,8 @@ impl LockActor {
         let count = self.turn.count_now();
         let sent = Instant::now();
         let fut = async move {
-            let handed = with_latch(config.clone(), sent, |retry| {
+            // A handover grants too: it never outlives its latch (`None`).
+            let (handed, _) = with_latch(config.clone(), sent, None, |retry| {
                 let giveback = Giveback {
                     retry,
                     ..giveback.clone()
@@ -265,7 +266,7 @@ impl LockActor {
                 // refusal changed nothing, and a plain release does the job
                 // (a user without PUBSUB NUMSUB, docs/operations.md).
                 Err(e) if e.code() == Some("NOPERM") => {
-                    let plain = with_latch(config, sent, |retry| {
+                    let (plain, _) = with_latch(config, sent, None, |retry| {
                         let giveback = Giveback {
                             retry,
                             ..giveback.clone()

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use crate::acquire::{acquire, report_timeout, Signals, Waited};
 use crate::cli::HoldArgs;
 use crate::duration::{human, millis};
-use crate::outcome::RELEASE_BUDGET;
+use crate::outcome::release_budget;
 use crate::outcome::{self, note, signal_code, Failure};
 use crate::session::Session;
 
@@ -176,13 +176,15 @@ pub async fn hold(session: &Session, args: HoldArgs) -> Result<i32, Failure> {
     let (held, at_ms) = (since.elapsed(), unix_ms());
     // What the events report after the release, which takes the guard.
     let holding = Holding::of(&guard);
-    // Bounded as in `run`: with Redis gone the library would retry for seconds.
-    let Ok(released) = tokio::time::timeout(RELEASE_BUDGET, guard.release()).await else {
+    // Bounded as in `run`: the library retries until the lease would have ended.
+    let lease = args.acquire.lease.unwrap_or(args.acquire.watchdog_lease);
+    let Ok(released) = tokio::time::timeout(release_budget(lease), guard.release()).await else {
         return Err(Failure::failed(format!(
-            "releasing \"{}\": Redis did not answer within {}; the lock frees by itself \
-             within its lease",
+            "releasing \"{}\": Redis did not answer for {}; its lease ({}) has ended, \
+             so it is free now",
             args.name,
-            human(RELEASE_BUDGET)
+            human(release_budget(lease)),
+            human(lease)
         )));
     };
     match released {

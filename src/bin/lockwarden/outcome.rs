@@ -30,10 +30,19 @@ pub const CANNOT_EXECUTE: i32 = 126;
 /// The command was not found (as in shells).
 pub const NOT_FOUND: i32 = 127;
 
-/// Longest the release after the command (`run`, `hold`, a semaphore's `run`) may
-/// take (the library's default response timeout); past it the lock is left to
-/// expire.
+/// Longest a semaphore's `run` may take to give its permits back (the library's
+/// default response timeout): plain permits have no lease to wait out.
 pub const RELEASE_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Longest the release of a lock after the command (`run`, `hold`) may take: the
+/// lock's lease, plus one response timeout for the try in flight and a margin. The
+/// library retries a release that a failover or a restart caught until the lease
+/// would have ended (a failover takes seconds; given up after 2 s, the lock stayed
+/// blind to every waiter for the rest of a 30 s lease), and past the lease the lock
+/// is free anyway, so the command never exits leaving a lock behind.
+pub fn release_budget(lease: std::time::Duration) -> std::time::Duration {
+    lease + std::time::Duration::from_secs(3)
+}
 
 /// The code for "ended by signal `n`", as shells report it.
 pub fn signal_code(n: i32) -> i32 {

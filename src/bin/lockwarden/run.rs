@@ -42,7 +42,7 @@ use tracing::info;
 use crate::acquire::{acquire, report_timeout, Signals, Waited};
 use crate::cli::{OnLost, RunArgs};
 use crate::duration::human;
-use crate::outcome::RELEASE_BUDGET;
+use crate::outcome::release_budget;
 use crate::outcome::{self, child_code, note, signal_code, Failure};
 use crate::redlock::{self, RedWaited};
 use crate::session::Session;
@@ -356,16 +356,18 @@ async fn finish(guard: Held, args: &RunArgs, lost: Option<LostReason>, code: i32
     if lost.is_some() {
         return lost_code;
     }
-    // Bounded: with Redis gone the library would retry the release for seconds,
-    // and the lock frees by itself within its lease anyway.
-    let released = match tokio::time::timeout(RELEASE_BUDGET, guard.release()).await {
+    // The library retries a release caught by a failover until the lease would
+    // have ended; this bound only covers a library that stopped answering.
+    let lease = args.acquire.lease.unwrap_or(args.acquire.watchdog_lease);
+    let released = match tokio::time::timeout(release_budget(lease), guard.release()).await {
         Ok(released) => released,
         Err(_) => {
             note(format!(
                 "the command finished but lock \"{}\" could not be released: Redis did \
-                 not answer within {}; it frees by itself within its lease",
+                 not answer for {}; its lease ({}) has ended, so it is free now",
                 args.name,
-                human(RELEASE_BUDGET)
+                human(release_budget(lease)),
+                human(lease)
             ));
             return if code == 0 { outcome::FAILED } else { code };
         }
@@ -386,6 +388,19 @@ async fn finish(guard: Held, args: &RunArgs, lost: Option<LostReason>, code: i32
                 args.name
             ));
             lost_code
+        }
+        Err(e) if e.is_retryable() => {
+            note(format!(
+                "the command finished but lock \"{}\" could not be released: Redis \
+                 failed until its lease ({}) ended ({e}), so it is free now",
+                args.name,
+                human(lease)
+            ));
+            if code == 0 {
+                outcome::FAILED
+            } else {
+                code
+            }
         }
         Err(e) => {
             note(format!(
