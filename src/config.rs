@@ -42,6 +42,7 @@ pub struct Config {
     pub(crate) response_timeout: Duration,
     /// How long connecting to Redis may take.
     pub(crate) connection_timeout: Duration,
+    pub(crate) start_wait: Duration,
     /// How long a lock actor with nothing to do lingers before it stops.
     pub(crate) idle_timeout: Duration,
     /// Longest a waiter goes without asking Redis again when no unlock message comes.
@@ -115,6 +116,7 @@ impl Config {
             max_lease: Duration::from_secs(7 * 24 * 3600),
             response_timeout: Duration::from_secs(2),
             connection_timeout: Duration::from_secs(2),
+            start_wait: Duration::ZERO,
             idle_timeout: Duration::from_secs(10),
             max_retry_interval: Duration::from_secs(5),
             reconnect_min: Duration::from_millis(50),
@@ -196,6 +198,19 @@ impl Config {
     /// How long one attempt to connect to Redis may take. Defaults to 2 seconds.
     pub fn connection_timeout(mut self, timeout: Duration) -> Config {
         self.connection_timeout = timeout;
+        self
+    }
+
+    /// How long starting (`LockManager::start`, `Admin::connect`) waits out a
+    /// deployment that is changing hands: a Sentinel failover in progress (the
+    /// Sentinels monitor the master name but name no master that answers yet) or a
+    /// cluster that does not serve every slot yet. Said once in the log, at warn.
+    /// A master name no Sentinel monitors is refused at once whatever this says
+    /// (`InvalidConfig`), and so is an unreachable standalone server (a restart
+    /// and a wrong port look the same). `Duration::MAX` waits as long as the
+    /// failover lasts. Defaults to zero: one try.
+    pub fn start_wait(mut self, wait: Duration) -> Config {
+        self.start_wait = wait;
         self
     }
 

@@ -117,6 +117,7 @@ pub use front::multi::{MultiGuard, MultiLock};
 pub use front::permit_semaphore::{PermitGuard, PermitSemaphore, PermitSemaphoreHandle};
 pub use front::redlock::{RedGuard, RedLock};
 pub use front::semaphore::{Semaphore, SemaphoreGuard, SemaphoreHandle};
+pub use front::settle::Settle;
 pub use guard::{LockGuard, LockLost, ReleaseOutcome};
 pub use keys::Owner;
 pub use kind::AcquireKind;

@@ -161,3 +161,77 @@ async fn an_evicting_server_is_warned_about_once() {
     assert_eq!(out.status.code(), Some(0), "stderr: {err}");
     assert!(!err.contains("evict"), "{err}");
 }
+
+/// A round trip slower than what is left of `--wait` (issue 27): the attempt that
+/// is still on the wire when the wait runs out is granted by Redis afterwards. The
+/// command waits for that grant to be settled (given back) before it exits, so
+/// the lock is free when it is gone. (Before, it exited at its deadline and Redis
+/// kept the lock for a whole 30 s watchdog lease.)
+#[actix_rt::test]
+async fn a_grant_that_lands_after_the_wait_is_given_back_before_the_command_exits() {
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(server.port());
+    let config = Config::from_url(&server.url()).expect("url");
+    let other = LockManager::start(config).await.expect("started");
+    let held = other
+        .send(Acquire::new("slow"))
+        .await
+        .expect("running")
+        .expect("acquired");
+    let listeners = || {
+        let n: Vec<redis::Value> = raw(
+            &server,
+            &["PUBSUB", "NUMSUB", "redisson_lock__channel:{slow}"],
+        );
+        match n.get(1) {
+            Some(redis::Value::Int(n)) => *n,
+            _ => 0,
+        }
+    };
+    let tries = || server.commandstats().get("evalsha").copied().unwrap_or(0);
+    // The holder's own process may listen too.
+    let (before, tried) = (listeners(), tries());
+    let began = Instant::now();
+    let child = lockwarden(&proxy.url(), &["run", "slow", "--wait", "3s", "--", "true"])
+        .spawn()
+        .expect("run lockwarden");
+    // Waiting: subscribed, and its try right after subscribing was refused too.
+    let listening = eventually(Duration::from_secs(5), || {
+        listeners() > before && tries() >= tried + 2
+    })
+    .await;
+    assert!(listening, "the command never waited on the lock");
+    // From now on every byte takes 700 ms each way (under the 2 s response
+    // timeout). A try already on its way is answered (refused) within one round
+    // trip; then the lock is released at about 1.5 s. The unlock message reaches
+    // the command 0.7 s later, its try reaches Redis 1.4 s after the release and
+    // is granted, and the answer comes back 2.1 s after it, at about 3.6 s: after
+    // the command's 3 s wait has ended.
+    proxy.set(support::Mode::Delay(Duration::from_millis(700)));
+    actix_rt::time::sleep(Duration::from_millis(1500)).await;
+    held.release().await.expect("released");
+    let released = began.elapsed();
+    let out = tokio::time::timeout(LIMIT, child.wait_with_output())
+        .await
+        .expect("lockwarden exited in time")
+        .expect("lockwarden ran");
+    let exited = began.elapsed();
+    let err = stderr(&out);
+    assert!(
+        err.contains("did not answer the acquisition attempt"),
+        "the try was answered in time (released at {released:?}), so this proves nothing: {:?} {err}",
+        out.status
+    );
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    // Anything still on its way to Redis is delivered after the command is gone;
+    // what matters is that nothing holds the lock once it has landed.
+    actix_rt::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !support::exists(&server, "slow"),
+        "the lock was left held after the command exited ({exited:?}): {err}"
+    );
+    eprintln!(
+        "released at {released:?}, exited after {exited:?}: {}",
+        err.trim()
+    );
+}

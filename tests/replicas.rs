@@ -180,8 +180,10 @@ async fn a_grant_no_replica_confirms_is_refused_and_undone() {
 }
 
 /// Bad settings are refused before anything is written: no replica required,
-/// a zero or too long timeout, more replicas than the master has, a replica
-/// named as the master, a cluster.
+/// a zero or too long timeout, a replica named as the master, a cluster. More
+/// replicas than the master has now is not a setting to refuse (a new master has
+/// none until the old one comes back): the manager starts, and a grant waits for
+/// them, ending `NotReplicated` at its deadline with nothing left held.
 #[actix_rt::test]
 async fn bad_sync_settings_are_refused_at_start() {
     let master = RedisServer::start();
@@ -196,10 +198,6 @@ async fn bad_sync_settings_are_refused_at_start() {
         (
             base().sync_replicas(1, Duration::from_secs(5)),
             "below the response timeout",
-        ),
-        (
-            base().sync_replicas(2, Duration::from_millis(100)),
-            "has 1 connected",
         ),
         (
             Config::from_url(&replica.url())
@@ -223,8 +221,32 @@ async fn bad_sync_settings_are_refused_at_start() {
         cluster.validate(),
         Err(LockError::InvalidConfig(_))
     ));
-    let keys: i64 = support::raw(&master, &["DBSIZE"]);
+    let keys = support::data_key_count(&master);
     assert_eq!(keys, 0, "a refused start wrote something");
+
+    let short = LockManager::start(base().sync_replicas(2, Duration::from_millis(100)))
+        .await
+        .expect("too few replicas now is no reason to refuse to start");
+    let began = std::time::Instant::now();
+    let answer = short
+        .send(Acquire::new("short").wait(Duration::from_secs(1)))
+        .await
+        .expect("running");
+    assert!(
+        matches!(answer, Err(LockError::NotReplicated { wanted: 2, .. })),
+        "{:?}",
+        answer.map(|_| ())
+    );
+    assert!(
+        began.elapsed() >= Duration::from_secs(1),
+        "{:?}",
+        began.elapsed()
+    );
+    // An attempt still on the wire at the deadline is settled right after.
+    let gone = support::eventually(Duration::from_secs(5), || {
+        !support::exists(&master, "short")
+    });
+    assert!(gone.await, "an unconfirmed grant was left");
 }
 
 /// Under Sentinel, with one of two replicas required, a lock held when the
@@ -379,15 +401,29 @@ fn the_command_takes_sync_replicas() {
             .output()
             .expect("run lockwarden")
     };
-    let out = lockwarden(&["--sync-replicas", "2", "run", "job", "--", "true"]);
-    assert_eq!(out.status.code(), Some(2));
+    // More replicas than the master has: a wait for them, a timeout at its end.
+    let out = lockwarden(&[
+        "--sync-replicas",
+        "2",
+        "--sync-timeout",
+        "100ms",
+        "run",
+        "job",
+        "--wait",
+        "2s",
+        "--",
+        "true",
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{err}");
     assert!(
-        err.contains("has 1 connected") && !err.contains("cannot reach"),
+        err.contains("replica") && !err.contains("cannot reach"),
         "{err}"
     );
-    let keys: i64 = support::raw(&master, &["DBSIZE"]);
-    assert_eq!(keys, 0, "a refused run wrote something");
+    assert!(
+        !support::exists(&master, "job"),
+        "an unconfirmed grant was left"
+    );
     for bad in [
         &["--sync-replicas", "0", "run", "job", "--", "true"][..],
         &[

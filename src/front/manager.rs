@@ -106,10 +106,16 @@ impl LockManager {
         let client_id = uuid::Uuid::new_v4().to_string();
         info!(%client_id, "lock manager started");
         let renewals = Arc::new(RenewTable::default());
-        // Registered before the first lock can be taken, so an operator never
-        // sees one of its holders as unknown; a failure is only logged.
+        // Written in the background: the entry is for operators, and its key has a
+        // slot of its own, which on a cluster may live on a master that is down
+        // while the locks this process wants are not (starting waited ~2 s for it
+        // then). It usually lands before the first grant; a failure is only logged,
+        // and the renewer writes it again every renewal period.
         let registration = Arc::new(Registration::new(&client_id, &config));
-        registration.refresh(node.conn()).await;
+        actix::spawn({
+            let (registration, conn) = (Arc::clone(&registration), node.conn());
+            async move { registration.refresh(conn).await }
+        });
         let renewer = Renewer::new(
             Arc::downgrade(&renewals),
             node.clone(),
@@ -142,6 +148,11 @@ impl LockManager {
             synchronizers: Default::default(),
         }
         .start())
+    }
+
+    /// The running lock actors.
+    pub(super) fn lock_actors(&self) -> impl Iterator<Item = Addr<LockActor>> + '_ {
+        self.locks.values().map(|e| e.addr.clone())
     }
 
     /// What lock actors share (for the manager's messages, each in its own file).

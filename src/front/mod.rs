@@ -21,6 +21,8 @@
 //!   actors;
 //! - `leader`: [`Leader`](leader::Leader), leader election on the exclusive lock,
 //!   and [`WhoLeads`](leader::WhoLeads);
+//! - `settle`: [`Settle`](settle::Settle), for a process on its way out: waits
+//!   until nothing the manager sent to Redis is left unsettled;
 //! - `admin`: [`Admin`](admin::Admin), the operator's read-only views, which need no
 //!   manager.
 //!
@@ -39,4 +41,5 @@ pub(crate) mod multi;
 pub(crate) mod permit_semaphore;
 pub(crate) mod redlock;
 pub(crate) mod semaphore;
+pub(crate) mod settle;
 pub(crate) mod synchronizers;

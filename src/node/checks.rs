@@ -45,10 +45,17 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     if connected < sync.min {
-        return Err(LockError::InvalidConfig(format!(
-            "sync_replicas: {} replica(s) must confirm each lock change, but the master has {connected} connected",
-            sync.min
-        )));
+        // Not a configuration error: right after a failover the new master has no
+        // replica until the old master comes back as one, and refusing to start
+        // then failed every process for seconds. Grants wait for replicas within
+        // each caller's wait instead (a shortfall is retried, and at the deadline
+        // the waiter gets `NotReplicated`).
+        warn!(
+            connected,
+            wanted = sync.min,
+            "sync_replicas: the master has fewer connected replicas than each lock change \
+             needs; grants wait for replicas within their wait"
+        );
     }
     let version = field("redis_version").unwrap_or_default();
     let aof = field("aof_enabled").as_deref() == Some("1");

@@ -32,6 +32,7 @@ mod cluster;
 mod coalescer;
 mod pubsub;
 mod sentinel;
+mod start;
 
 use std::sync::Arc;
 
@@ -248,28 +249,32 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
     // backoff (4.7 s against a closed port); the documented connection timeout is
     // the bound a caller was promised, so the whole first connection is held to it.
     // A cluster gets a few more: redis-rs connects to every master it learns of.
-    let first = async {
-        Ok::<_, redis::RedisError>(match (&config.sentinel, &config.cluster) {
-            (_, Some(seeds)) => {
-                let (conn, publish) = cluster::connect(seeds, config).await?;
-                Link::Cluster(conn, publish)
-            }
-            (Some(_), None) => Link::Sentinel(Follower::connect(config, cm).await?),
-            (None, None) => {
-                Link::Standalone(ConnectionManager::new_with_config(client.clone(), cm).await?)
-            }
-        })
-    };
     let bound = match config.cluster {
         Some(_) => config.connection_timeout * 3,
         None => config.connection_timeout,
     };
-    let link = tokio::time::timeout(bound, first).await.map_err(|_| {
-        redis::RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("could not connect to Redis within the connection timeout ({bound:?})"),
-        ))
-    })??;
+    let first = || async {
+        let found = async {
+            Ok::<_, redis::RedisError>(match (&config.sentinel, &config.cluster) {
+                (_, Some(seeds)) => {
+                    let (conn, publish) = cluster::connect(seeds, config).await?;
+                    Link::Cluster(conn, publish)
+                }
+                (Some(_), None) => Link::Sentinel(Follower::connect(config, cm.clone()).await?),
+                (None, None) => Link::Standalone(
+                    ConnectionManager::new_with_config(client.clone(), cm.clone()).await?,
+                ),
+            })
+        };
+        tokio::time::timeout(bound, found).await.map_err(|_| {
+            redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("could not connect to Redis within the connection timeout ({bound:?})"),
+            ))
+        })?
+    };
+    // A failover in progress is waited out within `Config::start_wait` (start.rs).
+    let link = start::until_found(config, first).await?;
     let (target, topology) = match &link {
         Link::Standalone(_) => (Target::Server(Box::new(client)), Topology::Standalone),
         Link::Sentinel(follower) => {

@@ -396,6 +396,22 @@ impl Handler<Derail> for LockActor {
     }
 }
 
+/// Whether nothing this actor sent to Redis is still unsettled: no attempt in
+/// flight or with a lost reply to check, no release in flight. A process that is
+/// about to exit asks this (through the manager's `Settle`) so that a grant that
+/// landed after its waiter left is given back before nobody is left to do it.
+#[derive(Message, Debug)]
+#[rtype(result = "bool")]
+pub(crate) struct IsQuiet;
+
+impl Handler<IsQuiet> for LockActor {
+    type Result = bool;
+
+    fn handle(&mut self, _msg: IsQuiet, _ctx: &mut Context<Self>) -> bool {
+        self.attempt.is_none() && self.unresolved.is_none() && !self.resolving && self.releases == 0
+    }
+}
+
 /// Test hook: how many waiters are queued.
 #[cfg(test)]
 #[derive(Message, Debug)]

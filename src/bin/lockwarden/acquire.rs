@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use actix::Addr;
 use futures::FutureExt;
-use lockwarden::{Acquire, Holder, Inspect, LockError, LockGuard, LockManager};
+use lockwarden::{Acquire, Holder, Inspect, LockError, LockGuard, LockManager, Settle};
 use nix::sys::signal::Signal;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -35,8 +35,16 @@ const PROGRESS_QUIET_FOR: Duration = Duration::from_millis(300);
 /// Longest progress line, in characters: fits an 80-column terminal.
 const PROGRESS_WIDTH: usize = 79;
 /// After leaving the queue, time given to the in-process actors to cancel the
-/// waiter (and release a grant that crossed the cancel) before the process exits.
+/// waiter before the process asks them to settle.
 const SETTLE: Duration = Duration::from_millis(100);
+/// Longest the command waits, on its way out without the lock, for what it sent to
+/// Redis to settle (`Settle`): an attempt still on the wire when the wait ran out
+/// (a slow link, a grant waiting for replicas) may yet be granted, and the grant
+/// must be given back before the process is gone. That is the attempt's round
+/// trip, then the release's: up to three round trips for a server that has not
+/// seen the release script yet (NOSCRIPT, SCRIPT LOAD, EVALSHA); with a link that
+/// delays 700 ms each way that took 5.6 s.
+const SETTLE_BUDGET: Duration = Duration::from_secs(10);
 
 /// The signals that end waiting or holding: SIGINT, SIGTERM, SIGHUP. Once these
 /// are installed their default action (exit at once) is replaced by ours, which
@@ -126,6 +134,7 @@ pub async fn acquire(
             clear_progress(show_progress);
             note(format!("interrupted while waiting for lock \"{name}\"; left the queue"));
             actix_rt::time::sleep(SETTLE).await;
+            settle(manager, name).await;
             return Ok(Waited::Interrupted(sig));
         }
     };
@@ -135,9 +144,27 @@ pub async fn acquire(
             guard,
             waited: started.elapsed(),
         }),
-        Some(Ok(Err(LockError::Timeout { waited }))) => Ok(Waited::TimedOut { waited }),
-        Some(Ok(Err(e))) => Err(Failure::from_lock(&format!("acquiring \"{name}\""), e)),
+        Some(Ok(Err(LockError::Timeout { waited }))) => {
+            settle(manager, name).await;
+            Ok(Waited::TimedOut { waited })
+        }
+        Some(Ok(Err(e))) => {
+            settle(manager, name).await;
+            Err(Failure::from_lock(&format!("acquiring \"{name}\""), e))
+        }
         Some(Err(_)) | None => Err(Failure::failed("the lock manager stopped")),
+    }
+}
+
+/// Waits, within [`SETTLE_BUDGET`], until nothing the manager sent to Redis is
+/// unsettled; says so if that takes too long.
+async fn settle(manager: &Addr<LockManager>, name: &str) {
+    if !matches!(manager.send(Settle::within(SETTLE_BUDGET)).await, Ok(true)) {
+        note(format!(
+            "an attempt on lock \"{name}\" had no answer from Redis within {}; if Redis \
+             granted it after all, it frees by itself within its lease",
+            human(SETTLE_BUDGET)
+        ));
     }
 }
 

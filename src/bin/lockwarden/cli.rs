@@ -238,7 +238,7 @@ Exit: 0; set: 1 if the semaphore already had permits.")]
 }
 
 /// How to acquire: shared by `run` and `hold`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct AcquireOpts {
     /// Give up after waiting this long (0s: one attempt). Waits forever if not given.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]

@@ -16,7 +16,7 @@ use lockwarden::{LockError, LockGuard};
 use serde_json::{json, Value};
 
 use crate::acquire::{acquire, report_timeout, Signals, Waited};
-use crate::cli::HoldArgs;
+use crate::cli::{AcquireOpts, HoldArgs};
 use crate::duration::{human, millis};
 use crate::outcome::release_budget;
 use crate::outcome::{self, note, signal_code, Failure};
@@ -141,12 +141,17 @@ impl Events<'_> {
 /// Runs `lockwarden hold`; answers the exit code.
 pub async fn hold(session: &Session, args: HoldArgs) -> Result<i32, Failure> {
     let manager = session.manager().await?;
+    // Finding the master took part of --wait.
+    let opts = AcquireOpts {
+        wait: session.wait_left(args.acquire.wait),
+        ..args.acquire.clone()
+    };
     let mut signals = Signals::install()?;
     let events = Events {
         lock: &args.name,
         json: args.json,
     };
-    let (guard, waited) = match acquire(&manager, &args.name, &args.acquire, &mut signals).await? {
+    let (guard, waited) = match acquire(&manager, &args.name, &opts, &mut signals).await? {
         Waited::Acquired { guard, waited } => (guard, waited),
         Waited::TimedOut { waited } => {
             events.timeout(waited);

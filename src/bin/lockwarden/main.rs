@@ -79,6 +79,11 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
     };
     let redlock = matches!(&cli.command, Command::Run(args) if args.redlock);
     let session = Session::new(&cli.common, watchdog_lease, redlock)?;
+    let session = match &cli.command {
+        Command::Run(args) if !redlock => session.waiting_for(args.acquire.wait),
+        Command::Hold(args) => session.waiting_for(args.acquire.wait),
+        _ => session,
+    };
     match cli.command {
         Command::Run(args) => {
             session.check_name(&args.name)?;

@@ -94,7 +94,9 @@ impl Failure {
             LockError::InvalidName(_) | LockError::InvalidLease { .. } => USAGE,
             LockError::InvalidConfig(_) | LockError::InvalidAmount { .. } => USAGE,
             LockError::Redis(r) if r.code() == Some("WRONGTYPE") => USAGE,
-            LockError::Timeout { .. } => TIMEOUT,
+            // The wait ran out with the grant never confirmed by enough replicas
+            // (--sync-replicas): a timeout, not a failure of the command.
+            LockError::Timeout { .. } | LockError::NotReplicated { .. } => TIMEOUT,
             LockError::Lost(_) => LOST,
             _ => FAILED,
         };

@@ -40,7 +40,7 @@ use tokio::time::Instant;
 use tracing::info;
 
 use crate::acquire::{acquire, report_timeout, Signals, Waited};
-use crate::cli::{OnLost, RunArgs};
+use crate::cli::{AcquireOpts, OnLost, RunArgs};
 use crate::duration::human;
 use crate::outcome::release_budget;
 use crate::outcome::{self, child_code, note, signal_code, Failure};
@@ -129,8 +129,13 @@ pub async fn run(session: &Session, args: RunArgs) -> Result<i32, Failure> {
         return crate::sync::run_semaphore(session, args).await;
     }
     let manager = session.manager().await?;
+    // Finding the master took part of --wait.
+    let opts = AcquireOpts {
+        wait: session.wait_left(args.acquire.wait),
+        ..args.acquire.clone()
+    };
     let mut signals = Signals::install()?;
-    let guard = match acquire(&manager, &args.name, &args.acquire, &mut signals).await? {
+    let guard = match acquire(&manager, &args.name, &opts, &mut signals).await? {
         Waited::Acquired { guard, waited } => {
             info!(lock = %args.name, waited_ms = waited.as_millis(), "acquired");
             guard

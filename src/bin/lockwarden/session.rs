@@ -26,6 +26,9 @@ pub struct Session {
     /// With `run --redlock`: one configuration per independent server, each with
     /// its URL (password hidden) for messages; empty otherwise.
     nodes: Vec<(String, Config)>,
+    /// When the command started: `--wait` counts from here, finding the master
+    /// included.
+    began: std::time::Instant,
 }
 
 /// Fewest servers `run --redlock` takes: with two, the majority is both, so one
@@ -111,6 +114,7 @@ impl Session {
             config,
             shown_url,
             nodes: Vec::new(),
+            began: std::time::Instant::now(),
         })
     }
 
@@ -166,7 +170,21 @@ impl Session {
             config,
             shown_url: format!("{shown_url} and {} more", nodes.len() - 1),
             nodes,
+            began: std::time::Instant::now(),
         })
+    }
+
+    /// Makes finding the master part of `run`'s and `hold`'s `--wait` (forever
+    /// without one): a Sentinel failover or a cluster taking over slots when the
+    /// command starts is waited out (and said so), not a failure.
+    pub fn waiting_for(mut self, wait: Option<Duration>) -> Session {
+        self.config = self.config.start_wait(wait.unwrap_or(Duration::MAX));
+        self
+    }
+
+    /// What is left of `wait` now that the command has found its master.
+    pub fn wait_left(&self, wait: Option<Duration>) -> Option<Duration> {
+        wait.map(|w| w.saturating_sub(self.began.elapsed()))
     }
 
     /// With `run --redlock`: each server's configuration and shown URL.

@@ -295,3 +295,31 @@ impl Moved for Vec<Value> {
 pub(crate) fn db(follower: &Follower) -> i64 {
     follower.conn().get_db()
 }
+
+/// Whether the Sentinels of `config` monitor its master name: `Some(true)` if one
+/// of them does, `Some(false)` if every Sentinel that answered says it does not,
+/// `None` if none answered. What tells a failover in progress (the Sentinels know
+/// the name but name no master that answers yet) from a name nobody monitors (a
+/// mistyped `--master-name`): redis-rs reports both as "master not found".
+pub(crate) async fn monitored(config: &Config) -> Option<bool> {
+    let name = config.sentinel.as_ref().map(|(name, _)| name.as_str())?;
+    let clients = dial::sentinel_clients(config).ok()?;
+    let mut answered = false;
+    for client in clients {
+        let asked = async {
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            redis::cmd("SENTINEL")
+                .arg("MASTER")
+                .arg(name)
+                .query_async::<Value>(&mut conn)
+                .await
+        };
+        match tokio::time::timeout(config.connection_timeout, asked).await {
+            Ok(Ok(_)) => return Some(true),
+            Ok(Err(e)) if matches!(e.kind(), redis::ErrorKind::Server(_)) => answered = true,
+            Ok(Err(e)) => debug!(error = %e, "a Sentinel did not answer SENTINEL MASTER"),
+            Err(_) => debug!("a Sentinel did not answer SENTINEL MASTER in time"),
+        }
+    }
+    answered.then_some(false)
+}

@@ -1,0 +1,97 @@
+//! Finding the deployment at start: what is waited out and what is refused.
+//!
+//! A process that starts while its deployment is changing hands (a Sentinel
+//! failover: for a few seconds the Sentinels name a dead master or none; a cluster
+//! whose slots are not all served while a replica takes over) used to fail at once
+//! with the same words a mistyped master name gets. Starting is part of the
+//! caller's wait (`Config::start_wait`): a condition that passes by itself is
+//! waited out, said once in the log, and a condition a person must fix is refused
+//! at once with words that say which. A refused connection to a standalone server
+//! stays an error at once: it is what a wrong port looks like too, and nothing
+//! tells the two apart.
+
+use std::time::{Duration, Instant};
+
+use redis::RedisError;
+use tracing::{info, warn};
+
+use crate::config::Config;
+use crate::error::LockError;
+
+/// The pause between two tries while a failover is waited out: about as often as
+/// the Follower looks the master up again after a failed call.
+const PAUSE: Duration = Duration::from_millis(250);
+
+/// What to do after a failed try to reach the deployment.
+pub(super) enum Verdict {
+    /// It is changing hands: try again (the reason, for the log).
+    Wait(String),
+    /// A person must fix this: the error to answer now.
+    Refuse(LockError),
+    /// Neither: answer the error as it is.
+    Fail,
+}
+
+/// Judges the error of a failed try, asking the Sentinels where that decides.
+pub(super) async fn judge(config: &Config, e: &RedisError) -> Verdict {
+    if let Some((name, _)) = &config.sentinel {
+        return match super::sentinel::monitored(config).await {
+            Some(true) => Verdict::Wait(format!(
+                "failover in progress, waiting for the new master: the Sentinels monitor \
+                 '{name}' but name no master that answers ({e})"
+            )),
+            Some(false) => Verdict::Refuse(LockError::InvalidConfig(format!(
+                "no Sentinel monitors a master named '{name}' (check the master name)"
+            ))),
+            None => Verdict::Fail,
+        };
+    }
+    if config.cluster.is_some() && e.to_string().contains("cluster_state is not ok") {
+        return Verdict::Wait(format!(
+            "the cluster does not serve every slot yet (a failover or a slot move in \
+             progress), waiting: {e}"
+        ));
+    }
+    Verdict::Fail
+}
+
+/// Tries `attempt` until it succeeds, or fails in a way not worth waiting out, or
+/// `config.start_wait` has passed.
+pub(super) async fn until_found<T, F, Fut>(config: &Config, mut attempt: F) -> Result<T, LockError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, RedisError>>,
+{
+    let deadline = Instant::now().checked_add(config.start_wait);
+    let mut waiting = false;
+    loop {
+        let e = match attempt().await {
+            Ok(found) => {
+                if waiting {
+                    info!("found the deployment; starting");
+                }
+                return Ok(found);
+            }
+            Err(e) => e,
+        };
+        let out_of_time = deadline.is_some_and(|d| Instant::now() + PAUSE >= d);
+        match judge(config, &e).await {
+            Verdict::Refuse(refused) => return Err(refused),
+            Verdict::Wait(why) if !out_of_time => {
+                if !waiting {
+                    warn!("{why}");
+                    waiting = true;
+                }
+                tokio::time::sleep(PAUSE).await;
+            }
+            Verdict::Wait(why) => {
+                let waited = config.start_wait;
+                return Err(LockError::from(RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("still not found after waiting {waited:?} to start: {why}"),
+                ))));
+            }
+            Verdict::Fail => return Err(LockError::from(e)),
+        }
+    }
+}
