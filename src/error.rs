@@ -156,7 +156,19 @@ impl LockError {
             _ => false,
         }
     }
+
+    /// Whether starting found the deployment changing hands (a Sentinel failover
+    /// in progress, a cluster not serving every slot yet) and its
+    /// [`Config::start_wait`](crate::Config::start_wait) ran out before it was
+    /// done: worth waiting for, unlike a wrong address or master name.
+    pub fn is_failover_in_progress(&self) -> bool {
+        matches!(self, LockError::Redis(e) if e.to_string().contains(FAILOVER_IN_PROGRESS))
+    }
 }
+
+/// What the error of a start that waited out a failover in vain says; see
+/// [`LockError::is_failover_in_progress`].
+pub(crate) const FAILOVER_IN_PROGRESS: &str = "failover in progress";
 
 /// Whether a Redis error may go away by itself (a dropped connection, a timeout, a
 /// loading or failing-over server), as opposed to one that will repeat (a wrong

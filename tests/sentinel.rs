@@ -462,3 +462,63 @@ async fn a_release_caught_by_a_failover_is_retried_on_the_new_master() {
     );
     granted.release().await.expect("released on the new master");
 }
+
+/// Processes started while a failover is under way (issue 26): with a `--wait`
+/// longer than the failover, the command waits for the new master (and says so)
+/// and gets the lock, exit 0; a master name no Sentinel monitors is still refused
+/// at once, exit 2, with words that say so. (Before, both exited 2 within 5 ms
+/// with "Master with given name not found in sentinel".)
+#[actix_rt::test]
+async fn a_process_started_during_a_failover_waits_for_the_new_master() {
+    let mut master = RedisServer::start();
+    let _replica = RedisServer::start_replica_of(&master);
+    let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(&master, 2)).collect();
+    let bin = env!("CARGO_BIN_EXE_lockwarden");
+    let command = |name: &str, args: &[&str]| {
+        let mut cmd = tokio::process::Command::new(bin);
+        for s in &sentinels {
+            cmd.args(["--sentinel", &s.url()]);
+        }
+        cmd.args(["--master-name", name])
+            .args(args)
+            .env_remove("REDIS_URL")
+            .env_remove("RUST_LOG")
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        cmd
+    };
+    master.kill();
+    let killed = Instant::now();
+    let during = command(
+        MASTER_NAME,
+        &["run", "started-during", "--wait", "30s", "--", "true"],
+    )
+    .output();
+    let typo = command(
+        "no-such-master",
+        &["run", "typo", "--wait", "30s", "--", "true"],
+    )
+    .output();
+    let (during, typo) = futures::join!(
+        tokio::time::timeout(Duration::from_secs(40), during),
+        tokio::time::timeout(Duration::from_secs(40), async {
+            let out = typo.await;
+            (out, killed.elapsed())
+        })
+    );
+    let during = during.expect("exited in time").expect("ran");
+    let took = killed.elapsed();
+    let (typo, typo_took) = typo.expect("exited in time");
+    let typo = typo.expect("ran");
+    let err = String::from_utf8_lossy(&during.stderr);
+    assert_eq!(during.status.code(), Some(0), "{err}");
+    assert!(err.contains("failover in progress"), "{err}");
+    let typo_err = String::from_utf8_lossy(&typo.stderr);
+    assert_eq!(typo.status.code(), Some(2), "{typo_err}");
+    assert!(typo_err.contains("no Sentinel monitors"), "{typo_err}");
+    assert!(
+        typo_took < Duration::from_secs(5),
+        "{typo_took:?}: {typo_err}"
+    );
+    eprintln!("started during the failover: granted and done {took:?} after the kill; the typo was refused after {typo_took:?}");
+}

@@ -16,7 +16,7 @@ use redis::RedisError;
 use tracing::{info, warn};
 
 use crate::config::Config;
-use crate::error::LockError;
+use crate::error::{LockError, FAILOVER_IN_PROGRESS};
 
 /// The pause between two tries while a failover is waited out: about as often as
 /// the Follower looks the master up again after a failed call.
@@ -37,7 +37,7 @@ pub(super) async fn judge(config: &Config, e: &RedisError) -> Verdict {
     if let Some((name, _)) = &config.sentinel {
         return match super::sentinel::monitored(config).await {
             Some(true) => Verdict::Wait(format!(
-                "failover in progress, waiting for the new master: the Sentinels monitor \
+                "{FAILOVER_IN_PROGRESS}, waiting for the new master: the Sentinels monitor \
                  '{name}' but name no master that answers ({e})"
             )),
             Some(false) => Verdict::Refuse(LockError::InvalidConfig(format!(
@@ -48,8 +48,8 @@ pub(super) async fn judge(config: &Config, e: &RedisError) -> Verdict {
     }
     if config.cluster.is_some() && e.to_string().contains("cluster_state is not ok") {
         return Verdict::Wait(format!(
-            "the cluster does not serve every slot yet (a failover or a slot move in \
-             progress), waiting: {e}"
+            "{FAILOVER_IN_PROGRESS} or a slot move: the cluster does not serve every \
+             slot yet, waiting ({e})"
         ));
     }
     Verdict::Fail

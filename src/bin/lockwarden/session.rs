@@ -29,6 +29,8 @@ pub struct Session {
     /// When the command started: `--wait` counts from here, finding the master
     /// included.
     began: std::time::Instant,
+    /// Whether finding the master may take part of the wait (`run`, `hold`).
+    waits: bool,
 }
 
 /// Fewest servers `run --redlock` takes: with two, the majority is both, so one
@@ -115,6 +117,7 @@ impl Session {
             shown_url,
             nodes: Vec::new(),
             began: std::time::Instant::now(),
+            waits: false,
         })
     }
 
@@ -171,6 +174,7 @@ impl Session {
             shown_url: format!("{shown_url} and {} more", nodes.len() - 1),
             nodes,
             began: std::time::Instant::now(),
+            waits: false,
         })
     }
 
@@ -179,6 +183,7 @@ impl Session {
     /// command starts is waited out (and said so), not a failure.
     pub fn waiting_for(mut self, wait: Option<Duration>) -> Session {
         self.config = self.config.start_wait(wait.unwrap_or(Duration::MAX));
+        self.waits = wait != Some(Duration::ZERO);
         self
     }
 
@@ -204,16 +209,41 @@ impl Session {
 
     /// A read-only connection, after one PING.
     pub async fn admin(&self) -> Result<Admin, Failure> {
-        Admin::connect(&self.config).await.map_err(|e| {
-            let why = crate::outcome::connect_error(&e);
-            Failure::usage(format!("cannot reach Redis at {}: {why}", self.shown_url))
-        })
+        Admin::connect(&self.config)
+            .await
+            .map_err(|e| self.unreachable(e))
     }
 
-    /// A running lock manager, once the server answered a PING.
+    /// A running lock manager, once the server answered a PING. A deployment
+    /// changing hands (a failover in progress) is waited out within the command's
+    /// `--wait` ([`Session::waiting_for`]), and said so once.
     pub async fn manager(&self) -> Result<Addr<LockManager>, Failure> {
-        self.admin().await?;
+        let once = self.config.clone().start_wait(Duration::ZERO);
+        match Admin::connect(&once).await {
+            Ok(_) => {}
+            Err(e) if e.is_failover_in_progress() && self.waits => {
+                crate::outcome::note(format!(
+                    "{}: failover in progress, waiting for the new master",
+                    self.shown_url
+                ));
+                self.admin().await?;
+            }
+            Err(e) => return Err(self.unreachable(e)),
+        }
         self.start_manager().await
+    }
+
+    /// The failure for a start that did not find Redis.
+    fn unreachable(&self, e: LockError) -> Failure {
+        match e {
+            // Reached, but not what the settings need, or a master name no
+            // Sentinel monitors: say that, not "cannot reach".
+            LockError::InvalidConfig(_) => Failure::usage(format!("{}: {e}", self.shown_url)),
+            e => {
+                let why = crate::outcome::connect_error(&e);
+                Failure::usage(format!("cannot reach Redis at {}: {why}", self.shown_url))
+            }
+        }
     }
 
     /// A running lock manager, without the quick PING first (for a caller that
@@ -221,15 +251,7 @@ impl Session {
     pub async fn start_manager(&self) -> Result<Addr<LockManager>, Failure> {
         LockManager::start(self.config.clone())
             .await
-            .map_err(|e| match e {
-                // Reached, but it is not what the settings need (too few replicas
-                // for --sync-replicas): say that, not "cannot reach".
-                LockError::InvalidConfig(_) => Failure::usage(format!("{}: {e}", self.shown_url)),
-                e => {
-                    let why = crate::outcome::connect_error(&e);
-                    Failure::usage(format!("cannot reach Redis at {}: {why}", self.shown_url))
-                }
-            })
+            .map_err(|e| self.unreachable(e))
     }
 }
 
