@@ -1,0 +1,196 @@
+//! The topologies of the chaos suite and the faults each gets, in order. Every
+//! fault is followed by undisturbed running (`Settings::quiet`, or the lease when
+//! a holder died), and its window of the history runs until the next fault.
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use super::history::{self, Verdict};
+use super::support::{Cluster, Mode, Proxy, RedisServer, Sentinel, MASTER_NAME};
+use super::workers::{now_ns, Fleet};
+use super::Settings;
+
+/// One line of the table.
+#[derive(Debug)]
+pub struct Row {
+    pub topology: &'static str,
+    pub fault: &'static str,
+    pub verdict: Verdict,
+}
+
+/// A fault: its name, what it does (it may take a while: a freeze lasts), and how
+/// long the fleet then runs undisturbed.
+struct Fault<'a> {
+    name: &'static str,
+    inject: Box<dyn FnMut(&Fleet) + 'a>,
+    after: Duration,
+}
+
+fn fault<'a>(name: &'static str, after: Duration, inject: impl FnMut(&Fleet) + 'a) -> Fault<'a> {
+    Fault {
+        name,
+        inject: Box::new(inject),
+        after,
+    }
+}
+
+/// Runs the fleet through `faults` and judges each fault's window; the first row
+/// is the undisturbed warm-up.
+fn run(
+    topology: &'static str,
+    settings: &Settings,
+    connect: Vec<String>,
+    faults: Vec<Fault<'_>>,
+) -> Vec<Row> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let plan = settings.plan(connect, dir.path());
+    let fleet = Fleet::start(&plan);
+    let mut marks = vec![("none (warm-up)", now_ns())];
+    std::thread::sleep(settings.quiet);
+    for mut f in faults {
+        eprintln!("chaos: {topology}: {}", f.name);
+        marks.push((f.name, now_ns()));
+        (f.inject)(&fleet);
+        std::thread::sleep(f.after);
+    }
+    let end = now_ns();
+    let runs = fleet.stop(plan.wait + plan.lease + Duration::from_secs(10));
+    let slack = plan.lease + Duration::from_secs(10);
+    marks
+        .iter()
+        .enumerate()
+        .map(|(i, (fault, at))| {
+            let to = marks.get(i + 1).map_or(end, |m| m.1);
+            Row {
+                topology,
+                fault,
+                verdict: history::judge(&runs, plan.locks, *at, to, plan.wait, slack),
+            }
+        })
+        .collect()
+}
+
+/// One server behind the proxy.
+pub fn standalone(settings: &Settings) -> Vec<Row> {
+    let mut server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let quiet = settings.quiet;
+    let faults = vec![
+        fault(
+            "holder SIGKILLed",
+            settings.lease + quiet,
+            |fleet: &Fleet| {
+                if !fleet.kill_a_holder() {
+                    eprintln!("chaos: no holder to kill at that moment");
+                }
+            },
+        ),
+        fault("link blackholed 3 s", quiet, |_: &Fleet| {
+            proxy.set(Mode::Blackhole);
+            std::thread::sleep(Duration::from_secs(3));
+            proxy.set(Mode::Pass);
+        }),
+        fault("link delayed 300 ms each way, 5 s", quiet, |_: &Fleet| {
+            proxy.set(Mode::Delay(Duration::from_millis(300)));
+            std::thread::sleep(Duration::from_secs(5));
+            proxy.set(Mode::Pass);
+        }),
+        fault("server restarted, data lost", quiet, |_: &Fleet| {
+            server.restart()
+        }),
+    ];
+    let rows = run(
+        "standalone",
+        settings,
+        vec!["--redis".into(), proxy.url()],
+        faults,
+    );
+    drop(proxy);
+    rows
+}
+
+/// A master, a replica and three Sentinels.
+pub fn sentinel(settings: &Settings) -> Vec<Row> {
+    let first = RefCell::new(RedisServer::start());
+    let second = RefCell::new(RedisServer::start_replica_of(&first.borrow()));
+    let sentinels: Vec<Sentinel> = (0..3)
+        .map(|_| Sentinel::start(&first.borrow(), 2))
+        .collect();
+    let mut connect = Vec::new();
+    for s in &sentinels {
+        connect.extend(["--sentinel".to_string(), s.url()]);
+    }
+    connect.extend(["--master-name".to_string(), MASTER_NAME.to_string()]);
+    let quiet = settings.quiet;
+    let second_port = second.borrow().port();
+    let promoted = |port: u16| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while sentinels[0].master_port() != Some(port) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let faults = vec![
+        fault("master SIGKILLed (failover)", quiet, |_: &Fleet| {
+            first.borrow_mut().kill()
+        }),
+        fault("old master back (as a replica)", quiet, |_: &Fleet| {
+            promoted(second_port);
+            first.borrow_mut().restart();
+        }),
+        fault(
+            "new master SIGKILLed (failover back)",
+            quiet,
+            |_: &Fleet| {
+                // Once the old master has caught up as a replica.
+                std::thread::sleep(Duration::from_secs(2));
+                second.borrow_mut().kill();
+            },
+        ),
+    ];
+    run("sentinel", settings, connect, faults)
+}
+
+/// Three masters with a replica each.
+pub fn cluster(settings: &Settings) -> Vec<Row> {
+    let cluster = RefCell::new(Cluster::start(3, 1));
+    let mut connect = Vec::new();
+    for seed in cluster.borrow().seeds() {
+        connect.extend(["--cluster".to_string(), seed]);
+    }
+    let quiet = settings.quiet;
+    let lock = super::workers::lock_name(0);
+    let faults = vec![
+        fault("manual failover (CLUSTER FAILOVER)", quiet, |_: &Fleet| {
+            let cluster = cluster.borrow();
+            let master = cluster.owner_of(&lock);
+            if let Some(replica) = replica_of(&cluster, master) {
+                let _: redis::RedisResult<()> = redis::cmd("CLUSTER")
+                    .arg("FAILOVER")
+                    .query(&mut cluster.nodes[replica].conn());
+            }
+        }),
+        fault("master SIGKILLed", quiet, |_: &Fleet| {
+            let mut cluster = cluster.borrow_mut();
+            cluster.wait_ok(Duration::from_secs(30));
+            let master = cluster.owner_of(&lock);
+            cluster.nodes[master].kill();
+        }),
+    ];
+    run("cluster", settings, connect, faults)
+}
+
+/// The node that replicates `master` (indexes into `nodes`), from its INFO.
+fn replica_of(cluster: &Cluster, master: usize) -> Option<usize> {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut cluster.nodes[master].conn())
+        .ok()?;
+    let port: u16 = info
+        .lines()
+        .find(|l| l.starts_with("slave0:"))?
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("port="))?
+        .parse()
+        .ok()?;
+    cluster.nodes.iter().position(|n| n.port() == port)
+}

@@ -1,0 +1,176 @@
+//! The workers of a chaos run: each a thread that runs the real `lockwarden run`
+//! command in a loop, as an operator's cron jobs would, and keeps what each run
+//! did (see `history.rs`).
+//!
+//! A run's child is a shell that writes `start <token> <ns>`, sleeps for the
+//! section, and writes `end <token> <ns>` to a file of its own; the worker reads
+//! that file after the run. The suite can SIGKILL the command of a worker that is
+//! inside its section (a holder that crashes).
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::history::{Run, Section};
+
+/// Nanoseconds since the epoch, the clock the children write.
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// How the workers run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The `lockwarden` binary.
+    pub bin: String,
+    /// The connection arguments (`--redis URL`, `--sentinel ...`, `--cluster ...`).
+    pub connect: Vec<String>,
+    /// Workers, and locks they share (worker `w` takes lock `w % locks`).
+    pub workers: usize,
+    pub locks: usize,
+    /// `--wait` and `--watchdog-lease` of every run.
+    pub wait: Duration,
+    pub lease: Duration,
+    /// How long a section lasts.
+    pub section: Duration,
+    /// Where the children write.
+    pub dir: PathBuf,
+}
+
+/// Running workers.
+pub struct Fleet {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<Vec<Run>>>,
+    /// Per worker: the pid of its running command and its section file.
+    running: Arc<Mutex<Vec<Option<(u32, PathBuf)>>>>,
+}
+
+/// The name of lock `i`.
+pub fn lock_name(i: usize) -> String {
+    format!("chaos:{i}")
+}
+
+impl Fleet {
+    /// Starts the workers.
+    pub fn start(plan: &Plan) -> Fleet {
+        let stop = Arc::new(AtomicBool::new(false));
+        let running = Arc::new(Mutex::new(vec![None; plan.workers]));
+        let threads = (0..plan.workers)
+            .map(|w| {
+                let (plan, stop, running) = (plan.clone(), stop.clone(), running.clone());
+                std::thread::spawn(move || work(w, &plan, &stop, &running))
+            })
+            .collect();
+        Fleet {
+            stop,
+            threads,
+            running,
+        }
+    }
+
+    /// SIGKILLs the command of one worker that is inside its section now (a
+    /// holder that crashes); answers whether there was one.
+    pub fn kill_a_holder(&self) -> bool {
+        let running = self.running.lock().expect("running");
+        for (pid, file) in running.iter().flatten() {
+            let inside = std::fs::read_to_string(file)
+                .map(|t| t.contains("start") && !t.contains("end"))
+                .unwrap_or(false);
+            if inside {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Stops the workers after their current runs and returns every run. A run
+    /// still going after `limit` is SIGKILLed (and counts as stuck: it lasted
+    /// longer than any wait).
+    pub fn stop(self, limit: Duration) -> Vec<Run> {
+        self.stop.store(true, Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + limit;
+        while self.threads.iter().any(|t| !t.is_finished()) && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for (pid, _) in self.running.lock().expect("running").iter().flatten() {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+        self.threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap_or_default())
+            .collect()
+    }
+}
+
+/// One worker's loop.
+fn work(
+    w: usize,
+    plan: &Plan,
+    stop: &AtomicBool,
+    running: &Mutex<Vec<Option<(u32, PathBuf)>>>,
+) -> Vec<Run> {
+    let mut runs = Vec::new();
+    let lock = w % plan.locks;
+    let mut i = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        i += 1;
+        let file = plan.dir.join(format!("w{w}-{i}"));
+        let script = format!(
+            "echo start $LOCKWARDEN_TOKEN $(date +%s%N) >> '{f}'; sleep {s}; \
+             echo end $LOCKWARDEN_TOKEN $(date +%s%N) >> '{f}'",
+            f = file.display(),
+            s = plan.section.as_secs_f64()
+        );
+        let asked = now_ns();
+        let child = Command::new(&plan.bin)
+            .args(&plan.connect)
+            .args(["run", &lock_name(lock)])
+            .args(["--wait", &format!("{}ms", plan.wait.as_millis())])
+            .args(["--watchdog-lease", &format!("{}ms", plan.lease.as_millis())])
+            .args(["--", "sh", "-c", &script])
+            .env_remove("REDIS_URL")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let Ok(mut child) = child else {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        };
+        running.lock().expect("running")[w] = Some((child.id(), file.clone()));
+        let status = child.wait();
+        running.lock().expect("running")[w] = None;
+        let exit = status.ok().map(|s| {
+            use std::os::unix::process::ExitStatusExt;
+            s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+        });
+        // A killed command's child may still be writing its end line.
+        if exit.is_some_and(|c| c > 128) {
+            std::thread::sleep(plan.section + Duration::from_millis(50));
+        }
+        let section = std::fs::read_to_string(&file)
+            .ok()
+            .and_then(|t| Section::parse(&t));
+        let _ = std::fs::remove_file(&file);
+        runs.push(Run {
+            lock,
+            asked,
+            done: now_ns(),
+            exit,
+            section,
+        });
+    }
+    runs
+}
