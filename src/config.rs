@@ -11,6 +11,10 @@ use crate::error::LockError;
 
 mod sentinel;
 
+/// The longest explicit lease accepted unless [`Config::max_lease`] says otherwise:
+/// 7 days. A longer one is more likely a unit mistake than an intent.
+pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// How a [`LockManager`](crate::LockManager) connects and times its work.
 ///
 /// ```
@@ -113,7 +117,7 @@ impl Config {
             watchdog_lease: Duration::from_secs(30),
             renew_interval: None,
             max_name_len: 1024,
-            max_lease: Duration::from_secs(7 * 24 * 3600),
+            max_lease: MAX_LEASE,
             response_timeout: Duration::from_secs(2),
             connection_timeout: Duration::from_secs(2),
             start_wait: Duration::ZERO,
@@ -182,7 +186,7 @@ impl Config {
     }
 
     /// Longest accepted explicit lease; longer ones are refused as a likely mistake.
-    /// Defaults to 7 days.
+    /// Defaults to 7 days ([`MAX_LEASE`]).
     pub fn max_lease(mut self, lease: Duration) -> Config {
         self.max_lease = lease;
         self

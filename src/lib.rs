@@ -103,10 +103,10 @@ mod view;
 mod wire;
 
 pub use client::{ClientInfo, UNKNOWN_CLIENT};
-pub use config::Config;
+pub use config::{Config, MAX_LEASE};
 pub use error::{LockError, LostReason, NameError};
 pub use front::acquire::{Acquire, AcquireResponse};
-pub use front::admin::{check_lock_name, Admin, LockSummary};
+pub use front::admin::{check_lease, check_lock_name, Admin, LockSummary};
 pub use front::ext::Locks;
 pub use front::handle::{Handle, LockHandle};
 pub use front::inspect::{ForceUnlock, Inspect};

@@ -6,8 +6,8 @@
 //!
 //! Topologies (`LOCKWARDEN_CHAOS_TOPOLOGIES`, default `standalone,sentinel,cluster`):
 //! - standalone: one server behind the suite's TCP proxy (tests/support/proxy.rs):
-//!   a holder SIGKILLed, the server restarted without its data, frozen (SIGSTOP),
-//!   the link blackholed and delayed;
+//!   a holder SIGKILLed, the link blackholed and delayed, the server frozen
+//!   (SIGSTOP) and restarted without its data;
 //! - sentinel: a master, a replica, three Sentinels (down-after 1000 ms): the
 //!   master SIGKILLed, brought back (as a replica), the new master SIGKILLed;
 //! - cluster: three masters with a replica each: a manual failover, a master

@@ -72,8 +72,8 @@ fn run(
 
 /// One server behind the proxy.
 pub fn standalone(settings: &Settings) -> Vec<Row> {
-    let mut server = RedisServer::start();
-    let proxy = Proxy::start(server.port());
+    let server = RefCell::new(RedisServer::start());
+    let proxy = Proxy::start(server.borrow().port());
     let quiet = settings.quiet;
     let faults = vec![
         fault(
@@ -95,8 +95,13 @@ pub fn standalone(settings: &Settings) -> Vec<Row> {
             std::thread::sleep(Duration::from_secs(5));
             proxy.set(Mode::Pass);
         }),
+        fault("server frozen 3 s (SIGSTOP)", quiet, |_: &Fleet| {
+            server.borrow_mut().pause();
+            std::thread::sleep(Duration::from_secs(3));
+            server.borrow_mut().resume();
+        }),
         fault("server restarted, data lost", quiet, |_: &Fleet| {
-            server.restart()
+            server.borrow_mut().restart()
         }),
     ];
     let rows = run(

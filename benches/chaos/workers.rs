@@ -42,12 +42,14 @@ pub struct Plan {
     pub dir: PathBuf,
 }
 
+/// Per worker: the pid of its running command and its section file.
+type Running = Mutex<Vec<Option<(u32, PathBuf)>>>;
+
 /// Running workers.
 pub struct Fleet {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<Vec<Run>>>,
-    /// Per worker: the pid of its running command and its section file.
-    running: Arc<Mutex<Vec<Option<(u32, PathBuf)>>>>,
+    running: Arc<Running>,
 }
 
 /// The name of lock `i`.
@@ -118,7 +120,7 @@ fn work(
     w: usize,
     plan: &Plan,
     stop: &AtomicBool,
-    running: &Mutex<Vec<Option<(u32, PathBuf)>>>,
+    running: &Running,
 ) -> Vec<Run> {
     let mut runs = Vec::new();
     let lock = w % plan.locks;

@@ -31,6 +31,20 @@ pub fn check_lock_name(config: &Config, name: &str) -> Result<(), LockError> {
     keys::validate_name(name, config.max_name_len).map_err(LockError::from)
 }
 
+/// Checks an explicit lease with the limits of `config`, before anything is sent to
+/// Redis: at least 1 ms (PEXPIRE 0 would delete the lock) and at most
+/// [`Config::max_lease`]. The same check every acquisition makes.
+pub fn check_lease(config: &Config, lease: Duration) -> Result<(), LockError> {
+    let reason = if lease < Duration::from_millis(1) {
+        "must be at least 1 ms"
+    } else if lease > config.max_lease {
+        "is over the configured maximum lease"
+    } else {
+        return Ok(());
+    };
+    Err(LockError::InvalidLease { lease, reason })
+}
+
 /// One lock as an operator sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

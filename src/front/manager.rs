@@ -172,18 +172,11 @@ impl LockManager {
         keys::validate_name(name, self.shared.config.max_name_len).map_err(LockError::from)
     }
 
-    /// Checks an explicit lease: at least 1 ms (PEXPIRE 0 would delete the lock)
-    /// and at most the configured maximum.
+    /// Checks an explicit lease ([`super::admin::check_lease`]).
     pub(super) fn check_lease(&self, lease: Option<Duration>) -> Result<(), LockError> {
-        let Some(lease) = lease else { return Ok(()) };
-        let reason = if lease < Duration::from_millis(1) {
-            "must be at least 1 ms"
-        } else if lease > self.shared.config.max_lease {
-            "is over the configured maximum lease"
-        } else {
-            return Ok(());
-        };
-        Err(LockError::InvalidLease { lease, reason })
+        lease.map_or(Ok(()), |l| {
+            super::admin::check_lease(&self.shared.config, l)
+        })
     }
 
     /// The actor of `name` and `kind`, started if there is none.

@@ -161,16 +161,7 @@ impl PermitSemaphoreHandle {
     ) -> Result<PermitGuard, LockError> {
         check_permits(permits, 1)?;
         if let Some(lease) = lease {
-            let reason = if lease < Duration::from_millis(1) {
-                Some("must be at least 1 ms")
-            } else if lease > self.shared.config.max_lease {
-                Some("is over the configured maximum lease")
-            } else {
-                None
-            };
-            if let Some(reason) = reason {
-                return Err(LockError::InvalidLease { lease, reason });
-            }
+            super::admin::check_lease(&self.shared.config, lease)?;
         }
         let grant = self
             .actor

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use crate::cli::{ListArgs, StatusArgs};
 use crate::duration::{human, millis};
-use crate::outcome::{self, note, Failure};
+use crate::outcome::{self, field, note, Failure};
 use crate::session::Session;
 
 /// Runs `lockwarden status`; answers the exit code.
@@ -37,7 +37,7 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
         } else {
             say!(
                 "{}: counter {value} (a semaphore's available permits, or a count-down latch's count)",
-                args.name
+                field(&args.name)
             );
         }
         return Ok(outcome::OK);
@@ -57,13 +57,13 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
         return Ok(outcome::OK);
     }
     let Some(lock) = summary else {
-        say!("{}: not locked (no such key)", args.name);
+        say!("{}: not locked (no such key)", field(&args.name));
         return Ok(outcome::OK);
     };
     let n = lock.holders.len();
     say!(
         "{}: {} lock{}, {n} holder{}, {}",
-        lock.name,
+        field(&lock.name),
         lock.kind.as_str(),
         match &lock.kind {
             LockKind::ReadWrite { mode } => format!(" in {mode} mode"),
@@ -79,7 +79,7 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
         };
         say!(
             "  {}  holds: {}  {}  ({look})",
-            h.owner_field,
+            field(&h.owner_field),
             h.holds,
             h.who()
         );
@@ -89,7 +89,11 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
             Some(left) => format!("place lapses in {} unless refreshed", human(left)),
             None => "no deadline".into(),
         };
-        say!("  queued #{}: {}  ({left})", place + 1, w.owner_field);
+        say!(
+            "  queued #{}: {}  ({left})",
+            place + 1,
+            field(&w.owner_field)
+        );
     }
     Ok(outcome::OK)
 }

@@ -48,7 +48,7 @@ use std::io::Write;
 use clap::error::ErrorKind;
 use clap::Parser;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, HoldArgs, RunArgs};
 use crate::outcome::{note, Failure};
 use crate::session::Session;
 
@@ -84,6 +84,13 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Hold(args) => session.waiting_for(args.acquire.wait),
         _ => session,
     };
+    // Before anything connects (exit 2 promises nothing was written, the client
+    // registry entry included).
+    if let Command::Run(RunArgs { acquire, .. }) | Command::Hold(HoldArgs { acquire, .. }) =
+        &cli.command
+    {
+        session.check_lease(acquire.lease)?;
+    }
     match cli.command {
         Command::Run(args) => {
             session.check_name(&args.name)?;

@@ -202,6 +202,24 @@ impl Session {
         &self.shown_url
     }
 
+    /// Refuses a `--lease` no lock can have, before anything connects, naming the
+    /// limit it broke.
+    pub fn check_lease(&self, lease: Option<Duration>) -> Result<(), Failure> {
+        let Some(lease) = lease else { return Ok(()) };
+        let human = crate::duration::human;
+        lockwarden::check_lease(&self.config, lease).map_err(|e| match e {
+            // The command never changes the library's maximum.
+            LockError::InvalidLease { reason, .. } if lease > lockwarden::MAX_LEASE => {
+                Failure::usage(format!(
+                    "--lease {} {reason}, {}",
+                    human(lease),
+                    human(lockwarden::MAX_LEASE)
+                ))
+            }
+            e => Failure::usage(format!("--lease {}: {e}", human(lease))),
+        })
+    }
+
     /// Refuses a lock name no lock can have, before anything connects.
     pub fn check_name(&self, name: &str) -> Result<(), Failure> {
         check_lock_name(&self.config, name).map_err(|e| Failure::from_lock("", e))
