@@ -116,12 +116,7 @@ impl Fleet {
 }
 
 /// One worker's loop.
-fn work(
-    w: usize,
-    plan: &Plan,
-    stop: &AtomicBool,
-    running: &Running,
-) -> Vec<Run> {
+fn work(w: usize, plan: &Plan, stop: &AtomicBool, running: &Running) -> Vec<Run> {
     let mut runs = Vec::new();
     let lock = w % plan.locks;
     let mut i = 0u64;
