@@ -165,27 +165,26 @@ pub fn judge(
     v
 }
 
-/// The longest stretch in `[from, to)` during which no section of one lock was
-/// running: sections are merged, and the gaps between them measured (from `from`
-/// to the first start counts; after the last end only up to the next start).
+/// The longest stretch after `from` during which no section of one lock was
+/// running: the gaps between sections that start in `[from, to)`, and the gap
+/// before the first section that starts after `to` (a lock nobody took again
+/// within the window stays blind into the next one, and that is counted here).
 fn blind(held: &[(&Run, Section)], from: u64, to: u64) -> u64 {
-    let mut free_since = from;
     let mut longest = 0;
-    let mut busy_until = 0u64;
+    let mut busy_until = from;
     for (run, s) in held {
         let end = s.end.unwrap_or(run.done);
-        if end <= from {
+        if s.start < from {
             busy_until = busy_until.max(end);
             continue;
+        }
+        if s.start > busy_until {
+            longest = longest.max(s.start - busy_until);
         }
         if s.start >= to {
             break;
         }
-        if s.start > busy_until.max(free_since) {
-            longest = longest.max(s.start - busy_until.max(free_since));
-        }
         busy_until = busy_until.max(end);
-        free_since = busy_until;
     }
     longest
 }

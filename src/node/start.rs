@@ -34,7 +34,15 @@ pub(super) enum Verdict {
 
 /// Judges the error of a failed try, asking the Sentinels where that decides.
 pub(super) async fn judge(config: &Config, e: &RedisError) -> Verdict {
-    if let Some((name, _)) = &config.sentinel {
+    // Only what a failover looks like is worth a wait: no master named, or none
+    // that answers. A refused password or another answer of a live server is not.
+    let changing_hands = e.kind() == redis::ErrorKind::MasterNameNotFoundBySentinel
+        || e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || e.code() == Some("READONLY");
+    if let Some((name, _)) = config.sentinel.as_ref().filter(|_| changing_hands) {
         return match super::sentinel::monitored(config).await {
             Some(true) => Verdict::Wait(format!(
                 "{FAILOVER_IN_PROGRESS}, waiting for the new master: the Sentinels monitor \

@@ -358,12 +358,18 @@ impl LockActor {
         let (kind, field, lease, last) = (h.kind, h.field.clone(), h.lease, h.guards == 0);
         let sent = Instant::now();
         // Until when a release of the last hold is worth retrying: past this the
-        // lease has surely run out in Redis (a watchdog holding was renewed before
-        // now at the latest), so the lock is free whatever became of the release.
+        // lease has surely run out in Redis (for a watchdog holding, counted from
+        // the last renewal that succeeded), so the lock is free whatever became of
+        // the release.
         let lease_end = match h.watchdog {
-            true => sent + lease,
-            false => h.valid_until.min(sent + lease),
-        };
+            true => self
+                .shared
+                .renewals
+                .earliest(&[epoch])
+                .unwrap_or(sent + lease),
+            false => h.valid_until,
+        }
+        .min(sent + lease);
         let giveback = Giveback {
             name: self.name.clone(),
             kind,
@@ -518,15 +524,26 @@ where
     Fut: Future<Output = redis::RedisResult<T>>,
 {
     let latched = sent + config.latch_ttl / 2;
+    let limit = until.map_or(latched, |u| u.max(latched));
     let mut tries = 0u32;
     loop {
-        let late = Instant::now() >= latched;
-        match once(tries > 0).await {
+        let now = Instant::now();
+        let late = now >= latched;
+        // One try is bounded too: against a server that is gone, a call can wait
+        // out the connection's own reconnect attempts, seconds past the lease.
+        let tried = tokio::time::timeout(limit.saturating_duration_since(now), once(tries > 0))
+            .await
+            .unwrap_or_else(|_| {
+                Err(redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no answer to the release before the lease ended",
+                )))
+            });
+        match tried {
             Err(e) if redis_is_transient(&e) => {
                 let longest = config.reconnect_max.min(RELEASE_RETRY_MAX);
                 let delay = backoff(config.reconnect_min, longest, tries);
-                let next = Instant::now() + delay;
-                if next >= until.map_or(latched, |u| u.max(latched)) {
+                if Instant::now() + delay >= limit {
                     return (Err(e), late);
                 }
                 if tries == 0 {

@@ -237,7 +237,7 @@ impl RenewTable {
     }
 
     /// The earliest `valid_until` among `ids` still in the table.
-    pub(super) fn earliest(&self, ids: &[u64]) -> Option<Instant> {
+    pub(crate) fn earliest(&self, ids: &[u64]) -> Option<Instant> {
         let t = self.lock();
         ids.iter()
             .filter_map(|id| t.entries.get(id).map(|e| e.held.valid_until))

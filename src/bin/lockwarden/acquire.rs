@@ -145,6 +145,8 @@ pub async fn acquire(
             waited: started.elapsed(),
         }),
         Some(Ok(Err(LockError::Timeout { waited }))) => {
+            // Counted from the command's start: finding the master was waiting too.
+            let waited = opts.began.map_or(waited, |b| b.elapsed());
             settle(manager, name).await;
             Ok(Waited::TimedOut { waited })
         }

@@ -244,6 +244,11 @@ pub struct AcquireOpts {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub wait: Option<Duration>,
 
+    /// When the wait began: the command's start, since finding the master is part
+    /// of it (set by the command, not a flag).
+    #[arg(skip)]
+    pub began: Option<std::time::Instant>,
+
     /// Hold for at most this long, without renewal. Without it the lock is renewed
     /// while held (watchdog) and frees within the watchdog lease if this process dies.
     #[arg(long, value_name = "DURATION", value_parser = parse_lease)]

@@ -144,6 +144,7 @@ pub async fn hold(session: &Session, args: HoldArgs) -> Result<i32, Failure> {
     // Finding the master took part of --wait.
     let opts = AcquireOpts {
         wait: session.wait_left(args.acquire.wait),
+        began: Some(session.began()),
         ..args.acquire.clone()
     };
     let mut signals = Signals::install()?;
@@ -208,6 +209,11 @@ pub async fn hold(session: &Session, args: HoldArgs) -> Result<i32, Failure> {
             );
             Ok(outcome::LOST)
         }
+        Err(e) if e.is_retryable() => Err(Failure::failed(format!(
+            "releasing \"{}\": Redis failed until its lease ({}) ended ({e}), so it is free now",
+            args.name,
+            human(lease)
+        ))),
         Err(e) => Err(Failure::from_lock(
             &format!("releasing \"{}\"", args.name),
             e,

@@ -132,6 +132,7 @@ pub async fn run(session: &Session, args: RunArgs) -> Result<i32, Failure> {
     // Finding the master took part of --wait.
     let opts = AcquireOpts {
         wait: session.wait_left(args.acquire.wait),
+        began: Some(session.began()),
         ..args.acquire.clone()
     };
     let mut signals = Signals::install()?;

@@ -187,6 +187,11 @@ impl Session {
         self
     }
 
+    /// When the command started.
+    pub fn began(&self) -> std::time::Instant {
+        self.began
+    }
+
     /// What is left of `wait` now that the command has found its master.
     pub fn wait_left(&self, wait: Option<Duration>) -> Option<Duration> {
         wait.map(|w| w.saturating_sub(self.began.elapsed()))
