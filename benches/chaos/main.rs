@@ -9,9 +9,10 @@
 //!   a holder SIGKILLed, the link blackholed and delayed, the server frozen
 //!   (SIGSTOP) and restarted without its data;
 //! - sentinel: a master, a replica, three Sentinels (down-after 1000 ms): the
-//!   master SIGKILLed, brought back (as a replica), the new master SIGKILLed;
-//! - cluster: three masters with a replica each: a manual failover, a master
-//!   SIGKILLed.
+//!   master SIGKILLed, brought back (as a replica), the new master frozen
+//!   (SIGSTOP: its connections stay open and silent);
+//! - cluster: three masters with a replica each: a manual failover, the slot of a
+//!   held lock resharded to another master, a master SIGKILLed.
 //!
 //! Knobs: `LOCKWARDEN_CHAOS_WORKERS` (6), `LOCKWARDEN_CHAOS_LOCKS` (2),
 //! `LOCKWARDEN_CHAOS_LEASE` (watchdog lease in s, 30, the default of the command),

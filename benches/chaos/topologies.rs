@@ -143,16 +143,18 @@ pub fn sentinel(settings: &Settings) -> Vec<Row> {
             first.borrow_mut().restart();
         }),
         fault(
-            "new master SIGKILLed (failover back)",
+            "new master frozen (SIGSTOP; failover back)",
             quiet,
             |_: &Fleet| {
                 // Once the old master has caught up as a replica.
                 std::thread::sleep(Duration::from_secs(2));
-                second.borrow_mut().kill();
+                second.borrow_mut().pause();
             },
         ),
     ];
-    run("sentinel", settings, connect, faults)
+    let rows = run("sentinel", settings, connect, faults);
+    second.borrow_mut().resume();
+    rows
 }
 
 /// Three masters with a replica each.
@@ -172,6 +174,14 @@ pub fn cluster(settings: &Settings) -> Vec<Row> {
                 let _: redis::RedisResult<()> = redis::cmd("CLUSTER")
                     .arg("FAILOVER")
                     .query(&mut cluster.nodes[replica].conn());
+            }
+        }),
+        fault("slot of a held lock resharded", quiet, |_: &Fleet| {
+            let cluster = cluster.borrow();
+            cluster.wait_ok(Duration::from_secs(30));
+            let from = cluster.owner_of(&lock);
+            if let Some(to) = cluster.running_masters().into_iter().find(|m| *m != from) {
+                cluster.move_slot_of(&lock, from, to);
             }
         }),
         fault("master SIGKILLed", quiet, |_: &Fleet| {
