@@ -9,7 +9,18 @@
 -- Returns {1, available} after adding, or {-1, available} when the sum would pass
 -- ARGV[2] (nothing is written or published then). The message is the new number
 -- of available permits, as Redisson publishes it.
-local have = tonumber(redis.call('get', KEYS[1]) or '0') or 0
+-- A value that is not a number is refused with NOTNUMBER "<length>:<value> <key>"
+-- (its first 64 bytes), as Redisson's own scripts fail there, rather than read as
+-- zero: a waiter would wait on it forever.
+local function not_a_number(raw)
+  local v = string.sub(raw, 1, 64)
+  return redis.error_reply('NOTNUMBER ' .. #v .. ':' .. v .. ' ' .. KEYS[1])
+end
+local raw = redis.call('get', KEYS[1])
+local have = tonumber(raw or '0')
+if have == nil then
+  return not_a_number(raw)
+end
 local now = have + tonumber(ARGV[1])
 if now > tonumber(ARGV[2]) then
   return {-1, have}

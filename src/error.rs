@@ -144,6 +144,15 @@ pub enum LockError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A semaphore's or a latch's key holds something that is not a number (a
+    /// string a person or another program wrote there). Redisson fails the same
+    /// way; nothing was changed, and waiting would not help.
+    NotANumber {
+        /// The key.
+        key: String,
+        /// What it holds (at most its first 64 bytes).
+        value: String,
+    },
 }
 
 impl LockError {
@@ -207,6 +216,44 @@ pub(crate) fn replica_shortfall(e: &redis::RedisError) -> Option<(u32, u32)> {
     Some((acked.parse().ok()?, wanted.parse().ok()?))
 }
 
+/// The code of the error a synchronizer's script (or [`not_a_number`]) answers
+/// when its key holds no number; its detail is `<value length>:<value> <key>`, so
+/// that neither may be cut wrongly whatever it contains.
+const NOT_A_NUMBER: &str = "NOTNUMBER";
+
+/// The error for `key` holding `value`, in the shape the scripts answer.
+pub(crate) fn not_a_number(key: &str, value: &str) -> redis::RedisError {
+    let value = first_bytes(value, 64);
+    redis::RedisError::from((
+        redis::ErrorKind::Extension,
+        NOT_A_NUMBER,
+        format!("{}:{value} {key}", value.len()),
+    ))
+}
+
+/// `text` cut to at most `n` bytes, on a character boundary.
+fn first_bytes(text: &str, n: usize) -> &str {
+    let mut end = text.len().min(n);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// `(key, value)` if `e` says a key held no number.
+fn not_a_number_in(e: &redis::RedisError) -> Option<(String, String)> {
+    let ours = e.code() == Some(NOT_A_NUMBER) || e.to_string().starts_with(NOT_A_NUMBER);
+    if !ours {
+        return None;
+    }
+    let detail = e.detail()?;
+    let (len, rest) = detail.split_once(':')?;
+    let len: usize = len.parse().ok()?;
+    let value = rest.get(..len)?;
+    let key = rest.get(len..)?.strip_prefix(' ')?;
+    Some((key.to_string(), value.to_string()))
+}
+
 /// The command a permission error names: ours say "... may not run PEXPIRE on
 /// ...", Redis's own "... to run the 'evalsha' command"; `None` if `e` is not a
 /// permission error. A denial inside a script that did not ask first comes as
@@ -268,6 +315,11 @@ impl fmt::Display for LockError {
                 amount,
                 reason,
             } => write!(f, "invalid {what} {amount}: {reason}; nothing was changed"),
+            LockError::NotANumber { key, value } => write!(
+                f,
+                "key {key:?} holds {value:?}, not a number: it is not a semaphore or latch \
+                 this library can use (nothing was changed; delete or fix the key)"
+            ),
         }
     }
 }
@@ -288,6 +340,9 @@ impl From<redis::RedisError> for LockError {
     fn from(e: redis::RedisError) -> LockError {
         if let Some((acked, wanted)) = replica_shortfall(&e) {
             return LockError::NotReplicated { acked, wanted };
+        }
+        if let Some((key, value)) = not_a_number_in(&e) {
+            return LockError::NotANumber { key, value };
         }
         match denied_command(&e) {
             Some(command) => LockError::NoPermission {

@@ -206,3 +206,46 @@ async fn bad_input_exits_2_and_writes_nothing() {
     // Every manager keeps its registry entry (who holds what); nothing else.
     assert_eq!(support::data_key_count(&server), 0);
 }
+
+/// A value that is not a number at a semaphore's or a latch's key (issue 27): each
+/// command that reads it ends at once with exit 2 and a line that names the key
+/// and what it holds, and the value is left as it was (before, `run --semaphore`
+/// and `latch wait` waited their whole wait on it, as if it were 0, and `semaphore
+/// drain` overwrote it with 0 before failing).
+#[tokio::test]
+async fn a_key_that_holds_no_number_is_refused_at_once_and_kept() {
+    let server = RedisServer::start();
+    let _: () = raw(&server, &["SET", "garbled", "abc"]);
+    for args in [
+        &[
+            "run",
+            "garbled",
+            "--semaphore",
+            "--permits",
+            "1",
+            "--wait",
+            "20s",
+            "--",
+            "true",
+        ][..],
+        &["semaphore", "drain", "garbled"][..],
+        &["latch", "wait", "garbled", "--wait", "20s"][..],
+        &["latch", "count-down", "garbled"][..],
+    ] {
+        let began = std::time::Instant::now();
+        let out = run(&server, args).await;
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("\"garbled\"") && err.contains("\"abc\""),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains("not a number"), "{args:?}: {err}");
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "{args:?} waited: {err}"
+        );
+        let kept: String = raw(&server, &["GET", "garbled"]);
+        assert_eq!(kept, "abc", "{args:?} changed the value");
+    }
+}

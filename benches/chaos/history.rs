@@ -165,10 +165,10 @@ pub fn judge(
     v
 }
 
-/// The longest stretch after `from` during which no section of one lock was
-/// running: the gaps between sections that start in `[from, to)`, and the gap
-/// before the first section that starts after `to` (a lock nobody took again
-/// within the window stays blind into the next one, and that is counted here).
+/// The longest stretch in `[from, to)` during which no section of one lock was
+/// running: the gaps between sections, and the one from the last section to `to`
+/// when nobody took the lock again before the window ended (a lock nobody took
+/// within the whole window is blind for all of it).
 fn blind(held: &[(&Run, Section)], from: u64, to: u64) -> u64 {
     let mut longest = 0;
     let mut busy_until = from;
@@ -178,8 +178,10 @@ fn blind(held: &[(&Run, Section)], from: u64, to: u64) -> u64 {
             busy_until = busy_until.max(end);
             continue;
         }
-        if s.start > busy_until {
-            longest = longest.max(s.start - busy_until);
+        // Up to the window's end: the rest belongs to the next window's fault.
+        let start = s.start.min(to);
+        if start > busy_until {
+            longest = longest.max(start - busy_until);
         }
         if s.start >= to {
             break;

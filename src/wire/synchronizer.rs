@@ -209,8 +209,15 @@ impl ScriptCall for LatchCountDown<'_> {
 }
 
 /// The number a synchronizer's key holds (a semaphore's permits, a latch's count);
-/// absent or below zero reads as 0, as Redisson reads it.
+/// absent or below zero reads as 0, as Redisson reads it. Anything else is an
+/// error that names the key and what it holds (it used to read as 0, and a
+/// latch or semaphore waited on it forever).
 pub(crate) async fn read_number<C: ConnectionLike>(conn: &mut C, name: &str) -> RedisResult<u64> {
-    let value: Option<i64> = redis::cmd("GET").arg(name).query_async(conn).await?;
-    Ok(value.map_or(0, |v| u64::try_from(v).unwrap_or(0)))
+    let value: Option<Vec<u8>> = redis::cmd("GET").arg(name).query_async(conn).await?;
+    let Some(value) = value else { return Ok(0) };
+    let value = String::from_utf8_lossy(&value);
+    match value.trim().parse::<i64>() {
+        Ok(n) => Ok(u64::try_from(n).unwrap_or(0)),
+        Err(_) => Err(crate::error::not_a_number(name, &value)),
+    }
 }

@@ -272,7 +272,8 @@ impl Cluster {
                 .arg(&keys);
             let _: () = migrate.query(&mut src.conn()).expect("MIGRATE");
         }
-        for node in self.nodes.iter().filter(|n| n.pid().is_some()) {
+        // Masters only: a replica refuses SETSLOT and learns it from its master.
+        for node in self.running_masters().into_iter().map(|i| &self.nodes[i]) {
             let _: () = redis::cmd("CLUSTER")
                 .arg("SETSLOT")
                 .arg(slot)

@@ -93,6 +93,7 @@ impl Failure {
         let code = match &e {
             LockError::InvalidName(_) | LockError::InvalidLease { .. } => USAGE,
             LockError::InvalidConfig(_) | LockError::InvalidAmount { .. } => USAGE,
+            LockError::NotANumber { .. } => USAGE,
             LockError::Redis(r) if r.code() == Some("WRONGTYPE") => USAGE,
             // The wait ran out with the grant never confirmed by enough replicas
             // (--sync-replicas): a timeout, not a failure of the command.
