@@ -30,6 +30,7 @@ fn a_fleet_survives_a_crashed_holder_a_cut_link_and_a_restart() {
     let plan = Plan {
         bin: env!("CARGO_BIN_EXE_lockwarden").to_string(),
         connect: vec!["--redis".into(), proxy.url()],
+        run_flags: Vec::new(),
         workers: 4,
         locks: 2,
         wait: Duration::from_secs(20),

@@ -4,7 +4,7 @@
 //! overlaps, overlaps with an unordered token, losses not told, tokens going
 //! backwards, stuck waiters, and the blind time after each fault.
 //!
-//! Topologies (`LOCKWARDEN_CHAOS_TOPOLOGIES`, default `standalone,sentinel,cluster`):
+//! Topologies (`LOCKWARDEN_CHAOS_TOPOLOGIES`, default all four):
 //! - standalone: one server behind the suite's TCP proxy (tests/support/proxy.rs):
 //!   a holder SIGKILLed, the link blackholed and delayed, the server frozen
 //!   (SIGSTOP) and restarted without its data;
@@ -12,7 +12,9 @@
 //!   master SIGKILLed, brought back (as a replica), the new master frozen
 //!   (SIGSTOP: its connections stay open and silent);
 //! - cluster: three masters with a replica each: a manual failover, the slot of a
-//!   held lock resharded to another master, a master SIGKILLed.
+//!   held lock resharded to another master, a master SIGKILLed;
+//! - redlock: three independent servers (`run --redlock`): one SIGKILLed, one
+//!   frozen (SIGSTOP) for 3 s, the killed one back without its data.
 //!
 //! Knobs: `LOCKWARDEN_CHAOS_WORKERS` (6), `LOCKWARDEN_CHAOS_LOCKS` (2),
 //! `LOCKWARDEN_CHAOS_LEASE` (watchdog lease in s, 30, the default of the command),
@@ -53,7 +55,7 @@ impl Settings {
                 .unwrap_or(default)
         };
         let topologies = std::env::var("LOCKWARDEN_CHAOS_TOPOLOGIES")
-            .unwrap_or_else(|_| "standalone,sentinel,cluster".into())
+            .unwrap_or_else(|_| "standalone,sentinel,cluster,redlock".into())
             .split(',')
             .map(|t| t.trim().to_string())
             .filter(|t| !t.is_empty())
@@ -73,6 +75,7 @@ impl Settings {
         Plan {
             bin: env!("CARGO_BIN_EXE_lockwarden").to_string(),
             connect,
+            run_flags: Vec::new(),
             workers: self.workers,
             locks: self.locks,
             wait: Duration::from_secs(20),
@@ -96,8 +99,11 @@ fn main() {
             "standalone" => topologies::standalone(&settings),
             "sentinel" => topologies::sentinel(&settings),
             "cluster" => topologies::cluster(&settings),
+            "redlock" => topologies::redlock(&settings),
             other => {
-                eprintln!("chaos: unknown topology {other:?} (standalone, sentinel, cluster)");
+                eprintln!(
+                    "chaos: unknown topology {other:?} (standalone, sentinel, cluster, redlock)"
+                );
                 std::process::exit(2);
             }
         };

@@ -42,8 +42,20 @@ fn run(
     connect: Vec<String>,
     faults: Vec<Fault<'_>>,
 ) -> Vec<Row> {
+    run_with(topology, settings, connect, Vec::new(), faults)
+}
+
+/// [`run`], with more arguments for `run` (`--redlock`).
+fn run_with(
+    topology: &'static str,
+    settings: &Settings,
+    connect: Vec<String>,
+    run_flags: Vec<String>,
+    faults: Vec<Fault<'_>>,
+) -> Vec<Row> {
     let dir = tempfile::tempdir().expect("temp dir");
-    let plan = settings.plan(connect, dir.path());
+    let mut plan = settings.plan(connect, dir.path());
+    plan.run_flags = run_flags;
     let fleet = Fleet::start(&plan);
     let mut marks = vec![("none (warm-up)", now_ns())];
     std::thread::sleep(settings.quiet);
@@ -192,6 +204,37 @@ pub fn cluster(settings: &Settings) -> Vec<Row> {
         }),
     ];
     run("cluster", settings, connect, faults)
+}
+
+/// Three independent servers, one lock on a majority of them.
+pub fn redlock(settings: &Settings) -> Vec<Row> {
+    let servers: Vec<RefCell<RedisServer>> =
+        (0..3).map(|_| RefCell::new(RedisServer::start())).collect();
+    let mut connect = Vec::new();
+    for s in &servers {
+        connect.extend(["--redis".to_string(), s.borrow().url()]);
+    }
+    let quiet = settings.quiet;
+    let faults = vec![
+        fault("one server SIGKILLed", quiet, |_: &Fleet| {
+            servers[0].borrow_mut().kill()
+        }),
+        fault("another server frozen 3 s (SIGSTOP)", quiet, |_: &Fleet| {
+            servers[1].borrow_mut().pause();
+            std::thread::sleep(Duration::from_secs(3));
+            servers[1].borrow_mut().resume();
+        }),
+        fault("the killed server back, data lost", quiet, |_: &Fleet| {
+            servers[0].borrow_mut().restart()
+        }),
+    ];
+    run_with(
+        "redlock",
+        settings,
+        connect,
+        vec!["--redlock".into()],
+        faults,
+    )
 }
 
 /// The node that replicates `master` (indexes into `nodes`), from its INFO.

@@ -30,6 +30,8 @@ pub struct Plan {
     pub bin: String,
     /// The connection arguments (`--redis URL`, `--sentinel ...`, `--cluster ...`).
     pub connect: Vec<String>,
+    /// More arguments of `run` (`--redlock`).
+    pub run_flags: Vec<String>,
     /// Workers, and locks they share (worker `w` takes lock `w % locks`).
     pub workers: usize,
     pub locks: usize,
@@ -123,9 +125,11 @@ fn work(w: usize, plan: &Plan, stop: &AtomicBool, running: &Running) -> Vec<Run>
     while !stop.load(Ordering::Relaxed) {
         i += 1;
         let file = plan.dir.join(format!("w{w}-{i}"));
+        // A RedLock's tokens come from several servers and compare with nothing:
+        // its sections carry 0, so any overlap of two counts as unordered.
         let script = format!(
-            "echo start $LOCKWARDEN_TOKEN $(date +%s%N) >> '{f}'; sleep {s}; \
-             echo end $LOCKWARDEN_TOKEN $(date +%s%N) >> '{f}'",
+            "t=${{LOCKWARDEN_TOKEN:-0}}; echo start $t $(date +%s%N) >> '{f}'; sleep {s}; \
+             echo end $t $(date +%s%N) >> '{f}'",
             f = file.display(),
             s = plan.section.as_secs_f64()
         );
@@ -133,6 +137,7 @@ fn work(w: usize, plan: &Plan, stop: &AtomicBool, running: &Running) -> Vec<Run>
         let child = Command::new(&plan.bin)
             .args(&plan.connect)
             .args(["run", &lock_name(lock)])
+            .args(&plan.run_flags)
             .args(["--wait", &format!("{}ms", plan.wait.as_millis())])
             .args(["--watchdog-lease", &format!("{}ms", plan.lease.as_millis())])
             .args(["--", "sh", "-c", &script])
