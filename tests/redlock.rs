@@ -319,6 +319,20 @@ async fn run_redlock_needs_a_majority_and_good_options() {
     let (c, err) = code(&job, &twice);
     assert_eq!(c, Some(2), "{err}");
     assert!(err.contains("twice"), "{err}");
+    // One server spelled two ways (issue 27): every run used to exit 75.
+    let port = servers[0].port();
+    for other in [
+        format!("redis://localhost:{port}"),
+        format!("redis://127.0.0.1:{port}/0"),
+    ] {
+        let spelled = [urls[0].clone(), urls[1].clone(), other.clone()];
+        let (c, err) = code(&job, &spelled);
+        assert_eq!(c, Some(2), "{other}: {err}");
+        assert!(
+            err.contains("twice") && err.contains("one server"),
+            "{other}: {err}"
+        );
+    }
     for s in &servers {
         let keys: Vec<String> = raw(s, &["KEYS", "*"]);
         assert!(keys.is_empty(), "bad input wrote {keys:?}");

@@ -145,13 +145,21 @@ impl Session {
             )));
         }
         let mut nodes = Vec::with_capacity(urls.len());
-        for (i, url) in urls.iter().enumerate() {
+        let mut seen: Vec<(String, Server)> = Vec::with_capacity(urls.len());
+        for url in urls {
             let shown = redact(url);
-            if urls[..i].contains(url) {
+            let server = Server::of(url);
+            if let Some((other, _)) = seen.iter().find(|(_, s)| s.same_as(&server)) {
+                let also = match other == &shown {
+                    true => String::new(),
+                    false => format!(" (as {other})"),
+                };
                 return Err(Failure::usage(format!(
-                    "--redis {shown} is given twice: a RedLock's servers must be independent"
+                    "--redis {shown} is given twice{also}: both name one server, and a \
+                     RedLock's servers must be independent"
                 )));
             }
+            seen.push((shown.clone(), server));
             let mut config = Config::from_url(url).map_err(|e| {
                 Failure::usage(format!(
                     "invalid Redis URL '{shown}': {e} (expected redis://host[:port][/db])"
@@ -275,6 +283,57 @@ impl Session {
         LockManager::start(self.config.clone())
             .await
             .map_err(|e| self.unreachable(e))
+    }
+}
+
+/// Where a `--redis` URL leads, for telling two spellings of one server apart
+/// (`localhost` and `127.0.0.1`, `/0` or not, the default port written out): the
+/// addresses its host resolves to, its port and its database.
+#[derive(Debug)]
+struct Server {
+    addrs: Vec<std::net::IpAddr>,
+    host: String,
+    port: u16,
+    db: i64,
+}
+
+impl Server {
+    /// What `url` names; a URL that does not parse names only itself (it is
+    /// refused later with its own message).
+    fn of(url: &str) -> Server {
+        use redis::IntoConnectionInfo;
+        use std::net::ToSocketAddrs;
+        let Ok(info) = url.into_connection_info() else {
+            return Server {
+                addrs: Vec::new(),
+                host: url.to_string(),
+                port: 0,
+                db: 0,
+            };
+        };
+        let (host, port) = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => (host.clone(), *port),
+            redis::ConnectionAddr::TcpTls { host, port, .. } => (host.clone(), *port),
+            other => (other.to_string(), 0),
+        };
+        let addrs = (host.as_str(), port)
+            .to_socket_addrs()
+            .map(|a| a.map(|a| a.ip()).collect())
+            .unwrap_or_default();
+        Server {
+            addrs,
+            host,
+            port,
+            db: info.redis_settings().db(),
+        }
+    }
+
+    /// Whether both name the same database of the same server: same port and
+    /// database, and the same host or a shared address.
+    fn same_as(&self, other: &Server) -> bool {
+        self.port == other.port
+            && self.db == other.db
+            && (self.host == other.host || self.addrs.iter().any(|a| other.addrs.contains(a)))
     }
 }
 
