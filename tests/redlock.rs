@@ -347,3 +347,70 @@ async fn run_redlock_needs_a_majority_and_good_options() {
     assert_eq!(c, Some(2), "two of three down: {err}");
     assert!(err.contains("majority"), "{err}");
 }
+
+/// `run --redlock` whose command ends while one of the three servers is frozen
+/// (issue 27): the two others release, which is a release of the RedLock, so it
+/// exits 0 at once; the frozen server's key is left to its lease. (Before, the
+/// release waited for every server and the command exited 1 "could not be
+/// released".)
+#[actix_rt::test]
+async fn a_majority_released_is_a_release_with_one_server_frozen() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (started, go) = (dir.path().join("started"), dir.path().join("go"));
+    let script = format!(
+        "touch '{}'; while [ ! -e '{}' ]; do sleep 0.05; done",
+        started.display(),
+        go.display()
+    );
+    let mut child = lockwarden(&urls)
+        .args([
+            "run",
+            "frozen",
+            "--redlock",
+            "--wait",
+            "10s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run lockwarden");
+    assert!(
+        support::eventually(Duration::from_secs(20), || started.exists()).await,
+        "the command never started"
+    );
+    servers[2].pause();
+    let frozen = Instant::now();
+    std::fs::write(&go, b"").expect("tell the command to end");
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            frozen.elapsed() < Duration::from_secs(20),
+            "still releasing after 20 s"
+        );
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    };
+    let took = frozen.elapsed();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
+        .expect("stderr");
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(
+        took < Duration::from_secs(5),
+        "exited {took:?} after the freeze: {err}"
+    );
+    for s in &servers[..2] {
+        assert!(
+            !support::exists(s, "frozen"),
+            "a server that answered still holds it"
+        );
+    }
+    servers[2].resume();
+    eprintln!("exited 0 {took:?} after one of three servers froze");
+}

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use actix::{Addr, Handler, Message, ResponseFuture};
 use futures::future::join_all;
 use futures::stream::{FuturesUnordered, StreamExt};
+use tracing::info;
 
 use super::handle::{Handle, LockHandle};
 use super::manager::LockManager;
@@ -355,18 +356,40 @@ impl RedGuard {
         std::future::pending().await
     }
 
-    /// Releases every node's hold at once. Answers `Ok` when a majority of the
-    /// nodes released theirs: a hold lost on a minority of nodes while the lock
+    /// Releases every node's hold at once. Answers `Ok` as soon as a majority of
+    /// the nodes released theirs: a hold lost on a minority of nodes while the lock
     /// was held (a node that died, say) did not make the RedLock lost, so it is no
-    /// error of the RedLock's. Otherwise answers the first error among them
-    /// ([`LockError::Lost`] once fewer than a majority held it).
+    /// error of the RedLock's, and a node that does not answer (frozen) does not
+    /// hold the answer up: its release goes on in the background until its lease
+    /// would have ended, as any release does (said at info). Otherwise answers the
+    /// first error among them ([`LockError::Lost`] once fewer than a majority held
+    /// it).
     pub async fn release(self) -> Result<(), LockError> {
         let quorum = self.quorum;
-        let outcomes = join_all(self.guards.into_iter().map(LockGuard::release)).await;
-        if outcomes.iter().filter(|o| o.is_ok()).count() >= quorum {
-            return Ok(());
+        let mut pending: FuturesUnordered<_> =
+            self.guards.into_iter().map(LockGuard::release).collect();
+        let (mut released, mut first_error) = (0, None);
+        while let Some(outcome) = pending.next().await {
+            match outcome {
+                Ok(_) => released += 1,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+            if released >= quorum {
+                if !pending.is_empty() {
+                    info!(
+                        released,
+                        unanswered = pending.len(),
+                        "RedLock released on a majority; the other nodes' holds are released \
+                         when they answer, or end with their lease"
+                    );
+                    tokio::spawn(async move { while pending.next().await.is_some() {} });
+                }
+                return Ok(());
+            }
         }
-        outcomes.into_iter().try_for_each(|o| o.map(|_| ()))
+        first_error.map_or(Ok(()), Err)
     }
 }
 
