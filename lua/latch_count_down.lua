@@ -6,13 +6,6 @@
 --
 -- Returns the count left (0 when the latch is open; a latch already open stays
 -- open: the key is deleted again and nothing is published).
--- A value that is not a number is refused with NOTNUMBER "<length>:<value> <key>"
--- (its first 64 bytes), as Redisson's own scripts fail there, rather than read as
--- zero: a waiter would wait on it forever.
-local function not_a_number(raw)
-  local v = string.sub(raw, 1, 64)
-  return redis.error_reply('NOTNUMBER ' .. #v .. ':' .. v .. ' ' .. KEYS[1])
-end
 local left = redis.pcall('decr', KEYS[1])
 if type(left) == 'table' then
   -- DECR refuses a value that is not an integer (or a key of another type).

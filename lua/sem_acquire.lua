@@ -8,17 +8,9 @@
 --
 -- Returns {1, left} when taken (left: what is available now), or {0, available}
 -- when fewer than ARGV[1] are available (nothing is changed then).
--- A value that is not a number is refused with NOTNUMBER "<length>:<value> <key>"
--- (its first 64 bytes), as Redisson's own scripts fail there, rather than read as
--- zero: a waiter would wait on it forever.
-local function not_a_number(raw)
-  local v = string.sub(raw, 1, 64)
-  return redis.error_reply('NOTNUMBER ' .. #v .. ':' .. v .. ' ' .. KEYS[1])
-end
-local raw = redis.call('get', KEYS[1])
-local have = tonumber(raw or '0')
-if have == nil then
-  return not_a_number(raw)
+local have, refused = number_at_key()
+if refused then
+  return refused
 end
 local want = tonumber(ARGV[1])
 if have >= want then

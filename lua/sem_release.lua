@@ -9,17 +9,9 @@
 -- Returns {1, available} after adding, or {-1, available} when the sum would pass
 -- ARGV[2] (nothing is written or published then). The message is the new number
 -- of available permits, as Redisson publishes it.
--- A value that is not a number is refused with NOTNUMBER "<length>:<value> <key>"
--- (its first 64 bytes), as Redisson's own scripts fail there, rather than read as
--- zero: a waiter would wait on it forever.
-local function not_a_number(raw)
-  local v = string.sub(raw, 1, 64)
-  return redis.error_reply('NOTNUMBER ' .. #v .. ':' .. v .. ' ' .. KEYS[1])
-end
-local raw = redis.call('get', KEYS[1])
-local have = tonumber(raw or '0')
-if have == nil then
-  return not_a_number(raw)
+local have, refused = number_at_key()
+if refused then
+  return refused
 end
 local now = have + tonumber(ARGV[1])
 if now > tonumber(ARGV[2]) then

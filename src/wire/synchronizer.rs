@@ -17,18 +17,36 @@ use super::lua::Lua;
 use super::{unexpected, Invocation, ScriptCall};
 use crate::keys;
 
-static SEM_ACQUIRE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/sem_acquire.lua")));
-static SEM_RELEASE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/sem_release.lua")));
+// The scripts that read the number at the key get `lua/number_prelude.lua` in
+// front: a key that holds no number is refused the same way by each.
+static SEM_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("../../lua/number_prelude.lua"),
+        include_str!("../../lua/sem_acquire.lua")
+    ))
+});
+static SEM_RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("../../lua/number_prelude.lua"),
+        include_str!("../../lua/sem_release.lua")
+    ))
+});
 static SEM_TRY_SET: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/sem_try_set.lua")));
-static SEM_DRAIN: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/sem_drain.lua")));
+static SEM_DRAIN: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("../../lua/number_prelude.lua"),
+        include_str!("../../lua/sem_drain.lua")
+    ))
+});
 static LATCH_SET: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/latch_set.lua")));
-static LATCH_COUNT_DOWN: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/latch_count_down.lua")));
+static LATCH_COUNT_DOWN: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("../../lua/number_prelude.lua"),
+        include_str!("../../lua/latch_count_down.lua")
+    ))
+});
 
 /// The most permits a semaphore key may hold: Redisson reads the key as a Java
 /// `int`, so a larger number would break a Java service sharing the semaphore.
