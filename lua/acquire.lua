@@ -39,7 +39,8 @@ end
 
 -- ACL: a command the ACL denies inside a script fails the script where it
 -- stands, after the writes before it (a hash without its TTL, held forever). So
--- the commands that come after the first write are asked for first
+-- the commands that come after the first write, and the PUBLISH its release will
+-- need, are asked for first
 -- (redis.acl_check_cmd, Redis 7 and later), on the grant path only, and those up
 -- to the first write run with redis.pcall: a denial of one of them has written
 -- nothing, and `refused` only names it. Asking for every command up front would
@@ -75,9 +76,15 @@ end
 
 if exists == 0 or mine == 1 then
   if acl then
+    -- The release will publish on the unlock channel (KEYS[2] with the token
+    -- counter's prefix, 20 bytes, swapped for the channel's): a user that may take
+    -- the lock but not announce its release would leave it held for a whole lease,
+    -- so the grant is refused instead.
     local denied = (not acl('pexpire', KEYS[1], lease) and 'PEXPIRE on the lock')
       or (not acl('time') and 'TIME')
       or (not acl('set', KEYS[2], '1', 'px', keep, 'get') and 'SET on the token counter')
+      or (not acl('publish', 'redisson_lock__channel:' .. string.sub(KEYS[2], 21), '0')
+        and 'PUBLISH on the unlock channel')
     if denied then
       return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. denied)
     end

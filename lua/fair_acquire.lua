@@ -66,6 +66,9 @@ local function grant_needs(free)
     {'INCR on the token counter', 'incr', KEYS[4]},
     {'SET on the token counter', 'set', KEYS[4], '1', 'px', ARGV[5]},
     {'PEXPIRE on the token counter', 'pexpire', KEYS[4], ARGV[5]},
+    -- The release tells the next waiter on its own channel; a holder that may
+    -- not would keep the lock for a whole lease, so the grant asks first.
+    {'PUBLISH on a waiter channel', 'publish', KEYS[5] .. ':' .. ARGV[2], '0'},
   }
   if free then
     c[#c + 1] = {'LREM on the queue', 'lrem', KEYS[2], '1', ARGV[2]}

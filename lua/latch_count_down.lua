@@ -6,6 +6,14 @@
 --
 -- Returns the count left (0 when the latch is open; a latch already open stays
 -- open: the key is deleted again and nothing is published).
+-- The writes are asked for before the first (ACL, acl_prelude.lua): the count
+-- reaching zero without its PUBLISH would leave every waiter asleep until it
+-- polls, and the caller with an error after the count moved.
+need({
+  {'DECR on the latch', 'decr', KEYS[1]},
+  {'DEL on the latch', 'del', KEYS[1]},
+  {'PUBLISH on the latch channel', 'publish', KEYS[2], '0'},
+})
 local left = redis.pcall('decr', KEYS[1])
 if type(left) == 'table' then
   -- DECR refuses a value that is not an integer (or a key of another type).

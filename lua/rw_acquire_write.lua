@@ -53,6 +53,10 @@ local writes = {
   {'INCR on the token counter', 'incr', KEYS[2]},
   {'SET on the token counter', 'set', KEYS[2], '1', 'px', ARGV[4]},
   {'PEXPIRE on the token counter', 'pexpire', KEYS[2], ARGV[4]},
+  -- The release's PUBLISH (the channel: KEYS[2] with the read-write prefix in
+  -- place of the token counter's 20 bytes): without it the lock would stay held
+  -- for a whole lease after its release was refused.
+  {'PUBLISH on the read-write channel', 'publish', 'redisson_rwlock:' .. string.sub(KEYS[2], 21), '0'},
 }
 if mode == false then
   writes[#writes + 1] = {'HSET on the lock', 'hset', KEYS[1], 'mode', 'write'}

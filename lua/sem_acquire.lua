@@ -4,16 +4,26 @@
 -- holding the number of available permits (absent: none yet, the same as 0).
 --
 -- KEYS[1]  the semaphore key
+-- KEYS[2]  its channel, redisson_sc:{<name>}
 -- ARGV[1]  permits to take, >= 1
 --
 -- Returns {1, left} when taken (left: what is available now), or {0, available}
 -- when fewer than ARGV[1] are available (nothing is changed then).
+--
+-- Plain permits have no lease: one taken by a user that may not give it back
+-- (INCRBY, and the PUBLISH that wakes the waiters) would be gone for good. So the
+-- taker is asked for both before the DECRBY (acl_prelude.lua's `need`).
 local have, refused = number_at_key()
 if refused then
   return refused
 end
 local want = tonumber(ARGV[1])
 if have >= want then
+  need({
+    {'DECRBY on the semaphore', 'decrby', KEYS[1], ARGV[1]},
+    {'INCRBY on the semaphore', 'incrby', KEYS[1], ARGV[1]},
+    {'PUBLISH on the semaphore channel', 'publish', KEYS[2], '0'},
+  })
   return {1, redis.call('decrby', KEYS[1], want)}
 end
 return {0, have}

@@ -17,6 +17,13 @@ local now = have + tonumber(ARGV[1])
 if now > tonumber(ARGV[2]) then
   return {-1, have}
 end
+-- Both writes are asked for before the first (ACL): a denied PUBLISH after the
+-- INCRBY would fail the call with the permits already back, and a caller that
+-- retried it would give them back twice.
+need({
+  {'INCRBY on the semaphore', 'incrby', KEYS[1], ARGV[1]},
+  {'PUBLISH on the semaphore channel', 'publish', KEYS[2], '0'},
+})
 -- INCRBY rather than SET: a TTL a Java user put on the semaphore stays.
 redis.call('incrby', KEYS[1], ARGV[1])
 redis.call('publish', KEYS[2], now)

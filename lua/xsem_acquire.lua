@@ -17,6 +17,18 @@
 --
 -- Returns {1, left} when taken (left: available after), or {0, available, wait}:
 -- too few available; wait is the ms until the nearest expiry, -1 for none.
+-- Every write of the script is asked for before the first (ACL,
+-- acl_prelude.lua), the PUBLISH that a release or a reclaim of these permits
+-- needs among them: a permit taken that cannot be announced back would keep the
+-- waiters asleep past its return.
+need({
+  {'ZREM on the permits', 'zrem', KEYS[2], 'x'},
+  {'INCRBY on the semaphore', 'incrby', KEYS[1], '1'},
+  {'DECRBY on the semaphore', 'decrby', KEYS[1], '1'},
+  {'ZADD on the permits', 'zadd', KEYS[2], '1', 'x'},
+  {'PEXPIRE on the permits', 'pexpire', KEYS[2], '1'},
+  {'PUBLISH on the semaphore channel', 'publish', KEYS[3], '0'},
+})
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lapsed = redis.call('zrangebyscore', KEYS[2], 0, now)

@@ -9,6 +9,13 @@
 -- in the set expired and was reclaimed (or was given back before): it counts
 -- nothing, so a permit is never returned twice. The new available number is
 -- published when any came back.
+-- The writes asked for before the first (ACL, acl_prelude.lua): permits back
+-- in the count but not announced would fail the call after it changed Redis.
+need({
+  {'ZREM on the permits', 'zrem', KEYS[2], 'x'},
+  {'INCRBY on the semaphore', 'incrby', KEYS[1], '1'},
+  {'PUBLISH on the semaphore channel', 'publish', KEYS[3], '0'},
+})
 local back = 0
 for i = 1, #ARGV do
   local id = ARGV[i]:gsub('..', function(h) return string.char(tonumber(h, 16)) end)

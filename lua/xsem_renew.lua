@@ -11,6 +11,13 @@
 -- 0 when any had expired or was gone: the holder lost them. An expired permit
 -- found here is given back at once (and the waiters told), not at the next
 -- acquisition.
+-- The writes asked for before the first (ACL, acl_prelude.lua).
+need({
+  {'ZREM on the permits', 'zrem', KEYS[2], 'x'},
+  {'INCRBY on the semaphore', 'incrby', KEYS[1], '1'},
+  {'PUBLISH on the semaphore channel', 'publish', KEYS[3], '0'},
+  {'ZADD on the permits', 'zadd', KEYS[2], 'xx', '1', 'x'},
+})
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ids = {}

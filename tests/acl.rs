@@ -10,7 +10,7 @@ mod support;
 
 use std::time::Duration;
 
-use lockwarden::{Acquire, AcquireKind, LockError, LockGuard, ReleaseOutcome};
+use lockwarden::{Acquire, AcquireKind, LockError, LockGuard, Locks, ReleaseOutcome};
 use support::{eventually, raw, RedisServer};
 
 /// Key and channel patterns for locks named `acl:*` (docs/operations.md).
@@ -710,4 +710,141 @@ async fn force_unlock_asks_before_it_deletes() {
         assert!(deleted, "{name} was not there");
         assert_eq!(raw::<i64>(&server, &["EXISTS", name]), 0);
     }
+}
+
+/// Key and channel patterns of the semaphores and latches named `acl:*`
+/// (docs/operations.md): the permit-expirable semaphore's permits live at
+/// `{<name>}:timeout`, and the scripts are handed each channel as a key.
+const SYNC_PATTERNS: &[&str] = &[
+    "~{acl:*",
+    "~redisson_sc:{acl:*",
+    "&redisson_sc:{acl:*",
+    "~redisson_countdownlatch__channel__{acl:*",
+    "&redisson_countdownlatch__channel__{acl:*",
+];
+
+/// Commands the semaphores and the latch need.
+const SYNC_COMMANDS: &[&str] = &[
+    "evalsha",
+    "script|load",
+    "get",
+    "set",
+    "exists",
+    "decr",
+    "decrby",
+    "incrby",
+    "del",
+    "time",
+    "pttl",
+    "pexpire",
+    "zadd",
+    "zrem",
+    "zrange",
+    "zrangebyscore",
+    "zscore",
+    "publish",
+];
+
+/// A user without PUBLISH takes nothing it could not give back: every grant (the
+/// exclusive, fair and read-write locks, a semaphore's permits, an expirable
+/// permit) and every change that wakes waiters (permits added, a latch set or
+/// counted down) is `NoPermission` naming PUBLISH, with Redis as it was. Before,
+/// the lock was granted and its release refused, so it stayed held for its whole
+/// lease; permits were taken for good; and the synchronizers' scripts wrote, then
+/// failed on the PUBLISH after the write. With PUBLISH given, the same calls work.
+#[actix_rt::test]
+async fn without_publish_nothing_is_taken_that_could_not_be_given_back() {
+    let server = RedisServer::start();
+    let mut commands: Vec<&str> = COMMANDS.iter().map(|(c, _)| *c).collect();
+    commands.extend(FAIR_COMMANDS.iter().map(|(c, _)| *c));
+    commands.extend(RW_COMMANDS.iter().map(|(c, _)| *c));
+    commands.extend(SYNC_COMMANDS);
+    commands.sort_unstable();
+    commands.dedup();
+    let mut patterns: Vec<&str> = FAIR_PATTERNS.to_vec();
+    patterns.extend(RW_PATTERNS);
+    patterns.extend(SYNC_PATTERNS);
+    let without: Vec<&str> = commands
+        .iter()
+        .copied()
+        .filter(|c| *c != "publish")
+        .collect();
+    set_user_with(&server, &patterns, &without);
+    let _: () = raw(&server, &["SET", "acl:sem", "3"]);
+    let _: () = raw(&server, &["SET", "acl:xsem", "2"]);
+    let _: () = raw(&server, &["SET", "acl:latch", "2"]);
+    let m = user_manager(&server).await;
+
+    // Nothing may be written by any step: each is compared with the start.
+    let before = snapshot(&server);
+    let no_publish = |step: &'static str, got: Result<(), LockError>| {
+        match got {
+            Err(LockError::NoPermission { command, .. }) => {
+                assert_eq!(command, "PUBLISH", "{step}")
+            }
+            other => panic!("without PUBLISH, {step}: {other:?}"),
+        }
+        assert_eq!(snapshot(&server), before, "{step} changed Redis");
+    };
+    for kind in [
+        AcquireKind::Exclusive,
+        AcquireKind::Fair,
+        AcquireKind::Read,
+        AcquireKind::Write,
+    ] {
+        let got = take(&m, &format!("acl:{kind:?}"), kind, Duration::ZERO).await;
+        no_publish("a lock's grant", got.map(drop));
+    }
+    let sem = m.semaphore("acl:sem").await.expect("handle");
+    no_publish("a semaphore's take", sem.try_acquire(1).await.map(drop));
+    no_publish("permits added", sem.add_permits(1).await.map(drop));
+    let xsem = m
+        .send(lockwarden::PermitSemaphore::new("acl:xsem"))
+        .await
+        .expect("running")
+        .expect("handle");
+    no_publish(
+        "an expirable permit's take",
+        xsem.try_acquire(1, Some(Duration::from_secs(5)))
+            .await
+            .map(drop),
+    );
+    let latch = m.latch("acl:latch").await.expect("handle");
+    no_publish("a latch's count-down", latch.count_down().await.map(drop));
+    let fresh = m.latch("acl:latch2").await.expect("handle");
+    no_publish("a latch's count", fresh.try_set_count(2).await.map(drop));
+
+    // The same user with PUBLISH: each of them works.
+    set_user_with(&server, &patterns, &commands);
+    let m = user_manager(&server).await;
+    for kind in [
+        AcquireKind::Exclusive,
+        AcquireKind::Fair,
+        AcquireKind::Read,
+        AcquireKind::Write,
+    ] {
+        let g = take(&m, &format!("acl:{kind:?}"), kind, Duration::ZERO)
+            .await
+            .unwrap_or_else(|e| panic!("{kind:?} with PUBLISH: {e}"));
+        g.release().await.expect("released");
+    }
+    let sem = m.semaphore("acl:sem").await.expect("handle");
+    let permit = sem.try_acquire(1).await.expect("take").expect("a permit");
+    permit.release().await.expect("given back");
+    assert_eq!(sem.add_permits(1).await.expect("added"), 4);
+    let xsem = m
+        .send(lockwarden::PermitSemaphore::new("acl:xsem"))
+        .await
+        .expect("running")
+        .expect("handle");
+    let permit = xsem
+        .try_acquire(1, Some(Duration::from_secs(5)))
+        .await
+        .expect("take")
+        .expect("a permit");
+    permit.release().await.expect("given back");
+    let latch = m.latch("acl:latch").await.expect("handle");
+    assert_eq!(latch.count_down().await.expect("counted"), 1);
+    let fresh = m.latch("acl:latch2").await.expect("handle");
+    assert!(fresh.try_set_count(2).await.expect("set"));
 }

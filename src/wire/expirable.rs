@@ -14,12 +14,27 @@ use super::lua::Lua;
 use super::{unexpected, Invocation, ScriptCall};
 use crate::keys;
 
-static XSEM_ACQUIRE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/xsem_acquire.lua")));
-static XSEM_RELEASE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/xsem_release.lua")));
-static XSEM_RENEW: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/xsem_renew.lua")));
+// Each script gets `lua/acl_prelude.lua` in front (`need`: its writes and the
+// PUBLISH asked for before the first write); Redis scripts cannot include one
+// another.
+static XSEM_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
+        include_str!("../../lua/xsem_acquire.lua")
+    ))
+});
+static XSEM_RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
+        include_str!("../../lua/xsem_release.lua")
+    ))
+});
+static XSEM_RENEW: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
+        include_str!("../../lua/xsem_renew.lua")
+    ))
+});
 
 /// Redisson's expiry score for a permit taken without a lease: it never expires.
 const NO_EXPIRY: &str = "922337203685477";

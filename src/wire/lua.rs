@@ -87,8 +87,13 @@ mod tests {
     #[test]
     fn the_sharded_forms_never_publish_plainly() {
         for code in [
+            include_str!("../../lua/acquire.lua"),
             include_str!("../../lua/release.lua"),
+            include_str!("../../lua/fair_acquire.lua"),
             include_str!("../../lua/fair_release.lua"),
+            include_str!("../../lua/rw_acquire_read.lua"),
+            include_str!("../../lua/rw_acquire_write.lua"),
+            include_str!("../../lua/sem_acquire.lua"),
             include_str!("../../lua/force_release.lua"),
             include_str!("../../lua/rw_release_write.lua"),
             include_str!("../../lua/transfer.lua"),

@@ -17,32 +17,45 @@ use super::lua::Lua;
 use super::{unexpected, Invocation, ScriptCall};
 use crate::keys;
 
-// The scripts that read the number at the key get `lua/number_prelude.lua` in
-// front: a key that holds no number is refused the same way by each.
+// Every script gets `lua/acl_prelude.lua` in front (`need`: the writes and the
+// PUBLISH asked for before the first write), and those that read the number at the
+// key `lua/number_prelude.lua` too (a key that holds no number is refused the same
+// way by each); Redis scripts cannot include one another.
 static SEM_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/number_prelude.lua"),
         include_str!("../../lua/sem_acquire.lua")
     ))
 });
 static SEM_RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/number_prelude.lua"),
         include_str!("../../lua/sem_release.lua")
     ))
 });
-static SEM_TRY_SET: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/sem_try_set.lua")));
+static SEM_TRY_SET: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
+        include_str!("../../lua/sem_try_set.lua")
+    ))
+});
 static SEM_DRAIN: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("../../lua/number_prelude.lua"),
         include_str!("../../lua/sem_drain.lua")
     ))
 });
-static LATCH_SET: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/latch_set.lua")));
+static LATCH_SET: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
+        include_str!("../../lua/latch_set.lua")
+    ))
+});
 static LATCH_COUNT_DOWN: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/number_prelude.lua"),
         include_str!("../../lua/latch_count_down.lua")
     ))
@@ -77,6 +90,7 @@ impl ScriptCall for SemAcquire<'_> {
         Invocation::new(&SEM_ACQUIRE)
             .must_replicate()
             .key(self.name)
+            .key(keys::semaphore_channel(self.name))
             .arg(self.permits)
     }
 
