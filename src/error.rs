@@ -254,6 +254,11 @@ fn not_a_number_in(e: &redis::RedisError) -> Option<(String, String)> {
     Some((key.to_string(), value.to_string()))
 }
 
+/// Whether Redis refused for want of rights (NOPERM, the script's own or Redis's).
+pub(crate) fn is_noperm(error: &redis::RedisError) -> bool {
+    error.code() == Some("NOPERM") || error.to_string().to_ascii_uppercase().contains("NOPERM")
+}
+
 /// The command a permission error names: ours say "... may not run PEXPIRE on
 /// ...", Redis's own "... to run the 'evalsha' command"; `None` if `e` is not a
 /// permission error. A denial inside a script that did not ask first comes as

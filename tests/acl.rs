@@ -11,7 +11,7 @@ mod support;
 use std::time::Duration;
 
 use lockwarden::{Acquire, AcquireKind, LockError, LockGuard, Locks, ReleaseOutcome};
-use support::{eventually, raw, RedisServer};
+use support::{eventually, raw, Captured, RedisServer};
 
 /// Key and channel patterns for locks named `acl:*` (docs/operations.md).
 const PATTERNS: &[&str] = &[
@@ -847,4 +847,78 @@ async fn without_publish_nothing_is_taken_that_could_not_be_given_back() {
     assert_eq!(latch.count_down().await.expect("counted"), 1);
     let fresh = m.latch("acl:latch2").await.expect("handle");
     assert!(fresh.try_set_count(2).await.expect("set"));
+}
+
+/// A user without SUBSCRIBE still gets its locks, by polling every
+/// `max_retry_interval`, and the log says why, once per manager at warn (two
+/// waiters on two locks, one warning), naming the rights to give. The refused
+/// channels are left out of a resubscription: after the pub/sub connection is
+/// killed it reconnects at once, where one refused channel in the batch failed
+/// every reconnect, over and over, and no lock actor was resynced.
+#[actix_rt::test]
+async fn without_subscribe_waiters_poll_and_the_log_says_so_once() {
+    let (log, _logging) = Captured::install();
+    let server = RedisServer::start();
+    let mut args = vec!["ACL", "SETUSER", "lw", "reset", "on", ">pw", "-@all"];
+    args.extend(PATTERNS);
+    let plus: Vec<String> = COMMANDS.iter().map(|(c, _)| format!("+{c}")).collect();
+    args.extend(plus.iter().map(String::as_str));
+    let _: () = raw(&server, &args);
+
+    let holder = support::manager(&server, |c| c).await;
+    let url = format!("redis://lw:pw@127.0.0.1:{}/", server.port());
+    let config = lockwarden::Config::from_url(&url)
+        .expect("url")
+        .max_retry_interval(Duration::from_millis(300));
+    let waiter = lockwarden::LockManager::start(config)
+        .await
+        .expect("manager as lw");
+    let held = [
+        support::hold(&holder, "acl:s1", |a| a).await,
+        support::hold(&holder, "acl:s2", |a| a).await,
+    ];
+    let waits = ["acl:s1", "acl:s2"].map(|name| {
+        let waiter = waiter.clone();
+        actix_rt::spawn(async move {
+            waiter
+                .send(Acquire::new(name).wait(Duration::from_secs(20)))
+                .await
+        })
+    });
+    const WARNING: &str = "Redis refused SUBSCRIBE for want of rights";
+    assert!(
+        eventually(Duration::from_secs(10), || log.text().contains(WARNING)).await,
+        "no warning; log:\n{}",
+        log.text()
+    );
+    assert!(log.text().contains("+subscribe"), "{}", log.text());
+
+    // Killing the pub/sub connection: it comes back and resyncs, once.
+    let resyncs = || log.text().matches("resyncing lock actors").count();
+    let before = resyncs();
+    let _: i64 = raw(&server, &["CLIENT", "KILL", "USER", "lw", "SKIPME", "no"]);
+    assert!(
+        eventually(Duration::from_secs(10), || resyncs() > before).await,
+        "the pub/sub connection did not come back; log:\n{}",
+        log.text()
+    );
+
+    for guard in held {
+        guard.release().await.expect("released");
+    }
+    for wait in waits {
+        let got = wait
+            .await
+            .expect("task")
+            .expect("running")
+            .expect("the polling waiter got the lock");
+        got.release().await.expect("released");
+    }
+    // Both waiters subscribed (each one refused) and were told once.
+    assert_eq!(log.text().matches(WARNING).count(), 1, "{}", log.text());
+    assert!(
+        !log.text().contains("pub/sub connection failed"),
+        "a reconnect failed; log:\n{}",
+        log.text()
+    );
 }

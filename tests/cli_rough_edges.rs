@@ -256,3 +256,71 @@ async fn status_escapes_a_tab_in_a_name() {
     assert!(text.starts_with("tab\\there:"), "{text:?}");
     assert!(!text.contains('\t'), "{text:?}");
 }
+
+/// Runs `args` against `url` to its end.
+async fn finished(url: &str, args: &[&str]) -> Output {
+    let out = lockwarden(url).args(args).output();
+    tokio::time::timeout(LIMIT, out)
+        .await
+        .expect("exited")
+        .expect("ran")
+}
+
+/// This machine's first IPv4 address that is not loopback: a connection to it
+/// from here comes from a non-loopback address, as one from another host does.
+fn outside_address() -> String {
+    let out = std::process::Command::new("hostname")
+        .arg("-I")
+        .output()
+        .expect("`hostname -I` runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.split_whitespace()
+        .find(|a| {
+            a.parse::<std::net::Ipv4Addr>()
+                .is_ok_and(|ip| !ip.is_loopback())
+        })
+        .unwrap_or_else(|| panic!("this test needs a non-loopback IPv4 address: {text:?}"))
+        .to_string()
+}
+
+/// Redis in protected mode (no password, reached from outside loopback) says
+/// "DENIED" and closes; the command says that in Redis's words with what to do,
+/// where it said "Connection reset by peer (os error 104)".
+#[actix_rt::test]
+async fn protected_mode_is_named_not_a_reset_connection() {
+    let server = RedisServer::start_with(&["--bind", "0.0.0.0", "--protected-mode", "yes"]);
+    let url = format!("redis://{}:{}/", outside_address(), server.port());
+    let out = finished(&url, &["run", "l", "--", "true"]).await;
+    let err = stderr(&out);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("DENIED") && err.contains("protected mode"),
+        "{err}"
+    );
+    assert!(err.contains("--protected-mode no"), "{err}");
+    assert!(!err.contains("reset by peer"), "{err}");
+    let keys: i64 = support::raw(&server, &["DBSIZE"]);
+    assert_eq!(keys, 0, "a refused run wrote something");
+}
+
+/// A password sent to a server without one is said to be that, in the server's
+/// words; a wrong one is said to be wrong. Both were "Password authentication
+/// failed".
+#[actix_rt::test]
+async fn a_password_the_server_does_not_have_is_named() {
+    let open = RedisServer::start();
+    let url = format!("redis://:secret@127.0.0.1:{}/", open.port());
+    let out = finished(&url, &["run", "l", "--", "true"]).await;
+    let err = stderr(&out);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("has no password"), "{err}");
+    assert!(err.contains("without any password configured"), "{err}");
+
+    let guarded = RedisServer::start();
+    let _: () = support::raw(&guarded, &["CONFIG", "SET", "requirepass", "right"]);
+    let url = format!("redis://:wrong@127.0.0.1:{}/", guarded.port());
+    let out = finished(&url, &["run", "l", "--", "true"]).await;
+    let err = stderr(&out);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("WRONGPASS") && err.contains("wrong"), "{err}");
+}

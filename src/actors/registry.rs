@@ -62,7 +62,7 @@ impl Registration {
             Err(error) => {
                 if self.failing.swap(true, Ordering::Relaxed) {
                     debug!(key = %self.key, %error, "client registry entry still not written");
-                } else if is_noperm(&error) {
+                } else if crate::error::is_noperm(&error) {
                     warn!(key = %self.key, %error, "the ACL does not allow the client registry (keys lockwarden:client:*, commands hset, pexpire): locks work, but operators see this manager's holders as unknown");
                 } else {
                     warn!(key = %self.key, %error, "cannot write the client registry entry; retrying every renewal period (locks are not affected)");
@@ -70,9 +70,4 @@ impl Registration {
             }
         }
     }
-}
-
-/// Whether Redis refused for want of rights (NOPERM, the script's own or Redis's).
-fn is_noperm(error: &redis::RedisError) -> bool {
-    error.code() == Some("NOPERM") || error.to_string().to_ascii_uppercase().contains("NOPERM")
 }

@@ -74,6 +74,11 @@ struct Route {
     unlocked: WeakRecipient<Unlocked>,
     /// Receives a [`Resync`] after every reconnect.
     resync: WeakRecipient<Resync>,
+    /// Redis refused the subscription for want of rights. Left out of every
+    /// resubscription: one refused channel in a batch would fail the whole
+    /// reconnect, over and over. Its actor polls; the route goes when it
+    /// unsubscribes, and its next subscription asks again (rights may have come).
+    denied: bool,
 }
 
 /// The pub/sub actor; see the module documentation.
@@ -98,6 +103,9 @@ pub(crate) struct Subscriber {
     connected_once: bool,
     /// A resubscription after a dropped cluster node is under way.
     resubscribing: bool,
+    /// Whether a subscription refused for want of rights was already logged at
+    /// warn: said once per manager, since every lock it waits on would say it.
+    told_denied: bool,
     /// Closed when the manager and every actor sharing it are gone (its sender
     /// lives in their `Shared`). The subscriber then stops, and its connection
     /// closes: the stream it reads would otherwise keep it running, connected,
@@ -118,6 +126,7 @@ impl Subscriber {
             reconnected,
             connected_once: false,
             resubscribing: false,
+            told_denied: false,
             source,
             config,
             sink: None,
@@ -133,7 +142,7 @@ impl Subscriber {
     fn connect(&mut self, ctx: &mut Context<Self>) {
         let source = self.source.clone();
         let timeout = self.config.connection_timeout;
-        let channels: Vec<String> = self.routes.keys().cloned().collect();
+        let channels = self.subscribable();
         let fut = async move {
             let (mut sink, stream) = source.open().await?;
             if !channels.is_empty() {
@@ -233,6 +242,32 @@ impl StreamHandler<Event> for Subscriber {
 }
 
 impl Subscriber {
+    /// The routed channels to subscribe again after a reconnect: all but those
+    /// Redis refused for want of rights.
+    fn subscribable(&self) -> Vec<String> {
+        let routes = self.routes.iter().filter(|(_, route)| !route.denied);
+        routes.map(|(channel, _)| channel.clone()).collect()
+    }
+
+    /// Logs a subscription Redis refused for want of rights: once per manager at
+    /// warn (without it every waiter is late by up to `max_retry_interval`, and
+    /// nothing else would say why), then at debug.
+    fn tell_denied(&mut self, channel: &str, error: &redis::RedisError) {
+        if std::mem::replace(&mut self.told_denied, true) {
+            debug!(error = %error, channel, "subscribe refused (no rights); waiters poll");
+            return;
+        }
+        warn!(
+            error = %error,
+            channel,
+            poll_every = ?self.config.max_retry_interval,
+            "Redis refused SUBSCRIBE for want of rights: waiters are not woken by \
+             releases and poll instead, so they are late by up to poll_every; give \
+             this Redis user +subscribe +unsubscribe (+ssubscribe +sunsubscribe on \
+             a cluster) and the channel patterns in docs/operations.md (said once)"
+        );
+    }
+
     /// Hands an unlock message to the lock actor routed on its channel.
     fn route(&self, channel: String, payload: &[u8]) {
         let Some(actor) = self.routes.get(&channel).and_then(|r| r.unlocked.upgrade()) else {
@@ -312,7 +347,7 @@ impl Subscriber {
             self.config.reconnect_max,
             attempt,
         );
-        let channels: Vec<String> = self.routes.keys().cloned().collect();
+        let channels = self.subscribable();
         let timeout = self.config.response_timeout;
         let fut = async move {
             tokio::time::sleep(delay).await;
@@ -357,6 +392,7 @@ impl Handler<Subscribe> for Subscriber {
             Route {
                 unlocked: msg.unlocked.downgrade(),
                 resync: msg.resync.downgrade(),
+                denied: false,
             },
         );
         let sink = self.sink.clone();
@@ -364,26 +400,37 @@ impl Handler<Subscribe> for Subscriber {
         let channel = msg.channel;
         let fut = async move {
             let Some(mut sink) = sink else {
-                return false;
+                return (channel, None);
             };
-            match tokio::time::timeout(timeout, sink.subscribe(std::slice::from_ref(&channel)))
-                .await
-            {
-                Ok(Ok(())) => true,
-                Ok(Err(e)) => {
+            let subscribing = sink.subscribe(std::slice::from_ref(&channel));
+            let result = tokio::time::timeout(timeout, subscribing).await;
+            (channel, Some(result))
+        };
+        let fut = fut
+            .into_actor(self)
+            .map(|(channel, result), act, _| match result {
+                None => false,
+                Some(Ok(Ok(()))) => true,
+                Some(Ok(Err(e))) if crate::error::is_noperm(&e) => {
+                    act.tell_denied(&channel, &e);
+                    if let Some(route) = act.routes.get_mut(&channel) {
+                        route.denied = true;
+                    }
+                    false
+                }
+                Some(Ok(Err(e))) => {
                     warn!(error = %e, channel, "subscribe failed; relying on reconnect and timers");
                     false
                 }
-                Err(_) => {
+                Some(Err(_)) => {
                     warn!(
                         channel,
                         "subscribe timed out; relying on reconnect and timers"
                     );
                     false
                 }
-            }
-        };
-        AtomicResponse::new(Box::pin(fut.into_actor(self)))
+            });
+        AtomicResponse::new(Box::pin(fut))
     }
 }
 

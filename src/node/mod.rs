@@ -30,6 +30,7 @@
 mod checks;
 mod cluster;
 mod coalescer;
+mod diagnose;
 mod pubsub;
 mod sentinel;
 mod start;

@@ -60,6 +60,12 @@ pub(super) async fn judge(config: &Config, e: &RedisError) -> Verdict {
              slot yet, waiting ({e})"
         ));
     }
+    // A standalone server that refused with a reason redis-rs did not pass on.
+    if config.sentinel.is_none() && config.cluster.is_none() {
+        if let Some(said) = super::diagnose::explained(config, e).await {
+            return Verdict::Refuse(LockError::Redis(said));
+        }
+    }
     Verdict::Fail
 }
 
