@@ -352,7 +352,8 @@ async fn run_redlock_needs_a_majority_and_good_options() {
 /// (issue 27): the two others release, which is a release of the RedLock, so it
 /// exits 0 at once; the frozen server's key is left to its lease. (Before, the
 /// release waited for every server and the command exited 1 "could not be
-/// released".)
+/// released".) It gives the frozen server a second, says it is left to its
+/// lease, and exits.
 #[actix_rt::test]
 async fn a_majority_released_is_a_release_with_one_server_frozen() {
     let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
@@ -401,6 +402,7 @@ async fn a_majority_released_is_a_release_with_one_server_frozen() {
     std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
         .expect("stderr");
     assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.contains("1 server(s) did not confirm"), "{err}");
     assert!(
         took < Duration::from_secs(5),
         "exited {took:?} after the freeze: {err}"
@@ -413,4 +415,68 @@ async fn a_majority_released_is_a_release_with_one_server_frozen() {
     }
     servers[2].resume();
     eprintln!("exited 0 {took:?} after one of three servers froze");
+}
+
+/// `run --redlock` with one of three servers frozen at start (issue 27): start-up
+/// is held up by it for `--node-wait`, not for the connection timeout (2 s, which
+/// every run waited before); and a process that went on without it takes it back
+/// once it answers. The second process finds the lock held on the second server
+/// by someone else, so it needs the frozen one: it gets it after the resume.
+/// Before, it never asked that server again and exited 75 at the end of its wait.
+#[actix_rt::test]
+async fn a_server_frozen_at_start_holds_nobody_up_and_takes_part_once_back() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    servers[2].pause();
+    let began = Instant::now();
+    let out = lockwarden(&urls)
+        .args(["run", "quick", "--redlock", "--node-wait", "100ms"])
+        .args(["--wait", "5s", "--", "true"])
+        .output()
+        .expect("run lockwarden");
+    let took = began.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("has not answered within --node-wait"), "{err}");
+    assert!(
+        took < Duration::from_millis(1900),
+        "start-up waited for the frozen server: {took:?}; {err}"
+    );
+
+    // Someone else holds `late` on the second server for the whole test.
+    let other = manager(&servers[1], |c| c).await;
+    let held = support::hold(&other, "late", |a| a).await;
+    let calls = |s: &RedisServer| s.commandstats().get("evalsha").copied().unwrap_or(0);
+    let before = calls(&servers[1]);
+    let child = lockwarden(&urls)
+        .args(["run", "late", "--redlock", "--node-wait", "100ms"])
+        .args(["--wait", "15s", "--", "true"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run lockwarden");
+    // Its rounds run without the frozen server: they keep asking the second.
+    assert!(
+        support::eventually(Duration::from_secs(10), || calls(&servers[1]) > before + 3).await,
+        "the process never asked the second server"
+    );
+    servers[2].resume();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .expect("task")
+        .expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "never took the server back: {err}"
+    );
+    assert!(err.contains("takes part from now on"), "{err}");
+    assert!(
+        support::exists(&servers[1], "late"),
+        "the other holder lost it"
+    );
+    held.release().await.expect("released");
+    for s in &servers {
+        assert!(!support::exists(s, "late"), "left behind");
+    }
 }

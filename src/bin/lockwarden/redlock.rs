@@ -1,24 +1,31 @@
 //! `lockwarden run --redlock`: taking one lock name on a majority of independent
 //! Redis servers, one `--redis` option each, with the library's [`RedLock`].
 //!
-//! One lock manager is started per server, all at once. A server that cannot be
-//! reached at start is said on stderr and left out, but it still counts toward
-//! the majority ([`RedLock::out_of`]): a RedLock of five servers needs three
-//! grants whether or not two of them are down, or two clients that each reach a
-//! different part of the servers could both win. Fewer servers reachable than a
-//! majority is exit 2 before anything is asked. Waiting is the library's (rounds
+//! One lock manager is started per server, all at once; once a majority has
+//! answered, the others get `--node-wait` more, so a frozen server holds nobody
+//! up for its connection timeout. A server that cannot be reached at start is
+//! said on stderr and left out, but it still counts toward the majority
+//! ([`RedLock::out_of`]): a RedLock of five servers needs three grants whether or
+//! not two of them are down, or two clients that each reach a different part of
+//! the servers could both win. It is started again in the background until it
+//! answers, then takes part from the next round: without it a process that
+//! started while one server of three was frozen needed both others in every
+//! round, for its whole life, and starved under contention. Fewer servers
+//! reachable than a majority is exit 2 before anything is asked. Waiting is the library's (rounds
 //! bounded by `--node-wait` per server, a random pause between them, within
 //! `--wait`); this module races it against the signals, as `acquire.rs` does for
 //! a single lock. Dropping the pending round is how its waiters leave: each
 //! server's lock actor gives back a grant that raced the drop.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix::Addr;
-use futures::future::join_all;
+use futures::future::{join_all, BoxFuture};
+use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
-use lockwarden::{LockError, LockManager, RedGuard, RedLock};
+use lockwarden::{Config, LockError, LockManager, RedGuard, RedLock, Settle};
 use nix::sys::signal::Signal;
+use tracing::debug;
 
 use crate::acquire::Signals;
 use crate::cli::RunArgs;
@@ -44,6 +51,25 @@ pub enum RedWaited {
     Interrupted(Signal),
 }
 
+/// A manager per `--redis` place: `None` while its server has not answered.
+type Places = Vec<Option<Addr<LockManager>>>;
+
+/// One server's start: its place and how it went.
+type Started = BoxFuture<'static, (usize, Result<Addr<LockManager>, LockError>)>;
+
+/// A server being started again in the background until it answers.
+type Late = BoxFuture<'static, (usize, Addr<LockManager>)>;
+
+/// Pause between two background tries of a server that did not answer.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// How long the servers that had not confirmed a release when a majority had
+/// get before the process exits. A release answers once a majority released;
+/// the others' releases go on in the background, which exiting would cut short,
+/// leaving their holds to their lease. A live server answers well within this
+/// even on a loaded machine; a frozen one holds the exit up no longer.
+const STRAGGLERS: Duration = Duration::from_secs(1);
+
 /// Starts a manager per server and takes the lock on a majority of them, until
 /// acquired, timed out or interrupted.
 pub async fn acquire(
@@ -53,74 +79,185 @@ pub async fn acquire(
 ) -> Result<RedWaited, Failure> {
     let nodes = session.nodes();
     let quorum = nodes.len() / 2 + 1;
-    let started = join_all(
-        nodes
-            .iter()
-            .map(|(_, config)| LockManager::start(config.clone())),
-    )
-    .await;
-    let mut managers = Vec::with_capacity(nodes.len());
-    let mut places = Vec::with_capacity(nodes.len());
-    for (place, ((shown, _), started)) in nodes.iter().zip(started).enumerate() {
-        match started {
-            Ok(manager) => {
-                managers.push(manager);
-                places.push(place);
+    let began = Instant::now();
+    let (mut places, mut late) = start(nodes, quorum, args.node_wait).await?;
+    loop {
+        let managers: Vec<Addr<LockManager>> = places.iter().flatten().cloned().collect();
+        let mut lock = RedLock::new(&managers, args.name.clone())
+            .out_of(nodes.len())
+            .node_wait(args.node_wait);
+        if let Some(wait) = args.acquire.wait {
+            lock = lock.wait(wait.saturating_sub(began.elapsed()));
+        }
+        if let Some(lease) = args.acquire.lease {
+            lock = lock.lease(lease);
+        }
+        let outcome = futures::select! {
+            got = lock.acquire().fuse() => got,
+            sig = signals.recv().fuse() => {
+                note(format!("interrupted while waiting for lock \"{}\"; left the queue", args.name));
+                return Ok(RedWaited::Interrupted(sig));
             }
-            Err(e) => note(format!(
-                "cannot reach Redis at {shown}: {}; going on without it",
-                connect_error(&e)
+            (place, manager) = late.select_next_some() => {
+                // Dropping the round in flight makes its waiters leave; the next
+                // one asks this server too.
+                note(format!("Redis at {} answered; it takes part from now on", nodes[place].0));
+                places[place] = Some(manager);
+                continue;
+            }
+        };
+        return match outcome {
+            Ok(guard) => {
+                let (places, managers) = places
+                    .into_iter()
+                    .enumerate()
+                    .filter_map(|(place, m)| m.map(|m| (place, m)))
+                    .unzip();
+                Ok(RedWaited::Acquired {
+                    guard,
+                    managers,
+                    places,
+                })
+            }
+            // At the deadline the last round's failure comes back: a lock held
+            // elsewhere, or a server's error; either way --wait ran out.
+            Err(e) if args.acquire.wait.is_some_and(|w| began.elapsed() >= w) => {
+                let why = match e {
+                    LockError::Timeout { .. } => String::new(),
+                    other => format!(" (last error: {other})"),
+                };
+                note(format!(
+                    "lock \"{}\" not acquired on a majority ({quorum} of {}) after waiting {}{why}",
+                    args.name,
+                    nodes.len(),
+                    human(began.elapsed())
+                ));
+                Ok(RedWaited::TimedOut)
+            }
+            Err(e) => Err(Failure::from_lock(
+                &format!("acquiring \"{}\"", args.name),
+                e,
             )),
+        };
+    }
+}
+
+/// Starts a manager per server, all at once, and returns as soon as a majority
+/// answered and the others had `node_wait` more: a frozen server holds nobody up
+/// for its connection timeout. The servers that did not answer (refused, failed,
+/// or still silent) go on being started in the background, each until it
+/// answers, so a server that was down or frozen at start takes part again once
+/// it is back. Fewer answers than a majority, once every server has had its
+/// say, is exit 2.
+async fn start(
+    nodes: &[(String, Config)],
+    quorum: usize,
+    node_wait: Duration,
+) -> Result<(Places, FuturesUnordered<Late>), Failure> {
+    let mut places: Places = vec![None; nodes.len()];
+    let mut pending: FuturesUnordered<Started> = nodes
+        .iter()
+        .enumerate()
+        .map(|(place, (_, config))| {
+            let config = config.clone();
+            async move { (place, LockManager::start(config).await) }.boxed()
+        })
+        .collect();
+    let late: FuturesUnordered<Late> = FuturesUnordered::new();
+    let mut failed = vec![false; nodes.len()];
+    let mut grace = None;
+    loop {
+        let answered = places.iter().flatten().count();
+        if answered >= quorum && grace.is_none() {
+            grace = Some(tokio::time::sleep(node_wait).boxed().fuse());
+        }
+        let next = match grace.as_mut() {
+            None => pending.next().await,
+            Some(grace) => {
+                let mut grace = grace;
+                futures::select! {
+                    next = pending.next() => next,
+                    () = grace => None,
+                }
+            }
+        };
+        let Some((place, started)) = next else { break };
+        match started {
+            Ok(manager) => places[place] = Some(manager),
+            Err(e) => {
+                note(format!(
+                    "cannot reach Redis at {}: {}; going on without it (trying it again \
+                     in the background)",
+                    nodes[place].0,
+                    connect_error(&e)
+                ));
+                failed[place] = true;
+                late.push(again(place, nodes[place].1.clone()).boxed());
+            }
+        }
+        if places.iter().flatten().count() + pending.len() < quorum {
+            break;
         }
     }
-    if managers.len() < quorum {
+    let answered = places.iter().flatten().count();
+    if answered < quorum {
         return Err(Failure::usage(format!(
-            "cannot reach a majority of the --redlock servers: {} of {} answered, {quorum} needed",
-            managers.len(),
+            "cannot reach a majority of the --redlock servers: {answered} of {} answered, \
+             {quorum} needed",
             nodes.len()
         )));
     }
-    let mut lock = RedLock::new(&managers, args.name.clone())
-        .out_of(nodes.len())
-        .node_wait(args.node_wait);
-    if let Some(wait) = args.acquire.wait {
-        lock = lock.wait(wait);
-    }
-    if let Some(lease) = args.acquire.lease {
-        lock = lock.lease(lease);
-    }
-    let began = Instant::now();
-    let outcome = futures::select! {
-        got = lock.acquire().fuse() => got,
-        sig = signals.recv().fuse() => {
-            note(format!("interrupted while waiting for lock \"{}\"; left the queue", args.name));
-            return Ok(RedWaited::Interrupted(sig));
-        }
-    };
-    match outcome {
-        Ok(guard) => Ok(RedWaited::Acquired {
-            guard,
-            managers,
-            places,
-        }),
-        // At the deadline the last round's failure comes back: a lock held
-        // elsewhere, or a server's error; either way --wait ran out.
-        Err(e) if args.acquire.wait.is_some_and(|w| began.elapsed() >= w) => {
-            let why = match e {
-                LockError::Timeout { .. } => String::new(),
-                other => format!(" (last error: {other})"),
-            };
+    for (place, (shown, _)) in nodes.iter().enumerate() {
+        if places[place].is_none() && !failed[place] {
             note(format!(
-                "lock \"{}\" not acquired on a majority ({quorum} of {}) after waiting {}{why}",
-                args.name,
-                nodes.len(),
-                human(began.elapsed())
+                "Redis at {shown} has not answered within --node-wait ({}) after a majority did; \
+                 going on without it (trying it again in the background)",
+                human(node_wait)
             ));
-            Ok(RedWaited::TimedOut)
         }
-        Err(e) => Err(Failure::from_lock(
-            &format!("acquiring \"{}\"", args.name),
-            e,
-        )),
+    }
+    // The silent ones keep their first try and are started again after it.
+    let configs: Vec<Config> = nodes.iter().map(|(_, config)| config.clone()).collect();
+    for silent in pending {
+        let configs = configs.clone();
+        late.push(
+            async move {
+                let (place, first) = silent.await;
+                match first {
+                    Ok(manager) => (place, manager),
+                    Err(_) => again(place, configs[place].clone()).await,
+                }
+            }
+            .boxed(),
+        );
+    }
+    Ok((places, late))
+}
+
+/// Starts the manager of the server at `place` after a pause, again and again,
+/// until it answers.
+async fn again(place: usize, config: Config) -> (usize, Addr<LockManager>) {
+    loop {
+        tokio::time::sleep(RETRY).await;
+        match LockManager::start(config.clone()).await {
+            Ok(manager) => return (place, manager),
+            Err(e) => debug!(place, error = %e, "a --redlock server still does not answer"),
+        }
+    }
+}
+
+/// After a release answered by a majority: gives every server's releases in
+/// flight [`STRAGGLERS`] to finish before the process exits, and says on stderr
+/// how many servers were left to their lease.
+pub async fn settle(managers: &[Addr<LockManager>]) {
+    let asked = managers.iter().map(|m| m.send(Settle::within(STRAGGLERS)));
+    let settled = join_all(asked).await;
+    let left = settled.iter().filter(|s| !matches!(s, Ok(true))).count();
+    if left > 0 {
+        note(format!(
+            "released on a majority; {left} server(s) did not confirm within {}: \
+             the hold there ends with its lease",
+            human(STRAGGLERS)
+        ));
     }
 }

@@ -82,9 +82,9 @@ impl Target {
 enum Held {
     /// One lock on one deployment.
     One(LockGuard),
-    /// A RedLock, and the place among the `--redis` options of each server its
-    /// guard's nodes stand for.
-    Red(RedGuard, Vec<usize>),
+    /// A RedLock, the place among the `--redis` options of each server its
+    /// guard's nodes stand for, and those servers' managers.
+    Red(RedGuard, Vec<usize>, Vec<Addr<LockManager>>),
 }
 
 impl Held {
@@ -92,7 +92,7 @@ impl Held {
     async fn lost(&self) -> LostReason {
         match self {
             Held::One(guard) => guard.lost().await,
-            Held::Red(guard, _) => guard.lost().await,
+            Held::Red(guard, ..) => guard.lost().await,
         }
     }
 
@@ -100,7 +100,7 @@ impl Held {
     fn token_env(&self) -> (&'static str, String) {
         match self {
             Held::One(guard) => ("LOCKWARDEN_TOKEN", guard.fencing_token().to_string()),
-            Held::Red(guard, places) => {
+            Held::Red(guard, places, _) => {
                 let pairs: Vec<String> = guard
                     .node_tokens()
                     .into_iter()
@@ -115,7 +115,13 @@ impl Held {
     async fn release(self) -> Result<(), LockError> {
         match self {
             Held::One(guard) => guard.release().await.map(|_| ()),
-            Held::Red(guard, _) => guard.release().await,
+            Held::Red(guard, _, managers) => {
+                let released = guard.release().await;
+                if released.is_ok() {
+                    redlock::settle(&managers).await;
+                }
+                released
+            }
         }
     }
 }
@@ -170,12 +176,13 @@ async fn run_redlock(session: &Session, args: RunArgs) -> Result<i32, Failure> {
     };
     info!(lock = %args.name, nodes = guard.holding(), "acquired on a majority");
     let watch = Watch {
-        managers,
+        managers: managers.clone(),
         quorum: session.nodes().len() / 2 + 1,
         shown_url: session.shown_url(),
         lease: args.acquire.lease.unwrap_or(args.acquire.watchdog_lease),
     };
-    Ok(supervise(Held::Red(guard, places), &args, &mut signals, &watch).await)
+    let held = Held::Red(guard, places, managers);
+    Ok(supervise(held, &args, &mut signals, &watch).await)
 }
 
 /// What `run` needs to keep an eye on Redis while the command runs.
