@@ -249,3 +249,92 @@ async fn a_key_that_holds_no_number_is_refused_at_once_and_kept() {
         assert_eq!(kept, "abc", "{args:?} changed the value");
     }
 }
+
+/// `run --semaphore --expirable` (issue 27) takes a permit-expirable semaphore's
+/// permits (Redisson's RPermitExpirableSemaphore layout): the command sees the
+/// permit's id; the permits of a `lockwarden` killed with SIGKILL come back by
+/// themselves within one watchdog lease, so the next process gets them (a plain
+/// permit stays taken); and permits reclaimed while the command runs are lost
+/// like a lock: SIGTERM to the command, exit 76.
+#[tokio::test]
+async fn expirable_permits_die_with_the_process_and_can_be_lost() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ids = dir.path().join("ids");
+    let pid_file = dir.path().join("pid");
+    let script = format!(
+        "echo $$ > {}; echo $LOCKWARDEN_PERMIT_IDS > {}; exec sleep 60",
+        pid_file.display(),
+        ids.display()
+    );
+    let expirable = |name: &'static str, script: &str| {
+        [
+            "run",
+            name,
+            "--semaphore",
+            "--expirable",
+            "--permits",
+            "1",
+            "--watchdog-lease",
+            "2s",
+            "--wait",
+            "20s",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let mut first = spawn(&server, &args_of(&expirable("crawl", &script)));
+    assert!(
+        support::eventually(Duration::from_secs(20), || std::fs::read_to_string(&ids)
+            .is_ok_and(|t| t.trim().len() == 32))
+        .await,
+        "the command never saw its permit id"
+    );
+    let id = std::fs::read_to_string(&ids)
+        .expect("ids")
+        .trim()
+        .to_string();
+    assert!(id.chars().all(|c| c.is_ascii_hexdigit()), "{id}");
+    let available: String = raw(&server, &["GET", "crawl"]);
+    assert_eq!(available, "0");
+    // SIGKILL: nothing gives the permit back but its expiry. The command's own
+    // process group is ended too, as a supervisor would.
+    let pid = first.id().expect("pid") as i32;
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
+    let _ = first.wait().await;
+    let command = std::fs::read_to_string(&pid_file).expect("pid");
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", command.trim()])
+        .status();
+
+    let out = run(&server, &args_of(&expirable("crawl", "true"))).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // Lost while the command runs: the taken permits are reclaimed by hand.
+    let started = dir.path().join("started");
+    let script = format!("touch {}; exec sleep 60", started.display());
+    let lost = spawn(&server, &args_of(&expirable("pool", &script)));
+    assert!(
+        support::eventually(Duration::from_secs(20), || started.exists()).await,
+        "the command never started"
+    );
+    let _: i64 = raw(&server, &["DEL", "{pool}:timeout"]);
+    let out = finish(lost).await;
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(76), "{err}");
+    assert!(
+        err.contains("the hold on semaphore \"pool\" was lost"),
+        "{err}"
+    );
+}
+
+/// Borrows owned arguments for `spawn` and `run`.
+fn args_of(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}

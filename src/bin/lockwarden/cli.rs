@@ -336,6 +336,13 @@ pub struct RunArgs {
     #[arg(long, requires = "semaphore", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub permits: Option<u32>,
 
+    /// With --semaphore: take the permits of a permit-expirable semaphore
+    /// (Redisson's RPermitExpirableSemaphore) instead: renewed while the command
+    /// runs, back by themselves within one --watchdog-lease if this process dies,
+    /// and lost (--on-lost applies) if they expire meanwhile.
+    #[arg(long, requires = "semaphore")]
+    pub expirable: bool,
+
     /// With --semaphore: how many permits this command takes.
     #[arg(long, requires = "semaphore", default_value = "1", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub take: u32,

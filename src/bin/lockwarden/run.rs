@@ -32,7 +32,7 @@ use std::time::Duration;
 use actix::Addr;
 use futures::future::join_all;
 use futures::FutureExt;
-use lockwarden::{Inspect, LockError, LockGuard, LockManager, LostReason, RedGuard};
+use lockwarden::{Inspect, LockError, LockGuard, LockManager, LostReason, PermitGuard, RedGuard};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::Command;
@@ -85,6 +85,9 @@ enum Held {
     /// A RedLock, the place among the `--redis` options of each server its
     /// guard's nodes stand for, and those servers' managers.
     Red(RedGuard, Vec<usize>, Vec<Addr<LockManager>>),
+    /// Permits of a permit-expirable semaphore (`run --semaphore --expirable`):
+    /// renewed like a lock, and lost like one.
+    Permits(PermitGuard),
 }
 
 impl Held {
@@ -93,12 +96,28 @@ impl Held {
         match self {
             Held::One(guard) => guard.lost().await,
             Held::Red(guard, ..) => guard.lost().await,
+            Held::Permits(guard) => guard.lost().await,
         }
     }
 
-    /// What the command finds in its environment about the lock's tokens.
-    fn token_env(&self) -> (&'static str, String) {
+    /// What is held, for messages: `lock "name"`, or the semaphore's hold.
+    fn what(&self, name: &str) -> String {
         match self {
+            Held::Permits(_) => format!("the hold on semaphore \"{name}\""),
+            _ => format!("lock \"{name}\""),
+        }
+    }
+
+    /// What the command finds in its environment about what it runs under.
+    fn env(&self, name: &str) -> Vec<(&'static str, String)> {
+        let (token_var, tokens) = match self {
+            Held::Permits(guard) => {
+                return vec![
+                    ("LOCKWARDEN_SEMAPHORE", name.to_string()),
+                    ("LOCKWARDEN_PERMITS", guard.ids().len().to_string()),
+                    ("LOCKWARDEN_PERMIT_IDS", guard.ids().join(",")),
+                ];
+            }
             Held::One(guard) => ("LOCKWARDEN_TOKEN", guard.fencing_token().to_string()),
             Held::Red(guard, places, _) => {
                 let pairs: Vec<String> = guard
@@ -108,7 +127,8 @@ impl Held {
                     .collect();
                 ("LOCKWARDEN_TOKENS", pairs.join(","))
             }
-        }
+        };
+        vec![("LOCKWARDEN_LOCK", name.to_string()), (token_var, tokens)]
     }
 
     /// Releases it.
@@ -122,6 +142,7 @@ impl Held {
                 }
                 released
             }
+            Held::Permits(guard) => guard.release().await,
         }
     }
 }
@@ -233,6 +254,25 @@ impl Watch<'_> {
     }
 }
 
+/// `run --semaphore --expirable`: runs the command under permits taken on
+/// `manager`, watched and released as a lock is (watchdog lease, lost while
+/// held, --on-lost).
+pub async fn run_permits(
+    session: &Session,
+    manager: Addr<LockManager>,
+    guard: PermitGuard,
+    args: &RunArgs,
+    signals: &mut Signals,
+) -> i32 {
+    let watch = Watch {
+        managers: vec![manager],
+        quorum: 1,
+        shown_url: session.shown_url(),
+        lease: args.acquire.watchdog_lease,
+    };
+    supervise(Held::Permits(guard), args, signals, &watch).await
+}
+
 /// Runs the command while `guard` is held and answers the exit code.
 async fn supervise(guard: Held, args: &RunArgs, signals: &mut Signals, watch: &Watch<'_>) -> i32 {
     let on_terminal = std::io::stdin().is_terminal();
@@ -241,10 +281,8 @@ async fn supervise(guard: Held, args: &RunArgs, signals: &mut Signals, watch: &W
         return outcome::USAGE;
     };
     let mut cmd = Command::new(program);
-    let (token_var, tokens) = guard.token_env();
-    cmd.args(rest)
-        .env("LOCKWARDEN_LOCK", &args.name)
-        .env(token_var, tokens);
+    cmd.args(rest).envs(guard.env(&args.name));
+    let what = guard.what(&args.name);
     if !on_terminal {
         cmd.process_group(0);
     }
@@ -296,9 +334,8 @@ async fn supervise(guard: Held, args: &RunArgs, signals: &mut Signals, watch: &W
                 match args.on_lost {
                     OnLost::Kill => {
                         note(format!(
-                            "lock \"{}\" was lost while the command ran ({reason}); \
+                            "{what} was lost while the command ran ({reason}); \
                              sending SIGTERM, SIGKILL in {}",
-                            args.name,
                             human(args.grace)
                         ));
                         target.send(Signal::SIGTERM);
@@ -306,9 +343,8 @@ async fn supervise(guard: Held, args: &RunArgs, signals: &mut Signals, watch: &W
                         kill_at = Instant::now().checked_add(args.grace);
                     }
                     OnLost::Warn => note(format!(
-                        "lock \"{}\" was lost while the command ran ({reason}); \
-                         letting it finish (--on-lost warn)",
-                        args.name
+                        "{what} was lost while the command ran ({reason}); \
+                         letting it finish (--on-lost warn)"
                     )),
                 }
             }
@@ -320,18 +356,17 @@ async fn supervise(guard: Held, args: &RunArgs, signals: &mut Signals, watch: &W
                     unreachable = true;
                     note(format!(
                         "Redis at {} is not answering while the command runs ({why}); \
-                         lock \"{}\" will be lost if Redis stays unreachable for its \
+                         {what} will be lost if Redis stays unreachable for its \
                          lease ({})",
                         watch.shown_url,
-                        args.name,
                         human(watch.lease)
                     ));
                 }
                 Ok(()) if unreachable => {
                     unreachable = false;
                     note(format!(
-                        "Redis at {} answers again; lock \"{}\" is still held",
-                        watch.shown_url, args.name
+                        "Redis at {} answers again; {what} is still held",
+                        watch.shown_url
                     ));
                 }
                 _ => {}
@@ -372,13 +407,13 @@ async fn finish(guard: Held, args: &RunArgs, lost: Option<LostReason>, code: i32
     // The library retries a release caught by a failover until the lease would
     // have ended; this bound only covers a library that stopped answering.
     let lease = args.acquire.lease.unwrap_or(args.acquire.watchdog_lease);
+    let what = guard.what(&args.name);
     let released = match tokio::time::timeout(release_budget(lease), guard.release()).await {
         Ok(released) => released,
         Err(_) => {
             note(format!(
-                "the command finished but lock \"{}\" could not be released: Redis did \
+                "the command finished but {what} could not be released: Redis did \
                  not answer for {}; its lease ({}) has ended, so it is free now",
-                args.name,
                 human(release_budget(lease)),
                 human(lease)
             ));
@@ -389,24 +424,21 @@ async fn finish(guard: Held, args: &RunArgs, lost: Option<LostReason>, code: i32
         Ok(_) => code,
         Err(LockError::Lost(reason)) => {
             note(format!(
-                "lock \"{}\" was lost before the command finished ({reason})",
-                args.name
+                "{what} was lost before the command finished ({reason})"
             ));
             lost_code
         }
         Err(LockError::NotHeld) => {
             note(format!(
-                "lock \"{}\" was no longer held when the command finished \
-                 (expired or force-unlocked while it ran)",
-                args.name
+                "{what} was no longer held when the command finished \
+                 (expired or force-unlocked while it ran)"
             ));
             lost_code
         }
         Err(e) if e.is_retryable() => {
             note(format!(
-                "the command finished but lock \"{}\" could not be released: Redis \
+                "the command finished but {what} could not be released: Redis \
                  failed until its lease ({}) ended ({e}), so it is free now",
-                args.name,
                 human(lease)
             ));
             if code == 0 {
@@ -417,9 +449,8 @@ async fn finish(guard: Held, args: &RunArgs, lost: Option<LostReason>, code: i32
         }
         Err(e) => {
             note(format!(
-                "the command finished but releasing lock \"{}\" failed: {e}; \
-                 it frees by itself within its lease",
-                args.name
+                "the command finished but releasing {what} failed: {e}; \
+                 it frees by itself within its lease"
             ));
             if code == 0 {
                 outcome::FAILED

@@ -4,16 +4,20 @@
 //! `run --semaphore` waits like `run` does (Ctrl-C leaves the queue, `--wait`
 //! ends in exit 75), runs the command with LOCKWARDEN_SEMAPHORE and
 //! LOCKWARDEN_PERMITS in its environment, passes signals on to it, and gives the
-//! permits back once it exited. Permits have no lease in Redisson's layout, so
-//! there is nothing to lose while the command runs and no `--on-lost`; a
-//! `lockwarden` killed with SIGKILL keeps its permits taken (`semaphore add`
-//! gives them back).
+//! permits back once it exited. Plain permits have no lease in Redisson's
+//! layout, so there is nothing to lose while the command runs and no
+//! `--on-lost`; a `lockwarden` killed with SIGKILL keeps its permits taken
+//! (`semaphore add` gives them back). With `--expirable` the permits are a
+//! permit-expirable semaphore's: renewed by the watchdog while the command
+//! runs, back by themselves within one watchdog lease when the process dies,
+//! and the command runs as under a lock (`run.rs`: lost while held,
+//! `--on-lost`, Redis probed), with LOCKWARDEN_PERMIT_IDS besides.
 
 use std::io::{ErrorKind, IsTerminal};
 use std::time::Duration;
 
 use futures::FutureExt;
-use lockwarden::{LockError, Locks, SemaphoreGuard};
+use lockwarden::{LockError, Locks, PermitSemaphore, SemaphoreGuard};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::Command;
@@ -28,6 +32,9 @@ use crate::session::Session;
 
 /// Runs `lockwarden run NAME --semaphore`; answers the exit code.
 pub async fn run_semaphore(session: &Session, args: RunArgs) -> Result<i32, Failure> {
+    if args.expirable {
+        return run_expirable(session, args).await;
+    }
     let doing = format!("taking permits of semaphore \"{}\"", args.name);
     let manager = session.manager().await?;
     let sem = manager
@@ -53,23 +60,72 @@ pub async fn run_semaphore(session: &Session, args: RunArgs) -> Result<i32, Fail
             Ok(guard) => guard,
             Err(LockError::Timeout { waited }) => {
                 let available = sem.available().await.unwrap_or(0);
-                note(format!(
-                    "no {} permit(s) of semaphore \"{}\" within {} ({available} available now)",
-                    args.take, args.name, human(waited)
-                ));
-                return Ok(outcome::TIMEOUT);
+                return Ok(timed_out(&args, waited, available));
             }
             Err(e) => return Err(Failure::from_lock(&doing, e)),
         },
-        sig = signals.recv().fuse() => {
-            note(format!("interrupted while waiting for semaphore \"{}\"; left the queue", args.name));
-            // Time for the actor to notice the caller left (and give back a grant
-            // that crossed it) before the process ends.
-            actix_rt::time::sleep(Duration::from_millis(100)).await;
-            return Ok(signal_code(sig as i32));
-        }
+        sig = signals.recv().fuse() => return Ok(interrupted(&args, sig).await),
     };
     Ok(supervise(guard, &args, &mut signals).await)
+}
+
+/// Runs `lockwarden run NAME --semaphore --expirable`: waits as the plain kind
+/// does, then runs the command as `run` does under a lock (the permits are
+/// renewed, can be lost, and come back when the process dies).
+async fn run_expirable(session: &Session, args: RunArgs) -> Result<i32, Failure> {
+    let doing = format!("taking permits of semaphore \"{}\"", args.name);
+    let failed = |e| Failure::from_lock(&doing, e);
+    let manager = session.manager().await?;
+    let sem = manager
+        .send(PermitSemaphore::new(&args.name))
+        .await
+        .map_err(|e| failed(e.into()))?
+        .map_err(failed)?;
+    if let Some(permits) = args.permits {
+        if sem.try_set_permits(permits).await.map_err(failed)? {
+            info!(semaphore = %args.name, permits, "semaphore created");
+        }
+    }
+    let mut signals = Signals::install()?;
+    let take = match args.acquire.wait {
+        Some(wait) => sem.acquire_within(args.take, wait, None).boxed_local(),
+        None => sem.acquire(args.take, None).boxed_local(),
+    };
+    let guard = futures::select! {
+        got = take.fuse() => match got {
+            Ok(guard) => guard,
+            Err(LockError::Timeout { waited }) => {
+                let available = sem.available().await.unwrap_or(0);
+                return Ok(timed_out(&args, waited, available));
+            }
+            Err(e) => return Err(failed(e)),
+        },
+        sig = signals.recv().fuse() => return Ok(interrupted(&args, sig).await),
+    };
+    Ok(crate::run::run_permits(session, manager, guard, &args, &mut signals).await)
+}
+
+/// Says that `--wait` ran out; answers the exit code.
+fn timed_out(args: &RunArgs, waited: Duration, available: u64) -> i32 {
+    note(format!(
+        "no {} permit(s) of semaphore \"{}\" within {} ({available} available now)",
+        args.take,
+        args.name,
+        human(waited)
+    ));
+    outcome::TIMEOUT
+}
+
+/// Says that a signal ended the wait; answers the exit code.
+async fn interrupted(args: &RunArgs, sig: Signal) -> i32 {
+    note(format!(
+        "interrupted while waiting for semaphore \"{}\"; left the queue",
+        args.name
+    ));
+    // Time for the actor to notice the caller left (and give back a grant
+    // that crossed it) before the process ends.
+    actix_rt::time::sleep(Duration::from_millis(100)).await;
+    signal_code(sig as i32)
 }
 
 /// Runs the command while `guard` holds the permits, then gives them back.
