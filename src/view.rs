@@ -61,7 +61,7 @@ pub struct Holder {
     /// Who the holder's client id is (host, pid, label...), from the registry
     /// entry its lock manager keeps in Redis; `None` when there is no valid entry:
     /// a Redisson client, a manager that is gone, or an entry something else wrote
-    /// (shown as [`UNKNOWN_CLIENT`](crate::UNKNOWN_CLIENT)).
+    /// (shown as [`UNKNOWN_CLIENT`]).
     pub client: Option<ClientInfo>,
 }
 
@@ -79,7 +79,7 @@ impl Holder {
     }
 
     /// Who holds it, for people: [`ClientInfo::describe`] or
-    /// [`UNKNOWN_CLIENT`](crate::UNKNOWN_CLIENT).
+    /// [`UNKNOWN_CLIENT`].
     pub fn who(&self) -> String {
         match &self.client {
             Some(c) => c.describe(),

@@ -1,7 +1,7 @@
 //! The [`LockManager`] actor, the front door: one per process.
 //!
 //! The manager owns what every lock of the process shares (see
-//! [`Shared`](crate::actors::shared::Shared): the client id, the config, the Redis
+//! [`Shared`]: the client id, the config, the Redis
 //! node, the coalescer, the subscriber, the renewal table) and the registry from
 //! (lock name, kind) to lock actor: the exclusive, fair and read-write locks of one
 //! name are three actors, so a guard of one kind can never act on another's

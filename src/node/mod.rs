@@ -7,11 +7,11 @@
 //! the subscriber reads from ([`PubSubSource`]), and for the group a key belongs
 //! to ([`Node::group`]): work that puts the keys of many locks into one call (the
 //! renewer's batches, the coalescer's) only ever batches keys of one group. On a
-//! standalone server every key is one group; a Redis Cluster will have one group per
-//! hash slot, so no batch can cross a slot.
+//! standalone server every key is one group; on a Redis Cluster a group is a hash
+//! slot, so no batch can cross a slot.
 //!
-//! Three deployments stand behind it, each a [`Conn`] variant and a file of its
-//! own: a standalone server reached through redis-rs's `ConnectionManager`
+//! Three deployments stand behind it, each a variant of the connection's `Link`
+//! and a file of its own: a standalone server reached through redis-rs's `ConnectionManager`
 //! (multiplexed: concurrent scripts from all lock actors are pipelined on one
 //! socket; it reconnects by itself), the master Sentinel names (`sentinel/`,
 //! which follows failovers, as redis-rs does not, and `sentinel/switch.rs`, which hears

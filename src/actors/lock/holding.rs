@@ -3,7 +3,7 @@
 //!
 //! Redis is the truth about who holds a lock; this is the local cache that lets the
 //! actor report its loss and hand it to the next local waiter without asking Redis
-//! first. Watchdog holdings are renewed by the manager's [`crate::renewer`], which
+//! first. Watchdog holdings are renewed by the manager's [`crate::actors::renewer`], which
 //! renews many locks per call; this file enters them in its table and takes them
 //! out when they end. An exclusive or fair lock has at most one live holding here;
 //! a read-write lock has one per (owner, side): many readers, or a writer and its

@@ -7,7 +7,7 @@
 //! holder it cannot share with does not ask Redis at all (the local release hands
 //! over), and the watchdog, the fallback retry and the waiters' deadlines are timers
 //! the actor keeps and cancels. The Redis side is only ever changed by the scripts in
-//! [`crate::scripts`]; this file decides when to run them and what their answers
+//! [`crate::wire`]; this file decides when to run them and what their answers
 //! mean for the waiters and holders.
 //!
 //! The three kinds of lock (exclusive, fair, read-write) are one actor with a
