@@ -283,7 +283,7 @@ impl Config {
     /// one by one (so Redis and this process keep working at the same time), and
     /// only what queues behind them is merged. With 2 in flight the batches were
     /// bigger but Redis and the client took turns, which measured slower at 64
-    /// holders (docs/performance.md).
+    /// holders (docs/performance.md, "Reading the results": the sweep).
     pub fn batching(mut self, max_ops: usize, in_flight: usize) -> Config {
         self.batch_max_ops = max_ops;
         self.batch_in_flight = in_flight;

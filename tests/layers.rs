@@ -62,7 +62,9 @@ fn every_file_imports_only_downward() {
     let mut upward = Vec::new();
     for file in &files {
         let relative = file.strip_prefix(&root).expect("under src");
-        let mut parts = relative.components().map(|c| c.as_os_str().to_string_lossy());
+        let mut parts = relative
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy());
         let first = parts.next().unwrap_or_default().to_string();
         // The command is a client of the library, not a layer of it; a unit
         // test drives its module from the top, as a user would.
@@ -101,8 +103,14 @@ fn every_file_imports_only_downward() {
 #[test]
 fn an_upward_import_is_seen() {
     let root = "crate::";
-    assert_eq!(named("use crate::front::manager::LockManager;", root), ["front"]);
-    assert_eq!(named("use crate::{keys, node::Conn};", root), ["keys", "node"]);
+    assert_eq!(
+        named("use crate::front::manager::LockManager;", root),
+        ["front"]
+    );
+    assert_eq!(
+        named("use crate::{keys, node::Conn};", root),
+        ["keys", "node"]
+    );
     assert_eq!(named("use super::actors::Shared;", "super::"), ["actors"]);
     assert!(layer_of("front") > layer_of("wire"));
     assert_eq!(layer_of("keys"), 0);

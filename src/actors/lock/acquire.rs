@@ -17,70 +17,27 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{debug, warn};
 
+use super::attempts::InFlight;
 use super::holding::Claim;
 use super::kinds::{self, Giveback};
-use super::{LockActor, Sub, Waiter};
+use super::{LockActor, Sub};
 use crate::actors::subscriber::Subscribe;
-use crate::config::{backoff, millis};
+use crate::config::millis;
 use crate::error::{redis_is_protocol_error, redis_is_transient, replica_shortfall, LockError};
-use crate::keys::Owner;
-use crate::kind::AcquireKind;
 use crate::wire::{self, AcquireReply};
 
 /// How long an attempt may go unanswered before a waiter whose deadline passes is
 /// told that Redis did not answer rather than that the lock is held.
 const SILENCE: Duration = Duration::from_millis(100);
 
-/// The acquisition attempt in flight: enough to undo its grant if its waiter left.
-#[derive(Debug)]
-pub(super) struct Attempt {
-    waiter: u64,
-    kind: AcquireKind,
-    owner: Owner,
-    field: Arc<str>,
-    lease: Option<Duration>,
-    /// Fair lock: the attempt takes a place in the queue if it cannot take the lock.
-    queue: bool,
-}
-
-/// An acquisition attempt whose reply was lost: it may or may not have taken a hold.
-#[derive(Debug, Clone)]
-pub(super) struct Unresolved {
-    kind: AcquireKind,
-    owner: Owner,
-    field: Arc<str>,
-}
-
-impl Attempt {
-    /// This attempt, as one whose reply was lost.
-    pub(super) fn unresolved(self) -> Box<Unresolved> {
-        Box::new(Unresolved {
-            kind: self.kind,
-            owner: self.owner,
-            field: self.field,
-        })
-    }
-}
-
-impl Unresolved {
-    /// The attempt made for this waiter.
-    pub(super) fn of(w: &Waiter) -> Box<Unresolved> {
-        Box::new(Unresolved {
-            kind: w.kind,
-            owner: w.owner,
-            field: w.field.clone(),
-        })
-    }
-}
-
 impl LockActor {
     /// Lets the waiter whose turn it is try (the kind decides who), if nothing
     /// forbids it; otherwise settles timers.
     pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
-        if self.attempt.is_some() || self.resolving {
+        if self.attempts.in_progress() {
             return;
         }
-        if self.unresolved.is_some() {
+        if self.attempts.has_unresolved() {
             // First find out what the lost attempt did. In-flight releases of the
             // same owner would blur the count, so wait for them (they pump again).
             if self.releases == 0 {
@@ -90,7 +47,7 @@ impl LockActor {
             return;
         }
         let gone = self.queue.remove_gone();
-        self.leave(gone.queued, ctx);
+        self.leave_fair_queue(gone.queued, ctx);
         let per_waiter = self.rules().per_waiter();
         let picked = if per_waiter {
             self.pick_fair(ctx)
@@ -112,9 +69,9 @@ impl LockActor {
 
     /// Makes the waiter `id` the one whose attempt is in flight and lays out that
     /// attempt; the caller sends it (an acquisition, or a handover in `turn.rs`).
-    pub(super) fn start_attempt(&mut self, id: u64) -> Option<(Attempt, kinds::Attempt)> {
+    pub(super) fn start_attempt(&mut self, id: u64) -> Option<(InFlight, kinds::Attempt)> {
         let per_waiter = self.rules().per_waiter();
-        let known_lock = self.known_lock;
+        let known_lock = self.attempts.saw_lock();
         let w = self.queue.find_mut(id)?;
         let queue = per_waiter && !w.try_once;
         // Once sent, the attempt may put it in the Redis queue: from now on,
@@ -126,7 +83,7 @@ impl LockActor {
         // another type under a live lock actor then reads as busy, not WRONGTYPE.
         let fresh = w.fresh && (w.tried_at.is_some() || known_lock);
         w.tried_at = Some(Instant::now());
-        let attempt = Attempt {
+        let attempt = InFlight {
             waiter: w.id,
             kind: w.kind,
             owner: w.owner,
@@ -143,8 +100,7 @@ impl LockActor {
             token_ttl_ms: millis(self.shared.config.token_ttl),
             fresh,
         };
-        self.attempt = Some(attempt.waiter);
-        self.woken = false;
+        self.attempts.sent(attempt.waiter);
         Some((attempt, call))
     }
 
@@ -161,7 +117,7 @@ impl LockActor {
         }
         if self.holdings.blocks(head.owner, head.kind) {
             let gone = self.queue.fail_try_once(|_| true, None);
-            self.leave(gone.queued, ctx);
+            self.leave_fair_queue(gone.queued, ctx);
             return None;
         }
         Some(head.id)
@@ -170,18 +126,15 @@ impl LockActor {
     /// Handles the answer to an acquisition attempt.
     pub(super) fn on_attempt(
         &mut self,
-        attempt: Attempt,
+        attempt: InFlight,
         sent: Instant,
         res: redis::RedisResult<AcquireReply>,
         ctx: &mut Context<Self>,
     ) {
-        self.attempt = None;
-        let woken = std::mem::take(&mut self.woken);
+        let woken = self.attempts.answered();
         match res {
             Ok(AcquireReply::Acquired { token, holds }) => {
-                self.known_lock = true;
-                self.failures = 0;
-                self.last_error = None;
+                self.attempts.redis_answered(true);
                 match self.queue.take(attempt.waiter) {
                     Some(w) => {
                         self.turn.granted(self.queue.len());
@@ -219,37 +172,34 @@ impl LockActor {
                 self.pump(ctx);
             }
             Ok(AcquireReply::UpgradeRefused) => {
-                self.failures = 0;
-                self.last_error = None;
+                self.attempts.redis_answered(false);
                 if let Some(w) = self.queue.take(attempt.waiter) {
                     w.fail(LockError::UpgradeRefused);
                 }
                 self.pump(ctx);
             }
             Ok(AcquireReply::Busy { ttl, head }) => {
-                self.known_lock = true;
-                self.failures = 0;
-                self.last_error = None;
+                self.attempts.redis_answered(true);
                 self.on_busy(attempt, ttl, head, woken, ctx);
             }
             Err(e) if redis_is_protocol_error(&e) => {
-                self.unresolved = Some(attempt.unresolved());
+                self.attempts.lost(attempt);
                 self.restart(&e, ctx);
             }
             Err(e) if redis_is_transient(&e) => {
-                let delay = self.next_backoff();
+                let delay = self.attempts.next_backoff(&self.shared.config);
                 warn!(lock = %self.name, error = %e, retry_in = ?delay, "acquire attempt failed; will retry");
                 if !e.is_connection_refusal() {
                     // The script may have run with its reply lost.
-                    self.unresolved = Some(attempt.unresolved());
+                    self.attempts.lost(attempt);
                 }
                 let gone = self.queue.fail_try_once(|_| true, Some(&e));
-                self.leave(gone.queued, ctx);
+                self.leave_fair_queue(gone.queued, ctx);
                 // A grant too few replicas confirmed is real on the master: give
                 // it back now rather than at the next attempt, so that nothing
                 // holds it while the caller is told it was not granted.
                 let undo_now = replica_shortfall(&e).is_some() && self.releases == 0;
-                self.last_error = Some(Box::new(e));
+                self.attempts.failed(e);
                 self.schedule(Some(delay), ctx);
                 if undo_now {
                     self.resolve(ctx);
@@ -260,7 +210,7 @@ impl LockActor {
                 // waiter would get the same, so all get it now.
                 warn!(lock = %self.name, error = %e, "acquire attempt refused by Redis");
                 let gone = self.queue.fail_all(|| LockError::from(e.clone()));
-                self.leave(gone.queued, ctx);
+                self.leave_fair_queue(gone.queued, ctx);
                 self.settle(ctx);
             }
         }
@@ -271,7 +221,7 @@ impl LockActor {
     /// fallback timer at the time Redis says things may change).
     fn on_busy(
         &mut self,
-        attempt: Attempt,
+        attempt: InFlight,
         ttl: Option<Duration>,
         head: Option<String>,
         woken: bool,
@@ -283,10 +233,10 @@ impl LockActor {
         if fair {
             // Only this waiter's one attempt was made; the others make their own.
             let gone = self.queue.fail_try_once(|w| w.id == attempt.waiter, None);
-            self.leave(gone.queued, ctx);
+            self.leave_fair_queue(gone.queued, ctx);
             if attempt.queue && self.queue.find(attempt.waiter).is_none() {
                 // It left while its attempt (which queued it) was in flight.
-                self.leave(vec![attempt.field.clone()], ctx);
+                self.leave_fair_queue(vec![attempt.field.clone()], ctx);
             }
             // The head of the Redis queue may be another of ours (places are taken
             // in arrival order, but one that lapsed and was taken again is not).
@@ -296,7 +246,7 @@ impl LockActor {
         } else {
             // The lock is held: every try-once waiter's one attempt would say so.
             let gone = self.queue.fail_try_once(|_| true, None);
-            self.leave(gone.queued, ctx);
+            self.leave_fair_queue(gone.queued, ctx);
         }
         if self.queue.is_empty() {
             self.settle(ctx);
@@ -328,7 +278,7 @@ impl LockActor {
     pub(super) fn subscribe(&mut self, channel: String, ctx: &mut Context<Self>) {
         self.subs.insert(channel.clone(), Sub::Pending);
         if self.rules().hears_own_unlocks() {
-            self.own_unlocks = 0;
+            self.subs.forget_own();
         }
         let msg = Subscribe {
             channel: channel.clone(),
@@ -366,9 +316,7 @@ impl LockActor {
     /// Something suggests the lock may be free: retry now (or right after the
     /// attempt in flight).
     pub(super) fn wake(&mut self, ctx: &mut Context<Self>) {
-        if self.attempt.is_some() {
-            self.woken = true;
-        } else {
+        if !self.attempts.wake() {
             self.pump(ctx);
         }
     }
@@ -390,12 +338,12 @@ impl LockActor {
                 act.wake_timer = None;
                 let now = Instant::now();
                 let silence = act.silence(now);
-                let cause = act.last_error.as_deref().or(silence.as_ref());
+                let cause = act.attempts.last_error().or(silence.as_ref());
                 let expired = act.queue.expire(now, cause);
                 for _ in 0..expired.count {
                     act.shared.counters.timeout();
                 }
-                act.leave(expired.queued, ctx);
+                act.leave_fair_queue(expired.queued, ctx);
                 // Fair lock: the first of ours in the Redis queue asks again (the
                 // others are told by message when their turn comes).
                 if let Some(w) = act.queue.iter_mut().find(|w| w.queued) {
@@ -414,7 +362,7 @@ impl LockActor {
     fn silence(&self, now: Instant) -> Option<redis::RedisError> {
         // Kept in the waiter, not the actor: a held lock has no waiters, so the
         // send time costs nothing per held lock.
-        let since = self.queue.find(self.attempt?)?.tried_at?;
+        let since = self.queue.find(self.attempts.in_flight()?)?.tried_at?;
         let quiet = now.saturating_duration_since(since);
         (quiet >= SILENCE).then(|| {
             redis::RedisError::from(std::io::Error::new(
@@ -427,24 +375,14 @@ impl LockActor {
         })
     }
 
-    /// The delay before the next try after a Redis error: doubling with each
-    /// consecutive failure, capped and jittered (see `Config::reconnect_backoff`).
-    fn next_backoff(&mut self) -> Duration {
-        let config = &self.shared.config;
-        let delay = backoff(config.reconnect_min, config.reconnect_max, self.failures);
-        self.failures = self.failures.saturating_add(1);
-        delay
-    }
-
     /// Finds out what an attempt with a lost reply did, and undoes it if it took a
     /// hold: the owner's count in Redis is compared with the guards that exist here.
     /// A hold that no guard accounts for is given back at once; nothing is granted
     /// from an unknown outcome (its fencing token is unknown too).
     pub(super) fn resolve(&mut self, ctx: &mut Context<Self>) {
-        let Some(u) = self.unresolved.clone() else {
+        let Some(u) = self.attempts.check() else {
             return;
         };
-        self.resolving = true;
         let held_here = self.holdings.of(u.owner, u.kind);
         let expected = held_here.map_or(0, |h| h.guards);
         let lease = held_here.map_or(self.shared.config.watchdog_lease, |h| h.lease);
@@ -467,27 +405,27 @@ impl LockActor {
             Ok::<_, redis::RedisError>(true)
         };
         ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
-            act.resolving = false;
             match res {
                 Ok(undone) => {
                     if undone {
                         debug!(lock = %act.name, "an attempt with a lost reply had taken a hold; gave it back");
                     }
-                    act.unresolved = None;
+                    act.attempts.checked(true);
                     act.pump(ctx);
                 }
                 Err(e) if redis_is_transient(&e) => {
-                    let delay = act.next_backoff();
+                    act.attempts.checked(false);
+                    let delay = act.attempts.next_backoff(&act.shared.config);
                     debug!(lock = %act.name, error = %e, retry_in = ?delay, "cannot check the lost attempt yet");
                     // This is what stands in the way now: a waiter whose deadline
                     // passes is told this error, not the one that lost the reply.
-                    act.last_error = Some(Box::new(e));
+                    act.attempts.failed(e);
                     act.schedule(Some(delay), ctx);
                 }
                 Err(e) => {
                     // Not a lock hash any more: there is no hold of ours to undo.
                     warn!(lock = %act.name, error = %e, "could not check a lost attempt");
-                    act.unresolved = None;
+                    act.attempts.checked(true);
                     act.pump(ctx);
                 }
             }

@@ -437,7 +437,7 @@ impl LockActor {
                     && !self.subs.is_empty()
                     && listening
                 {
-                    self.own_unlocks += 1;
+                    self.subs.published_own();
                 }
                 if published && self.rules().takes_turns() {
                     let others = heard.saturating_sub(u32::from(listening));

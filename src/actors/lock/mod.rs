@@ -15,9 +15,12 @@
 //! on, its renewal) is in its own file under `kinds/`, reached through
 //! [`LockActor::rules`]. The fair lock adds its waiters' places in the Redis queue
 //! (`kinds/fair.rs`). The queue, attempts, timers, holdings and supervision are the
-//! same code for all: `waiters`, `acquire`, `holding` and this file.
+//! same code for all: `waiters` (the queue), `attempts` (the attempt state and its
+//! books), `acquire` (when to try and what answers mean), `holding`, `turn` (runs
+//! of local holds) and this file.
 
 mod acquire;
+mod attempts;
 mod holding;
 mod kinds;
 mod subs;
@@ -40,6 +43,7 @@ use crate::kind::Kind;
 use crate::wire;
 use subs::{Sub, Subs};
 
+use attempts::{Attempts, Unresolved};
 use holding::{Holdings, LostHoldings};
 use kinds::fair::FairPlaces;
 use kinds::KindRules;
@@ -109,15 +113,10 @@ pub(crate) struct LockActor {
     holdings: Holdings,
     /// Lost holdings whose guards are still alive.
     lost: LostHoldings,
-    /// The waiter whose acquisition attempt is in flight.
-    attempt: Option<u64>,
-    /// An unlock (or resync) arrived while an attempt was in flight: if that attempt
-    /// finds the lock busy, try again at once rather than sleep.
-    woken: bool,
-    /// Unlock messages this actor published itself and will hear back; they carry
-    /// no news (the local release already handed over), so they are skipped.
-    own_unlocks: u32,
-    /// Channel -> subscription state (one channel, or one per fair waiter).
+    /// The acquisition attempt: in flight, lost, checked, failing (`attempts.rs`).
+    attempts: Attempts,
+    /// Channel -> subscription state (one channel, or one per fair waiter), and
+    /// the unlock messages of its own still to come.
     subs: Subs,
     /// Fallback retry / deadline timer.
     wake_timer: Option<SpawnHandle>,
@@ -131,27 +130,13 @@ pub(crate) struct LockActor {
     idle_timer: Option<SpawnHandle>,
     /// Enqueue messages received, echoed to the manager in the idle handshake.
     received: u64,
-    /// An attempt whose reply was lost, to be checked before the next one (boxed:
-    /// rare, and every lock actor carries the field).
-    unresolved: Option<Box<acquire::Unresolved>>,
-    /// That check is in flight.
-    resolving: bool,
     /// Set before stopping on purpose so the Supervisor restarts this actor with
     /// its state: `stopped` must then keep waiters and holding.
     restart_requested: bool,
     /// Set by `restarting`: `started` re-reads the holding from Redis.
     restarted: bool,
-    /// The Redis error the last attempt met, if it failed: waiters whose deadline
-    /// passes get it instead of a bare "timed out".
-    last_error: Option<Box<redis::RedisError>>,
-    /// Consecutive Redis errors of acquisition attempts, for the backoff.
-    failures: u32,
     /// This process's run of grants, and whether it yields to others (`turn.rs`).
     turn: turn::Turn,
-    /// An attempt of this actor's found the key a lock hash (granted, or busy
-    /// after the full check): a new owner's first attempt may then skip the
-    /// re-entry check too (`acquire.lua`'s new-owner flag).
-    known_lock: bool,
 }
 
 impl LockActor {
@@ -169,9 +154,7 @@ impl LockActor {
             queue: WaiterQueue::default(),
             holdings: Holdings::default(),
             lost: LostHoldings::default(),
-            attempt: None,
-            woken: false,
-            own_unlocks: 0,
+            attempts: Attempts::default(),
             subs: Subs::default(),
             wake_timer: None,
             expiry_timer: None,
@@ -179,14 +162,9 @@ impl LockActor {
             releases: 0,
             idle_timer: None,
             received: 0,
-            unresolved: None,
-            resolving: false,
             restart_requested: false,
             restarted: false,
-            last_error: None,
-            failures: 0,
             turn: turn::Turn::default(),
-            known_lock: false,
         }
     }
 
@@ -210,9 +188,6 @@ impl LockActor {
         for channel in unneeded {
             self.subs.remove(&channel);
             self.shared.subscriber.do_send(Unsubscribe { channel });
-        }
-        if self.subs.is_empty() {
-            self.own_unlocks = 0;
         }
         self.fair_timers(ctx);
         let idle = self.is_idle();
@@ -238,8 +213,7 @@ impl LockActor {
         self.queue.is_empty()
             && self.holdings.is_empty()
             && self.lost.is_empty()
-            && self.attempt.is_none()
-            && self.unresolved.is_none()
+            && self.attempts.is_quiet()
             && self.releases == 0
             && !self.fair.busy()
             && self.subs.is_empty()
@@ -408,7 +382,7 @@ impl Handler<IsQuiet> for LockActor {
     type Result = bool;
 
     fn handle(&mut self, _msg: IsQuiet, _ctx: &mut Context<Self>) -> bool {
-        self.attempt.is_none() && self.unresolved.is_none() && !self.resolving && self.releases == 0
+        self.attempts.is_quiet() && self.releases == 0
     }
 }
 
@@ -431,11 +405,9 @@ impl Supervised for LockActor {
     fn restarting(&mut self, _ctx: &mut Context<Self>) {
         // Every timer and call in flight belonged to the old context and is gone.
         // An acquisition in flight has an unknown outcome now: check it first.
-        if let Some(id) = self.attempt.take() {
-            self.unresolved = self.queue.find(id).map(acquire::Unresolved::of);
-        }
-        self.woken = false;
-        self.resolving = false;
+        let queue = &self.queue;
+        self.attempts
+            .restarting(|id| queue.find(id).map(Unresolved::of));
         self.fair.reset();
         // Fair waiters may have missed their message: each tries again.
         for w in self.queue.iter_mut() {
@@ -449,7 +421,6 @@ impl Supervised for LockActor {
         self.idle_timer = None;
         // Subscribed again at the next busy answer (the route is simply replaced).
         self.subs.clear();
-        self.own_unlocks = 0;
         self.restart_requested = false;
         self.restarted = true;
     }
@@ -522,7 +493,7 @@ impl Handler<Cancel> for LockActor {
         if let Some(w) = self.queue.take(msg.waiter) {
             debug!(lock = %self.name, waiter = msg.waiter, "waiter left");
             if w.queued {
-                self.leave(vec![w.field.clone()], ctx);
+                self.leave_fair_queue(vec![w.field.clone()], ctx);
             }
         }
         self.pump(ctx);
@@ -552,8 +523,7 @@ impl Handler<Unlocked> for LockActor {
             self.wake_channel(&msg.channel, ctx);
             return;
         }
-        if self.own_unlocks > 0 {
-            self.own_unlocks -= 1;
+        if self.subs.heard_own() {
             return;
         }
         // Another process released it: the next grant here starts a new run.
@@ -581,7 +551,7 @@ impl Handler<Resync> for LockActor {
     type Result = ();
 
     fn handle(&mut self, _msg: Resync, ctx: &mut Context<Self>) {
-        self.own_unlocks = 0;
+        self.subs.forget_own();
         // Messages may have been lost while the subscriber was away: every fair
         // waiter tries again (one of them may be at the head of a free lock).
         for w in self.queue.iter_mut() {

@@ -1,5 +1,6 @@
 //! What a lock actor is subscribed to: the channels its waiters (and, while it
-//! takes turns, its holder) listen on, each pending or routed.
+//! takes turns, its holder) listen on, each pending or routed, and how many of
+//! the unlock messages still to come are its own.
 //!
 //! Kept apart from the actor because every lock actor carries it, held or not:
 //! its size is paid once per held lock, so it is a small Vec, not a map.
@@ -19,11 +20,18 @@ pub(super) enum Sub {
 /// fair lock. A Vec, not a map: every lock actor has this field, and an empty
 /// Vec is half the size of an empty map (bytes kept by every held lock).
 #[derive(Debug, Default)]
-pub(super) struct Subs(Vec<(String, Sub)>);
+pub(super) struct Subs {
+    channels: Vec<(String, Sub)>,
+    /// Unlock messages this actor published itself and will hear back; they carry
+    /// no news (the local release already handed over), so they are skipped.
+    /// Only counted while subscribed: unsubscribed, they never come back.
+    own_unlocks: u32,
+}
 
 impl Subs {
     pub(super) fn get(&self, channel: &str) -> Option<Sub> {
-        self.0.iter().find(|(c, _)| c == channel).map(|(_, s)| *s)
+        let found = self.channels.iter().find(|(c, _)| c == channel);
+        found.map(|(_, s)| *s)
     }
 
     pub(super) fn contains_key(&self, channel: &str) -> bool {
@@ -31,29 +39,50 @@ impl Subs {
     }
 
     pub(super) fn insert(&mut self, channel: String, sub: Sub) {
-        match self.0.iter_mut().find(|(c, _)| *c == channel) {
+        match self.channels.iter_mut().find(|(c, _)| *c == channel) {
             Some((_, s)) => *s = sub,
-            None => self.0.push((channel, sub)),
+            None => self.channels.push((channel, sub)),
         }
     }
 
     pub(super) fn remove(&mut self, channel: &str) {
-        self.0.retain(|(c, _)| c != channel);
-        if self.0.is_empty() {
+        self.channels.retain(|(c, _)| c != channel);
+        if self.channels.is_empty() {
             // A held lock keeps no room for subscriptions it no longer has.
-            self.0 = Vec::new();
+            self.clear();
         }
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.channels.is_empty()
     }
 
+    /// Forgets every channel (and so every message of its own still to come).
     pub(super) fn clear(&mut self) {
-        self.0 = Vec::new();
+        self.channels = Vec::new();
+        self.own_unlocks = 0;
     }
 
     pub(super) fn iter(&self) -> impl Iterator<Item = (&String, &Sub)> {
-        self.0.iter().map(|(c, s)| (c, s))
+        self.channels.iter().map(|(c, s)| (c, s))
+    }
+
+    /// This actor published an unlock message that it will hear back.
+    pub(super) fn published_own(&mut self) {
+        self.own_unlocks += 1;
+    }
+
+    /// An unlock message came: answers whether it is one of this actor's own
+    /// (skipped; counted off).
+    pub(super) fn heard_own(&mut self) -> bool {
+        let own = self.own_unlocks > 0;
+        self.own_unlocks = self.own_unlocks.saturating_sub(1);
+        own
+    }
+
+    /// Messages may have been lost, or a new subscription starts after them:
+    /// no message still to come is known to be this actor's own.
+    pub(super) fn forget_own(&mut self) {
+        self.own_unlocks = 0;
     }
 }

@@ -60,11 +60,10 @@ pub(super) const FALLBACK: Duration = Duration::from_millis(10);
 /// The size decides the share of a client of another library on the same lock
 /// that asks the moment it hears (a Redisson client does): it wins every race it
 /// is quicker in, and a lockwarden process that wins one keeps the lock for a run
-/// of holds where that client takes one. Measured in `tests/turns.rs` (two
-/// managers and such a client, two waiters each, so a third of the waiters):
-/// with the delay scaled down the longer a waiter had waited, the client got
-/// 0.07-0.09 of the holds; with 150 us at random, 0.55-0.66; with 60 us,
-/// 0.27-0.30, and lockwarden's waiters 80-123 holds each against its 80-92.
+/// of holds where that client takes one. Smaller delays starved that client,
+/// larger ones gave it more than its share; 60 us gave it about its share
+/// (measured in `tests/turns.rs`; the numbers are in docs/performance.md,
+/// "Why the turn constants are what they are").
 pub(super) const JITTER: Duration = Duration::from_micros(60);
 
 /// A wake delay shorter than this is not slept: a thread's sleep is not more
@@ -73,31 +72,28 @@ pub(super) const PRECISION: Duration = Duration::from_micros(20);
 
 /// Most other processes listening for which a holder keeps the unlock channel
 /// subscribed with nobody queued. Keeping it saves a process contending in a
-/// loop a SUBSCRIBE and an UNSUBSCRIBE per run (bench P, W = 8 over 4
-/// processes: 12.6 -> 11.3 Redis commands per acquisition, 1.36x -> 1.22x one
-/// manager's). But Redis delivers a message to a channel's subscribers in the
-/// order they subscribed, and a process that subscribes again goes to the back
-/// of that line: the churn was what kept the line turning. Among 16 processes
-/// on two cores, where the first to be told is also the first to be scheduled,
-/// the random start ([`JITTER`]) could not make up for a line that no longer
-/// turned (most/fewest holds per waiter 6.8-7.0 against 2.3 with the churn; a
-/// jitter 20-30 us per listener brought it to 3.2-3.5 only). So a process that
-/// just held the lock goes to the back of the line when more than this many
-/// others listen, and keeps its place when few do. A process with a single
-/// waiter saves nothing by keeping it (that waiter is never queued behind a
-/// local holder), and paid for it: its own unlock message came back to it, and
-/// the UNSUBSCRIBE moved from the hold to just after the release (bench B,
-/// W = 2 over 4 managers of one process: handoff p50 65 us against 51 us and
-/// raw EVALSHA's 41). So only a run that has seen another local waiter keeps it.
+/// loop a SUBSCRIBE and an UNSUBSCRIBE per run. But Redis delivers a message to
+/// a channel's subscribers in the order they subscribed, and a process that
+/// subscribes again goes to the back of that line: the churn was what kept the
+/// line turning. Among many processes on few cores, where the first to be told
+/// is also the first to be scheduled, the random start ([`JITTER`]) could not
+/// make up for a line that no longer turned. So a process that just held the
+/// lock goes to the back of the line when more than this many others listen,
+/// and keeps its place when few do. A process with a single waiter saves
+/// nothing by keeping it (that waiter is never queued behind a local holder),
+/// and paid for it: its own unlock message came back to it, and the
+/// UNSUBSCRIBE moved from the hold to just after the release. So only a run
+/// that has seen another local waiter keeps it. The measurements behind each of
+/// these are in docs/performance.md, "Why the turn constants are what they are".
 pub(super) const KEEP_LISTENING: u16 = 3;
 
 /// Holds per local waiter in a run. Each run that ends with others waiting costs
 /// a plain release, an acquisition after it and a failed attempt in every other
 /// waiting process; more rounds share that among more holds, but make the other
-/// processes wait longer. Measured in tests/turns.rs (three managers, two waiters
-/// each): 13.0 Redis commands per acquisition with one round, 11.9 with two, no
-/// fewer with four (runs then end early anyway, when no local waiter is queued at
-/// a release), against 10.0 for one manager.
+/// processes wait longer. Two rounds cost fewer Redis commands than one, and
+/// four no fewer than two (runs then end early anyway, when no local waiter is
+/// queued at a release): docs/performance.md, "Why the turn constants are what
+/// they are".
 const ROUNDS: u16 = 2;
 
 /// The current run of local holds; see the module documentation. Small: a lock
@@ -130,8 +126,8 @@ impl Turn {
             // At least two a round: a local waiter that is between holds when the
             // run starts (not queued yet) still gets its turn, and a run of two
             // holds would pay a yield (a plain release, and a failed attempt in
-            // every other waiting process) for every other hold (bench P, W = 8
-            // over 4 processes: 1.36x the Redis commands of one manager).
+            // every other waiting process) for every other hold (measured:
+            // docs/performance.md, "Why the turn constants are what they are").
             let per_round = u16::try_from(waiting.saturating_add(1).max(2)).unwrap_or(u16::MAX);
             self.budget = per_round.saturating_mul(ROUNDS);
         }
@@ -194,8 +190,8 @@ impl Turn {
     /// a random part of [`JITTER`], which breaks Redis's fixed delivery order and
     /// gives a client that asks at once a fair chance (see [`JITTER`]). None when
     /// this process last saw at most one other listening, the releaser: nobody
-    /// to race, and a delay would only slow the handoff (bench B, W = 2 over 4
-    /// managers: handoff p50 98 us against raw EVALSHA's 37 us).
+    /// to race, and a delay would only slow the handoff (measured:
+    /// docs/performance.md, "Why the turn constants are what they are").
     pub(super) fn wake_delay(&self) -> Duration {
         if self.others <= 1 {
             return Duration::ZERO;
@@ -233,9 +229,7 @@ impl LockActor {
         if !rules.takes_turns()
             || self.turn.refused
             || !self.turn.may_hand_over()
-            || self.attempt.is_some()
-            || self.resolving
-            || self.unresolved.is_some()
+            || !self.attempts.is_quiet()
             || self.releases > 0
         {
             return None;
@@ -317,9 +311,9 @@ impl LockActor {
                     act.on_attempt(attempt, sent, Ok(granted), ctx);
                 }
                 None => {
-                    act.attempt = None;
+                    act.attempts.answered();
                     if unknown {
-                        act.unresolved = Some(attempt.unresolved());
+                        act.attempts.lost(attempt);
                     }
                     act.pump(ctx);
                 }
@@ -336,9 +330,9 @@ impl LockActor {
             // Nobody queued: the channel is unsubscribed now that nothing here
             // holds or waits (`LockActor::needs`), and a yield would keep this
             // process's next waiter out until FALLBACK, since it would not hear
-            // the others' release (bench B, W = 2 over 4 managers: the lock idle
-            // 40% of the time). That waiter finds the lock taken and subscribes
-            // as any does.
+            // the others' release (measured: the lock sat idle; see
+            // docs/performance.md, "Why the turn constants are what they are").
+            // That waiter finds the lock taken and subscribes as any does.
             self.turn.heard(others);
             return;
         }

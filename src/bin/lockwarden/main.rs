@@ -94,7 +94,11 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
     match cli.command {
         Command::Run(args) => {
             session.check_name(&args.name)?;
-            run::run(&session, args).await
+            if args.semaphore {
+                sync::run_semaphore(&session, args).await
+            } else {
+                run::run(&session, args).await
+            }
         }
         Command::Hold(args) => {
             session.check_name(&args.name)?;

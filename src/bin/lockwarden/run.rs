@@ -152,9 +152,6 @@ pub async fn run(session: &Session, args: RunArgs) -> Result<i32, Failure> {
     if args.redlock {
         return run_redlock(session, args).await;
     }
-    if args.semaphore {
-        return crate::sync::run_semaphore(session, args).await;
-    }
     let manager = session.manager().await?;
     // Finding the master took part of --wait.
     let opts = AcquireOpts {

@@ -133,7 +133,7 @@ impl LockActor {
         let gone = self
             .queue
             .fail_try_once(|w| holdings.blocks(w.owner, w.kind), None);
-        self.leave(gone.queued, ctx);
+        self.leave_fair_queue(gone.queued, ctx);
         for w in self.queue.iter_mut() {
             if w.queued && self.holdings.blocks(w.owner, w.kind) {
                 w.due = false;
@@ -239,7 +239,7 @@ impl LockActor {
 
     /// Takes these owner fields out of the fair queue, except those another local
     /// waiter still waits with (the same owner, twice).
-    pub(crate) fn leave(&mut self, fields: Vec<Arc<str>>, ctx: &mut Context<Self>) {
+    pub(crate) fn leave_fair_queue(&mut self, fields: Vec<Arc<str>>, ctx: &mut Context<Self>) {
         let mut leaving: Vec<Arc<str>> = Vec::new();
         for field in fields {
             if !leaving.contains(&field) && !self.queue.iter().any(|w| w.field == field) {

@@ -1,0 +1,187 @@
+//! A lock actor's acquisition attempts, kept by one owner: which waiter's
+//! attempt is in flight (at most one per lock), whether something woke the lock
+//! meanwhile, an attempt whose reply was lost and the check of it, and the run of
+//! Redis errors (for the backoff, and for what a waiter whose deadline passes is
+//! told). `acquire.rs` decides when to try and what each answer means; this file
+//! keeps the books, so every change to them is one of the methods below, named
+//! after the event that causes it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Waiter;
+use crate::config::{backoff, Config};
+use crate::keys::Owner;
+use crate::kind::AcquireKind;
+
+/// The acquisition attempt in flight: enough to grant its waiter, or to undo the
+/// grant if the waiter left meanwhile. (`kinds::Attempt` is the same attempt
+/// laid out for the kind's script.)
+#[derive(Debug)]
+pub(super) struct InFlight {
+    /// The waiter it is made for.
+    pub(super) waiter: u64,
+    pub(super) kind: AcquireKind,
+    pub(super) owner: Owner,
+    /// The owner's field in the lock hash.
+    pub(super) field: Arc<str>,
+    pub(super) lease: Option<Duration>,
+    /// Fair lock: the attempt takes a place in the queue if it cannot take the lock.
+    pub(super) queue: bool,
+}
+
+/// An acquisition attempt whose reply was lost: it may or may not have taken a
+/// hold, which is checked before anyone of this lock tries again.
+#[derive(Debug, Clone)]
+pub(super) struct Unresolved {
+    pub(super) kind: AcquireKind,
+    pub(super) owner: Owner,
+    pub(super) field: Arc<str>,
+}
+
+impl Unresolved {
+    /// The attempt made for this waiter.
+    pub(super) fn of(w: &Waiter) -> Box<Unresolved> {
+        Box::new(Unresolved {
+            kind: w.kind,
+            owner: w.owner,
+            field: w.field.clone(),
+        })
+    }
+}
+
+/// The attempt state of one lock actor. Small: every lock actor carries it, and
+/// the rare parts (a lost attempt, an error) are boxed.
+#[derive(Debug, Default)]
+pub(super) struct Attempts {
+    /// The waiter whose attempt is in flight.
+    in_flight: Option<u64>,
+    /// An unlock message (or a resync) came while an attempt was in flight: if
+    /// that attempt finds the lock busy, the next one goes at once, not later.
+    woken_meanwhile: bool,
+    /// An attempt whose reply was lost, to be checked before the next one.
+    unresolved: Option<Box<Unresolved>>,
+    /// That check is in flight.
+    checking: bool,
+    /// The Redis error the last attempt (or check) met: waiters whose deadline
+    /// passes get it instead of a bare "timed out".
+    last_error: Option<Box<redis::RedisError>>,
+    /// Consecutive Redis errors, for the backoff.
+    failures: u32,
+    /// An attempt found the key a lock hash (granted, or busy after the full
+    /// check): a new owner's first attempt may then skip the re-entry check
+    /// (`acquire.lua`'s new-owner flag).
+    saw_lock: bool,
+}
+
+impl Attempts {
+    /// An attempt, or the check of a lost one, is in flight: nobody else tries.
+    pub(super) fn in_progress(&self) -> bool {
+        self.in_flight.is_some() || self.checking
+    }
+
+    /// An attempt's reply was lost and what it did is not known yet.
+    pub(super) fn has_unresolved(&self) -> bool {
+        self.unresolved.is_some()
+    }
+
+    /// Nothing sent to Redis to acquire is unsettled: no attempt in flight, none
+    /// with a lost reply, no check of one.
+    pub(super) fn is_quiet(&self) -> bool {
+        self.in_flight.is_none() && self.unresolved.is_none() && !self.checking
+    }
+
+    /// The waiter whose attempt is in flight.
+    pub(super) fn in_flight(&self) -> Option<u64> {
+        self.in_flight
+    }
+
+    /// Whether an attempt has found the key a lock hash.
+    pub(super) fn saw_lock(&self) -> bool {
+        self.saw_lock
+    }
+
+    /// The error that stands in the way now, if Redis failed.
+    pub(super) fn last_error(&self) -> Option<&redis::RedisError> {
+        self.last_error.as_deref()
+    }
+
+    /// The attempt of waiter `id` is sent.
+    pub(super) fn sent(&mut self, id: u64) {
+        self.in_flight = Some(id);
+        self.woken_meanwhile = false;
+    }
+
+    /// The attempt in flight is over (answered, or decided by a handover);
+    /// answers whether something woke the lock meanwhile.
+    pub(super) fn answered(&mut self) -> bool {
+        self.in_flight = None;
+        std::mem::take(&mut self.woken_meanwhile)
+    }
+
+    /// Redis answered the attempt as a lock script does (`saw_lock`: the key is
+    /// a lock hash): a run of errors is over.
+    pub(super) fn redis_answered(&mut self, saw_lock: bool) {
+        self.failures = 0;
+        self.last_error = None;
+        self.saw_lock |= saw_lock;
+    }
+
+    /// The attempt's reply was lost: it may have taken a hold.
+    pub(super) fn lost(&mut self, attempt: InFlight) {
+        self.unresolved = Some(Box::new(Unresolved {
+            kind: attempt.kind,
+            owner: attempt.owner,
+            field: attempt.field,
+        }));
+    }
+
+    /// Redis failed the attempt or its check with `e`.
+    pub(super) fn failed(&mut self, e: redis::RedisError) {
+        self.last_error = Some(Box::new(e));
+    }
+
+    /// Something suggests the lock may be free. Answers whether an attempt is in
+    /// flight (it is then followed by another at once if it finds the lock busy);
+    /// if not, the caller lets a waiter try now.
+    pub(super) fn wake(&mut self) -> bool {
+        self.woken_meanwhile |= self.in_flight.is_some();
+        self.in_flight.is_some()
+    }
+
+    /// The delay before the next try after a Redis error: doubling with each
+    /// consecutive failure, capped and jittered (`Config::reconnect_backoff`).
+    pub(super) fn next_backoff(&mut self, config: &Config) -> Duration {
+        let delay = backoff(config.reconnect_min, config.reconnect_max, self.failures);
+        self.failures = self.failures.saturating_add(1);
+        delay
+    }
+
+    /// Starts checking the attempt whose reply was lost: what it was, or `None`
+    /// if there is none.
+    pub(super) fn check(&mut self) -> Option<Box<Unresolved>> {
+        let unresolved = self.unresolved.clone()?;
+        self.checking = true;
+        Some(unresolved)
+    }
+
+    /// The check is over: `settled` when the lost attempt is dealt with (its
+    /// hold given back, or none found); otherwise it is checked again later.
+    pub(super) fn checked(&mut self, settled: bool) {
+        self.checking = false;
+        if settled {
+            self.unresolved = None;
+        }
+    }
+
+    /// The actor restarts: every call in flight belonged to the old context and
+    /// is gone, so an attempt in flight has an unknown outcome now (`lost_of`
+    /// makes it one for its waiter, if that waiter is still queued).
+    pub(super) fn restarting(&mut self, lost_of: impl FnOnce(u64) -> Option<Box<Unresolved>>) {
+        if let Some(id) = self.in_flight.take() {
+            self.unresolved = lost_of(id);
+        }
+        self.woken_meanwhile = false;
+        self.checking = false;
+    }
+}
