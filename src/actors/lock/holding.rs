@@ -1,5 +1,5 @@
 //! The held lock: what this manager knows while its owners hold the lock, and the
-//! lock actor's work on it (grant, expiry, release, loss).
+//! lock actor's work on it (grant, expiry, loss). Its release is `release.rs`.
 //!
 //! Redis is the truth about who holds a lock; this is the local cache that lets the
 //! actor report its loss and hand it to the next local waiter without asking Redis
@@ -11,24 +11,20 @@
 //! holding that was lost can never act on a later holding of the same owner, nor a
 //! read guard on the same owner's write holding.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
-use super::kinds::Giveback;
 use super::LockActor;
 use crate::actors::renewer::{Lapsed, Watched};
-use crate::config::{backoff, millis, Config};
-use crate::error::{redis_is_protocol_error, redis_is_transient, LockError, LostReason};
-use crate::guard::{LockGuard, LockLost, ReleaseOutcome};
+use crate::error::LostReason;
+use crate::guard::{LockGuard, LockLost};
 use crate::keys::Owner;
 use crate::kind::AcquireKind;
 use crate::signal::LostSignal;
-use crate::wire::ReleaseReply;
 
 /// Holding epochs are unique in the process, so the manager's renewal table can
 /// key holdings of all its lock actors by epoch alone.
@@ -100,7 +96,7 @@ impl Holdings {
         self.live.iter().find(|h| h.epoch == epoch)
     }
 
-    fn get_mut(&mut self, epoch: u64) -> Option<&mut Holding> {
+    pub(super) fn get_mut(&mut self, epoch: u64) -> Option<&mut Holding> {
         self.live.iter_mut().find(|h| h.epoch == epoch)
     }
 
@@ -300,7 +296,7 @@ impl LockActor {
 
     /// Arms (or re-arms) the timer that declares holdings lost when their
     /// `valid_until` passes.
-    fn arm_expiry(&mut self, ctx: &mut Context<Self>) {
+    pub(super) fn arm_expiry(&mut self, ctx: &mut Context<Self>) {
         if let Some(t) = self.expiry_timer.take() {
             ctx.cancel_future(t);
         }
@@ -344,219 +340,6 @@ impl LockActor {
         }
         self.lost.insert(h.epoch, reason, h.guards);
         self.holding_timers(ctx);
-    }
-
-    /// Runs the release script for one hold of a live holding.
-    pub(super) fn release_hold(
-        &mut self,
-        epoch: u64,
-    ) -> ResponseActFuture<Self, Result<ReleaseOutcome, LockError>> {
-        let Some(h) = self.holdings.get_mut(epoch) else {
-            return Box::pin(fut::ready(Err(LockError::NotHeld)));
-        };
-        h.guards = h.guards.saturating_sub(1);
-        let (kind, field, lease, last) = (h.kind, h.field.clone(), h.lease, h.guards == 0);
-        let sent = Instant::now();
-        // Until when a release of the last hold is worth retrying: past this the
-        // lease has surely run out in Redis (for a watchdog holding, counted from
-        // the last renewal that succeeded), so the lock is free whatever became of
-        // the release.
-        let lease_end = match h.watchdog {
-            true => self
-                .shared
-                .renewals
-                .earliest(&[epoch])
-                .unwrap_or(sent + lease),
-            false => h.valid_until,
-        }
-        .min(sent + lease);
-        let giveback = Giveback {
-            name: self.name.clone(),
-            kind,
-            field,
-            lease_ms: millis(lease),
-            request_id: Arc::from(crate::random::request_id()),
-            retry: false,
-        };
-        if last {
-            if let Some(handover) = self.hand_over(epoch, &giveback) {
-                return handover;
-            }
-        }
-        self.releases += 1;
-        let (rules, shared) = (self.rules(), self.shared.clone());
-        // Only the last hold's release may outlive its latch: see `with_latch`.
-        let until = last.then_some(lease_end);
-        let fut = with_latch(self.shared.config.clone(), sent, until, move |retry| {
-            rules.release(
-                &shared,
-                Giveback {
-                    retry,
-                    ..giveback.clone()
-                },
-            )
-        });
-        Box::pin(fut.into_actor(self).map(move |(res, late), act, ctx| {
-            act.releases -= 1;
-            let res = match res {
-                // A retry past the latch's lifetime no longer learns what an
-                // earlier attempt did. Finding the owner gone then means that
-                // attempt freed the lock (or its lease ended): either way it is
-                // free and nobody else's hold was touched.
-                Ok(ReleaseReply::NotHeld) if late => {
-                    info!(lock = %act.name, "release settled after Redis came back: the lock was already free");
-                    Ok(ReleaseReply::Released {
-                        published: false,
-                        heard: 0,
-                    })
-                }
-                res => res,
-            };
-            let out = act.on_released(epoch, sent, res, ctx);
-            act.pump(ctx);
-            out
-        }))
-    }
-
-    /// Applies a release script's answer to the local view.
-    pub(super) fn on_released(
-        &mut self,
-        epoch: u64,
-        sent: Instant,
-        res: redis::RedisResult<ReleaseReply>,
-        ctx: &mut Context<Self>,
-    ) -> Result<ReleaseOutcome, LockError> {
-        let live = self.holdings.get(epoch).is_some();
-        let guards_left = self.holdings.get(epoch).map_or(0, |h| h.guards);
-        match res {
-            Ok(ReleaseReply::Released { published, heard }) => {
-                self.shared.counters.released();
-                let listening = self.listening(&self.channel());
-                if published
-                    && self.rules().hears_own_unlocks()
-                    && !self.subs.is_empty()
-                    && listening
-                {
-                    self.subs.published_own();
-                }
-                if published && self.rules().takes_turns() {
-                    let others = heard.saturating_sub(u32::from(listening));
-                    self.after_publishing(others, ctx);
-                }
-                if live {
-                    if guards_left == 0 {
-                        self.forget(epoch);
-                        self.holding_timers(ctx);
-                    } else {
-                        // Redis counted fewer holds than guards exist here: something
-                        // outside this manager released them. They are not held.
-                        self.lose(epoch, LostReason::OwnerGone, ctx);
-                    }
-                }
-                Ok(ReleaseOutcome::Released)
-            }
-            Ok(ReleaseReply::StillHeld(holds)) => {
-                self.shared.counters.released();
-                if let Some(h) = self.holdings.get_mut(epoch) {
-                    h.valid_until = sent + h.lease;
-                    self.arm_expiry(ctx);
-                    if guards_left == 0 {
-                        // Redis holds more than the guards here account for (an
-                        // attempt whose reply was lost): give those back too.
-                        debug!(lock = %self.name, holds, "releasing holds no guard accounts for");
-                        let fut = self.release_hold(epoch);
-                        ctx.spawn(fut.map(|_, _, _| ()));
-                    }
-                }
-                Ok(ReleaseOutcome::StillHeld { holds })
-            }
-            Ok(ReleaseReply::NotHeld) => {
-                // The guard that asked was already counted out of the holding.
-                self.lose(epoch, LostReason::OwnerGone, ctx);
-                Err(LockError::NotHeld)
-            }
-            Err(e) if redis_is_protocol_error(&e) => {
-                self.restart(&e, ctx);
-                Err(LockError::from(e))
-            }
-            Err(e) => {
-                warn!(lock = %self.name, error = %e, "release failed; the lock frees when its lease runs out");
-                if live && guards_left == 0 {
-                    // Stop renewing so that the lock expires within one lease.
-                    self.forget(epoch);
-                    self.holding_timers(ctx);
-                }
-                Err(LockError::from(e))
-            }
-        }
-    }
-}
-
-/// The longest pause between two tries of a release. Every waiter is blind until
-/// the release lands, so after a failover it should land within moments of the new
-/// master taking over (a Sentinel failover takes 2-4 s; with the reconnect
-/// backoff's 2 s steps a release landed up to 2 s after it), and a try against a
-/// master that is still gone fails at once, so trying often costs little.
-const RELEASE_RETRY_MAX: Duration = Duration::from_millis(250);
-
-/// Runs a release (`once(retry)`) until it is answered or fails for good, and says
-/// whether the answer came from a try made after the latch could have expired.
-///
-/// A release whose reply was lost is retried with the same request id: the latch in
-/// Redis answers with the first outcome, so it is never applied twice. That holds
-/// for half the latch's lifetime after `sent`, while the latch surely remains.
-/// A failover or a restart can take longer than that, and a release given up then
-/// leaves the lock blind for the rest of its lease (every waiter waits it out). So
-/// the release of a holding's *last* hold goes on trying until `until` (the end of
-/// its lease: past it the lock is free anyway). Such a late try cannot double a
-/// release: the last hold's earlier attempt either freed the lock (the owner field
-/// is gone, and the late try answers "not held", which the caller reads as freed)
-/// or did nothing (the late try frees it). Releases that leave holds behind stop
-/// at the latch's half-life, as a second decrement would take a hold nobody gave.
-pub(super) async fn with_latch<T, F, Fut>(
-    config: Arc<Config>,
-    sent: Instant,
-    until: Option<Instant>,
-    mut once: F,
-) -> (redis::RedisResult<T>, bool)
-where
-    F: FnMut(bool) -> Fut,
-    Fut: Future<Output = redis::RedisResult<T>>,
-{
-    let latched = sent + config.latch_ttl / 2;
-    let limit = until.map_or(latched, |u| u.max(latched));
-    let mut tries = 0u32;
-    loop {
-        let now = Instant::now();
-        let late = now >= latched;
-        // One try is bounded too: against a server that is gone, a call can wait
-        // out the connection's own reconnect attempts, seconds past the lease.
-        let tried = tokio::time::timeout(limit.saturating_duration_since(now), once(tries > 0))
-            .await
-            .unwrap_or_else(|_| {
-                Err(redis::RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "no answer to the release before the lease ended",
-                )))
-            });
-        match tried {
-            Err(e) if redis_is_transient(&e) => {
-                let longest = config.reconnect_max.min(RELEASE_RETRY_MAX);
-                let delay = backoff(config.reconnect_min, longest, tries);
-                if Instant::now() + delay >= limit {
-                    return (Err(e), late);
-                }
-                if tries == 0 {
-                    // The first failure says why; later ones repeat it at debug.
-                    warn!(error = %e, retry_in = ?delay, "release failed; retrying until the lease ends");
-                } else {
-                    debug!(error = %e, retry_in = ?delay, "release failed; retrying with the same request id");
-                }
-                tries += 1;
-                tokio::time::sleep(delay).await;
-            }
-            other => return (other, late),
-        }
     }
 }
 

@@ -16,13 +16,16 @@
 //! [`LockActor::rules`]. The fair lock adds its waiters' places in the Redis queue
 //! (`kinds/fair.rs`). The queue, attempts, timers, holdings and supervision are the
 //! same code for all: `waiters` (the queue), `attempts` (the attempt state and its
-//! books), `acquire` (when to try and what answers mean), `holding`, `turn` (runs
-//! of local holds) and this file.
+//! books), `acquire` (when to try and what answers mean), `holding` (grant,
+//! expiry, loss), `release` (the whole release path), `turn` (runs of local holds,
+//! and how a waiter wakes after another process's release) and this file
+//! (lifecycle and supervision).
 
 mod acquire;
 mod attempts;
 mod holding;
 mod kinds;
+mod release;
 mod subs;
 #[cfg(test)]
 mod tests;
@@ -38,7 +41,6 @@ use tracing::{debug, error, warn};
 use super::shared::Shared;
 use super::subscriber::{Resync, Unlocked, Unsubscribe};
 use crate::error::{LockError, LostReason};
-use crate::guard::{Release, ReleaseOutcome};
 use crate::kind::Kind;
 use crate::wire;
 use subs::{Sub, Subs};
@@ -241,24 +243,15 @@ impl LockActor {
         kinds::rules(self.kind)
     }
 
-    /// Whether `channel` must stay subscribed: some waiter listens on it, or,
-    /// where processes take turns, this process holds the lock and few others
-    /// listen (`turn::KEEP_LISTENING` says why only few). A process that
-    /// contends in a loop is often between holds with nobody queued while one of
-    /// its own holds; unsubscribing then and subscribing again at the next busy
-    /// answer cost two commands per hold (tests/turns.rs: 271 of each for 604
-    /// acquisitions over three managers). A holder's subscription never makes
-    /// another process's count of listeners wrong: only one process holds a
-    /// plain lock, and it is the one that counts (and subtracts itself).
+    /// Whether `channel` must stay subscribed: some waiter listens on it, or
+    /// the holder keeps listening while it takes turns (`turn.rs`,
+    /// [`LockActor::holder_listens`]).
     fn needs(&self, channel: &str) -> bool {
         if self.rules().per_waiter() {
             self.fair_field_of(channel)
                 .is_some_and(|field| self.queue.iter().any(|w| &*w.field == field))
         } else {
-            let holds = self.rules().takes_turns()
-                && !self.holdings.is_empty()
-                && self.turn.keeps_listening();
-            (holds || !self.queue.is_empty()) && channel == self.channel()
+            (self.holder_listens() || !self.queue.is_empty()) && channel == self.channel()
         }
     }
 
@@ -500,18 +493,6 @@ impl Handler<Cancel> for LockActor {
     }
 }
 
-impl Handler<Release> for LockActor {
-    type Result = ResponseActFuture<Self, Result<ReleaseOutcome, LockError>>;
-
-    fn handle(&mut self, msg: Release, ctx: &mut Context<Self>) -> Self::Result {
-        if let Some(reason) = self.lost.release_one(msg.epoch) {
-            self.settle(ctx);
-            return Box::pin(fut::ready(Err(LockError::Lost(reason))));
-        }
-        self.release_hold(msg.epoch)
-    }
-}
-
 impl Handler<Unlocked> for LockActor {
     type Result = ();
 
@@ -526,18 +507,8 @@ impl Handler<Unlocked> for LockActor {
         if self.subs.heard_own() {
             return;
         }
-        // Another process released it: the next grant here starts a new run.
-        self.turn.other_held();
         if self.rules().takes_turns() {
-            let delay = self.turn.wake_delay();
-            if delay < turn::PRECISION {
-                self.wake(ctx);
-            } else {
-                // The runtime's timers tick in whole milliseconds: a delay of
-                // microseconds is slept on a blocking-pool thread.
-                let slept = actix_rt::task::spawn_blocking(move || std::thread::sleep(delay));
-                ctx.spawn(slept.into_actor(self).map(|_, act, ctx| act.wake(ctx)));
-            }
+            self.heard_another_release(ctx);
             return;
         }
         // "Wake all" and "wake one" both mean: let the head waiter try. Each grant

@@ -38,8 +38,8 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::warn;
 
-use super::holding::with_latch;
 use super::kinds::Giveback;
+use super::release::with_latch;
 use super::LockActor;
 use crate::error::LockError;
 use crate::guard::ReleaseOutcome;
@@ -68,7 +68,7 @@ pub(super) const JITTER: Duration = Duration::from_micros(60);
 
 /// A wake delay shorter than this is not slept: a thread's sleep is not more
 /// precise (and the hop to a blocking thread costs about as much).
-pub(super) const PRECISION: Duration = Duration::from_micros(20);
+const PRECISION: Duration = Duration::from_micros(20);
 
 /// Most other processes listening for which a holder keeps the unlock channel
 /// subscribed with nobody queued. Keeping it saves a process contending in a
@@ -320,6 +320,34 @@ impl LockActor {
             }
             out
         })))
+    }
+
+    /// Another process released the lock (its unlock message came): the next
+    /// grant here starts a new run, and the head waiter asks after a random part
+    /// of [`JITTER`] (none when nobody else listens).
+    pub(super) fn heard_another_release(&mut self, ctx: &mut Context<Self>) {
+        self.turn.other_held();
+        let delay = self.turn.wake_delay();
+        if delay < PRECISION {
+            self.wake(ctx);
+        } else {
+            // The runtime's timers tick in whole milliseconds: a delay of
+            // microseconds is slept on a blocking-pool thread.
+            let slept = actix_rt::task::spawn_blocking(move || std::thread::sleep(delay));
+            ctx.spawn(slept.into_actor(self).map(|_, act, ctx| act.wake(ctx)));
+        }
+    }
+
+    /// Whether the unlock channel stays subscribed for the holder's sake: this
+    /// process holds a lock whose kind takes turns and few others listen
+    /// ([`KEEP_LISTENING`] says why only few). A process that contends in a loop
+    /// is often between holds with nobody queued while one of its own holds;
+    /// unsubscribing then and subscribing again at the next busy answer cost two
+    /// commands per hold. A holder's subscription never makes another process's
+    /// count of listeners wrong: only one process holds a plain lock, and it is
+    /// the one that counts (and subtracts itself).
+    pub(super) fn holder_listens(&self) -> bool {
+        self.rules().takes_turns() && !self.holdings.is_empty() && self.turn.keeps_listening()
     }
 
     /// A plain release of this lock published its unlock message and `others`
