@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 use tracing::info_span;
 
 use super::manager::LockManager;
-use crate::actors::lock::{Cancel, Enqueue, LockActor, Waiter};
+use crate::actors::lock::{Cancel, Enqueue, LockActor, Request, Waiter};
 use crate::error::LockError;
 use crate::guard::{LockGuard, LockLost};
 use crate::keys::{self, Owner};
@@ -121,7 +121,7 @@ impl Handler<Acquire> for LockManager {
         let (reply, rx) = oneshot::channel();
         let id = NEXT_WAITER.fetch_add(1, Ordering::Relaxed);
         let field = keys::owner_field(&self.shared().client_id, owner);
-        let waiter = Waiter {
+        let waiter = Waiter::new(Request {
             id,
             kind: msg.kind,
             owner,
@@ -131,22 +131,12 @@ impl Handler<Acquire> for LockManager {
                 _ => field,
             }),
             lease: msg.lease,
-            // A zero wait is answered by its one attempt, not by a timer (which
-            // would fire before the attempt returns). A wait too long to represent
-            // is the same as no deadline.
-            deadline: msg
-                .wait
-                .filter(|w| !w.is_zero())
-                .and_then(|w| since.checked_add(w)),
-            try_once: msg.wait.is_some_and(|w| w.is_zero()),
+            wait: msg.wait,
             since,
-            tried_at: None,
             on_lost: msg.on_lost,
             reply,
             span: info_span!("acquire", lock = %msg.name, kind = %msg.kind, owner = owner.id()),
-            queued: false,
-            due: true,
-        };
+        });
         let entry = self.lock_actor(&msg.name, msg.kind.actor_kind(), ctx);
         entry.sent += 1;
         entry.addr.do_send(Enqueue(waiter));

@@ -49,7 +49,7 @@ use attempts::{Attempts, Unresolved};
 use holding::{Holdings, LostHoldings};
 use kinds::fair::FairPlaces;
 use kinds::KindRules;
-pub(crate) use waiters::Waiter;
+pub(crate) use waiters::{Request, Waiter};
 use waiters::WaiterQueue;
 
 /// Queue a waiter (sent by the manager only, which counts them for the idle handshake).

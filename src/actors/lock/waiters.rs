@@ -62,7 +62,56 @@ pub(crate) struct Waiter {
     pub(crate) due: bool,
 }
 
+/// What the manager hands a lock actor for one acquisition: the request alone.
+/// The waiter's bookkeeping (when it last tried, its fair-queue state) is the
+/// lock actor's, made in [`Waiter::new`].
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub(crate) id: u64,
+    pub(crate) kind: AcquireKind,
+    pub(crate) owner: Owner,
+    /// No owner was given: this one was made for the acquisition.
+    pub(crate) fresh: bool,
+    /// `<client id>:<owner>`, with `:write` after it for a writer.
+    pub(crate) field: Arc<str>,
+    pub(crate) lease: Option<Duration>,
+    /// How long to wait: `None` until acquired, zero for one attempt.
+    pub(crate) wait: Option<Duration>,
+    /// When the request arrived.
+    pub(crate) since: Instant,
+    pub(crate) on_lost: Option<actix::Recipient<crate::guard::LockLost>>,
+    pub(crate) reply: oneshot::Sender<Result<LockGuard, LockError>>,
+    pub(crate) span: Span,
+}
+
 impl Waiter {
+    /// The waiter of a request, not tried yet.
+    pub(crate) fn new(r: Request) -> Waiter {
+        Waiter {
+            id: r.id,
+            kind: r.kind,
+            owner: r.owner,
+            fresh: r.fresh,
+            field: r.field,
+            lease: r.lease,
+            // A zero wait is answered by its one attempt, not by a timer (which
+            // would fire before the attempt returns). A wait too long to
+            // represent is the same as no deadline.
+            deadline: r
+                .wait
+                .filter(|w| !w.is_zero())
+                .and_then(|w| r.since.checked_add(w)),
+            try_once: r.wait.is_some_and(|w| w.is_zero()),
+            since: r.since,
+            tried_at: None,
+            on_lost: r.on_lost,
+            reply: r.reply,
+            span: r.span,
+            queued: false,
+            due: true,
+        }
+    }
+
     /// Answers with an error (a closed channel means nobody listens any more, which
     /// is fine: there is nothing to undo for a failure).
     pub(crate) fn fail(self, err: LockError) {
