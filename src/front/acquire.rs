@@ -115,7 +115,7 @@ impl Handler<Acquire> for LockManager {
         if let Err(e) = self.check_name(&msg.name).and(self.check_lease(msg.lease)) {
             return AcquireResponse::Ready(Err(e));
         }
-        let fresh = msg.owner.is_none();
+        let new_owner = msg.owner.is_none();
         let owner = msg.owner.unwrap_or_default();
         let since = Instant::now();
         let (reply, rx) = oneshot::channel();
@@ -125,7 +125,7 @@ impl Handler<Acquire> for LockManager {
             id,
             kind: msg.kind,
             owner,
-            fresh,
+            new_owner,
             field: Arc::from(match msg.kind {
                 AcquireKind::Write => keys::write_field(&field),
                 _ => field,

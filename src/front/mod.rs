@@ -6,7 +6,7 @@
 //!   reaches the caller;
 //! - `handle`: [`LockHandle`](handle::LockHandle) and the [`Handle`](handle::Handle)
 //!   message;
-//! - `ext`: [`Locks`](ext::Locks), the everyday calls as methods on the manager's
+//! - `locks`: [`Locks`](locks::Locks), the everyday calls as methods on the manager's
 //!   address;
 //! - `inspect`: [`Inspect`](inspect::Inspect) and
 //!   [`ForceUnlock`](inspect::ForceUnlock);
@@ -31,11 +31,11 @@
 
 pub(crate) mod acquire;
 pub(crate) mod admin;
-pub(crate) mod ext;
 pub(crate) mod handle;
 pub(crate) mod inspect;
 pub(crate) mod latch;
 pub(crate) mod leader;
+pub(crate) mod locks;
 pub(crate) mod manager;
 pub(crate) mod multi;
 pub(crate) mod permit_semaphore;

@@ -93,7 +93,7 @@ pub(crate) struct Conn {
     link: Link,
     /// Replicas to wait for behind every lock-changing script, and the budget
     /// of `WAIT`s on this connection (`wire/replicas.rs`); shared by its clones.
-    sync: Option<Arc<Confirmation>>,
+    confirmation: Option<Arc<Confirmation>>,
 }
 
 /// The connection of each deployment.
@@ -157,7 +157,7 @@ impl ScriptConn for Conn {
     }
 
     fn confirmation(&self) -> Option<Arc<Confirmation>> {
-        self.sync.clone()
+        self.confirmation.clone()
     }
 }
 
@@ -167,7 +167,7 @@ impl Conn {
     pub(crate) fn standalone(conn: ConnectionManager) -> Conn {
         Conn {
             link: Link::Standalone(conn),
-            sync: None,
+            confirmation: None,
         }
     }
 
@@ -292,7 +292,10 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
             (target, Topology::Cluster)
         }
     };
-    let mut conn = Conn { link, sync: None };
+    let mut conn = Conn {
+        link,
+        confirmation: None,
+    };
     match purpose {
         Purpose::Operator => {
             let _: String = redis::cmd("PING").query_async(&mut conn).await?;
@@ -308,7 +311,7 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
             if let Some(sync) = config.sync {
                 let confirm = checks::replicas_can_confirm(&mut conn, sync).await?;
                 let confirmation = Confirmation::new(sync, config.response_timeout, confirm);
-                conn.sync = Some(Arc::new(confirmation));
+                conn.confirmation = Some(Arc::new(confirmation));
             }
         }
     }

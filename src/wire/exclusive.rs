@@ -40,7 +40,7 @@ pub(crate) struct Acquire<'a> {
     /// and an earlier attempt found the key a lock hash: a busy lock need not be
     /// asked whether it is a re-entry (one command less per refusal, the common
     /// answer under contention).
-    pub(crate) fresh: bool,
+    pub(crate) new_owner: bool,
 }
 
 impl ScriptCall for Acquire<'_> {
@@ -54,7 +54,7 @@ impl ScriptCall for Acquire<'_> {
             .arg(self.lease_ms)
             .arg(self.field)
             .arg(self.token_ttl_ms)
-            .arg(flag(self.fresh));
+            .arg(flag(self.new_owner));
         call.batch = Some(BatchOp::Acquire);
         call
     }

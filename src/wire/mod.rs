@@ -15,16 +15,16 @@
 //! invocation that can share a round trip carries its [`BatchOp`] code.
 //!
 //! The files: `exclusive` (the plain lock's acquire, release and batched renewal),
-//! `fair`, `rw`, `look` (inspect and force release, for every kind), and `batch`
+//! `fair`, `rw`, `by_name` (inspect and force release, for every kind), and `batch`
 //! (many exclusive ops as one script call), `synchronizer` (the semaphore's and
 //! the count-down latch's scripts), `expirable` (the permit-expirable semaphore's),
 //! and `registry` (the client registry: plain commands, not a script).
 
 mod batch;
+mod by_name;
 mod exclusive;
 mod expirable;
 mod fair;
-mod look;
 mod lua;
 mod registry;
 mod replicas;
@@ -37,10 +37,10 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisError, RedisResult, ServerErrorKind, Value};
 
 pub(crate) use batch::{batch_invocation, split_batch_reply, BatchOp};
+pub(crate) use by_name::{ForceRelease, Inspect};
 pub(crate) use exclusive::{Acquire, Release, RenewHashes, Transfer, TransferReply};
 pub(crate) use expirable::{XsemAcquire, XsemRelease, XsemRenew, XsemTake};
 pub(crate) use fair::{FairAcquire, FairLeave, FairRefresh, FairRelease, Place};
-pub(crate) use look::{ForceRelease, Inspect};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
 pub(crate) use registry::{read_clients, register};
 pub(crate) use replicas::{confirm_with, judge, Confirm, Confirmation, Confirmed, Need};
@@ -76,7 +76,7 @@ impl Invocation {
             keys: Vec::new(),
             args: Vec::new(),
             batch: None,
-            need: Need::Hope,
+            need: Need::BestEffort,
         }
     }
 

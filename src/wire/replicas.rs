@@ -66,7 +66,7 @@ pub(crate) enum Need {
     ReadOnly,
     /// Its write is done whatever the replicas say (a release, a refresh): a
     /// shortfall is logged, the answer stands.
-    Hope,
+    BestEffort,
     /// Its answer is only true once replicated (a grant, a renewal): a shortfall
     /// turns the answer into an error.
     Must,
@@ -377,14 +377,14 @@ pub(crate) fn judge(
         (_, Confirmed::NotAsked | Confirmed::Enough) | (Need::ReadOnly, _) => Ok(reply),
         (Need::Must, Confirmed::Short { acked, wanted }) => Err(not_replicated(*acked, *wanted)),
         (Need::Must, Confirmed::Failed(e)) => Err(e.clone()),
-        (Need::Hope, Confirmed::Short { acked, wanted }) => {
+        (Need::BestEffort, Confirmed::Short { acked, wanted }) => {
             warn!(
                 lock,
                 acked, wanted, "a lock change was not confirmed by enough replicas; it stands"
             );
             Ok(reply)
         }
-        (Need::Hope, Confirmed::Failed(e)) => {
+        (Need::BestEffort, Confirmed::Failed(e)) => {
             warn!(lock, error = %e, "WAIT after a lock change failed; the change stands");
             Ok(reply)
         }
@@ -415,7 +415,7 @@ mod tests {
         let grant = judge(Need::Must, Value::Int(1), &short, "acquire");
         let e = grant.expect_err("a grant two replicas did not confirm");
         assert!(crate::error::redis_is_transient(&e));
-        assert!(judge(Need::Hope, Value::Int(0), &short, "release").is_ok());
+        assert!(judge(Need::BestEffort, Value::Int(0), &short, "release").is_ok());
         assert!(matches!(
             confirmed(Value::Int(3), None, sync(2)),
             Confirmed::Enough

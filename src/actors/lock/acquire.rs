@@ -77,11 +77,11 @@ impl LockActor {
         // Once sent, the attempt may put it in the Redis queue: from now on,
         // leaving this queue must leave that one too.
         w.queued |= queue;
-        w.due = false;
+        w.try_now = false;
         // A retry (the first attempt found the key a lock hash, or got an error),
         // or an earlier attempt of this actor found it one: a key that turns into
         // another type under a live lock actor then reads as busy, not WRONGTYPE.
-        let fresh = w.fresh && (w.tried_at.is_some() || known_lock);
+        let new_owner = w.new_owner && (w.tried_at.is_some() || known_lock);
         w.tried_at = Some(Instant::now());
         let attempt = InFlight {
             waiter: w.id,
@@ -98,7 +98,7 @@ impl LockActor {
             lease_ms: millis(attempt.lease.unwrap_or(self.shared.config.watchdog_lease)),
             queue,
             token_ttl_ms: millis(self.shared.config.token_ttl),
-            fresh,
+            new_owner,
         };
         self.attempts.sent(attempt.waiter);
         Some((attempt, call))
@@ -294,7 +294,7 @@ impl LockActor {
                     if res.is_err() {
                         warn!(lock = %act.name, "subscriber is gone; waiters rely on timers");
                     }
-                    act.subs.insert(channel.clone(), Sub::On);
+                    act.subs.insert(channel.clone(), Sub::Routed);
                     act.wake_channel(&channel, ctx);
                 }),
         );
@@ -347,7 +347,7 @@ impl LockActor {
                 // Fair lock: the first of ours in the Redis queue asks again (the
                 // others are told by message when their turn comes).
                 if let Some(w) = act.queue.iter_mut().find(|w| w.queued) {
-                    w.due = true;
+                    w.try_now = true;
                 }
                 act.pump(ctx);
             }));

@@ -49,8 +49,8 @@ use attempts::{Attempts, Unresolved};
 use holding::{Holdings, LostHoldings};
 use kinds::fair::FairPlaces;
 use kinds::KindRules;
-pub(crate) use waiters::{Request, Waiter};
 use waiters::WaiterQueue;
+pub(crate) use waiters::{Request, Waiter};
 
 /// Queue a waiter (sent by the manager only, which counts them for the idle handshake).
 #[derive(Message, Debug)]
@@ -184,7 +184,7 @@ impl LockActor {
         let unneeded: Vec<String> = self
             .subs
             .iter()
-            .filter(|(channel, sub)| **sub == Sub::On && !self.needs(channel))
+            .filter(|(channel, sub)| **sub == Sub::Routed && !self.needs(channel))
             .map(|(channel, _)| channel.clone())
             .collect();
         for channel in unneeded {
@@ -257,7 +257,7 @@ impl LockActor {
 
     /// Whether `channel` is subscribed (and routed here).
     fn listening(&self, channel: &str) -> bool {
-        self.subs.get(channel) == Some(Sub::On)
+        self.subs.get(channel) == Some(Sub::Routed)
     }
 
     /// After a restart: asks Redis whether the holdings still stand, then restarts
@@ -404,7 +404,7 @@ impl Supervised for LockActor {
         self.fair.reset();
         // Fair waiters may have missed their message: each tries again.
         for w in self.queue.iter_mut() {
-            w.due = true;
+            w.try_now = true;
         }
         // Their callers got a mailbox error; a hold they may have left behind is
         // found by the next release (StillHeld with no guard) or expires unrenewed.
@@ -526,7 +526,7 @@ impl Handler<Resync> for LockActor {
         // Messages may have been lost while the subscriber was away: every fair
         // waiter tries again (one of them may be at the head of a free lock).
         for w in self.queue.iter_mut() {
-            w.due = true;
+            w.try_now = true;
         }
         self.wake(ctx);
     }

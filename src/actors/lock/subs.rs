@@ -12,7 +12,7 @@ pub(super) enum Sub {
     /// Asked the subscriber; no answer yet.
     Pending,
     /// Routed (and subscribed, or to be subscribed on reconnect).
-    On,
+    Routed,
 }
 
 /// The channels this lock subscribed to, with their state: none while nobody

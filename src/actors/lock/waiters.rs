@@ -33,7 +33,7 @@ pub(crate) struct Waiter {
     /// The owner was made for this acquisition (none was given): it holds
     /// nothing, and every attempt made for it is resolved before the next is
     /// sent, so it never holds the lock while it waits.
-    pub(crate) fresh: bool,
+    pub(crate) new_owner: bool,
     /// The hash field it will hold: `<client id>:<owner>`, with `:write` after it for
     /// a writer; computed once.
     pub(crate) field: Arc<str>,
@@ -59,7 +59,7 @@ pub(crate) struct Waiter {
     pub(crate) queued: bool,
     /// Fair lock: it should try now (new, told it is at the head, or a timer or
     /// resync asked); the other kinds let the head try whenever the actor pumps.
-    pub(crate) due: bool,
+    pub(crate) try_now: bool,
 }
 
 /// What the manager hands a lock actor for one acquisition: the request alone.
@@ -71,7 +71,7 @@ pub(crate) struct Request {
     pub(crate) kind: AcquireKind,
     pub(crate) owner: Owner,
     /// No owner was given: this one was made for the acquisition.
-    pub(crate) fresh: bool,
+    pub(crate) new_owner: bool,
     /// `<client id>:<owner>`, with `:write` after it for a writer.
     pub(crate) field: Arc<str>,
     pub(crate) lease: Option<Duration>,
@@ -91,7 +91,7 @@ impl Waiter {
             id: r.id,
             kind: r.kind,
             owner: r.owner,
-            fresh: r.fresh,
+            new_owner: r.new_owner,
             field: r.field,
             lease: r.lease,
             // A zero wait is answered by its one attempt, not by a timer (which
@@ -108,7 +108,7 @@ impl Waiter {
             reply: r.reply,
             span: r.span,
             queued: false,
-            due: true,
+            try_now: true,
         }
     }
 

@@ -36,7 +36,7 @@ async fn acquire(via: &Coalescer, name: &str, field: &str) -> redis::RedisResult
         field,
         lease_ms: LEASE_MS,
         token_ttl_ms: 60_000,
-        fresh: false,
+        new_owner: false,
     })
     .await
 }
@@ -218,7 +218,7 @@ async fn a_lone_call_runs_the_plain_script() {
         field: "x",
         lease_ms: 1,
         token_ttl_ms: 1,
-        fresh: false,
+        new_owner: false,
     }
     .invocation();
     let mut release = wire::Release {

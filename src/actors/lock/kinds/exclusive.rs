@@ -68,7 +68,7 @@ impl KindRules for Exclusive {
                 field: &a.field,
                 lease_ms: a.lease_ms,
                 token_ttl_ms: a.token_ttl_ms,
-                fresh: a.fresh,
+                new_owner: a.new_owner,
             };
             via.call(&call).await
         }

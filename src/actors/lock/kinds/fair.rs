@@ -136,10 +136,10 @@ impl LockActor {
         self.leave_fair_queue(gone.queued, ctx);
         for w in self.queue.iter_mut() {
             if w.queued && self.holdings.blocks(w.owner, w.kind) {
-                w.due = false;
+                w.try_now = false;
             }
         }
-        self.queue.first(|w| w.due).map(|w| w.id)
+        self.queue.first(|w| w.try_now).map(|w| w.id)
     }
 
     /// The owner field a fair waiter's channel names, if it is one of this lock's.
@@ -153,7 +153,7 @@ impl LockActor {
     pub(crate) fn fair_mark_due(&mut self, field: &str) {
         for w in self.queue.iter_mut() {
             if &*w.field == field {
-                w.due = true;
+                w.try_now = true;
             }
         }
     }
@@ -218,9 +218,9 @@ impl LockActor {
                                 Place::None if w.queued => {
                                     debug!(lock = %act.name, "a waiter's place lapsed; queueing it again");
                                     w.queued = false;
-                                    w.due = true;
+                                    w.try_now = true;
                                 }
-                                Place::Head => w.due = true,
+                                Place::Head => w.try_now = true,
                                 Place::None | Place::Kept => {}
                             }
                         }

@@ -48,7 +48,7 @@ pub(super) struct Attempt {
     /// cannot hold the lock, and an earlier attempt of it found the key a lock
     /// (a first attempt checks both, which also refuses a key of another type):
     /// no re-entry check is needed.
-    pub(super) fresh: bool,
+    pub(super) new_owner: bool,
 }
 
 /// One release of a hold, as every kind's release script needs it.
