@@ -5,39 +5,15 @@
 mod scenarios;
 mod support;
 
-use support::{hold, manager, raw, RedisServer, Target};
+use support::{hold, manager, raw, RedisServer};
+
+// One standalone test per scenario of `scenarios::each!` (each named after its
+// scenario; the docs are on the scenarios' bodies).
+scenarios::each!(standalone!(scenarios));
 
 /// Keys written, leaving out the managers' client registry entries.
 fn dbsize(server: &RedisServer) -> i64 {
     support::data_key_count(server)
-}
-
-/// Empty, over-long and cross-slot names are refused by every entry point, and
-/// nothing is written.
-#[actix_rt::test]
-async fn bad_names_are_refused_before_reaching_redis() {
-    scenarios::bad_names_are_refused_before_reaching_redis(&Target::standalone()).await;
-}
-
-/// Zero, sub-millisecond and absurd leases are refused: `PEXPIRE 0` would delete the
-/// lock, and a lease past the maximum is almost surely a unit mistake.
-#[actix_rt::test]
-async fn bad_leases_are_refused() {
-    scenarios::bad_leases_are_refused(&Target::standalone()).await;
-}
-
-/// Configurations that cannot work are refused at start, with the reason.
-#[actix_rt::test]
-async fn bad_configs_are_refused_at_start() {
-    scenarios::bad_configs_are_refused_at_start(&Target::standalone()).await;
-}
-
-/// A key that holds something other than a lock hash is neither taken, nor
-/// deleted by a force-unlock, nor reported as a lock: each call gets a Redis error
-/// naming the wrong type, and the key is untouched.
-#[actix_rt::test]
-async fn keys_that_are_not_locks_are_left_alone() {
-    scenarios::keys_that_are_not_locks_are_left_alone(&Target::standalone()).await;
 }
 
 /// The scripts check their arguments before their first write: called directly

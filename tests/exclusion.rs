@@ -6,16 +6,11 @@
 mod scenarios;
 mod support;
 
-use support::{manager, RedisServer, Target};
+use support::{manager, RedisServer};
 
-/// Two managers with 8 tasks each, 10 rounds per task: the critical section is
-/// entered 160 times, by one task at a time, with strictly increasing tokens. The
-/// overlap check runs both in this process and in Redis (INCR inside, DECR after),
-/// so it would catch two holders whether or not they share memory.
-#[actix_rt::test]
-async fn two_managers_never_hold_the_same_lock_at_once() {
-    scenarios::two_managers_never_hold_the_same_lock_at_once(&Target::standalone()).await;
-}
+// One standalone test per scenario of `scenarios::each!` (each named after its
+// scenario; the docs are on the scenarios' bodies).
+scenarios::each!(standalone!(scenarios));
 
 /// Tokens keep increasing after Redis restarts empty: the counter is re-seeded from
 /// the server clock, not from zero.

@@ -2,8 +2,9 @@
 //! `reentrancy.rs`, `waiting.rs`, `watchdog.rs`, `fair.rs`, `rwlock.rs` and
 //! `bad_input.rs` (kept once, in `tests/scenarios/`, written against
 //! `support::Target`) run here in turn on one three-master cluster, since a
-//! cluster takes seconds to form. Each scenario's doc is on its standalone entry
-//! point; the few that cannot hold on a cluster are listed below with why.
+//! cluster takes seconds to form. Each file's `each!` lists its scenarios once, for
+//! its standalone tests and for this run; each scenario's doc is on its body. The
+//! few that cannot hold on a cluster are listed below with why.
 //!
 //! On the cluster the managers are seeded with two masters, raw checks go to the
 //! master owning the key's slot, pub/sub checks use `SSUBSCRIBE`/`SPUBLISH` and
@@ -35,7 +36,7 @@ use support::Target;
 /// `$began` (a failing one is named by its panic's location; the last line before
 /// it says which scenario ran).
 macro_rules! run {
-    ($target:expr, $began:expr, $($module:ident::$scenario:ident),+ $(,)?) => {
+    ($target:expr, $began:expr, $module:ident; $($scenario:ident),+ $(,)?) => {
         $(
             eprintln!(
                 "{}::{}: starting at {:?}",
@@ -65,47 +66,14 @@ macro_rules! run {
 async fn behaviour_scenarios_on_a_three_master_cluster() {
     let t = Target::cluster(3, 0);
     let began = Instant::now();
-    run!(
-        &t,
-        began,
-        // First: these count script calls and keys, which a manager of a later
-        // scenario still giving back a lock in the background would disturb.
-        bad_input::bad_names_are_refused_before_reaching_redis,
-        bad_input::bad_leases_are_refused,
-        bad_input::bad_configs_are_refused_at_start,
-        bad_input::keys_that_are_not_locks_are_left_alone,
-        exclusion::two_managers_never_hold_the_same_lock_at_once,
-        reentrancy::hold_count_goes_up_and_down_and_frees_at_zero,
-        reentrancy::acquisitions_without_an_owner_do_not_reenter,
-        reentrancy::releasing_one_guard_leaves_the_other_holds_alone,
-        reentrancy::release_by_an_owner_that_no_longer_holds_fails_and_leaves_the_lock,
-        reentrancy::dropping_a_guard_releases_it,
-        waiting::waiter_in_another_manager_is_woken_by_the_unlock_message,
-        waiting::local_waiters_cost_constant_round_trips_per_handoff,
-        waiting::waiters_in_two_managers_cost_constant_round_trips_per_handoff,
-        waiting::waiter_times_out_at_its_deadline,
-        waiting::try_acquire_makes_one_attempt,
-        waiting::dropped_waiters_never_leave_the_lock_held,
-        watchdog::watchdog_keeps_a_held_lock_alive_for_many_leases,
-        watchdog::lock_of_a_dead_holder_frees_within_one_lease,
-        watchdog::explicit_lease_expires_and_is_not_renewed,
-        watchdog::holder_is_told_when_its_lock_is_force_unlocked,
-        watchdog::renewal_period_must_be_shorter_than_the_lease,
-        watchdog::many_held_locks_are_renewed_in_few_calls,
-        watchdog::released_watchdog_holding_is_no_longer_renewed,
-        fair::waiters_from_three_managers_acquire_in_queue_order,
-        fair::a_dead_waiter_is_skipped_within_the_place_lease,
-        fair::waiters_that_give_up_leave_the_queue,
-        fair::keys_and_channels_match_the_protocol,
-        fair::force_unlock_wakes_the_head_and_reentry_and_try_once_do_not_queue,
-        fair::fair_lock_excludes_under_contention,
-        rwlock::readers_share_and_the_writer_gets_it_after_the_last_reader,
-        rwlock::waiting_readers_all_wake_when_the_writer_releases,
-        rwlock::a_writer_downgrades_and_keeps_reading,
-        rwlock::an_upgrade_is_refused_at_once,
-        rwlock::a_crashed_readers_holds_lapse_and_free_the_writer,
-        rwlock::keys_channels_and_inspect_match_the_protocol,
-        rwlock::readers_and_writers_exclude_under_contention,
-    );
+    // First: bad_input's scenarios count script calls and keys, which a manager of
+    // a later scenario still giving back a lock in the background would disturb.
+    bad_input::each!(run!(&t, began, bad_input));
+    exclusion::each!(run!(&t, began, exclusion));
+    reentrancy::each!(run!(&t, began, reentrancy));
+    waiting::each!(run!(&t, began, waiting));
+    watchdog::each!(run!(&t, began, watchdog));
+    fair::each!(run!(&t, began, fair));
+    rwlock::each!(run!(&t, began, rwlock));
     eprintln!("all scenarios passed in {:?}", began.elapsed());
 }

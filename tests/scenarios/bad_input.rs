@@ -1,6 +1,6 @@
 //! The bodies of `tests/bad_input.rs`'s tests that hold on any deployment,
 //! written against [`Target`] so that `tests/on_cluster.rs` runs them on a cluster
-//! too. Each test's doc is on its entry point in `tests/bad_input.rs`. (On a
+//! too. Each scenario's doc is on its body here. (On a
 //! shared cluster other scenarios' keys are there already, so "nothing written"
 //! compares key counts before and after.)
 
@@ -12,6 +12,8 @@ use lockwarden::{
 
 use crate::support::Target;
 
+/// Empty, over-long and cross-slot names are refused by every entry point, and
+/// nothing is written.
 pub async fn bad_names_are_refused_before_reaching_redis(t: &Target) {
     let m = t.manager(|c| c.max_name_len(64)).await;
     let long = "x".repeat(65);
@@ -56,6 +58,8 @@ fn invalid_name<T: std::fmt::Debug>(got: Result<T, LockError>, name: &str) -> Na
     }
 }
 
+/// Zero, sub-millisecond and absurd leases are refused: `PEXPIRE 0` would delete the
+/// lock, and a lease past the maximum is almost surely a unit mistake.
 pub async fn bad_leases_are_refused(t: &Target) {
     let m = t.manager(|c| c.max_lease(Duration::from_secs(3600))).await;
     let keys_before = t.dbsize();
@@ -77,6 +81,7 @@ pub async fn bad_leases_are_refused(t: &Target) {
     assert_eq!(t.dbsize(), keys_before);
 }
 
+/// Configurations that cannot work are refused at start, with the reason.
 pub async fn bad_configs_are_refused_at_start(t: &Target) {
     let cases: Vec<(&str, Config)> = vec![
         (
@@ -115,6 +120,9 @@ pub async fn bad_configs_are_refused_at_start(t: &Target) {
     assert!(matches!(got, LockError::InvalidConfig(_)), "{got:?}");
 }
 
+/// A key that holds something other than a lock hash is neither taken, nor
+/// deleted by a force-unlock, nor reported as a lock: each call gets a Redis error
+/// naming the wrong type, and the key is untouched.
 pub async fn keys_that_are_not_locks_are_left_alone(t: &Target) {
     let m = t.manager(|c| c).await;
     let _: () = t.raw(&["SET", "user:data", "precious"]);
@@ -136,3 +144,20 @@ pub async fn keys_that_are_not_locks_are_left_alone(t: &Target) {
     let value: String = t.raw(&["GET", "user:data"]);
     assert_eq!(value, "precious");
 }
+
+/// The scenarios of this file that hold on any deployment, in the order the
+/// cluster run takes them: the one list both runs come from. `tests/bad_input.rs`
+/// makes a standalone test of each (`each!(standalone!(scenarios))`), and
+/// `tests/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
+macro_rules! each {
+    ($apply:ident!($($args:tt)*)) => {
+        $apply! {
+            $($args)*;
+            bad_names_are_refused_before_reaching_redis,
+            bad_leases_are_refused,
+            bad_configs_are_refused_at_start,
+            keys_that_are_not_locks_are_left_alone,
+        }
+    };
+}
+pub(crate) use each;

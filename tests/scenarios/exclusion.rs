@@ -1,6 +1,6 @@
 //! The bodies of `tests/exclusion.rs`'s tests that hold on any deployment, written
 //! against [`Target`] so that `tests/on_cluster.rs` runs them on a cluster too.
-//! Each test's doc is on its entry point in `tests/exclusion.rs`.
+//! Each scenario's doc is on its body here.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,6 +10,10 @@ use lockwarden::{Acquire, ReleaseOutcome};
 
 use crate::support::Target;
 
+/// Two managers with 8 tasks each, 10 rounds per task: the critical section is
+/// entered 160 times, by one task at a time, with strictly increasing tokens. The
+/// overlap check runs both in this process and in Redis (INCR inside, DECR after),
+/// so it would catch two holders whether or not they share memory.
 pub async fn two_managers_never_hold_the_same_lock_at_once(t: &Target) {
     let managers = [t.manager(|c| c).await, t.manager(|c| c).await];
     let inside = Arc::new(AtomicI64::new(0));
@@ -72,3 +76,17 @@ pub async fn two_managers_never_hold_the_same_lock_at_once(t: &Target) {
     );
     assert!(!t.exists("shared"), "the lock is free at the end");
 }
+
+/// The scenarios of this file that hold on any deployment, in the order the
+/// cluster run takes them: the one list both runs come from. `tests/exclusion.rs`
+/// makes a standalone test of each (`each!(standalone!(scenarios))`), and
+/// `tests/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
+macro_rules! each {
+    ($apply:ident!($($args:tt)*)) => {
+        $apply! {
+            $($args)*;
+            two_managers_never_hold_the_same_lock_at_once,
+        }
+    };
+}
+pub(crate) use each;

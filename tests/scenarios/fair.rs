@@ -1,6 +1,6 @@
 //! The bodies of `tests/fair.rs`'s tests that hold on any deployment, and their
 //! helpers, written against [`Target`] so that `tests/on_cluster.rs` runs them on
-//! a cluster too. Each test's doc is on its entry point in `tests/fair.rs`.
+//! a cluster too. Each scenario's doc is on its body here.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -56,6 +56,8 @@ pub async fn wait_queued(t: &Target, n: usize) {
     assert!(ok, "queue never reached {n}: {:?}", queue(t));
 }
 
+/// Six waiters over three managers, queued in a known interleaved order (two per
+/// manager), acquire in exactly that order, one at a time.
 pub async fn waiters_from_three_managers_acquire_in_queue_order(t: &Target) {
     let holder = t.manager(|c| c).await;
     let ms = [
@@ -113,6 +115,10 @@ pub async fn waiters_from_three_managers_acquire_in_queue_order(t: &Target) {
     assert!(queue(t).is_empty() && deadlines(t).is_empty());
 }
 
+/// A queued waiter whose whole runtime dies (as a crashed process would) is
+/// skipped once its place lapses (600 ms, refreshed every 200 ms while alive), not
+/// after the holder's 30 s lease or Redisson's 5 minutes: the waiter behind it gets
+/// the lock right after.
 pub async fn a_dead_waiter_is_skipped_within_the_place_lease(t: &Target) {
     let place = Duration::from_millis(600);
     let holder = t.manager(|c| c).await;
@@ -162,6 +168,8 @@ pub async fn a_dead_waiter_is_skipped_within_the_place_lease(t: &Target) {
     guard.release().await.expect("released");
 }
 
+/// A waiter whose deadline passes, and one whose caller goes away, both leave the
+/// queue and the deadline zset; the holder is untouched.
 pub async fn waiters_that_give_up_leave_the_queue(t: &Target) {
     let holder = t.manager(|c| c).await;
     let m = t.manager(|c| c).await;
@@ -195,6 +203,10 @@ pub async fn waiters_that_give_up_leave_the_queue(t: &Target) {
     first.release().await.expect("released");
 }
 
+/// The layout is Redisson's: the hash at the name, the queue and deadline keys
+/// under the name's hash tag with deadlines on the server's clock, and a waiter's
+/// own channel `redisson_lock__channel:{f}:<owner field>`, on which a foreign
+/// holder's Redisson-style unlock (DEL + PUBLISH to the head) wakes it at once.
 pub async fn keys_and_channels_match_the_protocol(t: &Target) {
     let place = Duration::from_secs(3);
     let java_field = "6f1c2a3e-0000-4000-8000-000000000001:57";
@@ -279,6 +291,9 @@ pub async fn keys_and_channels_match_the_protocol(t: &Target) {
         .expect("released");
 }
 
+/// A force unlock wakes the waiter at the head of the queue at once (its fallback
+/// poll is 30 s); re-entry by the holder does not queue; a try-once waiter is
+/// answered at once and takes no place.
 pub async fn force_unlock_wakes_the_head_and_reentry_and_try_once_do_not_queue(t: &Target) {
     let holder = t.manager(|c| c).await;
     let m = t
@@ -321,6 +336,9 @@ pub async fn force_unlock_wakes_the_head_and_reentry_and_try_once_do_not_queue(t
     drop((first, again));
 }
 
+/// Three managers with four tasks each, five rounds per task on the fair lock:
+/// never two holders inside at once (checked in this process and in Redis), tokens
+/// strictly increasing, and the queue empty at the end.
 pub async fn fair_lock_excludes_under_contention(t: &Target) {
     let managers = [
         t.manager(|c| c).await,
@@ -376,3 +394,22 @@ pub async fn fair_lock_excludes_under_contention(t: &Target) {
     .await;
     assert!(clean, "queue {:?}", queue(t));
 }
+
+/// The scenarios of this file that hold on any deployment, in the order the
+/// cluster run takes them: the one list both runs come from. `tests/fair.rs`
+/// makes a standalone test of each (`each!(standalone!(scenarios))`), and
+/// `tests/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
+macro_rules! each {
+    ($apply:ident!($($args:tt)*)) => {
+        $apply! {
+            $($args)*;
+            waiters_from_three_managers_acquire_in_queue_order,
+            a_dead_waiter_is_skipped_within_the_place_lease,
+            waiters_that_give_up_leave_the_queue,
+            keys_and_channels_match_the_protocol,
+            force_unlock_wakes_the_head_and_reentry_and_try_once_do_not_queue,
+            fair_lock_excludes_under_contention,
+        }
+    };
+}
+pub(crate) use each;

@@ -1,6 +1,6 @@
 //! The bodies of `tests/rwlock.rs`'s tests that hold on any deployment, and their
 //! helpers, written against [`Target`] so that `tests/on_cluster.rs` runs them on
-//! a cluster too. Each test's doc is on its entry point in `tests/rwlock.rs`.
+//! a cluster too. Each scenario's doc is on its body here.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -73,6 +73,9 @@ pub async fn wait_subscribers(t: &Target, n: i64) {
     assert!(ok, "never {n} subscribers on {CHANNEL}");
 }
 
+/// Three readers in two managers hold the lock together while a writer in a third
+/// waits; the writer gets it only after the last reader releases, woken by the
+/// message (its fallback poll is 30 s).
 pub async fn readers_share_and_the_writer_gets_it_after_the_last_reader(t: &Target) {
     let m1 = t.manager(|c| c).await;
     let m2 = t.manager(|c| c).await;
@@ -112,6 +115,8 @@ pub async fn readers_share_and_the_writer_gets_it_after_the_last_reader(t: &Targ
     assert!(!t.exists("rw"));
 }
 
+/// Readers in two managers wait while a writer holds; its release (message `1`)
+/// lets all of them in together, promptly, and they then hold at the same time.
 pub async fn waiting_readers_all_wake_when_the_writer_releases(t: &Target) {
     let holder = t.manager(|c| c).await;
     let slow = |c: lockwarden::Config| c.max_retry_interval(Duration::from_secs(30));
@@ -141,6 +146,9 @@ pub async fn waiting_readers_all_wake_when_the_writer_releases(t: &Target) {
     assert!(!t.exists("rw"));
 }
 
+/// A writer takes read holds of its own lock at once (a downgrade) while other
+/// readers stay out; when it releases the write lock it keeps reading, in read
+/// mode, and a waiting reader (fallback poll 30 s) is woken and joins.
 pub async fn a_writer_downgrades_and_keeps_reading(t: &Target) {
     let m = t.manager(|c| c).await;
     let other = t
@@ -184,6 +192,9 @@ pub async fn a_writer_downgrades_and_keeps_reading(t: &Target) {
     assert!(!t.exists("rw"));
 }
 
+/// A reader asking for the write lock is refused with `UpgradeRefused` at once,
+/// even with a long wait, whether its read hold is known locally or only in Redis;
+/// nothing changes.
 pub async fn an_upgrade_is_refused_at_once(t: &Target) {
     let m = t.manager(|c| c).await;
     let me = Owner::new();
@@ -229,6 +240,9 @@ pub async fn an_upgrade_is_refused_at_once(t: &Target) {
     let _: i64 = t.raw(&["DEL", "rw", &hold_key(&ghost_field, 1)]);
 }
 
+/// A reader whose runtime dies stops renewing: its hold's timeout key lapses
+/// within a lease even though a live reader keeps renewing the lock, and once the
+/// live reader releases, the waiting writer gets the lock at once.
 pub async fn a_crashed_readers_holds_lapse_and_free_the_writer(t: &Target) {
     let lease = Duration::from_millis(600);
     let live = t.manager(|c| c.watchdog_lease(lease)).await;
@@ -287,6 +301,12 @@ pub async fn a_crashed_readers_holds_lapse_and_free_the_writer(t: &Target) {
     g.release().await.expect("released");
 }
 
+/// The layout is Redisson's: `mode`, reader fields with hold counts, one timeout
+/// key per read hold (`{rw}:<field>:rwlock_timeout:<n>`) that the hash outlives,
+/// `<field>:write` for the writer; a write release publishes `1` and the last read
+/// release `0` on `redisson_rwlock:{rw}`; Inspect reports the kind and mode, the
+/// readers and the writer; a foreign (Redisson-style) reader excludes our writer
+/// and its unlock wakes it.
 pub async fn keys_channels_and_inspect_match_the_protocol(t: &Target) {
     let lease = Duration::from_millis(5_000);
     let m = t.manager(|c| c.watchdog_lease(lease)).await;
@@ -375,6 +395,9 @@ async fn count(conn: &mut redis::aio::MultiplexedConnection, cmd: &str, key: &st
     n.unwrap_or(0)
 }
 
+/// Two managers, eight tasks each mixing reads and writes (one write in four):
+/// a writer is always alone inside and readers never meet a writer, checked in
+/// this process and in Redis; readers do share (at least two inside at some point).
 pub async fn readers_and_writers_exclude_under_contention(t: &Target) {
     let managers = [t.manager(|c| c).await, t.manager(|c| c).await];
     let inside = Arc::new(Inside::default());
@@ -429,3 +452,23 @@ pub async fn readers_and_writers_exclude_under_contention(t: &Target) {
     let free = eventually(Duration::from_secs(2), || !t.exists("rw")).await;
     assert!(free, "the lock is free at the end: {:?}", hash(t));
 }
+
+/// The scenarios of this file that hold on any deployment, in the order the
+/// cluster run takes them: the one list both runs come from. `tests/rwlock.rs`
+/// makes a standalone test of each (`each!(standalone!(scenarios))`), and
+/// `tests/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
+macro_rules! each {
+    ($apply:ident!($($args:tt)*)) => {
+        $apply! {
+            $($args)*;
+            readers_share_and_the_writer_gets_it_after_the_last_reader,
+            waiting_readers_all_wake_when_the_writer_releases,
+            a_writer_downgrades_and_keeps_reading,
+            an_upgrade_is_refused_at_once,
+            a_crashed_readers_holds_lapse_and_free_the_writer,
+            keys_channels_and_inspect_match_the_protocol,
+            readers_and_writers_exclude_under_contention,
+        }
+    };
+}
+pub(crate) use each;

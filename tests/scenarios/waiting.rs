@@ -1,6 +1,6 @@
 //! The bodies of `tests/waiting.rs`'s tests, written against [`Target`] so that
-//! `tests/on_cluster.rs` runs them on a cluster too. Each test's doc is on its
-//! entry point in `tests/waiting.rs`.
+//! `tests/on_cluster.rs` runs them on a cluster too. Each scenario's doc is on its body here;
+//! `each!` at the end lists them once for both runs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -10,6 +10,9 @@ use lockwarden::{Acquire, Handle, LockError};
 
 use crate::support::{eventually, hold, Target};
 
+/// A waiter in another manager acquires promptly after the release: far below the
+/// holder's remaining TTL (30 s) and the waiter's fallback poll (set to 30 s), so
+/// only the pub/sub unlock message can have woken it.
 pub async fn waiter_in_another_manager_is_woken_by_the_unlock_message(t: &Target) {
     let holder = t.manager(|c| c).await;
     let waiter = t
@@ -83,6 +86,8 @@ async fn script_calls_per_acquisition(
     (scripts(&after) - scripts(&before)) as f64 / acquisitions.load(Ordering::Relaxed) as f64
 }
 
+/// With N local waiters, each handoff costs the same few script calls whether N is
+/// 2 or 16: only the head waiter asks Redis, and only after the local release.
 pub async fn local_waiters_cost_constant_round_trips_per_handoff(t: &Target) {
     let few = script_calls_per_acquisition(t, 1, 2, 20).await;
     let many = script_calls_per_acquisition(t, 1, 16, 5).await;
@@ -98,6 +103,8 @@ pub async fn local_waiters_cost_constant_round_trips_per_handoff(t: &Target) {
     );
 }
 
+/// Spread over two managers, a handoff may cost the other manager's head one
+/// failed attempt, but the cost still does not grow with the number of waiters.
 pub async fn waiters_in_two_managers_cost_constant_round_trips_per_handoff(t: &Target) {
     let few = script_calls_per_acquisition(t, 2, 4, 10).await;
     let many = script_calls_per_acquisition(t, 2, 16, 4).await;
@@ -112,6 +119,7 @@ pub async fn waiters_in_two_managers_cost_constant_round_trips_per_handoff(t: &T
     );
 }
 
+/// A waiter whose deadline passes gets `Timeout`, on time, and the lock is untouched.
 pub async fn waiter_times_out_at_its_deadline(t: &Target) {
     let m = t.manager(|c| c).await;
     let other = t.manager(|c| c).await;
@@ -139,6 +147,8 @@ pub async fn waiter_times_out_at_its_deadline(t: &Target) {
     guard.release().await.expect("released");
 }
 
+/// A zero wait makes one attempt: `try_acquire` gives `None` while held elsewhere
+/// and a guard once free.
 pub async fn try_acquire_makes_one_attempt(t: &Target) {
     let m = t.manager(|c| c).await;
     let handle = m
@@ -166,6 +176,8 @@ pub async fn try_acquire_makes_one_attempt(t: &Target) {
     assert!(info.holders[0].this_manager);
 }
 
+/// Waiters whose callers stop waiting (the `send` future dropped) at every moment
+/// around a release never leave the lock held: afterwards it is free.
 pub async fn dropped_waiters_never_leave_the_lock_held(t: &Target) {
     let holder = t.manager(|c| c).await;
     let waiters = t.manager(|c| c).await;
@@ -193,3 +205,22 @@ pub async fn dropped_waiters_never_leave_the_lock_held(t: &Target) {
         );
     }
 }
+
+/// The scenarios of this file that hold on any deployment, in the order the
+/// cluster run takes them: the one list both runs come from. `tests/waiting.rs`
+/// makes a standalone test of each (`each!(standalone!(scenarios))`), and
+/// `tests/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
+macro_rules! each {
+    ($apply:ident!($($args:tt)*)) => {
+        $apply! {
+            $($args)*;
+            waiter_in_another_manager_is_woken_by_the_unlock_message,
+            local_waiters_cost_constant_round_trips_per_handoff,
+            waiters_in_two_managers_cost_constant_round_trips_per_handoff,
+            waiter_times_out_at_its_deadline,
+            try_acquire_makes_one_attempt,
+            dropped_waiters_never_leave_the_lock_held,
+        }
+    };
+}
+pub(crate) use each;

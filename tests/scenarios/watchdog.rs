@@ -1,6 +1,6 @@
 //! The bodies of `tests/watchdog.rs`'s tests, written against [`Target`] so that
-//! `tests/on_cluster.rs` runs them on a cluster too. Each test's doc is on its
-//! entry point in `tests/watchdog.rs`.
+//! `tests/on_cluster.rs` runs them on a cluster too. Each scenario's doc is on its body here;
+//! `each!` at the end lists them once for both runs.
 
 use std::time::{Duration, Instant};
 
@@ -11,6 +11,8 @@ use crate::support::{eventually, hold, Target};
 /// The watchdog lease of these scenarios.
 pub const LEASE: Duration = Duration::from_millis(600);
 
+/// Held with no lease for over four watchdog leases, the lock is still there (and
+/// its TTL is never above one lease); once released, it is gone.
 pub async fn watchdog_keeps_a_held_lock_alive_for_many_leases(t: &Target) {
     let m = t.manager(|c| c.watchdog_lease(LEASE)).await;
     let guard = hold(&m, "long-job", |a| a).await;
@@ -33,6 +35,8 @@ pub async fn watchdog_keeps_a_held_lock_alive_for_many_leases(t: &Target) {
     assert_eq!(exists, 0);
 }
 
+/// A holder whose whole runtime dies (as a crashed process would) stops renewing:
+/// the lock frees within about one lease, and another manager gets it.
 pub async fn lock_of_a_dead_holder_frees_within_one_lease(t: &Target) {
     let config = t.config().watchdog_lease(LEASE);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -79,6 +83,8 @@ pub async fn lock_of_a_dead_holder_frees_within_one_lease(t: &Target) {
     g.release().await.expect("released");
 }
 
+/// An explicit lease is not renewed: the key expires after it, the guard reports
+/// `LeaseExpired`, and its release then says the lock was lost.
 pub async fn explicit_lease_expires_and_is_not_renewed(t: &Target) {
     let m = t.manager(|c| c.watchdog_lease(LEASE)).await;
     let lease = Duration::from_millis(300);
@@ -111,6 +117,8 @@ pub async fn explicit_lease_expires_and_is_not_renewed(t: &Target) {
     );
 }
 
+/// A force-unlock is noticed by the holder's next renewal: `lost()` resolves with
+/// `OwnerGone` and its release reports the loss instead of pretending success.
 pub async fn holder_is_told_when_its_lock_is_force_unlocked(t: &Target) {
     let m = t.manager(|c| c.watchdog_lease(LEASE)).await;
     let guard = hold(&m, "victim", |a| a).await;
@@ -134,12 +142,16 @@ pub async fn holder_is_told_when_its_lock_is_force_unlocked(t: &Target) {
     assert_eq!(stats.lost, 1);
 }
 
+/// A renewal period not shorter than the lease is refused at start.
 pub async fn renewal_period_must_be_shorter_than_the_lease(t: &Target) {
     let bad = t.config().watchdog_lease(LEASE).renew_interval(LEASE);
     let err = LockManager::start(bad).await.expect_err("must be refused");
     assert!(matches!(err, LockError::InvalidConfig(_)), "got {err:?}");
 }
 
+/// The watchdog renews a manager's locks in batches: 400 locks held over four
+/// leases stay held, every one renewed each period, for a few script calls per
+/// period instead of one per lock.
 pub async fn many_held_locks_are_renewed_in_few_calls(t: &Target) {
     const LOCKS: usize = 400;
     // Four hash tags: on a cluster a renewal call holds the locks of one slot
@@ -188,6 +200,9 @@ pub async fn many_held_locks_are_renewed_in_few_calls(t: &Target) {
     assert_eq!((stats.lost, stats.renewals_failed), (0, 0));
 }
 
+/// A released watchdog holding is no longer renewed: when the same owner takes
+/// the lock again with an explicit lease, that lease is not extended by a
+/// renewal left over from the first holding.
 pub async fn released_watchdog_holding_is_no_longer_renewed(t: &Target) {
     let m = t.manager(|c| c.watchdog_lease(LEASE)).await;
     let owner = lockwarden::Owner::new();
@@ -209,3 +224,23 @@ pub async fn released_watchdog_holding_is_no_longer_renewed(t: &Target) {
         .expect("lost() resolves");
     assert_eq!(reason, LostReason::LeaseExpired);
 }
+
+/// The scenarios of this file that hold on any deployment, in the order the
+/// cluster run takes them: the one list both runs come from. `tests/watchdog.rs`
+/// makes a standalone test of each (`each!(standalone!(scenarios))`), and
+/// `tests/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
+macro_rules! each {
+    ($apply:ident!($($args:tt)*)) => {
+        $apply! {
+            $($args)*;
+            watchdog_keeps_a_held_lock_alive_for_many_leases,
+            lock_of_a_dead_holder_frees_within_one_lease,
+            explicit_lease_expires_and_is_not_renewed,
+            holder_is_told_when_its_lock_is_force_unlocked,
+            renewal_period_must_be_shorter_than_the_lease,
+            many_held_locks_are_renewed_in_few_calls,
+            released_watchdog_holding_is_no_longer_renewed,
+        }
+    };
+}
+pub(crate) use each;

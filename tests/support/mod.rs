@@ -24,6 +24,22 @@ pub use server::*;
 #[allow(unused_imports)] // only the behaviour tests use it
 pub use target::*;
 
+/// One standalone test per scenario: `standalone!(module; a, b)` makes the tests
+/// `a` and `b`, each running `module::a` (or `b`) on a server of its own
+/// (`Target::standalone`). A scenario file's `each!` hands it the file's list, so
+/// that a scenario is named once (see `tests/scenarios/`).
+#[macro_export]
+macro_rules! standalone {
+    ($module:ident; $($scenario:ident),+ $(,)?) => {
+        $(
+            #[actix_rt::test]
+            async fn $scenario() {
+                $module::$scenario(&$crate::support::Target::standalone()).await;
+            }
+        )+
+    };
+}
+
 /// A config for this server with every other setting at its default.
 pub fn config(server: &RedisServer) -> lockwarden::Config {
     lockwarden::Config::from_url(&server.url()).expect("test server URL parses")
