@@ -14,42 +14,15 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use super::manager::LockManager;
 use crate::actors::latch::{AwaitZero, LatchActor};
 use crate::actors::shared::Shared;
 use crate::error::LockError;
 use crate::wire::{self, LatchCountDown, LatchSet};
 
-/// Get a [`LatchHandle`] on the count-down latch `name` (checked now, once, by the
-/// rules of a lock name).
-#[derive(Message, Clone, Debug)]
-#[rtype(result = "Result<LatchHandle, LockError>")]
-pub struct Latch {
-    /// The latch's name (its Redis key).
-    name: String,
-}
-
-impl Latch {
-    /// A handle on the latch `name`.
-    pub fn new(name: impl Into<String>) -> Latch {
-        Latch { name: name.into() }
-    }
-}
-
-impl Handler<Latch> for LockManager {
-    type Result = Result<LatchHandle, LockError>;
-
-    fn handle(&mut self, msg: Latch, _ctx: &mut Context<Self>) -> Self::Result {
-        self.check_name(&msg.name)?;
-        let (registry, shared) = self.synchronizers();
-        let shared = shared.clone();
-        let actor = registry.latch(&msg.name, &shared);
-        Ok(LatchHandle {
-            name: Arc::from(msg.name),
-            actor,
-            shared,
-        })
-    }
+super::synchronizers::handle_message! {
+    /// Get a [`LatchHandle`] on the count-down latch `name` (checked now, once, by the
+    /// rules of a lock name).
+    Latch => LatchHandle, latch
 }
 
 /// A handle on one count-down latch: cheap to clone, usable from any thread.

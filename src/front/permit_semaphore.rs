@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use super::manager::LockManager;
 use super::semaphore::{add, check_permits, try_set};
 use crate::actors::semaphore::permits::{Granted, ReturnPermits};
 use crate::actors::semaphore::{SemaphoreActor, TakePermits};
@@ -25,36 +24,10 @@ use crate::error::{LockError, LostReason};
 use crate::signal::LostWatch;
 use crate::wire::{self, XsemAcquire, XsemTake};
 
-/// Get a [`PermitSemaphoreHandle`] on the permit-expirable semaphore `name`
-/// (checked now, once, by the rules of a lock name).
-#[derive(Message, Clone, Debug)]
-#[rtype(result = "Result<PermitSemaphoreHandle, LockError>")]
-pub struct PermitSemaphore {
-    /// The semaphore's name (its Redis key).
-    name: String,
-}
-
-impl PermitSemaphore {
-    /// A handle on the permit-expirable semaphore `name`.
-    pub fn new(name: impl Into<String>) -> PermitSemaphore {
-        PermitSemaphore { name: name.into() }
-    }
-}
-
-impl Handler<PermitSemaphore> for LockManager {
-    type Result = Result<PermitSemaphoreHandle, LockError>;
-
-    fn handle(&mut self, msg: PermitSemaphore, _ctx: &mut Context<Self>) -> Self::Result {
-        self.check_name(&msg.name)?;
-        let (registry, shared) = self.synchronizers();
-        let shared = shared.clone();
-        let actor = registry.expirable(&msg.name, &shared);
-        Ok(PermitSemaphoreHandle {
-            name: Arc::from(msg.name),
-            actor,
-            shared,
-        })
-    }
+super::synchronizers::handle_message! {
+    /// Get a [`PermitSemaphoreHandle`] on the permit-expirable semaphore `name`
+    /// (checked now, once, by the rules of a lock name).
+    PermitSemaphore => PermitSemaphoreHandle, expirable
 }
 
 /// A handle on one permit-expirable semaphore: cheap to clone, usable from any

@@ -18,43 +18,16 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use super::manager::LockManager;
 use crate::actors::semaphore::permits::GivePermits;
 use crate::actors::semaphore::{SemaphoreActor, TakePermits};
 use crate::actors::shared::Shared;
 use crate::error::LockError;
 use crate::wire::{self, SemDrain, SemTrySet, MAX_PERMITS};
 
-/// Get a [`SemaphoreHandle`] on the semaphore `name` (checked now, once, by the
-/// rules of a lock name).
-#[derive(Message, Clone, Debug)]
-#[rtype(result = "Result<SemaphoreHandle, LockError>")]
-pub struct Semaphore {
-    /// The semaphore's name (its Redis key).
-    name: String,
-}
-
-impl Semaphore {
-    /// A handle on the semaphore `name`.
-    pub fn new(name: impl Into<String>) -> Semaphore {
-        Semaphore { name: name.into() }
-    }
-}
-
-impl Handler<Semaphore> for LockManager {
-    type Result = Result<SemaphoreHandle, LockError>;
-
-    fn handle(&mut self, msg: Semaphore, _ctx: &mut Context<Self>) -> Self::Result {
-        self.check_name(&msg.name)?;
-        let (registry, shared) = self.synchronizers();
-        let shared = shared.clone();
-        let actor = registry.semaphore(&msg.name, &shared);
-        Ok(SemaphoreHandle {
-            name: Arc::from(msg.name),
-            actor,
-            shared,
-        })
-    }
+super::synchronizers::handle_message! {
+    /// Get a [`SemaphoreHandle`] on the semaphore `name` (checked now, once, by the
+    /// rules of a lock name).
+    Semaphore => SemaphoreHandle, semaphore
 }
 
 /// A handle on one semaphore: cheap to clone, usable from any thread.
