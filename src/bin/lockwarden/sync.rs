@@ -13,6 +13,7 @@
 //! and the command runs as under a lock (`run.rs`: lost while held,
 //! `--on-lost`, Redis probed), with LOCKWARDEN_PERMIT_IDS besides.
 
+use std::future::Future;
 use std::io::{ErrorKind, IsTerminal};
 use std::time::Duration;
 
@@ -35,74 +36,102 @@ pub async fn run_semaphore(session: &Session, args: RunArgs) -> Result<i32, Fail
     if args.expirable {
         return run_expirable(session, args).await;
     }
-    let doing = format!("taking permits of semaphore \"{}\"", args.name);
     let manager = session.manager().await?;
     let sem = manager
         .semaphore(&args.name)
         .await
-        .map_err(|e| Failure::from_lock(&doing, e))?;
-    if let Some(permits) = args.permits {
-        if sem
-            .try_set_permits(permits)
-            .await
-            .map_err(|e| Failure::from_lock(&doing, e))?
-        {
-            info!(semaphore = %args.name, permits, "semaphore created");
-        }
-    }
+        .map_err(|e| Failure::from_lock(&doing(&args), e))?;
     let mut signals = Signals::install()?;
-    let take = match args.acquire.wait {
-        Some(wait) => sem.acquire_within(args.take, wait).boxed_local(),
-        None => sem.acquire(args.take).boxed_local(),
-    };
-    let guard = futures::select! {
-        got = take.fuse() => match got {
-            Ok(guard) => guard,
-            Err(LockError::Timeout { waited }) => {
-                let available = sem.available().await.unwrap_or(0);
-                return Ok(timed_out(&args, waited, available));
-            }
-            Err(e) => return Err(Failure::from_lock(&doing, e)),
+    let took = take(
+        &args,
+        args.permits.map(|p| sem.try_set_permits(p)),
+        match args.acquire.wait {
+            Some(wait) => sem.acquire_within(args.take, wait).boxed_local(),
+            None => sem.acquire(args.take).boxed_local(),
         },
-        sig = signals.recv().fuse() => return Ok(interrupted(&args, sig).await),
-    };
-    Ok(supervise(guard, &args, &mut signals).await)
+        sem.available(),
+        &mut signals,
+    )
+    .await?;
+    Ok(match took {
+        Took::Guard(guard) => supervise(guard, &args, &mut signals).await,
+        Took::Exit(code) => code,
+    })
 }
 
 /// Runs `lockwarden run NAME --semaphore --expirable`: waits as the plain kind
 /// does, then runs the command as `run` does under a lock (the permits are
 /// renewed, can be lost, and come back when the process dies).
 async fn run_expirable(session: &Session, args: RunArgs) -> Result<i32, Failure> {
-    let doing = format!("taking permits of semaphore \"{}\"", args.name);
-    let failed = |e| Failure::from_lock(&doing, e);
+    let failed = |e| Failure::from_lock(&doing(&args), e);
     let manager = session.manager().await?;
     let sem = manager
         .send(PermitSemaphore::new(&args.name))
         .await
         .map_err(|e| failed(e.into()))?
         .map_err(failed)?;
-    if let Some(permits) = args.permits {
-        if sem.try_set_permits(permits).await.map_err(failed)? {
-            info!(semaphore = %args.name, permits, "semaphore created");
+    let mut signals = Signals::install()?;
+    let took = take(
+        &args,
+        args.permits.map(|p| sem.try_set_permits(p)),
+        match args.acquire.wait {
+            Some(wait) => sem.acquire_within(args.take, wait, None).boxed_local(),
+            None => sem.acquire(args.take, None).boxed_local(),
+        },
+        sem.available(),
+        &mut signals,
+    )
+    .await?;
+    Ok(match took {
+        Took::Guard(guard) => {
+            crate::run::run_permits(session, manager, guard, &args, &mut signals).await
+        }
+        Took::Exit(code) => code,
+    })
+}
+
+/// What waiting for permits ended in.
+enum Took<G> {
+    /// The permits.
+    Guard(G),
+    /// `--wait` ran out or a signal came (already said): exit with this code.
+    Exit(i32),
+}
+
+/// What failures while taking permits are said to be doing.
+fn doing(args: &RunArgs) -> String {
+    format!("taking permits of semaphore \"{}\"", args.name)
+}
+
+/// Either kind's wait for permits: gives the semaphore `--permits` if it has
+/// none (`set_up`), then waits for `taking`, as `run` waits for a lock (Ctrl-C
+/// leaves the queue; at the end of `--wait` it says how many are available).
+async fn take<G>(
+    args: &RunArgs,
+    set_up: Option<impl Future<Output = Result<bool, LockError>>>,
+    taking: impl Future<Output = Result<G, LockError>>,
+    available: impl Future<Output = Result<u64, LockError>>,
+    signals: &mut Signals,
+) -> Result<Took<G>, Failure> {
+    if let Some(created) = set_up {
+        if created
+            .await
+            .map_err(|e| Failure::from_lock(&doing(args), e))?
+        {
+            info!(semaphore = %args.name, permits = args.permits, "semaphore created");
         }
     }
-    let mut signals = Signals::install()?;
-    let take = match args.acquire.wait {
-        Some(wait) => sem.acquire_within(args.take, wait, None).boxed_local(),
-        None => sem.acquire(args.take, None).boxed_local(),
-    };
-    let guard = futures::select! {
-        got = take.fuse() => match got {
-            Ok(guard) => guard,
+    futures::select! {
+        got = taking.fuse() => match got {
+            Ok(guard) => Ok(Took::Guard(guard)),
             Err(LockError::Timeout { waited }) => {
-                let available = sem.available().await.unwrap_or(0);
-                return Ok(timed_out(&args, waited, available));
+                let available = available.await.unwrap_or(0);
+                Ok(Took::Exit(timed_out(args, waited, available)))
             }
-            Err(e) => return Err(failed(e)),
+            Err(e) => Err(Failure::from_lock(&doing(args), e)),
         },
-        sig = signals.recv().fuse() => return Ok(interrupted(&args, sig).await),
-    };
-    Ok(crate::run::run_permits(session, manager, guard, &args, &mut signals).await)
+        sig = signals.recv().fuse() => Ok(Took::Exit(interrupted(args, sig).await)),
+    }
 }
 
 /// Says that `--wait` ran out; answers the exit code.
