@@ -19,7 +19,7 @@ use crate::actors::shared::Shared;
 use crate::error::LockError;
 use crate::wire::{self, LatchCountDown, LatchSet};
 
-super::synchronizers::handle_message! {
+super::manager::handle_message! {
     /// Get a [`LatchHandle`] on the count-down latch `name` (checked now, once, by the
     /// rules of a lock name).
     Latch => LatchHandle, latch

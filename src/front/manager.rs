@@ -263,3 +263,48 @@ impl Handler<ActorOf> for LockManager {
             .map(|e| e.addr.clone())
     }
 }
+
+/// Declares the message that makes a handle on one synchronizer by name, and the
+/// manager's handler of it: the name is checked once (by the rules of a lock
+/// name), the name's actor is found in (or started into) the registry by
+/// `$registry`, and the handle holds the name, that actor and the manager's
+/// connection. One way to make every kind of handle; `$handle` is a struct with
+/// exactly the fields `name`, `actor` and `shared`.
+macro_rules! handle_message {
+    ($(#[$doc:meta])* $message:ident => $handle:ident, $registry:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug)]
+        pub struct $message {
+            /// The synchronizer's name (its Redis key).
+            name: String,
+        }
+
+        impl $message {
+            /// A handle on the synchronizer `name`.
+            pub fn new(name: impl Into<String>) -> $message {
+                $message { name: name.into() }
+            }
+        }
+
+        impl actix::Message for $message {
+            type Result = Result<$handle, $crate::error::LockError>;
+        }
+
+        impl actix::Handler<$message> for $crate::front::manager::LockManager {
+            type Result = Result<$handle, $crate::error::LockError>;
+
+            fn handle(&mut self, msg: $message, _ctx: &mut actix::Context<Self>) -> Self::Result {
+                self.check_name(&msg.name)?;
+                let (registry, shared) = self.synchronizers();
+                let shared = shared.clone();
+                let actor = registry.$registry(&msg.name, &shared);
+                Ok($handle {
+                    name: std::sync::Arc::from(msg.name),
+                    actor,
+                    shared,
+                })
+            }
+        }
+    };
+}
+pub(crate) use handle_message;

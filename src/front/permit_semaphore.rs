@@ -24,7 +24,7 @@ use crate::error::{LockError, LostReason};
 use crate::signal::LostWatch;
 use crate::wire::{self, XsemAcquire, XsemTake};
 
-super::synchronizers::handle_message! {
+super::manager::handle_message! {
     /// Get a [`PermitSemaphoreHandle`] on the permit-expirable semaphore `name`
     /// (checked now, once, by the rules of a lock name).
     PermitSemaphore => PermitSemaphoreHandle, expirable

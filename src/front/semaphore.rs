@@ -24,7 +24,7 @@ use crate::actors::shared::Shared;
 use crate::error::LockError;
 use crate::wire::{self, SemDrain, SemTrySet, MAX_PERMITS};
 
-super::synchronizers::handle_message! {
+super::manager::handle_message! {
     /// Get a [`SemaphoreHandle`] on the semaphore `name` (checked now, once, by the
     /// rules of a lock name).
     Semaphore => SemaphoreHandle, semaphore
