@@ -15,10 +15,11 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
-use tracing::{debug, warn};
+use tracing::warn;
 
+use super::listen::{self, Channel, Listener};
 use super::shared::{until_first, Shared};
-use super::subscriber::{Resync, Subscribe, Unlocked, Unsubscribe};
+use super::subscriber::{Resync, Unlocked};
 use crate::config::backoff;
 use crate::error::{redis_is_transient, LockError};
 use crate::keys;
@@ -46,8 +47,8 @@ struct Waiter {
 pub(crate) struct LatchActor {
     /// The latch's name (its key).
     name: Arc<str>,
-    /// Its channel.
-    channel: String,
+    /// Its channel and the subscription to it (`actors/listen.rs`).
+    channel: Channel,
     /// The manager's connection, subscriber and settings.
     shared: Arc<Shared>,
     /// Everyone waiting here.
@@ -56,10 +57,6 @@ pub(crate) struct LatchActor {
     reading: bool,
     /// A reason to read arrived meanwhile: read again when it is answered.
     again: bool,
-    /// Whether the channel subscription is confirmed (or given up to reconnect).
-    subscribed: bool,
-    /// A subscription is being made.
-    subscribing: bool,
     /// The fallback / deadline timer.
     timer: Option<SpawnHandle>,
     /// The error of the last read, if it failed (answered at a deadline).
@@ -71,14 +68,12 @@ pub(crate) struct LatchActor {
 impl LatchActor {
     pub(crate) fn new(name: Arc<str>, shared: Arc<Shared>) -> LatchActor {
         LatchActor {
-            channel: keys::latch_channel(&name),
+            channel: Channel::new(keys::latch_channel(&name)),
             name,
             shared,
             waiters: Vec::new(),
             reading: false,
             again: false,
-            subscribed: false,
-            subscribing: false,
             timer: None,
             last_error: None,
             failures: 0,
@@ -119,12 +114,7 @@ impl LatchActor {
             if let Some(timer) = self.timer.take() {
                 ctx.cancel_future(timer);
             }
-            if self.subscribed {
-                self.subscribed = false;
-                self.shared.subscriber.do_send(Unsubscribe {
-                    channel: self.channel.clone(),
-                });
-            }
+            self.channel.unsubscribe(&self.shared.subscriber);
         }
     }
 
@@ -134,12 +124,15 @@ impl LatchActor {
         if self.waiters.is_empty() {
             return;
         }
-        if self.reading || self.subscribing {
+        if self.reading || self.channel.is_pending() {
             self.again = true;
             return;
         }
-        if !self.subscribed {
-            self.subscribe(ctx);
+        if !self.channel.is_live() {
+            // Subscribes, then reads the count: a count down to zero before the
+            // subscription is seen by that read, one after it by its message.
+            let subscriber = self.shared.subscriber.clone();
+            listen::subscribe(self, &subscriber, ctx);
             return;
         }
         self.reading = true;
@@ -200,39 +193,13 @@ impl LatchActor {
             act.check(ctx);
         }));
     }
-
-    /// Subscribes, then reads the count: a count down to zero before the
-    /// subscription is seen by that read, one after it by its message.
-    fn subscribe(&mut self, ctx: &mut Context<Self>) {
-        self.subscribing = true;
-        let subscriber = self.shared.subscriber.clone();
-        let msg = Subscribe {
-            channel: self.channel.clone(),
-            unlocked: ctx.address().recipient(),
-            resync: ctx.address().recipient(),
-        };
-        let fut = async move { subscriber.send(msg).await.unwrap_or(false) };
-        ctx.spawn(fut.into_actor(self).map(|confirmed, act, ctx| {
-            if !confirmed {
-                debug!(latch = %act.name, "subscription not confirmed; the fallback timer covers it");
-            }
-            act.subscribing = false;
-            act.subscribed = true;
-            act.again = false;
-            act.check(ctx);
-        }));
-    }
 }
 
 impl Actor for LatchActor {
     type Context = Context<Self>;
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {
-        if self.subscribed {
-            self.shared.subscriber.do_send(Unsubscribe {
-                channel: self.channel.clone(),
-            });
-        }
+        self.channel.unsubscribe(&self.shared.subscriber);
     }
 }
 
@@ -265,6 +232,18 @@ impl Handler<Unlocked> for LatchActor {
         }
         // "0": the count reached zero.
         self.open(ctx);
+    }
+}
+
+impl Listener for LatchActor {
+    fn channel(&mut self) -> &mut Channel {
+        &mut self.channel
+    }
+
+    /// Reads the count now that a count-down cannot go unheard.
+    fn subscribed(&mut self, ctx: &mut Context<Self>) {
+        self.again = false;
+        self.check(ctx);
     }
 }
 

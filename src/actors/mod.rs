@@ -8,7 +8,8 @@
 //! - `renewer`: the watchdog, renewing every watchdog holding of a manager in
 //!   batches.
 //! - `semaphore`, `latch`: the synchronizers' actors, one per name, on the same
-//!   subscriber and waiting rules as the locks; `semaphore::permits`: what the semaphore
+//!   subscriber and waiting rules as the locks, listening on their channel through
+//!   `listen` (the kit both share); `semaphore::permits`: what the semaphore
 //!   actor adds for a permit-expirable semaphore (holdings, renewal, loss).
 //! - `registry`: the manager's entry in the client registry (who a client id
 //!   is), rewritten by the renewer once per renewal period.
@@ -20,6 +21,7 @@
 //! defined here or below, never by naming a higher type.
 
 pub(crate) mod latch;
+pub(crate) mod listen;
 pub(crate) mod lock;
 pub(crate) mod registry;
 pub(crate) mod renewer;

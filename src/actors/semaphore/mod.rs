@@ -34,8 +34,9 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
+use crate::actors::listen::{self, Channel, Listener};
 use crate::actors::shared::{until_first, Shared};
-use crate::actors::subscriber::{Resync, Subscribe, Unlocked, Unsubscribe};
+use crate::actors::subscriber::{Resync, Unlocked};
 use crate::config::{backoff, millis};
 use crate::error::{redis_is_transient, LockError};
 use crate::keys;
@@ -91,14 +92,6 @@ struct Waiter {
     tx: oneshot::Sender<Result<Grant, LockError>>,
 }
 
-/// The state of the subscription to the semaphore's channel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Sub {
-    Off,
-    Pending,
-    Live,
-}
-
 /// See the module documentation.
 pub(crate) struct SemaphoreActor {
     /// The semaphore's name (its key).
@@ -108,8 +101,8 @@ pub(crate) struct SemaphoreActor {
     pub(super) expirable: bool,
     /// A permit-expirable semaphore's holdings in this process.
     pub(super) holdings: permits::Holdings,
-    /// Its channel.
-    channel: String,
+    /// Its channel and the subscription to it (`actors/listen.rs`).
+    channel: Channel,
     /// The manager's connection, subscriber and settings.
     pub(super) shared: Arc<Shared>,
     /// Waiters in arrival order.
@@ -118,8 +111,6 @@ pub(crate) struct SemaphoreActor {
     trying: bool,
     /// A wake arrived while the attempt was in flight: ask again at once.
     again: bool,
-    /// The channel subscription.
-    sub: Sub,
     /// The fallback / deadline timer.
     timer: Option<SpawnHandle>,
     /// Unsubscribes once nobody waited for `Config::idle_timeout`.
@@ -133,13 +124,12 @@ impl SemaphoreActor {
         SemaphoreActor {
             expirable,
             holdings: Default::default(),
-            channel: keys::semaphore_channel(&name),
+            channel: Channel::new(keys::semaphore_channel(&name)),
             name,
             shared,
             waiters: VecDeque::new(),
             trying: false,
             again: false,
-            sub: Sub::Off,
             timer: None,
             idle: None,
             failures: 0,
@@ -182,9 +172,10 @@ impl SemaphoreActor {
         }
         // A waiter that will wait subscribes before it asks: a release between a
         // refused attempt and the subscription would otherwise go unheard.
-        if !head.once && self.sub != Sub::Live {
-            if self.sub == Sub::Off {
-                self.subscribe(ctx);
+        if !head.once && !self.channel.is_live() {
+            if self.channel.is_off() {
+                let subscriber = self.shared.subscriber.clone();
+                listen::subscribe(self, &subscriber, ctx);
             }
             return;
         }
@@ -336,51 +327,25 @@ impl SemaphoreActor {
         }));
     }
 
-    /// Subscribes to the channel; `pump` runs again once Redis confirmed it (or
-    /// could not: then the subscriber makes it on reconnect, and the fallback timer
-    /// covers the gap).
-    fn subscribe(&mut self, ctx: &mut Context<Self>) {
-        self.sub = Sub::Pending;
-        let subscriber = self.shared.subscriber.clone();
-        let msg = Subscribe {
-            channel: self.channel.clone(),
-            unlocked: ctx.address().recipient(),
-            resync: ctx.address().recipient(),
-        };
-        let fut = async move { subscriber.send(msg).await.unwrap_or(false) };
-        ctx.spawn(fut.into_actor(self).map(|confirmed, act, ctx| {
-            if !confirmed {
-                debug!(semaphore = %act.name, "subscription not confirmed; the fallback timer covers it");
-            }
-            act.sub = Sub::Live;
-            act.pump(ctx);
-        }));
-    }
-
     /// Nobody waits: keep the subscription for a while (waiters come in bursts),
     /// then drop it.
     fn went_idle(&mut self, ctx: &mut Context<Self>) {
         if let Some(timer) = self.timer.take() {
             ctx.cancel_future(timer);
         }
-        if self.sub != Sub::Live || self.idle.is_some() {
+        if !self.channel.is_live() || self.idle.is_some() {
             return;
         }
         self.idle = Some(ctx.run_later(self.shared.config.idle_timeout, |act, _| {
             act.idle = None;
-            if act.waiters.is_empty() && act.sub == Sub::Live {
+            if act.waiters.is_empty() && act.channel.is_live() {
                 act.unsubscribe();
             }
         }));
     }
 
     fn unsubscribe(&mut self) {
-        if self.sub != Sub::Off {
-            self.sub = Sub::Off;
-            self.shared.subscriber.do_send(Unsubscribe {
-                channel: self.channel.clone(),
-            });
-        }
+        self.channel.unsubscribe(&self.shared.subscriber);
     }
 }
 
@@ -431,6 +396,17 @@ impl Handler<Unlocked> for SemaphoreActor {
     type Result = ();
 
     fn handle(&mut self, _msg: Unlocked, ctx: &mut Context<Self>) {
+        self.pump(ctx);
+    }
+}
+
+impl Listener for SemaphoreActor {
+    fn channel(&mut self) -> &mut Channel {
+        &mut self.channel
+    }
+
+    /// `pump` runs again: the head may ask Redis now.
+    fn subscribed(&mut self, ctx: &mut Context<Self>) {
         self.pump(ctx);
     }
 }
