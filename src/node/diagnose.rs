@@ -48,12 +48,13 @@ pub(super) async fn explained(config: &Config, e: &RedisError) -> Option<RedisEr
     // A refused or timed-out connection has nothing to read; a reset one may.
     let reset = e.is_connection_dropped()
         || (e.is_io_error() && !e.is_timeout() && !e.is_connection_refusal());
-    let ConnectionAddr::Tcp(host, port) = info.addr() else {
-        return None; // TLS and unix sockets: no plain greeting to read
-    };
     if !reset {
         return None;
     }
+    // TLS and unix sockets: no plain greeting to read.
+    let ConnectionAddr::Tcp(host, port) = info.addr() else {
+        return None;
+    };
     let greeting = greeting(host, *port, wait).await?;
     let rest = greeting.strip_prefix(DENIED)?;
     // Redis's text is a paragraph; its first sentence says what happened.
