@@ -496,21 +496,3 @@ pub(crate) const WAIT_SLACK: Duration = Duration::from_millis(100);
 /// Shortest watchdog lease accepted: renewed every third of it, a lease must leave
 /// a renewal a few network round trips and a renewer tick to answer.
 const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(100);
-
-/// Milliseconds of a duration for a script argument, saturating (callers have
-/// already bounded it by the maximum lease).
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// Delay before retry number `attempt` (0-based): doubling from `first` up to
-/// `longest`, with up to a quarter of random jitter so that many clients that lost
-/// the same server do not return in step.
-pub(crate) fn backoff(first: Duration, longest: Duration, attempt: u32) -> Duration {
-    let base = first
-        .checked_mul(1u32 << attempt.min(16))
-        .unwrap_or(longest)
-        .min(longest);
-    let jitter = base.mul_f64(0.25 * crate::random::below(1000) as f64 / 1000.0);
-    base.saturating_sub(jitter)
-}

@@ -18,6 +18,7 @@ use actix::{Message, Recipient};
 use crate::error::{LockError, LostReason};
 use crate::keys::Owner;
 use crate::kind::AcquireKind;
+use crate::reply::{ask, Reply};
 use crate::signal::LostWatch;
 
 /// Sent to the actor registered with [`Acquire::on_lost`](crate::Acquire::on_lost) when a lock it holds is
@@ -36,12 +37,15 @@ pub struct LockLost {
     pub reason: LostReason,
 }
 
-/// Give back one hold (sent by a guard to its lock's actor).
+/// Give back one hold (sent by a guard to its lock's actor, always with
+/// `do_send`: see `reply.rs`).
 #[derive(Message, Debug)]
-#[rtype(result = "Result<ReleaseOutcome, LockError>")]
+#[rtype(result = "()")]
 pub(crate) struct Release {
     /// The holding the guard belongs to.
     pub(crate) epoch: u64,
+    /// Where the outcome goes.
+    pub(crate) reply: Reply<Result<ReleaseOutcome, LockError>>,
 }
 
 /// What a release did.
@@ -202,7 +206,8 @@ impl LockGuard {
         // Marked first: whatever happens to this future, the guard's drop (at the
         // end of this call, or when the future is dropped) sends nothing more.
         self.released.store(true, Ordering::Release);
-        self.lock.send(Release { epoch: self.epoch }).await?
+        let epoch = self.epoch;
+        ask(&self.lock, |reply| Release { epoch, reply }).await
     }
 }
 
@@ -210,7 +215,10 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         if !self.released.swap(true, Ordering::AcqRel) {
             // Only queues a message: a drop must never block the runtime.
-            self.lock.do_send(Release { epoch: self.epoch });
+            self.lock.do_send(Release {
+                epoch: self.epoch,
+                reply: Reply::nobody(),
+            });
         }
     }
 }

@@ -89,6 +89,7 @@
 mod actors;
 mod client;
 mod config;
+mod durations;
 mod error;
 mod front;
 mod guard;
@@ -96,6 +97,7 @@ mod keys;
 mod kind;
 mod node;
 mod random;
+mod reply;
 mod signal;
 mod stats;
 mod tls;

@@ -215,6 +215,39 @@ async fn a_dropped_guard_gives_its_permits_back() {
     assert!(back, "permits never came back");
 }
 
+/// Releases their caller gives up on after the first poll still give the
+/// permits back, exactly once: actix drops, unhandled, a message whose sender
+/// stopped waiting, so such a release gave nothing back (and the guard had
+/// already counted the permits out).
+#[actix_rt::test]
+async fn a_release_given_up_after_its_first_poll_still_gives_back() {
+    use futures::FutureExt;
+    let server = RedisServer::start();
+    let m = manager(&server, |c| c).await;
+    let s = m.semaphore("abandoned").await.expect("handle");
+    s.try_set_permits(4).await.expect("set");
+    let mut g = s.acquire(3).await.expect("taken");
+    assert!(
+        g.release_some(1).now_or_never().is_none(),
+        "answered at once"
+    );
+    assert_eq!(g.permits(), 2, "the permit given back is counted out");
+    assert!(g.release().now_or_never().is_none(), "answered at once");
+    let back = eventually(Duration::from_secs(10), || {
+        raw::<String>(&server, &["GET", "abandoned"]) == "4"
+    })
+    .await;
+    assert!(
+        back,
+        "permits never all came back: {}",
+        raw::<String>(&server, &["GET", "abandoned"])
+    );
+    // Nothing was given twice: a new guard takes all four, and no more.
+    let all = s.acquire(4).await.expect("all four");
+    assert!(s.try_acquire(1).await.expect("asked").is_none(), "a fifth");
+    all.release().await.expect("released");
+}
+
 /// Redisson's layout: the permits in a string at the bare name, a release
 /// publishes the new number on `redisson_sc:{name}`, drain zeroes the key; a
 /// Java-style client that takes with DECRBY and gives back with INCRBY + PUBLISH

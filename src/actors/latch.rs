@@ -17,10 +17,10 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 use tracing::warn;
 
-use super::listen::{self, Channel, Listener};
+use super::listen::{self, Alarm, Channel, Listener};
 use super::shared::{until_first, Shared};
 use super::subscriber::{Resync, Unlocked};
-use crate::config::backoff;
+use crate::durations::backoff;
 use crate::error::{redis_is_transient, LockError};
 use crate::keys;
 use crate::wire;
@@ -58,7 +58,7 @@ pub(crate) struct LatchActor {
     /// A reason to read arrived meanwhile: read again when it is answered.
     again: bool,
     /// The fallback / deadline timer.
-    timer: Option<SpawnHandle>,
+    timer: Alarm,
     /// The error of the last read, if it failed (answered at a deadline).
     last_error: Option<redis::RedisError>,
     /// Failed reads in a row, for the backoff.
@@ -74,7 +74,7 @@ impl LatchActor {
             waiters: Vec::new(),
             reading: false,
             again: false,
-            timer: None,
+            timer: Alarm::default(),
             last_error: None,
             failures: 0,
         }
@@ -111,9 +111,7 @@ impl LatchActor {
         }
         self.waiters = kept;
         if self.waiters.is_empty() {
-            if let Some(timer) = self.timer.take() {
-                ctx.cancel_future(timer);
-            }
+            self.timer.cancel(ctx);
             self.channel.unsubscribe(&self.shared.subscriber);
         }
     }
@@ -131,8 +129,11 @@ impl LatchActor {
         if !self.channel.is_live() {
             // Subscribes, then reads the count: a count down to zero before the
             // subscription is seen by that read, one after it by its message.
-            let subscriber = self.shared.subscriber.clone();
-            listen::subscribe(self, &subscriber, ctx);
+            let (subscriber, name) = (
+                self.shared.subscriber.clone(),
+                self.channel.name().to_owned(),
+            );
+            listen::subscribe(self, &name, &subscriber, ctx);
             return;
         }
         self.reading = true;
@@ -184,14 +185,9 @@ impl LatchActor {
 
     /// Wakes `check` after `delay`, or at the earliest deadline if sooner.
     fn arm(&mut self, ctx: &mut Context<Self>, delay: Duration) {
-        if let Some(old) = self.timer.take() {
-            ctx.cancel_future(old);
-        }
         let delay = until_first(delay, self.waiters.iter().filter_map(|w| w.deadline));
-        self.timer = Some(ctx.run_later(delay, |act, ctx| {
-            act.timer = None;
-            act.check(ctx);
-        }));
+        self.timer
+            .set(ctx, delay, |act: &mut Self| &mut act.timer, Self::check);
     }
 }
 
@@ -236,12 +232,12 @@ impl Handler<Unlocked> for LatchActor {
 }
 
 impl Listener for LatchActor {
-    fn channel(&mut self) -> &mut Channel {
-        &mut self.channel
+    fn channel(&mut self, _name: &str) -> Option<&mut Channel> {
+        Some(&mut self.channel)
     }
 
     /// Reads the count now that a count-down cannot go unheard.
-    fn subscribed(&mut self, ctx: &mut Context<Self>) {
+    fn subscribed(&mut self, _name: &str, ctx: &mut Context<Self>) {
         self.again = false;
         self.check(ctx);
     }

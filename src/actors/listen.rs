@@ -1,10 +1,14 @@
-//! The channel a waiting actor listens on, as one kit: the semaphore and latch
-//! actors each wait on one channel, and both need the same three things of it.
-//! They subscribe before a waiter that will wait asks Redis, so that a release
-//! between a refused attempt and the subscription is not missed. They go on
-//! once the subscriber confirmed, or once it could not: it then makes the
-//! subscription on reconnect, and the actor's fallback timer covers the gap.
-//! And they unsubscribe when nobody waits any more.
+//! The waiting kit that the lock, semaphore and latch actors share: the
+//! channels they listen on, and the alarm that wakes them when no message came.
+//!
+//! A waiting actor subscribes before a waiter that will wait asks Redis, so
+//! that a release between a refused attempt and the subscription is not
+//! missed. It goes on once the subscriber confirmed, or once it could not: the
+//! subscriber then makes the subscription on reconnect, and the actor's
+//! [`Alarm`] (its fallback timer, at most `Config::max_retry_interval` away)
+//! covers the gap. It unsubscribes when nobody waits any more. A semaphore or
+//! latch actor has one channel; a lock actor has one, or one per local waiter
+//! for a fair lock, which is why [`Listener`] looks channels up by name.
 //!
 //! A subscription asked for and then dropped before its confirmation came back
 //! must not count as live, nor may the confirmation of an older one stand for
@@ -12,22 +16,24 @@
 //! confirmation of the current one counts. (Before this kit the semaphore could
 //! mark a dropped subscription live, and waited for its fallback timer then.)
 
+use std::time::Duration;
+
 use actix::prelude::*;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::subscriber::{Resync, Subscribe, Subscriber, Unlocked, Unsubscribe};
 
-/// An actor that waits on one channel: it is told of unlock messages and of
-/// resubscriptions, and it knows what to do once its subscription is made.
+/// An actor that waits on channels: it is told of unlock messages and of
+/// resubscriptions, and it knows what to do once a subscription is made.
 pub(crate) trait Listener:
     Actor<Context = Context<Self>> + Handler<Unlocked> + Handler<Resync>
 {
-    /// Its channel.
-    fn channel(&mut self) -> &mut Channel;
+    /// Its channel named `name`, if it still has it.
+    fn channel(&mut self, name: &str) -> Option<&mut Channel>;
 
-    /// The subscription is made (confirmed, or left to the subscriber's
-    /// reconnect): waiters may ask Redis now.
-    fn subscribed(&mut self, ctx: &mut Context<Self>);
+    /// The subscription to `name` is made (confirmed, or left to the
+    /// subscriber's reconnect): waiters may ask Redis now.
+    fn subscribed(&mut self, name: &str, ctx: &mut Context<Self>);
 }
 
 /// Where a channel's subscription stands.
@@ -74,6 +80,11 @@ impl Channel {
         self.state == State::Off
     }
 
+    /// The channel's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Drops the subscription, made or asked for.
     pub(crate) fn unsubscribe(&mut self, subscriber: &Addr<Subscriber>) {
         if self.state != State::Off {
@@ -85,14 +96,18 @@ impl Channel {
     }
 }
 
-/// Asks `subscriber` to route `act`'s channel to it; `act.subscribed` runs once
-/// that subscription is made, unless it was dropped or asked for again meanwhile.
+/// Asks `subscriber` to route `act`'s channel `name` to it; `act.subscribed`
+/// runs once that subscription is made, unless it was dropped or asked for
+/// again meanwhile. Does nothing if `act` has no such channel.
 pub(crate) fn subscribe<A: Listener>(
     act: &mut A,
+    name: &str,
     subscriber: &Addr<Subscriber>,
     ctx: &mut Context<A>,
 ) {
-    let channel = act.channel();
+    let Some(channel) = act.channel(name) else {
+        return;
+    };
     channel.state = State::Pending;
     channel.asked = channel.asked.wrapping_add(1);
     let asked = channel.asked;
@@ -101,17 +116,76 @@ pub(crate) fn subscribe<A: Listener>(
         unlocked: ctx.address().recipient(),
         resync: ctx.address().recipient(),
     };
+    let name = channel.name.clone();
     let subscriber = subscriber.clone();
-    let fut = async move { subscriber.send(msg).await.unwrap_or(false) };
-    ctx.spawn(fut.into_actor(act).map(move |confirmed, act, ctx| {
-        let channel = act.channel();
-        if channel.asked != asked || channel.state != State::Pending {
-            return; // dropped, or asked for again: that answer decides
+    ctx.spawn(
+        subscriber
+            .send(msg)
+            .into_actor(act)
+            .map(move |answer, act, ctx| {
+                let Some(channel) = act.channel(&name) else {
+                    return; // dropped
+                };
+                if channel.asked != asked || channel.state != State::Pending {
+                    return; // dropped, or asked for again: that answer decides
+                }
+                match answer {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        debug!(%name, "subscription not confirmed; the fallback timer covers it")
+                    }
+                    Err(_) => warn!(%name, "the subscriber is gone; waiters rely on their timers"),
+                }
+                channel.state = State::Live;
+                act.subscribed(&name, ctx);
+            }),
+    );
+}
+
+/// A waiting actor's one-shot timer: setting it replaces the one set before,
+/// and it knows whether it is set. The actor keeps it in a field that
+/// [`set`](Alarm::set) is told how to reach, so that the alarm clears itself
+/// when it rings.
+#[derive(Debug, Default)]
+pub(crate) struct Alarm(Option<SpawnHandle>);
+
+impl Alarm {
+    /// Runs `ring` after `delay`, in place of what was set before. `slot` finds
+    /// this alarm in the actor.
+    pub(crate) fn set<A>(
+        &mut self,
+        ctx: &mut Context<A>,
+        delay: Duration,
+        slot: fn(&mut A) -> &mut Alarm,
+        ring: impl FnOnce(&mut A, &mut Context<A>) + 'static,
+    ) where
+        A: Actor<Context = Context<A>>,
+    {
+        self.cancel(ctx);
+        self.0 = Some(ctx.run_later(delay, move |act, ctx| {
+            slot(act).0 = None;
+            ring(act, ctx);
+        }));
+    }
+
+    /// Unsets it.
+    pub(crate) fn cancel<A>(&mut self, ctx: &mut Context<A>)
+    where
+        A: Actor<Context = Context<A>>,
+    {
+        if let Some(handle) = self.0.take() {
+            ctx.cancel_future(handle);
         }
-        if !confirmed {
-            debug!(channel = %channel.name, "subscription not confirmed; the fallback timer covers it");
-        }
-        channel.state = State::Live;
-        act.subscribed(ctx);
-    }));
+    }
+
+    /// Whether it is set and has not rung.
+    pub(crate) fn is_set(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Forgets it without cancelling: after an actor's restart, its timers
+    /// belonged to the old context and are gone.
+    pub(crate) fn forget(&mut self) {
+        self.0 = None;
+    }
 }

@@ -20,7 +20,8 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 
 use crate::client::ClientInfo;
-use crate::config::{millis, Config};
+use crate::config::Config;
+use crate::durations::millis;
 use crate::keys;
 use crate::node::Conn;
 use crate::wire;

@@ -29,7 +29,8 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::renewer::Reconnected;
-use crate::config::{backoff, Config};
+use crate::config::Config;
+use crate::durations::backoff;
 use crate::keys;
 use crate::node::{Event, PubSubSource, Sink};
 use crate::stats::Counters;

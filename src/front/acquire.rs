@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 use tracing::info_span;
 
 use super::manager::LockManager;
-use crate::actors::lock::{Cancel, Enqueue, LockActor, Request, Waiter};
+use crate::actors::lock::{Cancel, Enqueue, LockActor, Request};
 use crate::error::LockError;
 use crate::guard::{LockGuard, LockLost};
 use crate::keys::{self, Owner};
@@ -121,7 +121,7 @@ impl Handler<Acquire> for LockManager {
         let (reply, rx) = oneshot::channel();
         let id = NEXT_WAITER.fetch_add(1, Ordering::Relaxed);
         let field = keys::owner_field(&self.shared().client_id, owner);
-        let waiter = Waiter::new(Request {
+        let request = Request {
             id,
             kind: msg.kind,
             owner,
@@ -136,10 +136,10 @@ impl Handler<Acquire> for LockManager {
             on_lost: msg.on_lost,
             reply,
             span: info_span!("acquire", lock = %msg.name, kind = %msg.kind, owner = owner.id()),
-        });
+        };
         let entry = self.lock_actor(&msg.name, msg.kind.actor_kind(), ctx);
         entry.sent += 1;
-        entry.addr.do_send(Enqueue(waiter));
+        entry.addr.do_send(Enqueue(request));
         AcquireResponse::Waiting {
             rx,
             ticket: Ticket {

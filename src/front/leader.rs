@@ -166,7 +166,7 @@ impl Leader {
                 });
             }
             Ok(Err(e)) => {
-                let pause = crate::config::backoff(
+                let pause = crate::durations::backoff(
                     Duration::from_millis(50),
                     Duration::from_secs(5),
                     act.failures,

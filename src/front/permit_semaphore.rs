@@ -21,8 +21,9 @@ use crate::actors::semaphore::permits::{Granted, ReturnPermits};
 use crate::actors::semaphore::{SemaphoreActor, TakePermits};
 use crate::actors::shared::Shared;
 use crate::error::{LockError, LostReason};
+use crate::reply::{ask, Reply};
 use crate::signal::LostWatch;
-use crate::wire::{self, XsemAcquire, XsemTake};
+use crate::wire::{self, ExpirableAcquire, ExpirableTake};
 
 super::manager::handle_message! {
     /// Get a [`PermitSemaphoreHandle`] on the permit-expirable semaphore `name`
@@ -79,14 +80,14 @@ impl PermitSemaphoreHandle {
     /// How many permits are available now, after giving back every expired one.
     pub async fn available(&self) -> Result<u64, LockError> {
         let mut conn = self.shared.node.conn();
-        let call = XsemAcquire {
+        let call = ExpirableAcquire {
             name: &self.name,
             ids: &[],
             lease_ms: 1,
         };
         match wire::call(&mut conn, &call).await? {
-            XsemTake::Taken { left } => Ok(left),
-            XsemTake::Short { available, .. } => Ok(available),
+            ExpirableTake::Taken { left } => Ok(left),
+            ExpirableTake::Short { available, .. } => Ok(available),
         }
     }
 
@@ -218,14 +219,18 @@ impl PermitGuard {
     /// while held (whatever was still taken is given back all the same).
     pub async fn release(mut self) -> Result<(), LockError> {
         self.released = true;
-        self.giver.send(ReturnPermits { epoch: self.epoch }).await?
+        let epoch = self.epoch;
+        ask(&self.giver, |reply| ReturnPermits { epoch, reply }).await
     }
 }
 
 impl Drop for PermitGuard {
     fn drop(&mut self) {
         if !self.released {
-            self.giver.do_send(ReturnPermits { epoch: self.epoch });
+            self.giver.do_send(ReturnPermits {
+                epoch: self.epoch,
+                reply: Reply::nobody(),
+            });
         }
     }
 }

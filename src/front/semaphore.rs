@@ -22,6 +22,7 @@ use crate::actors::semaphore::permits::GivePermits;
 use crate::actors::semaphore::{SemaphoreActor, TakePermits};
 use crate::actors::shared::Shared;
 use crate::error::LockError;
+use crate::reply::{ask, Reply};
 use crate::wire::{self, SemDrain, SemTrySet, MAX_PERMITS};
 
 super::manager::handle_message! {
@@ -72,7 +73,8 @@ pub(super) async fn try_set(shared: &Shared, name: &str, permits: u32) -> Result
 /// local waiters too.
 pub(super) async fn add(actor: &Addr<SemaphoreActor>, permits: u32) -> Result<u64, LockError> {
     check_permits(permits, 1)?;
-    actor.send(GivePermits { permits }).await?
+    let giver = actor.clone().recipient();
+    ask(&giver, |reply| GivePermits { permits, reply }).await
 }
 
 /// Refuses an amount of permits outside 1..=[`MAX_PERMITS`] (`at_least` 0 lets
@@ -217,7 +219,7 @@ impl SemaphoreGuard {
     pub async fn release(mut self) -> Result<(), LockError> {
         let permits = std::mem::take(&mut self.permits);
         if permits > 0 {
-            self.giver.send(GivePermits { permits }).await??;
+            ask(&self.giver, |reply| GivePermits { permits, reply }).await?;
         }
         Ok(())
     }
@@ -230,8 +232,13 @@ impl SemaphoreGuard {
         } else if permits > self.permits {
             "is more than this guard holds"
         } else {
-            self.giver.send(GivePermits { permits }).await??;
+            // Counted out first: once asked, the permits go back even if this
+            // future is dropped, and the guard's drop must not give them again.
             self.permits -= permits;
+            if let Err(e) = ask(&self.giver, |reply| GivePermits { permits, reply }).await {
+                self.permits += permits;
+                return Err(e);
+            }
             return Ok(());
         };
         Err(LockError::InvalidAmount {
@@ -249,6 +256,7 @@ impl Drop for SemaphoreGuard {
             // transient failures and logs the rest.
             self.giver.do_send(GivePermits {
                 permits: self.permits,
+                reply: Reply::nobody(),
             });
         }
     }

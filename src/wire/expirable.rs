@@ -1,9 +1,9 @@
-//! The permit-expirable semaphore's scripts as typed calls (`lua/xsem_*.lua`), in
+//! The permit-expirable semaphore's scripts as typed calls (`lua/expirable_*.lua`), in
 //! Redisson's `RPermitExpirableSemaphore` layout with expiries on the Redis clock.
 //!
 //! Permits carry ids: 32 hex digits here, stored as the 16 bytes they spell, which
 //! is how Redisson stores its own, so either side can give back the other's. The
-//! watchdog renews one holder's permits per call ([`XsemRenew`], through the
+//! watchdog renews one holder's permits per call ([`ExpirableRenew`], through the
 //! renewer's table like a read-write lock's holders).
 
 use std::sync::LazyLock;
@@ -20,19 +20,19 @@ use crate::keys;
 static XSEM_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
-        include_str!("../../lua/xsem_acquire.lua")
+        include_str!("../../lua/expirable_acquire.lua")
     ))
 });
 static XSEM_RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
-        include_str!("../../lua/xsem_release.lua")
+        include_str!("../../lua/expirable_release.lua")
     ))
 });
 static XSEM_RENEW: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
-        include_str!("../../lua/xsem_renew.lua")
+        include_str!("../../lua/expirable_renew.lua")
     ))
 });
 
@@ -42,7 +42,7 @@ const NO_EXPIRY: &str = "922337203685477";
 /// Take permits of semaphore `name`, one per id, each expiring `lease_ms` after the
 /// server's clock now (reclaiming expired permits first).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct XsemAcquire<'a> {
+pub(crate) struct ExpirableAcquire<'a> {
     /// The semaphore (its key).
     pub(crate) name: &'a str,
     /// The new permits' ids (none: only reclaim and report).
@@ -53,7 +53,7 @@ pub(crate) struct XsemAcquire<'a> {
 
 /// What a take attempt of the permit-expirable semaphore found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum XsemTake {
+pub(crate) enum ExpirableTake {
     /// Taken; this many are left available.
     Taken { left: u64 },
     /// Too few available; `expires_in_ms` until the nearest permit expires, if any
@@ -64,8 +64,8 @@ pub(crate) enum XsemTake {
     },
 }
 
-impl ScriptCall for XsemAcquire<'_> {
-    type Reply = XsemTake;
+impl ScriptCall for ExpirableAcquire<'_> {
+    type Reply = ExpirableTake;
 
     fn invocation(&self) -> Invocation {
         let mut call = Invocation::new(&XSEM_ACQUIRE)
@@ -82,12 +82,12 @@ impl ScriptCall for XsemAcquire<'_> {
         call
     }
 
-    fn parse(&self, reply: Value) -> RedisResult<XsemTake> {
+    fn parse(&self, reply: Value) -> RedisResult<ExpirableTake> {
         let n: Vec<i64> = redis::from_redis_value_ref(&reply)?;
         let count = |v: i64| u64::try_from(v).unwrap_or(0);
         match n.as_slice() {
-            [1, left] => Ok(XsemTake::Taken { left: count(*left) }),
-            [0, available, wait] => Ok(XsemTake::Short {
+            [1, left] => Ok(ExpirableTake::Taken { left: count(*left) }),
+            [0, available, wait] => Ok(ExpirableTake::Short {
                 available: count(*available),
                 expires_in_ms: u64::try_from(*wait).ok(),
             }),
@@ -98,14 +98,14 @@ impl ScriptCall for XsemAcquire<'_> {
 
 /// Give back permits of semaphore `name` by id.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct XsemRelease<'a> {
+pub(crate) struct ExpirableRelease<'a> {
     /// The semaphore.
     pub(crate) name: &'a str,
     /// The permits' ids.
     pub(crate) ids: &'a [String],
 }
 
-impl ScriptCall for XsemRelease<'_> {
+impl ScriptCall for ExpirableRelease<'_> {
     /// How many were still taken (and came back).
     type Reply = usize;
 
@@ -128,7 +128,7 @@ impl ScriptCall for XsemRelease<'_> {
 
 /// Extend the expiry of one holder's permits (ids separated by `,`).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct XsemRenew<'a> {
+pub(crate) struct ExpirableRenew<'a> {
     /// The semaphore.
     pub(crate) name: &'a str,
     /// The holder's permit ids, comma-separated.
@@ -137,7 +137,7 @@ pub(crate) struct XsemRenew<'a> {
     pub(crate) lease_ms: u64,
 }
 
-impl ScriptCall for XsemRenew<'_> {
+impl ScriptCall for ExpirableRenew<'_> {
     /// Whether every permit was still taken.
     type Reply = bool;
 

@@ -101,9 +101,9 @@ mod tests {
             include_str!("../../lua/sem_try_set.lua"),
             include_str!("../../lua/latch_set.lua"),
             include_str!("../../lua/latch_count_down.lua"),
-            include_str!("../../lua/xsem_acquire.lua"),
-            include_str!("../../lua/xsem_release.lua"),
-            include_str!("../../lua/xsem_renew.lua"),
+            include_str!("../../lua/expirable_acquire.lua"),
+            include_str!("../../lua/expirable_release.lua"),
+            include_str!("../../lua/expirable_renew.lua"),
         ] {
             let sharded = sharded(code).to_lowercase();
             assert!(sharded.contains("'spublish'"));

@@ -18,7 +18,15 @@
 //! `fair`, `rw`, `by_name` (inspect and force release, for every kind), and `batch`
 //! (many exclusive ops as one script call), `synchronizer` (the semaphore's and
 //! the count-down latch's scripts), `expirable` (the permit-expirable semaphore's),
-//! and `registry` (the client registry: plain commands, not a script).
+//! `registry` (the client registry: plain commands, not a script), `lua` (the
+//! scripts' texts, in both publish forms) and `replicas` (replica confirmation).
+//!
+//! `replicas` holds the one piece of connection behaviour in this layer: the
+//! budget of `WAIT`s each connection may have out. It stays here, not in
+//! `node/`, because a `WAIT` only covers a script's write when it rides behind
+//! that script in one pipeline on the same connection, which is this layer's
+//! send; the budget is about one connection (any `ConnectionLike`), never about
+//! a deployment, so the rule above holds.
 
 mod batch;
 mod by_name;
@@ -39,7 +47,7 @@ use redis::{Cmd, RedisError, RedisResult, ServerErrorKind, Value};
 pub(crate) use batch::{batch_invocation, split_batch_reply, BatchOp};
 pub(crate) use by_name::{ForceRelease, Inspect};
 pub(crate) use exclusive::{Acquire, Release, RenewHashes, Transfer, TransferReply};
-pub(crate) use expirable::{XsemAcquire, XsemRelease, XsemRenew, XsemTake};
+pub(crate) use expirable::{ExpirableAcquire, ExpirableRelease, ExpirableRenew, ExpirableTake};
 pub(crate) use fair::{FairAcquire, FairLeave, FairRefresh, FairRelease, Place};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
 pub(crate) use registry::{read_clients, register};

@@ -55,7 +55,8 @@ use redis::{Cmd, RedisError, RedisResult, Value};
 use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 use tracing::{info, warn};
 
-use crate::config::{millis, ReplicaSync, WAIT_SLACK};
+use crate::config::{ReplicaSync, WAIT_SLACK};
+use crate::durations::millis;
 use crate::error::not_replicated;
 use redis::aio::ConnectionLike;
 

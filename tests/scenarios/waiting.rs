@@ -206,6 +206,30 @@ pub async fn dropped_waiters_never_leave_the_lock_held(t: &Target) {
     }
 }
 
+/// A release its caller gives up on after the first poll (a timeout around it,
+/// a `select!` that took another branch) still frees the lock. actix drops,
+/// unhandled, a message whose sender stopped waiting: the release was lost, the
+/// guard counted as released (so its drop sent nothing), and the watchdog kept
+/// renewing the abandoned hold for as long as the manager lived; a `--redlock`
+/// process kept one server's lock this way and never got a majority.
+pub async fn a_release_given_up_after_its_first_poll_still_frees_the_lock(t: &Target) {
+    use futures::FutureExt;
+    let holder = t.manager(|c| c).await;
+    let other = t.manager(|c| c).await;
+    let guard = hold(&holder, "abandoned:1", |a| a).await;
+    // Polled once (the release is on its way), then dropped unanswered.
+    assert!(
+        guard.release().now_or_never().is_none(),
+        "a release answers only after a round trip to Redis"
+    );
+    let next = other
+        .send(Acquire::new("abandoned:1").wait(Duration::from_secs(10)))
+        .await
+        .expect("running")
+        .expect("the abandoned release freed the lock");
+    next.release().await.expect("released");
+}
+
 /// The scenarios of this file that hold on any deployment, in the order the
 /// cluster run takes them: the one list both runs come from. `tests/waiting.rs`
 /// makes a standalone test of each (`each!(standalone!(scenarios))`), and
@@ -220,6 +244,7 @@ macro_rules! each {
             waiter_times_out_at_its_deadline,
             try_acquire_makes_one_attempt,
             dropped_waiters_never_leave_the_lock_held,
+            a_release_given_up_after_its_first_poll_still_frees_the_lock,
         }
     };
 }

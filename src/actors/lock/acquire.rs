@@ -20,9 +20,9 @@ use tracing::{debug, warn};
 use super::attempts::InFlight;
 use super::holding::Claim;
 use super::kinds::{self, Giveback};
-use super::{LockActor, Sub};
-use crate::actors::subscriber::Subscribe;
-use crate::config::millis;
+use super::LockActor;
+use crate::actors::listen::{self, Alarm};
+use crate::durations::millis;
 use crate::error::{redis_is_protocol_error, redis_is_transient, replica_shortfall, LockError};
 use crate::wire::{self, AcquireReply};
 
@@ -40,7 +40,7 @@ impl LockActor {
         if self.attempts.has_unresolved() {
             // First find out what the lost attempt did. In-flight releases of the
             // same owner would blur the count, so wait for them (they pump again).
-            if self.releases == 0 {
+            if self.releases.none() {
                 self.resolve(ctx);
             }
             self.settle(ctx);
@@ -81,14 +81,14 @@ impl LockActor {
         // A retry (the first attempt found the key a lock hash, or got an error),
         // or an earlier attempt of this actor found it one: a key that turns into
         // another type under a live lock actor then reads as busy, not WRONGTYPE.
-        let new_owner = w.new_owner && (w.tried_at.is_some() || known_lock);
+        let new_owner = w.req.new_owner && (w.tried_at.is_some() || known_lock);
         w.tried_at = Some(Instant::now());
         let attempt = InFlight {
-            waiter: w.id,
-            kind: w.kind,
-            owner: w.owner,
-            field: w.field.clone(),
-            lease: w.lease,
+            waiter: w.req.id,
+            kind: w.req.kind,
+            owner: w.req.owner,
+            field: w.req.field.clone(),
+            lease: w.req.lease,
             queue,
         };
         let call = kinds::Attempt {
@@ -115,12 +115,12 @@ impl LockActor {
             self.schedule(Some(left), ctx);
             return None;
         }
-        if self.holdings.blocks(head.owner, head.kind) {
+        if self.holdings.blocks(head.req.owner, head.req.kind) {
             let gone = self.queue.fail_try_once(|_| true, None);
             self.leave_fair_queue(gone.queued, ctx);
             return None;
         }
-        Some(head.id)
+        Some(head.req.id)
     }
 
     /// Handles the answer to an acquisition attempt.
@@ -138,21 +138,22 @@ impl LockActor {
                 match self.queue.take(attempt.waiter) {
                     Some(w) => {
                         self.turn.granted(self.queue.len());
-                        let waited = w.since.elapsed();
-                        crate::stats::record::acquired(w.kind, waited, self.metric_name());
-                        w.span
+                        let waited = w.req.since.elapsed();
+                        crate::stats::record::acquired(w.req.kind, waited, self.metric_name());
+                        w.req
+                            .span
                             .in_scope(|| debug!(token, holds, ?waited, "acquired"));
                         let claim = Claim {
-                            kind: w.kind,
-                            owner: w.owner,
-                            field: w.field.clone(),
-                            lease: w.lease,
-                            on_lost: w.on_lost,
+                            kind: w.req.kind,
+                            owner: w.req.owner,
+                            field: w.req.field.clone(),
+                            lease: w.req.lease,
+                            on_lost: w.req.on_lost,
                         };
                         let guard = self.grant(claim, token, sent, ctx);
                         // If the caller is gone the guard comes back and is dropped
                         // here, which releases it at once.
-                        let _ = w.reply.send(Ok(guard));
+                        let _ = w.req.reply.send(Ok(guard));
                     }
                     None => {
                         // The waiter gave up while its attempt was in flight. The
@@ -198,7 +199,7 @@ impl LockActor {
                 // A grant too few replicas confirmed is real on the master: give
                 // it back now rather than at the next attempt, so that nothing
                 // holds it while the caller is told it was not granted.
-                let undo_now = replica_shortfall(&e).is_some() && self.releases == 0;
+                let undo_now = replica_shortfall(&e).is_some() && self.releases.none();
                 self.attempts.failed(e);
                 self.schedule(Some(delay), ctx);
                 if undo_now {
@@ -232,7 +233,9 @@ impl LockActor {
         let fair = self.rules().per_waiter();
         if fair {
             // Only this waiter's one attempt was made; the others make their own.
-            let gone = self.queue.fail_try_once(|w| w.id == attempt.waiter, None);
+            let gone = self
+                .queue
+                .fail_try_once(|w| w.req.id == attempt.waiter, None);
             self.leave_fair_queue(gone.queued, ctx);
             if attempt.queue && self.queue.find(attempt.waiter).is_none() {
                 // It left while its attempt (which queued it) was in flight.
@@ -276,28 +279,12 @@ impl LockActor {
     /// Subscribes to a waiter's channel, then retries at once: the lock may have
     /// been released between the failed attempt and the subscription.
     pub(super) fn subscribe(&mut self, channel: String, ctx: &mut Context<Self>) {
-        self.subs.insert(channel.clone(), Sub::Pending);
         if self.rules().hears_own_unlocks() {
             self.subs.forget_own();
         }
-        let msg = Subscribe {
-            channel: channel.clone(),
-            unlocked: ctx.address().recipient(),
-            resync: ctx.address().recipient(),
-        };
-        ctx.spawn(
-            self.shared
-                .subscriber
-                .send(msg)
-                .into_actor(self)
-                .map(move |res, act, ctx| {
-                    if res.is_err() {
-                        warn!(lock = %act.name, "subscriber is gone; waiters rely on timers");
-                    }
-                    act.subs.insert(channel.clone(), Sub::Routed);
-                    act.wake_channel(&channel, ctx);
-                }),
-        );
+        self.subs.add(channel.clone());
+        let subscriber = self.shared.subscriber.clone();
+        listen::subscribe(self, &channel, &subscriber, ctx);
     }
 
     /// A message (or a confirmed subscription) on `channel`: the fair waiter whose
@@ -324,9 +311,7 @@ impl LockActor {
     /// Arms the wake timer at the sooner of `retry` from now and the nearest waiter
     /// deadline; with neither, no timer.
     pub(super) fn schedule(&mut self, retry: Option<Duration>, ctx: &mut Context<Self>) {
-        if let Some(t) = self.wake_timer.take() {
-            ctx.cancel_future(t);
-        }
+        self.wake_timer.cancel(ctx);
         let now = Instant::now();
         let at = [retry.map(|r| now + r), self.queue.nearest_deadline()]
             .into_iter()
@@ -334,8 +319,8 @@ impl LockActor {
             .min();
         if let Some(at) = at {
             let delay = at.saturating_duration_since(now);
-            self.wake_timer = Some(ctx.run_later(delay, |act, ctx| {
-                act.wake_timer = None;
+            let slot: fn(&mut Self) -> &mut Alarm = |act| &mut act.wake_timer;
+            self.wake_timer.set(ctx, delay, slot, |act, ctx| {
                 let now = Instant::now();
                 let silence = act.silence(now);
                 let cause = act.attempts.last_error().or(silence.as_ref());
@@ -350,7 +335,7 @@ impl LockActor {
                     w.try_now = true;
                 }
                 act.pump(ctx);
-            }));
+            });
         }
     }
 

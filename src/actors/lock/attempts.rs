@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Waiter;
-use crate::config::{backoff, Config};
+use crate::config::Config;
+use crate::durations::backoff;
 use crate::keys::Owner;
 use crate::kind::AcquireKind;
 
@@ -43,9 +44,9 @@ impl Unresolved {
     /// The attempt made for this waiter.
     pub(super) fn of(w: &Waiter) -> Box<Unresolved> {
         Box::new(Unresolved {
-            kind: w.kind,
-            owner: w.owner,
-            field: w.field.clone(),
+            kind: w.req.kind,
+            owner: w.req.owner,
+            field: w.req.field.clone(),
         })
     }
 }

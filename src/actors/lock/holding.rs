@@ -19,6 +19,7 @@ use actix::prelude::*;
 use tracing::{debug, warn};
 
 use super::LockActor;
+use crate::actors::listen::Alarm;
 use crate::actors::renewer::{Lapsed, Watched};
 use crate::error::LostReason;
 use crate::guard::{LockGuard, LockLost};
@@ -297,16 +298,14 @@ impl LockActor {
     /// Arms (or re-arms) the timer that declares holdings lost when their
     /// `valid_until` passes.
     pub(super) fn arm_expiry(&mut self, ctx: &mut Context<Self>) {
-        if let Some(t) = self.expiry_timer.take() {
-            ctx.cancel_future(t);
-        }
+        self.expiry_timer.cancel(ctx);
         let explicit = self.holdings.iter().filter(|h| !h.watchdog);
         let Some(first) = explicit.map(|h| h.valid_until).min() else {
             return;
         };
         let delay = first.saturating_duration_since(Instant::now());
-        self.expiry_timer = Some(ctx.run_later(delay, move |act, ctx| {
-            act.expiry_timer = None;
+        let slot: fn(&mut Self) -> &mut Alarm = |act| &mut act.expiry_timer;
+        self.expiry_timer.set(ctx, delay, slot, move |act, ctx| {
             let now = Instant::now();
             let due: Vec<(u64, LostReason)> = act
                 .holdings
@@ -319,7 +318,7 @@ impl LockActor {
             }
             act.holding_timers(ctx);
             act.pump(ctx);
-        }));
+        });
     }
 
     /// The holding is lost: tell its guards, stop its timers. The caller pumps.

@@ -38,24 +38,27 @@ use actix::prelude::*;
 use actix::WeakRecipient;
 use tracing::{debug, error, warn};
 
+use super::listen::{Alarm, Channel, Listener};
 use super::shared::Shared;
-use super::subscriber::{Resync, Unlocked, Unsubscribe};
+use super::subscriber::{Resync, Unlocked};
 use crate::error::{LockError, LostReason};
 use crate::kind::Kind;
 use crate::wire;
-use subs::{Sub, Subs};
+use subs::Subs;
 
 use attempts::{Attempts, Unresolved};
 use holding::{Holdings, LostHoldings};
 use kinds::fair::FairPlaces;
 use kinds::KindRules;
+use release::Releases;
+pub(crate) use waiters::Request;
+use waiters::Waiter;
 use waiters::WaiterQueue;
-pub(crate) use waiters::{Request, Waiter};
 
 /// Queue a waiter (sent by the manager only, which counts them for the idle handshake).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub(crate) struct Enqueue(pub(crate) Waiter);
+pub(crate) struct Enqueue(pub(crate) Request);
 
 /// The caller of this waiter went away: forget it.
 #[derive(Message, Debug)]
@@ -121,15 +124,15 @@ pub(crate) struct LockActor {
     /// the unlock messages of its own still to come.
     subs: Subs,
     /// Fallback retry / deadline timer.
-    wake_timer: Option<SpawnHandle>,
+    wake_timer: Alarm,
     /// Fires when the earliest explicit lease of a holding runs out.
-    expiry_timer: Option<SpawnHandle>,
+    expiry_timer: Alarm,
     /// Fair lock: the waiters' places in the Redis queue.
     fair: FairPlaces,
     /// Release scripts in flight.
-    releases: u32,
+    releases: Releases,
     /// Stops the actor after a quiet period.
-    idle_timer: Option<SpawnHandle>,
+    idle_timer: Alarm,
     /// Enqueue messages received, echoed to the manager in the idle handshake.
     received: u64,
     /// Set before stopping on purpose so the Supervisor restarts this actor with
@@ -158,11 +161,11 @@ impl LockActor {
             lost: LostHoldings::default(),
             attempts: Attempts::default(),
             subs: Subs::default(),
-            wake_timer: None,
-            expiry_timer: None,
+            wake_timer: Alarm::default(),
+            expiry_timer: Alarm::default(),
             fair: FairPlaces::default(),
-            releases: 0,
-            idle_timer: None,
+            releases: Releases::default(),
+            idle_timer: Alarm::default(),
             received: 0,
             restart_requested: false,
             restarted: false,
@@ -175,37 +178,28 @@ impl LockActor {
     /// on, and starts the idle countdown when nothing at all is going on.
     fn settle(&mut self, ctx: &mut Context<Self>) {
         if self.queue.is_empty() {
-            if let Some(t) = self.wake_timer.take() {
-                ctx.cancel_future(t);
-            }
-        } else if self.wake_timer.is_none() {
+            self.wake_timer.cancel(ctx);
+        } else if !self.wake_timer.is_set() {
             self.schedule(None, ctx);
         }
-        let unneeded: Vec<String> = self
-            .subs
-            .iter()
-            .filter(|(channel, sub)| **sub == Sub::Routed && !self.needs(channel))
-            .map(|(channel, _)| channel.clone())
-            .collect();
-        for channel in unneeded {
-            self.subs.remove(&channel);
-            self.shared.subscriber.do_send(Unsubscribe { channel });
+        let mut subs = std::mem::take(&mut self.subs);
+        for mut channel in subs.take_unneeded(|name| self.needs(name)) {
+            channel.unsubscribe(&self.shared.subscriber);
         }
+        self.subs = subs;
         self.fair_timers(ctx);
         let idle = self.is_idle();
-        match (idle, self.idle_timer.is_some()) {
+        match (idle, self.idle_timer.is_set()) {
             (true, false) => {
                 let after = self.shared.config.idle_timeout;
-                self.idle_timer = Some(ctx.run_later(after, |act, ctx| {
-                    act.idle_timer = None;
-                    act.on_idle(ctx);
-                }));
+                self.idle_timer.set(
+                    ctx,
+                    after,
+                    |act: &mut Self| &mut act.idle_timer,
+                    Self::on_idle,
+                );
             }
-            (false, true) => {
-                if let Some(t) = self.idle_timer.take() {
-                    ctx.cancel_future(t);
-                }
-            }
+            (false, true) => self.idle_timer.cancel(ctx),
             _ => {}
         }
     }
@@ -216,7 +210,7 @@ impl LockActor {
             && self.holdings.is_empty()
             && self.lost.is_empty()
             && self.attempts.is_quiet()
-            && self.releases == 0
+            && self.releases.none()
             && !self.fair.busy()
             && self.subs.is_empty()
     }
@@ -249,7 +243,7 @@ impl LockActor {
     fn needs(&self, channel: &str) -> bool {
         if self.rules().per_waiter() {
             self.fair_field_of(channel)
-                .is_some_and(|field| self.queue.iter().any(|w| &*w.field == field))
+                .is_some_and(|field| self.queue.iter().any(|w| &*w.req.field == field))
         } else {
             (self.holder_listens() || !self.queue.is_empty()) && channel == self.channel()
         }
@@ -257,7 +251,7 @@ impl LockActor {
 
     /// Whether `channel` is subscribed (and routed here).
     fn listening(&self, channel: &str) -> bool {
-        self.subs.get(channel) == Some(Sub::Routed)
+        self.subs.is_live(channel)
     }
 
     /// After a restart: asks Redis whether the holdings still stand, then restarts
@@ -375,7 +369,7 @@ impl Handler<IsQuiet> for LockActor {
     type Result = bool;
 
     fn handle(&mut self, _msg: IsQuiet, _ctx: &mut Context<Self>) -> bool {
-        self.attempts.is_quiet() && self.releases == 0
+        self.attempts.is_quiet() && self.releases.none()
     }
 }
 
@@ -408,10 +402,10 @@ impl Supervised for LockActor {
         }
         // Their callers got a mailbox error; a hold they may have left behind is
         // found by the next release (StillHeld with no guard) or expires unrenewed.
-        self.releases = 0;
-        self.wake_timer = None;
-        self.expiry_timer = None;
-        self.idle_timer = None;
+        self.releases = Releases::default();
+        self.wake_timer.forget();
+        self.expiry_timer.forget();
+        self.idle_timer.forget();
         // Subscribed again at the next busy answer (the route is simply replaced).
         self.subs.clear();
         self.restart_requested = false;
@@ -422,25 +416,26 @@ impl Supervised for LockActor {
 impl Handler<Enqueue> for LockActor {
     type Result = ();
 
-    fn handle(&mut self, Enqueue(waiter): Enqueue, ctx: &mut Context<Self>) {
+    fn handle(&mut self, Enqueue(request): Enqueue, ctx: &mut Context<Self>) {
+        let waiter = Waiter::new(request);
         self.received += 1;
-        if self.holdings.is_upgrade(waiter.owner, waiter.kind) {
+        if self.holdings.is_upgrade(waiter.req.owner, waiter.req.kind) {
             // It would wait for its own read holds: refused now, not queued.
             waiter.fail(LockError::UpgradeRefused);
             self.settle(ctx);
             return;
         }
-        let reentrant = self.holdings.reenters(waiter.owner, waiter.kind);
+        let reentrant = self.holdings.reenters(waiter.req.owner, waiter.req.kind);
         if waiter.deadline.is_none()
             && !waiter.try_once
-            && self.holdings.blocks(waiter.owner, waiter.kind)
+            && self.holdings.blocks(waiter.req.owner, waiter.req.kind)
         {
             // A waiter with no deadline behind a holder of this same process may be
             // waiting for itself (the same task, another owner): say so, later, if
             // it is still there then. Only such waiters get the timer: one on every
             // acquisition would stay in the actor for the whole delay (135 bytes
             // per held lock).
-            let id = waiter.id;
+            let id = waiter.req.id;
             ctx.run_later(self.shared.config.stall_warning, move |act, _| {
                 act.warn_if_stalled(id)
             });
@@ -458,17 +453,15 @@ impl LockActor {
         let Some(w) = self.queue.find(id) else {
             return;
         };
-        if let Some(h) = self
-            .holdings
-            .iter()
-            .find(|h| h.owner != w.owner && (h.kind.excludes(w.kind) || w.kind.excludes(h.kind)))
-        {
-            w.span.in_scope(|| {
+        if let Some(h) = self.holdings.iter().find(|h| {
+            h.owner != w.req.owner && (h.kind.excludes(w.req.kind) || w.req.kind.excludes(h.kind))
+        }) {
+            w.req.span.in_scope(|| {
                 warn!(
                     lock = %self.name,
-                    waited = ?w.since.elapsed(),
+                    waited = ?w.req.since.elapsed(),
                     holder = %h.owner,
-                    waiter = %w.owner,
+                    waiter = %w.req.owner,
                     "waiting, with no deadline, for a lock that another owner of this same \
                      process holds; if the same task holds it, it waits for itself forever: \
                      pass the holder's Owner to re-enter (Acquire::owner), or give the wait a \
@@ -486,7 +479,7 @@ impl Handler<Cancel> for LockActor {
         if let Some(w) = self.queue.take(msg.waiter) {
             debug!(lock = %self.name, waiter = msg.waiter, "waiter left");
             if w.queued {
-                self.leave_fair_queue(vec![w.field.clone()], ctx);
+                self.leave_fair_queue(vec![w.req.field.clone()], ctx);
             }
         }
         self.pump(ctx);
@@ -515,6 +508,18 @@ impl Handler<Unlocked> for LockActor {
         // lets the next head try at once, so after a write release every local
         // reader gets its turn, one short round trip apart.
         self.wake(ctx);
+    }
+}
+
+impl Listener for LockActor {
+    fn channel(&mut self, name: &str) -> Option<&mut Channel> {
+        self.subs.get_mut(name)
+    }
+
+    /// The lock may have been released between the refused attempt and the
+    /// subscription: the waiters of `name` try now.
+    fn subscribed(&mut self, name: &str, ctx: &mut Context<Self>) {
+        self.wake_channel(name, ctx);
     }
 }
 

@@ -4,9 +4,17 @@
 //! ([`with_latch`]), and what the answer means for the holding, the waiters and
 //! the turn. The holding itself (grant, expiry, loss) is `holding.rs`.
 //!
-//! A release is counted in `releases` while in flight: the check of an attempt
-//! whose reply was lost waits for it (the owner's hold count would be blurred),
-//! and so does a handover.
+//! A release has one name per layer it crosses, each the shape that layer
+//! needs: the guard sends [`Release`] (which hold, by epoch); this file makes it
+//! a [`Giveback`] (name, field, lease and request id, owned, so that a retry
+//! resends it), which the kind's rules turn into their script call
+//! (`wire::Release`, or the fair or read-write one); the script answers a
+//! [`ReleaseReply`] (released, still held, not held), and the caller gets a
+//! [`ReleaseOutcome`] or a `LockError`.
+//!
+//! A release is counted in [`Releases`] while in flight: the check of an
+//! attempt whose reply was lost waits for it (the owner's hold count would be
+//! blurred), and so does a handover.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -17,20 +25,47 @@ use tracing::{debug, info, warn};
 
 use super::kinds::Giveback;
 use super::LockActor;
-use crate::config::{backoff, millis, Config};
+use crate::config::Config;
+use crate::durations::{backoff, millis};
 use crate::error::{redis_is_protocol_error, redis_is_transient, LockError, LostReason};
 use crate::guard::{Release, ReleaseOutcome};
 use crate::wire::ReleaseReply;
 
-impl Handler<Release> for LockActor {
-    type Result = ResponseActFuture<Self, Result<ReleaseOutcome, LockError>>;
+/// The release scripts of a lock in flight (plain releases and handovers).
+/// While one is out, the owner's hold count in Redis is about to change, so a
+/// check of a lost attempt, a handover and the idle countdown wait for it.
+#[derive(Debug, Default)]
+pub(super) struct Releases(u32);
 
-    fn handle(&mut self, msg: Release, ctx: &mut Context<Self>) -> Self::Result {
-        if let Some(reason) = self.lost.release_one(msg.epoch) {
+impl Releases {
+    /// A release script was sent.
+    pub(super) fn start(&mut self) {
+        self.0 += 1;
+    }
+
+    /// A release script was answered (or given up).
+    pub(super) fn done(&mut self) {
+        self.0 = self.0.saturating_sub(1);
+    }
+
+    /// No release script is out.
+    pub(super) fn none(&self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl Handler<Release> for LockActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Release, ctx: &mut Context<Self>) {
+        let Release { epoch, reply } = msg;
+        if let Some(reason) = self.lost.release_one(epoch) {
             self.settle(ctx);
-            return Box::pin(fut::ready(Err(LockError::Lost(reason))));
+            reply.send(Err(LockError::Lost(reason)));
+            return;
         }
-        self.release_hold(msg.epoch)
+        let released = self.release_hold(epoch);
+        ctx.spawn(released.map(move |outcome, _, _| reply.send(outcome)));
     }
 }
 
@@ -72,7 +107,7 @@ impl LockActor {
                 return handover;
             }
         }
-        self.releases += 1;
+        self.releases.start();
         let (rules, shared) = (self.rules(), self.shared.clone());
         // Only the last hold's release may outlive its latch: see `with_latch`.
         let until = last.then_some(lease_end);
@@ -86,7 +121,7 @@ impl LockActor {
             )
         });
         Box::pin(fut.into_actor(self).map(move |(res, late), act, ctx| {
-            act.releases -= 1;
+            act.releases.done();
             let res = match res {
                 // A retry past the latch's lifetime no longer learns what an
                 // earlier attempt did. Finding the owner gone then means that

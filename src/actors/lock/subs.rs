@@ -1,27 +1,20 @@
 //! What a lock actor is subscribed to: the channels its waiters (and, while it
-//! takes turns, its holder) listen on, each pending or routed, and how many of
-//! the unlock messages still to come are its own.
+//! takes turns, its holder) listen on, each a [`Channel`] of the waiting kit
+//! (`actors/listen.rs`), and how many of the unlock messages still to come are
+//! its own.
 //!
 //! Kept apart from the actor because every lock actor carries it, held or not:
 //! its size is paid once per held lock, so it is a small Vec, not a map.
 
-/// State of one channel subscription of this lock (a channel not in [`Subs`]
-/// is not subscribed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Sub {
-    /// Asked the subscriber; no answer yet.
-    Pending,
-    /// Routed (and subscribed, or to be subscribed on reconnect).
-    Routed,
-}
+use crate::actors::listen::Channel;
 
-/// The channels this lock subscribed to, with their state: none while nobody
-/// waits, one for an exclusive or read-write lock, one per local waiter for a
-/// fair lock. A Vec, not a map: every lock actor has this field, and an empty
-/// Vec is half the size of an empty map (bytes kept by every held lock).
+/// The channels this lock subscribed to: none while nobody waits, one for an
+/// exclusive or read-write lock, one per local waiter for a fair lock. A Vec,
+/// not a map: every lock actor has this field, and an empty Vec is half the
+/// size of an empty map (bytes kept by every held lock).
 #[derive(Debug, Default)]
 pub(super) struct Subs {
-    channels: Vec<(String, Sub)>,
+    channels: Vec<Channel>,
     /// Unlock messages this actor published itself and will hear back; they carry
     /// no news (the local release already handed over), so they are skipped.
     /// Only counted while subscribed: unsubscribed, they never come back.
@@ -29,28 +22,42 @@ pub(super) struct Subs {
 }
 
 impl Subs {
-    pub(super) fn get(&self, channel: &str) -> Option<Sub> {
-        let found = self.channels.iter().find(|(c, _)| c == channel);
-        found.map(|(_, s)| *s)
+    /// The channel `name`, if this lock has it (asked for or made).
+    pub(super) fn get_mut(&mut self, name: &str) -> Option<&mut Channel> {
+        self.channels.iter_mut().find(|c| c.name() == name)
     }
 
-    pub(super) fn contains_key(&self, channel: &str) -> bool {
-        self.get(channel).is_some()
+    /// Whether the subscription to `name` is made.
+    pub(super) fn is_live(&self, name: &str) -> bool {
+        self.channels
+            .iter()
+            .any(|c| c.name() == name && c.is_live())
     }
 
-    pub(super) fn insert(&mut self, channel: String, sub: Sub) {
-        match self.channels.iter_mut().find(|(c, _)| *c == channel) {
-            Some((_, s)) => *s = sub,
-            None => self.channels.push((channel, sub)),
+    pub(super) fn contains_key(&self, name: &str) -> bool {
+        self.channels.iter().any(|c| c.name() == name)
+    }
+
+    /// Adds the channel `name`, not subscribed yet.
+    pub(super) fn add(&mut self, name: String) {
+        if !self.contains_key(&name) {
+            self.channels.push(Channel::new(name));
         }
     }
 
-    pub(super) fn remove(&mut self, channel: &str) {
-        self.channels.retain(|(c, _)| c != channel);
+    /// Takes out the live channels `needed` says are no longer needed (a
+    /// subscription still asked for is kept until its answer), for the caller to
+    /// unsubscribe.
+    pub(super) fn take_unneeded(&mut self, needed: impl Fn(&str) -> bool) -> Vec<Channel> {
+        let (gone, kept) = std::mem::take(&mut self.channels)
+            .into_iter()
+            .partition(|c| c.is_live() && !needed(c.name()));
+        self.channels = kept;
         if self.channels.is_empty() {
             // A held lock keeps no room for subscriptions it no longer has.
             self.clear();
         }
+        gone
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -61,10 +68,6 @@ impl Subs {
     pub(super) fn clear(&mut self) {
         self.channels = Vec::new();
         self.own_unlocks = 0;
-    }
-
-    pub(super) fn iter(&self) -> impl Iterator<Item = (&String, &Sub)> {
-        self.channels.iter().map(|(c, s)| (c, s))
     }
 
     /// This actor published an unlock message that it will hear back.

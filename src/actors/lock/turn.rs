@@ -230,17 +230,17 @@ impl LockActor {
             || self.turn.refused
             || !self.turn.may_hand_over()
             || !self.attempts.is_quiet()
-            || self.releases > 0
+            || !self.releases.none()
         {
             return None;
         }
         let holder = self.holdings.get(epoch)?.owner;
         let head = self.queue.front()?;
-        if head.owner == holder || head.reply.is_closed() {
+        if head.req.owner == holder || head.req.reply.is_closed() {
             return None;
         }
-        let (attempt, to) = self.start_attempt(head.id)?;
-        self.releases += 1;
+        let (attempt, to) = self.start_attempt(head.req.id)?;
+        self.releases.start();
         let (shared, config) = (self.shared.clone(), self.shared.config.clone());
         let giveback = giveback.clone();
         let count = self.turn.count_now();
@@ -274,7 +274,7 @@ impl LockActor {
             }
         };
         Some(Box::pin(fut.into_actor(self).map(move |(res, refused), act, ctx| {
-            act.releases -= 1;
+            act.releases.done();
             if let Some(e) = &refused {
                 warn!(lock = %act.name, error = %e, "cannot hand the lock over in one call; releasing instead");
                 act.turn.refused = true;

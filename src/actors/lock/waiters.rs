@@ -21,9 +21,32 @@ use crate::guard::LockGuard;
 use crate::keys::Owner;
 use crate::kind::AcquireKind;
 
-/// One pending acquisition.
+/// One pending acquisition: the request as the manager sent it, and the lock
+/// actor's bookkeeping of it.
 #[derive(Debug)]
 pub(crate) struct Waiter {
+    /// What was asked.
+    pub(crate) req: Request,
+    /// When to give up; `None` waits until acquired.
+    pub(crate) deadline: Option<Instant>,
+    /// A zero wait: answered after its first attempt, whatever it found.
+    pub(crate) try_once: bool,
+    /// When its latest attempt was sent (while that attempt is in flight, how
+    /// long Redis has been silent).
+    pub(crate) tried_at: Option<Instant>,
+    /// Fair lock: an attempt that may have queued it in Redis was sent, so it may
+    /// have a place there.
+    pub(crate) queued: bool,
+    /// Fair lock: it should try now (new, told it is at the head, or a timer or
+    /// resync asked); the other kinds let the head try whenever the actor pumps.
+    pub(crate) try_now: bool,
+}
+
+/// What the manager hands a lock actor for one acquisition (in
+/// [`Enqueue`](super::Enqueue)): the request alone. The waiter's bookkeeping is
+/// the lock actor's, made in [`Waiter::new`].
+#[derive(Debug)]
+pub(crate) struct Request {
     /// Unique within the manager; used to cancel it and to match attempt results.
     pub(crate) id: u64,
     /// What it takes (a kind the lock actor serves).
@@ -34,79 +57,37 @@ pub(crate) struct Waiter {
     /// nothing, and every attempt made for it is resolved before the next is
     /// sent, so it never holds the lock while it waits.
     pub(crate) new_owner: bool,
-    /// The hash field it will hold: `<client id>:<owner>`, with `:write` after it for
-    /// a writer; computed once.
+    /// The hash field it will hold: `<client id>:<owner>`, with `:write` after it
+    /// for a writer; computed once.
     pub(crate) field: Arc<str>,
     /// The explicit lease, or `None` for watchdog mode.
     pub(crate) lease: Option<Duration>,
-    /// When to give up; `None` waits until acquired.
-    pub(crate) deadline: Option<Instant>,
-    /// A zero wait: answered after its first attempt, whatever it found.
-    pub(crate) try_once: bool,
+    /// How long to wait: `None` until acquired, zero for one attempt.
+    pub(crate) wait: Option<Duration>,
     /// When the request arrived, for the reported wait time.
     pub(crate) since: Instant,
-    /// When its latest attempt was sent (while that attempt is in flight, how
-    /// long Redis has been silent).
-    pub(crate) tried_at: Option<Instant>,
     /// Who else to tell if the lock is lost while held.
     pub(crate) on_lost: Option<actix::Recipient<crate::guard::LockLost>>,
     /// Where the outcome goes.
     pub(crate) reply: oneshot::Sender<Result<LockGuard, LockError>>,
     /// The acquisition's tracing span.
     pub(crate) span: Span,
-    /// Fair lock: an attempt that may have queued it in Redis was sent, so it may
-    /// have a place there.
-    pub(crate) queued: bool,
-    /// Fair lock: it should try now (new, told it is at the head, or a timer or
-    /// resync asked); the other kinds let the head try whenever the actor pumps.
-    pub(crate) try_now: bool,
-}
-
-/// What the manager hands a lock actor for one acquisition: the request alone.
-/// The waiter's bookkeeping (when it last tried, its fair-queue state) is the
-/// lock actor's, made in [`Waiter::new`].
-#[derive(Debug)]
-pub(crate) struct Request {
-    pub(crate) id: u64,
-    pub(crate) kind: AcquireKind,
-    pub(crate) owner: Owner,
-    /// No owner was given: this one was made for the acquisition.
-    pub(crate) new_owner: bool,
-    /// `<client id>:<owner>`, with `:write` after it for a writer.
-    pub(crate) field: Arc<str>,
-    pub(crate) lease: Option<Duration>,
-    /// How long to wait: `None` until acquired, zero for one attempt.
-    pub(crate) wait: Option<Duration>,
-    /// When the request arrived.
-    pub(crate) since: Instant,
-    pub(crate) on_lost: Option<actix::Recipient<crate::guard::LockLost>>,
-    pub(crate) reply: oneshot::Sender<Result<LockGuard, LockError>>,
-    pub(crate) span: Span,
 }
 
 impl Waiter {
     /// The waiter of a request, not tried yet.
-    pub(crate) fn new(r: Request) -> Waiter {
+    pub(crate) fn new(req: Request) -> Waiter {
         Waiter {
-            id: r.id,
-            kind: r.kind,
-            owner: r.owner,
-            new_owner: r.new_owner,
-            field: r.field,
-            lease: r.lease,
             // A zero wait is answered by its one attempt, not by a timer (which
             // would fire before the attempt returns). A wait too long to
             // represent is the same as no deadline.
-            deadline: r
+            deadline: req
                 .wait
                 .filter(|w| !w.is_zero())
-                .and_then(|w| r.since.checked_add(w)),
-            try_once: r.wait.is_some_and(|w| w.is_zero()),
-            since: r.since,
+                .and_then(|w| req.since.checked_add(w)),
+            try_once: req.wait.is_some_and(|w| w.is_zero()),
+            req,
             tried_at: None,
-            on_lost: r.on_lost,
-            reply: r.reply,
-            span: r.span,
             queued: false,
             try_now: true,
         }
@@ -115,14 +96,15 @@ impl Waiter {
     /// Answers with an error (a closed channel means nobody listens any more, which
     /// is fine: there is nothing to undo for a failure).
     pub(crate) fn fail(self, err: LockError) {
-        crate::stats::record::failed(self.kind, &err);
-        let _ = self.reply.send(Err(err));
+        crate::stats::record::failed(self.req.kind, &err);
+        let _ = self.req.reply.send(Err(err));
     }
 
     /// Answers "timed out" with the time waited.
     pub(crate) fn time_out(self) {
-        let waited = self.since.elapsed();
-        self.span
+        let waited = self.req.since.elapsed();
+        self.req
+            .span
             .in_scope(|| tracing::debug!(?waited, "gave up waiting"));
         self.fail(LockError::Timeout { waited });
     }
@@ -142,7 +124,7 @@ impl Gone {
     fn add(&mut self, w: &Waiter) {
         self.count += 1;
         if w.queued {
-            self.queued.push(w.field.clone());
+            self.queued.push(w.req.field.clone());
         }
     }
 }
@@ -183,12 +165,12 @@ impl WaiterQueue {
 
     /// The waiter with this id, if it is still queued.
     pub(crate) fn find(&self, id: u64) -> Option<&Waiter> {
-        self.items.iter().find(|w| w.id == id)
+        self.items.iter().find(|w| w.req.id == id)
     }
 
     /// Removes and returns the waiter with this id, if it is still queued.
     pub(crate) fn take(&mut self, id: u64) -> Option<Waiter> {
-        let at = self.items.iter().position(|w| w.id == id)?;
+        let at = self.items.iter().position(|w| w.req.id == id)?;
         let w = self.items.remove(at);
         if self.items.is_empty() {
             // A held lock keeps no room for waiters it no longer has.
@@ -214,14 +196,14 @@ impl WaiterQueue {
 
     /// The waiter with this id, if it is still queued, to change its flags.
     pub(crate) fn find_mut(&mut self, id: u64) -> Option<&mut Waiter> {
-        self.items.iter_mut().find(|w| w.id == id)
+        self.items.iter_mut().find(|w| w.req.id == id)
     }
 
     /// Drops waiters whose caller stopped listening.
     pub(crate) fn remove_gone(&mut self) -> Gone {
         let mut gone = Gone::default();
         self.items.retain(|w| {
-            let closed = w.reply.is_closed();
+            let closed = w.req.reply.is_closed();
             if closed {
                 gone.add(w);
             }

@@ -39,12 +39,12 @@ use table::{Due, HashHolding, SLOTS};
 pub(crate) use table::{Lapsed, RenewTable, Renewal, Watched};
 
 use super::registry::Registration;
-use crate::config::millis;
 use crate::config::Config;
+use crate::durations::millis;
 use crate::error::{redis_is_transient, LostReason};
 use crate::node::{Group, Node};
 use crate::stats::{record, Counters};
-use crate::wire::{self, RenewHashes, RwRenew, XsemRenew};
+use crate::wire::{self, ExpirableRenew, RenewHashes, RwRenew};
 
 /// One renewal call in flight: the holdings it renews and, once answered,
 /// whether each is still held.
@@ -175,7 +175,7 @@ impl Renewer {
             let mut conn = self.node.conn();
             all.push(id);
             calls.push(Box::pin(async move {
-                let call = XsemRenew {
+                let call = ExpirableRenew {
                     name: &name,
                     ids: &ids,
                     lease_ms,

@@ -40,7 +40,7 @@ pub(crate) enum Renewal {
         /// Whether it is the write side.
         write: bool,
     },
-    /// `lua/xsem_renew.lua`, one holder per call: the permits one guard holds of
+    /// `lua/expirable_renew.lua`, one holder per call: the permits one guard holds of
     /// a permit-expirable semaphore (the `field` is their ids, comma-separated).
     Permits,
 }
@@ -286,6 +286,6 @@ pub(super) struct Due {
     pub(super) rw: Vec<(u64, bool, Arc<str>, Arc<str>)>,
     /// Holdings whose lease ran out unrenewed.
     pub(super) lapsed: Vec<(u64, WeakRecipient<Lapsed>)>,
-    /// Permit-expirable semaphore holders: one `xsem_renew.lua` call each.
+    /// Permit-expirable semaphore holders: one `expirable_renew.lua` call each.
     pub(super) permits: Vec<HashHolding>,
 }

@@ -34,13 +34,13 @@ use actix::prelude::*;
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
-use crate::actors::listen::{self, Channel, Listener};
+use crate::actors::listen::{self, Alarm, Channel, Listener};
 use crate::actors::shared::{until_first, Shared};
 use crate::actors::subscriber::{Resync, Unlocked};
-use crate::config::{backoff, millis};
+use crate::durations::{backoff, millis};
 use crate::error::{redis_is_transient, LockError};
 use crate::keys;
-use crate::wire::{self, SemAcquire, SemTake, XsemAcquire, XsemTake};
+use crate::wire::{self, ExpirableAcquire, ExpirableTake, SemAcquire, SemTake};
 
 /// What one attempt found, for either kind of semaphore.
 #[derive(Debug, Clone, Copy)]
@@ -112,9 +112,9 @@ pub(crate) struct SemaphoreActor {
     /// A wake arrived while the attempt was in flight: ask again at once.
     again: bool,
     /// The fallback / deadline timer.
-    timer: Option<SpawnHandle>,
+    timer: Alarm,
     /// Unsubscribes once nobody waited for `Config::idle_timeout`.
-    idle: Option<SpawnHandle>,
+    idle: Alarm,
     /// Transient failures in a row, for the backoff.
     failures: u32,
 }
@@ -130,8 +130,8 @@ impl SemaphoreActor {
             waiters: VecDeque::new(),
             trying: false,
             again: false,
-            timer: None,
-            idle: None,
+            timer: Alarm::default(),
+            idle: Alarm::default(),
             failures: 0,
         }
     }
@@ -167,15 +167,16 @@ impl SemaphoreActor {
             self.went_idle(ctx);
             return;
         };
-        if let Some(idle) = self.idle.take() {
-            ctx.cancel_future(idle);
-        }
+        self.idle.cancel(ctx);
         // A waiter that will wait subscribes before it asks: a release between a
         // refused attempt and the subscription would otherwise go unheard.
         if !head.once && !self.channel.is_live() {
             if self.channel.is_off() {
-                let subscriber = self.shared.subscriber.clone();
-                listen::subscribe(self, &subscriber, ctx);
+                let (subscriber, name) = (
+                    self.shared.subscriber.clone(),
+                    self.channel.name().to_owned(),
+                );
+                listen::subscribe(self, &name, &subscriber, ctx);
             }
             return;
         }
@@ -194,14 +195,14 @@ impl SemaphoreActor {
         let expirable = self.expirable;
         let attempt = async move {
             let res = if expirable {
-                let call = XsemAcquire {
+                let call = ExpirableAcquire {
                     name: &name,
                     ids: &ids,
                     lease_ms,
                 };
                 wire::call(&mut conn, &call).await.map(|t| match t {
-                    XsemTake::Taken { left } => Attempt::Taken { left },
-                    XsemTake::Short { expires_in_ms, .. } => Attempt::Short {
+                    ExpirableTake::Taken { left } => Attempt::Taken { left },
+                    ExpirableTake::Short { expires_in_ms, .. } => Attempt::Short {
                         retry_in: expires_in_ms.map(Duration::from_millis),
                     },
                 })
@@ -317,31 +318,29 @@ impl SemaphoreActor {
 
     /// Wakes `pump` after `delay`, or at the earliest waiter deadline if sooner.
     fn arm(&mut self, ctx: &mut Context<Self>, delay: Duration) {
-        if let Some(old) = self.timer.take() {
-            ctx.cancel_future(old);
-        }
         let delay = until_first(delay, self.waiters.iter().filter_map(|w| w.deadline));
-        self.timer = Some(ctx.run_later(delay, |act, ctx| {
-            act.timer = None;
-            act.pump(ctx);
-        }));
+        self.timer
+            .set(ctx, delay, |act: &mut Self| &mut act.timer, Self::pump);
     }
 
     /// Nobody waits: keep the subscription for a while (waiters come in bursts),
     /// then drop it.
     fn went_idle(&mut self, ctx: &mut Context<Self>) {
-        if let Some(timer) = self.timer.take() {
-            ctx.cancel_future(timer);
-        }
-        if !self.channel.is_live() || self.idle.is_some() {
+        self.timer.cancel(ctx);
+        if !self.channel.is_live() || self.idle.is_set() {
             return;
         }
-        self.idle = Some(ctx.run_later(self.shared.config.idle_timeout, |act, _| {
-            act.idle = None;
-            if act.waiters.is_empty() && act.channel.is_live() {
-                act.unsubscribe();
-            }
-        }));
+        let after = self.shared.config.idle_timeout;
+        self.idle.set(
+            ctx,
+            after,
+            |act: &mut Self| &mut act.idle,
+            |act, _| {
+                if act.waiters.is_empty() && act.channel.is_live() {
+                    act.unsubscribe();
+                }
+            },
+        );
     }
 
     fn unsubscribe(&mut self) {
@@ -401,12 +400,12 @@ impl Handler<Unlocked> for SemaphoreActor {
 }
 
 impl Listener for SemaphoreActor {
-    fn channel(&mut self) -> &mut Channel {
-        &mut self.channel
+    fn channel(&mut self, _name: &str) -> Option<&mut Channel> {
+        Some(&mut self.channel)
     }
 
     /// `pump` runs again: the head may ask Redis now.
-    fn subscribed(&mut self, ctx: &mut Context<Self>) {
+    fn subscribed(&mut self, _name: &str, ctx: &mut Context<Self>) {
         self.pump(ctx);
     }
 }

@@ -8,7 +8,7 @@
 //! here, counted from when the take was sent (so it errs early), tells the guard
 //! `LeaseExpired`. A permit taken without one gets the watchdog lease and is
 //! renewed by the manager's renewer like a watchdog lock (`Renewal::Permits`, one
-//! `xsem_renew.lua` call per holding), so the permits of a process that dies come
+//! `expirable_renew.lua` call per holding), so the permits of a process that dies come
 //! back within one lease; when a renewal finds a permit expired or gone (reclaimed
 //! by another client after a pause, deleted by an operator) or cannot reach Redis
 //! before the lease runs out, the renewer sends `Lapsed` and the guard's `lost()`
@@ -25,10 +25,11 @@ use tracing::warn;
 use super::SemaphoreActor;
 use crate::actors::renewer::{Lapsed, Renewal, Watched};
 use crate::actors::shared::Shared;
-use crate::config::backoff;
+use crate::durations::backoff;
 use crate::error::{redis_is_transient, LockError, LostReason};
+use crate::reply::Reply;
 use crate::signal::{LostSignal, LostWatch};
-use crate::wire::{self, SemAdded, SemRelease, XsemRelease};
+use crate::wire::{self, ExpirableRelease, SemAdded, SemRelease};
 
 /// Holding epochs of permits, from the top half of the range: the renewal table
 /// is keyed by epoch, and lock holdings count up from 1, so the two never meet.
@@ -71,11 +72,13 @@ pub(super) fn new_ids(n: u32) -> Vec<String> {
 
 /// Give permits back (a guard's release, or `SemaphoreHandle::release`); answers
 /// the permits available after it.
-#[derive(Message, Debug, Clone, Copy)]
-#[rtype(result = "Result<u64, LockError>")]
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
 pub(crate) struct GivePermits {
     /// How many, at least 1.
     pub(crate) permits: u32,
+    /// Where the permits now available go (sent with `do_send`: see `reply.rs`).
+    pub(crate) reply: Reply<Result<u64, LockError>>,
 }
 
 impl SemaphoreActor {
@@ -131,22 +134,24 @@ async fn give_back(shared: Arc<Shared>, name: Arc<str>, permits: u32) -> Result<
 }
 
 impl Handler<GivePermits> for SemaphoreActor {
-    type Result = ResponseFuture<Result<u64, LockError>>;
+    type Result = ();
 
-    fn handle(&mut self, msg: GivePermits, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: GivePermits, ctx: &mut Context<Self>) {
         let (shared, name) = (self.shared.clone(), self.name.clone());
         let me = ctx.address();
-        Box::pin(async move {
-            let res = give_back(shared, name.clone(), msg.permits).await;
+        let GivePermits { permits, reply } = msg;
+        let given = async move {
+            let res = give_back(shared, name.clone(), permits).await;
             if let Err(e) = &res {
                 // A guard dropped without awaiting its release learns nothing:
                 // say it here.
-                warn!(semaphore = %name, permits = msg.permits, error = %e, "giving back permits failed");
+                warn!(semaphore = %name, permits, error = %e, "giving back permits failed");
             }
             // Local waiters need not wait for the message to come back round.
             me.do_send(Wake);
-            res
-        })
+            reply.send(res);
+        };
+        ctx.spawn(given.into_actor(self));
     }
 }
 
@@ -164,11 +169,13 @@ impl Handler<Wake> for SemaphoreActor {
 }
 
 /// Give back one guard's permits (its release, or its drop).
-#[derive(Message, Debug, Clone, Copy)]
-#[rtype(result = "Result<(), LockError>")]
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
 pub(crate) struct ReturnPermits {
     /// The holding.
     pub(crate) epoch: u64,
+    /// Where the outcome goes (sent with `do_send`: see `reply.rs`).
+    pub(crate) reply: Reply<Result<(), LockError>>,
 }
 
 impl SemaphoreActor {
@@ -271,7 +278,7 @@ async fn return_ids(
     loop {
         match wire::call(
             &mut conn,
-            &XsemRelease {
+            &ExpirableRelease {
                 name: &name,
                 ids: &ids,
             },
@@ -294,27 +301,27 @@ async fn return_ids(
 }
 
 impl Handler<ReturnPermits> for SemaphoreActor {
-    type Result = ResponseActFuture<Self, Result<(), LockError>>;
+    type Result = ();
 
-    fn handle(&mut self, msg: ReturnPermits, ctx: &mut Context<Self>) -> Self::Result {
-        let lost = self
-            .holdings
-            .map
-            .get(&msg.epoch)
-            .and_then(|h| h.watch.lost());
-        let Some(ids) = self.forget(msg.epoch, ctx) else {
-            return Box::pin(fut::ready(Err(LockError::NotHeld)));
+    fn handle(&mut self, msg: ReturnPermits, ctx: &mut Context<Self>) {
+        let ReturnPermits { epoch, reply } = msg;
+        let lost = self.holdings.map.get(&epoch).and_then(|h| h.watch.lost());
+        let Some(ids) = self.forget(epoch, ctx) else {
+            reply.send(Err(LockError::NotHeld));
+            return;
         };
         let expected = ids.len();
         let fut = return_ids(self.shared.clone(), self.name.clone(), ids);
-        Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
+        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
             act.pump(ctx);
-            match (res?, lost) {
+            let outcome = match (res, lost) {
+                (Err(e), _) => Err(e),
                 (_, Some(reason)) => Err(LockError::Lost(reason)),
-                (back, None) if back < expected => Err(LockError::Lost(LostReason::OwnerGone)),
+                (Ok(back), None) if back < expected => Err(LockError::Lost(LostReason::OwnerGone)),
                 _ => Ok(()),
-            }
-        }))
+            };
+            reply.send(outcome);
+        }));
     }
 }
 

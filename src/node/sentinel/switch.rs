@@ -26,7 +26,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use super::Follower;
-use crate::config::backoff;
+use crate::durations::backoff;
 
 /// The channel every Sentinel announces a finished failover on.
 const CHANNEL: &str = "+switch-master";

@@ -26,7 +26,7 @@ use super::{Attempt, Giveback, KindRules};
 use crate::actors::lock::LockActor;
 use crate::actors::renewer::Renewal;
 use crate::actors::shared::Shared;
-use crate::config::millis;
+use crate::durations::millis;
 use crate::keys;
 use crate::kind::AcquireKind;
 use crate::wire::{self, AcquireReply, FairLeave, FairRefresh, Place, ReleaseReply};
@@ -132,14 +132,14 @@ impl LockActor {
         let holdings = &self.holdings;
         let gone = self
             .queue
-            .fail_try_once(|w| holdings.blocks(w.owner, w.kind), None);
+            .fail_try_once(|w| holdings.blocks(w.req.owner, w.req.kind), None);
         self.leave_fair_queue(gone.queued, ctx);
         for w in self.queue.iter_mut() {
-            if w.queued && self.holdings.blocks(w.owner, w.kind) {
+            if w.queued && self.holdings.blocks(w.req.owner, w.req.kind) {
                 w.try_now = false;
             }
         }
-        self.queue.first(|w| w.try_now).map(|w| w.id)
+        self.queue.first(|w| w.try_now).map(|w| w.req.id)
     }
 
     /// The owner field a fair waiter's channel names, if it is one of this lock's.
@@ -152,7 +152,7 @@ impl LockActor {
     /// The waiters with this owner field try at the next pump.
     pub(crate) fn fair_mark_due(&mut self, field: &str) {
         for w in self.queue.iter_mut() {
-            if &*w.field == field {
+            if &*w.req.field == field {
                 w.try_now = true;
             }
         }
@@ -185,8 +185,8 @@ impl LockActor {
         }
         let mut fields: Vec<Arc<str>> = Vec::new();
         for w in self.queue.iter().filter(|w| w.queued) {
-            if !fields.contains(&w.field) {
-                fields.push(w.field.clone());
+            if !fields.contains(&w.req.field) {
+                fields.push(w.req.field.clone());
             }
         }
         if fields.is_empty() {
@@ -211,7 +211,7 @@ impl LockActor {
             match places {
                 Ok(places) => {
                     for (field, place) in fields.iter().zip(places) {
-                        for w in act.queue.iter_mut().filter(|w| w.field == *field) {
+                        for w in act.queue.iter_mut().filter(|w| w.req.field == *field) {
                             match place {
                                 // Its place lapsed (a refresh came too late): it
                                 // takes a new one at the back, being alive.
@@ -242,7 +242,7 @@ impl LockActor {
     pub(crate) fn leave_fair_queue(&mut self, fields: Vec<Arc<str>>, ctx: &mut Context<Self>) {
         let mut leaving: Vec<Arc<str>> = Vec::new();
         for field in fields {
-            if !leaving.contains(&field) && !self.queue.iter().any(|w| w.field == field) {
+            if !leaving.contains(&field) && !self.queue.iter().any(|w| w.req.field == field) {
                 leaving.push(field);
             }
         }

@@ -11,7 +11,7 @@ use redis::RedisResult;
 use super::{Attempt, Giveback, KindRules};
 use crate::actors::renewer::Renewal;
 use crate::actors::shared::Shared;
-use crate::config::millis;
+use crate::durations::millis;
 use crate::keys;
 use crate::kind::AcquireKind;
 use crate::wire::{self, AcquireReply, ReleaseReply};

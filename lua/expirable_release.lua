@@ -1,4 +1,4 @@
--- xsem_release.lua: give back permits of a permit-expirable semaphore by id.
+-- expirable_release.lua: give back permits of a permit-expirable semaphore by id.
 --
 -- KEYS[1]  the semaphore key
 -- KEYS[2]  its permits, {<name>}:timeout

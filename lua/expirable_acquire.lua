@@ -1,4 +1,4 @@
--- xsem_acquire.lua: take permits of a permit-expirable semaphore, each with an id
+-- expirable_acquire.lua: take permits of a permit-expirable semaphore, each with an id
 -- and an expiry on the Redis clock; first give back every permit whose expiry has
 -- passed.
 --

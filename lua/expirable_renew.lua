@@ -1,4 +1,4 @@
--- xsem_renew.lua: extend the expiry of one holder's permits of a permit-expirable
+-- expirable_renew.lua: extend the expiry of one holder's permits of a permit-expirable
 -- semaphore (the watchdog), on the Redis clock.
 --
 -- KEYS[1]  the semaphore key
