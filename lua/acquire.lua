@@ -10,11 +10,14 @@
 --          was made for this acquisition) and an earlier attempt found the key a
 --          lock hash: a busy lock is then not asked whether it is the caller's,
 --          which makes a refusal two commands instead of three; else "0" or absent
---          (a re-entry is possible, and HEXISTS also refuses a key of another type)
+--          (a re-entry is possible, and HEXISTS also refuses a key of another type);
+--          "2" for a non-reentrant lock: a caller that holds it already is refused
+--          (Redisson's non-reentrant lock refuses it too, as an error)
 --
 -- Returns {1, token, holds} when the caller now holds the lock (token is the new
 -- fencing token, holds the caller's hold count), or {0, pttl} when another owner
--- holds it (pttl as PTTL reports it: -1 means the key has no expiry).
+-- holds it (pttl as PTTL reports it: -1 means the key has no expiry), or {-2} when
+-- the caller holds it and ARGV[4] is "2" (nothing changed).
 --
 -- A script is not a transaction: a write made before an error stays. So every
 -- argument, and the caller's right to run each command that follows the first
@@ -33,8 +36,8 @@ end
 if keep == nil or #keep > 15 or not string.find(keep, '^[1-9]%d*$') then
   return redis.error_reply('ERR lockwarden: token lifetime must be a whole number of milliseconds >= 1')
 end
-if ARGV[4] ~= nil and ARGV[4] ~= '0' and ARGV[4] ~= '1' then
-  return redis.error_reply('ERR lockwarden: new-owner flag must be 0 or 1')
+if ARGV[4] ~= nil and ARGV[4] ~= '0' and ARGV[4] ~= '1' and ARGV[4] ~= '2' then
+  return redis.error_reply('ERR lockwarden: new-owner flag must be 0, 1 or 2')
 end
 
 -- ACL: a command the ACL denies inside a script fails the script where it
@@ -71,6 +74,9 @@ if exists == 1 and ARGV[4] ~= '1' then
   mine = redis.pcall('hexists', KEYS[1], ARGV[2])
   if type(mine) == 'table' then
     return refused(mine, 'HEXISTS on the lock', 'hexists', KEYS[1], ARGV[2])
+  end
+  if mine == 1 and ARGV[4] == '2' then
+    return {-2}
   end
 end
 

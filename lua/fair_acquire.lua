@@ -12,11 +12,15 @@
 -- ARGV[3]  how long a place in the queue is kept without a refresh, whole ms >= 1
 -- ARGV[4]  '1' to queue the caller when it cannot take the lock, '0' to only try
 -- ARGV[5]  lifetime of the token counter in whole milliseconds, >= 1
+-- ARGV[6]  '1' for a non-reentrant lock: a caller that holds it already is
+--          refused; '0' or absent, it re-enters
 --
 -- Returns {1, token, holds} when the caller now holds the lock, or {0, wait, head}
 -- when it does not: wait is how long until that may change at the latest (the
 -- lock's PTTL while it is held, else the time left on the head waiter's place; -1
--- for no bound), head is the owner field at the head of the queue ('' if none).
+-- for no bound), head is the owner field at the head of the queue ('' if none);
+-- {-2} when the caller holds it and ARGV[6] is '1' (nothing changed but the
+-- lapsed waiters dropped).
 --
 -- Time is the Redis server's (TIME), never a client's. Waiters whose deadline has
 -- passed are first dropped from the head of the queue; if that leaves a free lock
@@ -48,6 +52,9 @@ if ARGV[4] ~= '0' and ARGV[4] ~= '1' then
 end
 if ARGV[5] == nil or #ARGV[5] > 15 or not string.find(ARGV[5], '^[1-9]%d*$') then
   return redis.error_reply('ERR lockwarden: token lifetime must be a whole number of milliseconds >= 1')
+end
+if ARGV[6] ~= nil and ARGV[6] ~= '0' and ARGV[6] ~= '1' then
+  return redis.error_reply('ERR lockwarden: non-reentrant flag must be 0 or 1')
 end
 local type_error = fair_type_error()
 if type_error then
@@ -105,8 +112,12 @@ end)
 
 local free = run('EXISTS on the lock', 'exists', KEYS[1]) == 0
 local head = run('LINDEX on the queue', 'lindex', KEYS[2], 0)
-if (free and (not head or head == ARGV[2]))
-    or run('HEXISTS on the lock', 'hexists', KEYS[1], ARGV[2]) == 1 then
+-- A held lock is the caller's own: a re-entry (refused for a non-reentrant lock).
+local mine = not free and run('HEXISTS on the lock', 'hexists', KEYS[1], ARGV[2]) == 1
+if mine and ARGV[6] == '1' then
+  return {-2}
+end
+if (free and (not head or head == ARGV[2])) or mine then
   need(grant_needs(free))
   if free then
     -- The taker leaves the queue (it is its head, or the queue is empty).

@@ -51,6 +51,10 @@ pub struct Config {
     pub(crate) idle_timeout: Duration,
     /// Longest a waiter goes without asking Redis again when no unlock message comes.
     pub(crate) max_retry_interval: Duration,
+    /// Spin lock: the delay before a waiter's second attempt.
+    pub(crate) spin_first: Duration,
+    /// Spin lock: the longest delay between a waiter's attempts.
+    pub(crate) spin_longest: Duration,
     /// First delay before reconnecting or retrying after a connection error.
     pub(crate) reconnect_min: Duration,
     /// Longest delay between reconnection or retry attempts.
@@ -123,6 +127,8 @@ impl Config {
             start_wait: Duration::ZERO,
             idle_timeout: Duration::from_secs(10),
             max_retry_interval: Duration::from_secs(5),
+            spin_first: Duration::from_millis(1),
+            spin_longest: Duration::from_millis(128),
             reconnect_min: Duration::from_millis(50),
             reconnect_max: Duration::from_secs(2),
             latch_ttl: Duration::from_secs(10),
@@ -230,6 +236,19 @@ impl Config {
     /// holder's TTL runs out, whichever is sooner. Defaults to 5 seconds.
     pub fn max_retry_interval(mut self, interval: Duration) -> Config {
         self.max_retry_interval = interval;
+        self
+    }
+
+    /// Spin lock ([`Acquire::spin`](crate::Acquire::spin)): the first and longest
+    /// delay between a waiter's attempts while the lock is busy. The delay doubles
+    /// from the first up to the longest, less up to a quarter of random jitter, and
+    /// starts again from the first after each grant; a waiter never waits past the
+    /// moment the holder's lease ends. Pass the same value twice for a constant
+    /// delay (Redisson's `ConstantBackOff` is 64 ms). Defaults to 1 millisecond and
+    /// 128 milliseconds (Redisson's `ExponentialBackOff`).
+    pub fn spin_backoff(mut self, first: Duration, longest: Duration) -> Config {
+        self.spin_first = first;
+        self.spin_longest = longest;
         self
     }
 
@@ -428,10 +447,17 @@ impl Config {
             ("retry interval", self.max_retry_interval),
             ("first reconnect delay", self.reconnect_min),
             ("latch lifetime", self.latch_ttl),
+            ("first spin delay", self.spin_first),
         ] {
             if d < Duration::from_millis(1) {
                 return bad(format!("{what} {d:?} is under 1 ms"));
             }
+        }
+        if self.spin_longest < self.spin_first {
+            return bad(format!(
+                "longest spin delay {:?} is shorter than the first {:?}",
+                self.spin_longest, self.spin_first
+            ));
         }
         if self.token_ttl < Duration::from_secs(1) {
             return bad(format!(

@@ -122,6 +122,24 @@ pub enum LockError {
     /// to end, so it is refused at once. Release the read holds first. Nothing
     /// changed.
     UpgradeRefused,
+    /// The owner asked again for a lock it holds, and the acquisition was made
+    /// non-reentrant ([`Acquire::non_reentrant`](crate::Acquire::non_reentrant)),
+    /// as Redisson's non-reentrant locks refuse with `IllegalMonitorStateException`.
+    /// Waiting would wait for itself, so it is refused at once. Nothing changed.
+    ReentryRefused,
+    /// The request combines options that do not go together (a non-reentrant read
+    /// or write lock, say); nothing was sent to Redis.
+    InvalidRequest(&'static str),
+    /// A [`FencedWrite`](crate::FencedWrite) carried a fencing token below the
+    /// newest one its data key has accepted: a later holder of the lock wrote
+    /// since, so this holder's lock was lost (its lease ran out while it was
+    /// paused or cut off). Nothing was written.
+    StaleToken {
+        /// The token the write carried.
+        token: u64,
+        /// The newest token the key has accepted.
+        newest: u64,
+    },
     /// Fewer replicas than [`Config::sync_replicas`](crate::Config::sync_replicas)
     /// asks for confirmed the grant within its timeout, so a failover could lose
     /// it: it was undone (the lock hash is gone again; its fencing token is not
@@ -310,6 +328,14 @@ impl fmt::Display for LockError {
             LockError::Stopped => f.write_str("the lock manager is not running"),
             LockError::UpgradeRefused => f.write_str(
                 "write lock refused: this owner holds read holds of it (an upgrade would deadlock)",
+            ),
+            LockError::ReentryRefused => f.write_str(
+                "lock refused: this owner already holds it, and a non-reentrant lock is never taken twice by one owner (it would wait for itself); nothing was changed",
+            ),
+            LockError::InvalidRequest(why) => write!(f, "request refused: {why}; nothing was sent to Redis"),
+            LockError::StaleToken { token, newest } => write!(
+                f,
+                "write refused: fencing token {token} is below {newest}, the newest this key has accepted; a later holder of the lock wrote since, so this one's lock was lost (its lease ran out); nothing was written"
             ),
             LockError::NotReplicated { acked, wanted } => write!(
                 f,

@@ -158,6 +158,18 @@ impl LockGuard {
 
     /// The fencing token of this acquisition: larger than that of every earlier
     /// acquisition of this lock, by any client.
+    ///
+    /// Every lockwarden lock is a fenced lock: what Redisson's `RFencedLock` gives
+    /// from `lockAndGetToken` and `tryLockAndGetToken` is this number, on every
+    /// kind of lock, from the same counter (`redisson_lock_token:{<name>}`, whose
+    /// value is what Redisson's `getToken()` reads). A resource protected by the
+    /// lock should refuse a write whose token is below the newest it has seen;
+    /// docs/faults.md says how the tokens stay increasing across restarts and
+    /// failovers.
+    #[doc(alias = "RFencedLock")]
+    #[doc(alias = "lockAndGetToken")]
+    #[doc(alias = "tryLockAndGetToken")]
+    #[doc(alias = "fenced lock")]
     pub fn fencing_token(&self) -> u64 {
         self.token
     }

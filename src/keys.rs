@@ -117,6 +117,13 @@ pub(crate) fn token(name: &str) -> String {
     prefixed(TOKEN_PREFIX, name)
 }
 
+/// The fence of a data key written with [`FencedWrite`](crate::FencedWrite): the
+/// newest fencing token that key has accepted, in the key's slot
+/// (`lockwarden_fence:{<key>}`; lockwarden's own, Redisson has no such key).
+pub(crate) fn fence(data_key: &str) -> String {
+    prefixed("lockwarden_fence", data_key)
+}
+
 /// The latch that remembers the outcome of the release with this request id.
 pub(crate) fn latch(name: &str, request_id: &str) -> String {
     format!("{}:{request_id}", prefixed(LATCH_PREFIX, name))
@@ -186,6 +193,13 @@ fn hashed_part(key: &str) -> &str {
         }
     }
     key
+}
+
+/// Whether two keys share a hash tag (or are equal without one), so that they live
+/// in one cluster slot whatever the cluster. Keys in one slot by chance of CRC16
+/// answer `false`: a script may only count on what a tag guarantees.
+pub(crate) fn same_slot(a: &str, b: &str) -> bool {
+    hashed_part(a) == hashed_part(b)
 }
 
 /// Checks a lock name: not empty, at most `max_len` bytes, and such that every key

@@ -30,16 +30,23 @@ pub enum AcquireKind {
     Read,
     /// The write side of the read-write lock: one owner, no readers but its own.
     Write,
+    /// The spin lock (Redisson `getSpinLock`): the exclusive lock's Redis layout,
+    /// but waiters never subscribe to a channel; they ask again after a growing
+    /// delay ([`Config::spin_backoff`](crate::Config::spin_backoff)). For
+    /// deployments that refuse SUBSCRIBE, or so many locks that a channel each
+    /// would be too many.
+    Spin,
 }
 
 impl AcquireKind {
-    /// A short name: `exclusive`, `fair`, `read` or `write`.
+    /// A short name: `exclusive`, `fair`, `read`, `write` or `spin`.
     pub fn as_str(self) -> &'static str {
         match self {
             AcquireKind::Exclusive => "exclusive",
             AcquireKind::Fair => "fair",
             AcquireKind::Read => "read",
             AcquireKind::Write => "write",
+            AcquireKind::Spin => "spin",
         }
     }
 
@@ -49,6 +56,7 @@ impl AcquireKind {
             AcquireKind::Exclusive => Kind::Exclusive,
             AcquireKind::Fair => Kind::Fair,
             AcquireKind::Read | AcquireKind::Write => Kind::ReadWrite,
+            AcquireKind::Spin => Kind::Spin,
         }
     }
 
@@ -75,6 +83,8 @@ pub(crate) enum Kind {
     Fair,
     /// Serves [`AcquireKind::Read`] and [`AcquireKind::Write`] of one name.
     ReadWrite,
+    /// Serves [`AcquireKind::Spin`]: waiters poll with a backoff, never listen.
+    Spin,
 }
 
 /// The setters that pick a kind, shared by the messages that carry one
@@ -103,6 +113,12 @@ macro_rules! impl_kind_setters {
             pub fn write(self) -> $ty {
                 self.kind($crate::AcquireKind::Write)
             }
+
+            #[doc = concat!($what, " the spin lock of this name (Redisson's spin lock): the same Redis key as the exclusive lock, so the two exclude each other, but a waiter asks again after a growing delay ([`Config::spin_backoff`](crate::Config::spin_backoff)) instead of subscribing to the unlock channel.")]
+            #[doc(alias = "getSpinLock")]
+            pub fn spin(self) -> $ty {
+                self.kind($crate::AcquireKind::Spin)
+            }
         }
     };
 }
@@ -122,6 +138,8 @@ mod tests {
             (Write, Write),
             (Exclusive, Exclusive),
             (Fair, Fair),
+            (Spin, Spin),
+            (Spin, Exclusive),
         ] {
             assert!(held.excludes(wanted), "{held} vs {wanted}");
         }

@@ -25,14 +25,24 @@
 //! ```
 //!
 //! # Kinds of lock
-//! Redisson's three, in its Redis layout, so that Java services share them:
-//! - the exclusive reentrant lock (the default);
+//! Redisson's, in its Redis layout, so that Java services share them:
+//! - the exclusive reentrant lock (the default; Redisson's `getLock`);
 //! - the fair lock, [`Acquire::fair`]: granted in the order waiters first queued,
 //!   across processes; a waiter whose process died is skipped within
 //!   [`Config::fair_waiter_lease`];
 //! - the read-write lock, [`Acquire::read`] / [`Acquire::write`]: many readers or
 //!   one writer; the writer may also read (a downgrade), a reader asking for the
-//!   write lock gets [`LockError::UpgradeRefused`] at once.
+//!   write lock gets [`LockError::UpgradeRefused`] at once;
+//! - the spin lock, [`Acquire::spin`]: the exclusive lock's key, with waiters that
+//!   ask again after a growing delay ([`Config::spin_backoff`]) instead of
+//!   subscribing, for a Redis that refuses SUBSCRIBE or very many locks waited on;
+//! - the non-reentrant lock and non-reentrant fair lock,
+//!   [`Acquire::non_reentrant`]: an owner that holds the lock and asks again gets
+//!   [`LockError::ReentryRefused`] at once, never a wait on itself;
+//! - the fenced lock (Redisson's `RFencedLock`): every kind is one here, every
+//!   guard carries its token ([`LockGuard::fencing_token`]); and, beyond it, the
+//!   resource's side: [`FencedWrite`] runs a write on a key in Redis only if the
+//!   token is not below the newest that key has accepted.
 //!
 //! Guards and handles carry their [`AcquireKind`]; [`Inspect`] reports what a lock's
 //! hash shows ([`LockKind`], with a read-write lock's mode) and a fair lock's queue.
@@ -109,6 +119,7 @@ pub use config::{Config, MAX_LEASE};
 pub use error::{LockError, LostReason, NameError};
 pub use front::acquire::{Acquire, AcquireResponse};
 pub use front::admin::{check_lease, check_lock_name, Admin, LockSummary};
+pub use front::fenced::FencedWrite;
 pub use front::handle::{Handle, LockHandle};
 pub use front::inspect::{ForceUnlock, Inspect};
 pub use front::latch::{Latch, LatchHandle};

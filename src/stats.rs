@@ -96,6 +96,7 @@ pub(crate) mod record {
                 AcquireKind::Fair => metrics::$mac!($name, "kind" => "fair" $(, $k => $v)*),
                 AcquireKind::Read => metrics::$mac!($name, "kind" => "read" $(, $k => $v)*),
                 AcquireKind::Write => metrics::$mac!($name, "kind" => "write" $(, $k => $v)*),
+                AcquireKind::Spin => metrics::$mac!($name, "kind" => "spin" $(, $k => $v)*),
             }
         };
     }
@@ -126,7 +127,7 @@ pub(crate) mod record {
                     counter!("lockwarden_acquisitions_total", "outcome" => "timeout")
                 )
             }
-            LockError::UpgradeRefused => {
+            LockError::UpgradeRefused | LockError::ReentryRefused => {
                 by_kind!(
                     kind,
                     counter!("lockwarden_acquisitions_total", "outcome" => "refused")

@@ -43,7 +43,7 @@ async fn scripts_refuse_bad_arguments_before_writing() {
         .arg("")
         .invoke(&mut conn);
     assert!(res.is_err(), "acquire with an empty owner must fail");
-    for fresh in ["2", "yes", ""] {
+    for fresh in ["3", "yes", ""] {
         let res: redis::RedisResult<redis::Value> = acquire
             .key("raw")
             .key("redisson_lock_token:{raw}")

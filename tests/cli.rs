@@ -359,10 +359,11 @@ async fn a_wait_timeout_exits_75_and_names_the_holder() {
     assert!(!ran.exists(), "the command ran without the lock");
 }
 
-/// `--read`, `--write` and `--fair` take the library's kinds of lock: a `run --read`
-/// shares a read lock the library holds, a `run --write` waits for it (and times
-/// out with 75), and `status` shows a fair lock's queue with the time left on each
-/// waiter's place.
+/// `--read`, `--write`, `--fair` and `--spin` take the library's kinds of lock: a
+/// `run --read` shares a read lock the library holds, a `run --write` waits for it
+/// (and times out with 75), `status` shows a fair lock's queue with the time left
+/// on each waiter's place, and a `run --spin` is kept out by the library's
+/// exclusive lock of the same name (the same key) and runs once it is released.
 #[actix_rt::test]
 async fn kind_flags_take_read_write_and_fair_locks() {
     let server = RedisServer::start();
@@ -442,6 +443,22 @@ async fn kind_flags_take_read_write_and_fair_locks() {
         .expect("runs")
         .expect("served next");
     next.release().await.expect("released");
+
+    let plain = manager
+        .send(Acquire::new("batch"))
+        .await
+        .expect("runs")
+        .expect("exclusive lock");
+    let spin = ["run", "batch", "--spin", "--wait", "300ms", "--", "true"];
+    let out = run(&server, &spin).await;
+    assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
+    plain.release().await.expect("released");
+    let out = run(
+        &server,
+        &["run", "batch", "--spin", "--wait", "5s", "--", "true"],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
 /// Bad input (empty or unusable name, malformed duration, zero lease, missing
@@ -477,6 +494,7 @@ async fn bad_input_exits_2_and_changes_nothing() {
         vec!["run", "", "--", "true"],
         vec!["hold", "a{b"],
         vec!["run", "a", "--wait", "10x", "--", "true"],
+        vec!["run", "a", "--spin", "--fair", "--", "true"],
         vec!["hold", "a", "--for", "5"],
         vec!["hold", "a", "--lease", "0s"],
         vec!["unlock", "held"],

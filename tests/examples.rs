@@ -2,7 +2,8 @@
 //! quickstart's holds really alternate between the two managers with growing
 //! fencing tokens, and the failover demo stamps "A is told its lock is lost" with
 //! the time A learned it (while Redis was frozen), not the time Redis resumed;
-//! the metrics example finds what it expects in its own `/metrics` scrape.
+//! the metrics example finds what it expects in its own `/metrics` scrape; the
+//! fenced example's stale writes are refused in Redis and in PostgreSQL.
 //!
 //! `cargo test` builds the examples but does not say where; a filtered run
 //! (`cargo test --test examples`) does not build them at all. So the test asks cargo
@@ -44,6 +45,8 @@ fn example(name: &str) -> PathBuf {
                 "leader",
                 "--example",
                 "metrics",
+                "--example",
+                "fenced",
             ])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .output()
@@ -173,4 +176,30 @@ fn metrics_example_scrapes_its_own_endpoint() {
         text.contains("lockwarden_acquisitions_total{kind=\"exclusive\",outcome=\"acquired\"} 61"),
         "{text}"
     );
+}
+
+/// The fenced example tells the paused-holder story against Redis and, when a
+/// PostgreSQL answers (`DATABASE_URL`, else the local one), against a row with a
+/// token column: A's stale write is refused both times and the data is B's.
+#[test]
+fn fenced_example_refuses_the_stale_writes() {
+    let server = RedisServer::start();
+    let out = run("fenced", Some(&server.url()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("SET balance 90 with token"), "{text}");
+    assert!(
+        text.contains("refused (write refused: fencing token"),
+        "{text}"
+    );
+    assert!(
+        text.contains("0 rows (refused)") || text.contains("the SQL half is skipped"),
+        "{text}"
+    );
+    assert!(text.contains("every stale write was refused"), "{text}");
 }

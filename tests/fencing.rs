@@ -161,3 +161,22 @@ async fn distinct_names_leave_no_permanent_keys() {
     .await;
     assert!(empty, "keys left behind: {:?}", support::data_keys(&server));
 }
+
+/// The token counter is Redisson's fenced lock's (`RFencedLock`): the key
+/// `redisson_lock_token:{<name>}`, whose value is the last token handed out (what
+/// Redisson's `getToken()` reads). A Redisson client that takes a token with
+/// INCR between two lockwarden grants gets one above the first, and the next
+/// lockwarden grant is above it: one sequence for both.
+#[actix_rt::test]
+async fn tokens_are_redissons_fenced_lock_counter() {
+    let server = RedisServer::start();
+    let m = manager(&server, |c| c).await;
+    let first = grants(&m, "fenced", 1).await[0];
+    let counter: u64 = raw(&server, &["GET", "redisson_lock_token:{fenced}"]);
+    assert_eq!(counter, first, "the counter holds the last token");
+    // Redisson's fenced lock takes its token with INCR on the same key.
+    let java: u64 = raw(&server, &["INCR", "redisson_lock_token:{fenced}"]);
+    assert!(java > first);
+    let next = grants(&m, "fenced", 1).await[0];
+    assert!(next > java, "{next} after Redisson's {java}");
+}

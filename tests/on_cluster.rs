@@ -1,6 +1,6 @@
 //! The behaviour tests on a Redis Cluster: the scenarios of `exclusion.rs`,
-//! `reentrancy.rs`, `waiting.rs`, `watchdog.rs`, `fair.rs`, `rwlock.rs` and
-//! `bad_input.rs` (kept once, in `tests/scenarios/`, written against
+//! `reentrancy.rs`, `waiting.rs`, `watchdog.rs`, `fair.rs`, `rwlock.rs`,
+//! `spin.rs`, `non_reentrant.rs`, `fenced.rs` and `bad_input.rs` (kept once, in `tests/scenarios/`, written against
 //! `support::Target`) run here in turn on one three-master cluster, since a
 //! cluster takes seconds to form. Each file's `each!` lists its scenarios once, for
 //! its standalone tests and for this run; each scenario's doc is on its body. The
@@ -19,10 +19,16 @@ mod bad_input;
 mod exclusion;
 #[path = "scenarios/fair.rs"]
 mod fair;
+#[path = "scenarios/fenced.rs"]
+mod fenced;
+#[path = "scenarios/non_reentrant.rs"]
+mod non_reentrant;
 #[path = "scenarios/reentrancy.rs"]
 mod reentrancy;
 #[path = "scenarios/rwlock.rs"]
 mod rwlock;
+#[path = "scenarios/spin.rs"]
+mod spin;
 #[path = "scenarios/waiting.rs"]
 mod waiting;
 #[path = "scenarios/watchdog.rs"]
@@ -75,5 +81,8 @@ async fn behaviour_scenarios_on_a_three_master_cluster() {
     watchdog::each!(run!(&t, began, watchdog));
     fair::each!(run!(&t, began, fair));
     rwlock::each!(run!(&t, began, rwlock));
+    spin::each!(run!(&t, began, spin));
+    non_reentrant::each!(run!(&t, began, non_reentrant));
+    fenced::each!(run!(&t, began, fenced));
     eprintln!("all scenarios passed in {:?}", began.elapsed());
 }

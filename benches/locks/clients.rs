@@ -22,6 +22,9 @@ pub enum Impl {
     Lockwarden,
     /// lockwarden's own Lua scripts over one multiplexed connection, no actors.
     Raw,
+    /// lockwarden's spin lock (`Acquire::spin`): waiters poll with the default
+    /// backoff (1 ms doubling to 128 ms) instead of listening.
+    LockwardenSpin,
     /// rslock 0.10 with its default retry (3 tries, random 0-200 ms apart).
     Rslock,
     /// rslock 0.10 with the retry delay tuned down to 10 ms.
@@ -38,9 +41,10 @@ pub enum Impl {
 
 impl Impl {
     /// Every implementation, in the order of the tables.
-    pub const ALL: [Impl; 5] = [
+    pub const ALL: [Impl; 6] = [
         Impl::Lockwarden,
         Impl::Raw,
+        Impl::LockwardenSpin,
         Impl::Rslock,
         Impl::RslockTuned,
         Impl::Naive,
@@ -55,6 +59,7 @@ impl Impl {
         match self {
             Impl::Lockwarden => "lockwarden",
             Impl::Raw => "raw-evalsha",
+            Impl::LockwardenSpin => "lockwarden-spin",
             Impl::Rslock => "rslock",
             Impl::RslockTuned => "rslock-10ms",
             Impl::Naive => "naive",
@@ -88,7 +93,11 @@ impl Impl {
         ];
         match self {
             // lockwarden and raw only ever send scripts (SET appears inside them).
-            Impl::Lockwarden | Impl::Raw | Impl::RedLock | Impl::LockwardenCluster => SCRIPTED,
+            Impl::Lockwarden
+            | Impl::Raw
+            | Impl::LockwardenSpin
+            | Impl::RedLock
+            | Impl::LockwardenCluster => SCRIPTED,
             Impl::Rslock | Impl::RslockTuned | Impl::Naive => PLAIN,
         }
     }
@@ -99,6 +108,8 @@ impl Impl {
 pub enum Client {
     /// A lockwarden manager.
     Lockwarden(Addr<LockManager>),
+    /// A lockwarden manager whose acquisitions take the spin lock.
+    LockwardenSpin(Addr<LockManager>),
     /// The scripts straight over a connection.
     Raw(Raw),
     /// An rslock manager (either retry setting).
@@ -130,6 +141,10 @@ impl Client {
     /// list several servers, comma-separated, for the RedLock clients.
     pub async fn connect(which: Impl, url: &str, contended: Option<&str>) -> Client {
         match which {
+            Impl::LockwardenSpin => {
+                let config = Config::from_url(url).expect("redis url");
+                Client::LockwardenSpin(LockManager::start(config).await.expect("lockwarden start"))
+            }
             Impl::Lockwarden => {
                 let mut config = Config::from_url(url).expect("redis url");
                 // LOCKWARDEN_BENCH_BATCHING="max_ops,in_flight" tries other coalescing
@@ -181,6 +196,13 @@ impl Client {
                     .expect("lockwarden manager mailbox")
                     .expect("lockwarden acquire"),
             ),
+            Client::LockwardenSpin(manager) => Held::Lockwarden(
+                manager
+                    .send(Acquire::new(key).spin())
+                    .await
+                    .expect("lockwarden manager mailbox")
+                    .expect("lockwarden spin acquire"),
+            ),
             Client::Raw(raw) => Held::Raw(raw.acquire(key).await),
             Client::Rslock(manager) => {
                 Held::Rslock(manager.acquire(key, LEASE).await.expect("rslock acquire"))
@@ -198,7 +220,7 @@ impl Client {
     /// Releases a lock this client acquired and waits for the answer.
     pub async fn release(&self, held: Held) {
         match (self, held) {
-            (Client::Lockwarden(_), Held::Lockwarden(guard)) => {
+            (Client::Lockwarden(_) | Client::LockwardenSpin(_), Held::Lockwarden(guard)) => {
                 guard.release().await.expect("lockwarden release");
             }
             (Client::Raw(raw), Held::Raw(held)) => raw.release(held).await,

@@ -55,6 +55,8 @@ pub struct Acquire {
     owner: Option<Owner>,
     /// Who to tell if the lock is lost while held.
     on_lost: Option<Recipient<LockLost>>,
+    /// `false`: refuse a second acquisition by an owner that holds it.
+    reentrant: bool,
 }
 
 impl Acquire {
@@ -67,6 +69,7 @@ impl Acquire {
             lease: None,
             owner: None,
             on_lost: None,
+            reentrant: true,
         }
     }
 
@@ -92,6 +95,21 @@ impl Acquire {
         self
     }
 
+    /// Take it as a non-reentrant lock (Redisson's `getNonReentrantLock`, and
+    /// with [`fair`](Acquire::fair) its `getNonReentrantFairLock`): if this
+    /// acquisition's owner already holds the lock, it is refused at once with
+    /// [`LockError::ReentryRefused`] instead of taking a second hold, so a task can
+    /// never wait for itself or count holds it did not mean to. Same Redis layout
+    /// as the reentrant lock, so the two (and Redisson's) exclude each other. For
+    /// the exclusive, fair and spin locks; a read or write acquisition is refused
+    /// with [`LockError::InvalidRequest`]. Defaults to reentrant.
+    #[doc(alias = "getNonReentrantLock")]
+    #[doc(alias = "getNonReentrantFairLock")]
+    pub fn non_reentrant(mut self) -> Acquire {
+        self.reentrant = false;
+        self
+    }
+
     /// Also send [`LockLost`] to this actor if the lock is lost while held (the
     /// guard's [`lost`](LockGuard::lost) resolves either way). Defaults to nobody.
     pub fn on_lost(mut self, recipient: Recipient<LockLost>) -> Acquire {
@@ -108,12 +126,18 @@ impl Message for Acquire {
 
 static NEXT_WAITER: AtomicU64 = AtomicU64::new(1);
 
+/// Why a non-reentrant read or write acquisition is refused.
+pub(super) const RW_ALWAYS_REENTRANT: &str = "the read-write lock is always reentrant (Redisson has no non-reentrant one); non_reentrant() is for the exclusive, fair and spin locks";
+
 impl Handler<Acquire> for LockManager {
     type Result = AcquireResponse;
 
     fn handle(&mut self, msg: Acquire, ctx: &mut Context<Self>) -> AcquireResponse {
         if let Err(e) = self.check_name(&msg.name).and(self.check_lease(msg.lease)) {
             return AcquireResponse::Ready(Err(e));
+        }
+        if !msg.reentrant && matches!(msg.kind, AcquireKind::Read | AcquireKind::Write) {
+            return AcquireResponse::Ready(Err(LockError::InvalidRequest(RW_ALWAYS_REENTRANT)));
         }
         let new_owner = msg.owner.is_none();
         let owner = msg.owner.unwrap_or_default();
@@ -126,6 +150,7 @@ impl Handler<Acquire> for LockManager {
             kind: msg.kind,
             owner,
             new_owner,
+            reentrant: msg.reentrant,
             field: Arc::from(match msg.kind {
                 AcquireKind::Write => keys::write_field(&field),
                 _ => field,

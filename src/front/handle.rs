@@ -29,6 +29,8 @@ pub struct Handle {
     name: String,
     /// What the handle's acquisitions take.
     kind: AcquireKind,
+    /// `false`: every acquisition is non-reentrant.
+    reentrant: bool,
 }
 
 impl Handle {
@@ -37,7 +39,19 @@ impl Handle {
         Handle {
             name: name.into(),
             kind: AcquireKind::Exclusive,
+            reentrant: true,
         }
+    }
+
+    /// A handle whose acquisitions are non-reentrant
+    /// ([`Acquire::non_reentrant`]): Redisson's `getNonReentrantLock`, and with
+    /// [`fair`](Handle::fair) its `getNonReentrantFairLock`. A read or write
+    /// handle is refused with [`LockError::InvalidRequest`]. Defaults to reentrant.
+    #[doc(alias = "getNonReentrantLock")]
+    #[doc(alias = "getNonReentrantFairLock")]
+    pub fn non_reentrant(mut self) -> Handle {
+        self.reentrant = false;
+        self
     }
 }
 
@@ -48,10 +62,16 @@ impl Handler<Handle> for LockManager {
 
     fn handle(&mut self, msg: Handle, ctx: &mut Context<Self>) -> Self::Result {
         self.check_name(&msg.name)?;
+        if !msg.reentrant && matches!(msg.kind, AcquireKind::Read | AcquireKind::Write) {
+            return Err(LockError::InvalidRequest(
+                super::acquire::RW_ALWAYS_REENTRANT,
+            ));
+        }
         Ok(LockHandle {
             manager: ctx.address(),
             name: Arc::from(msg.name),
             kind: msg.kind,
+            reentrant: msg.reentrant,
         })
     }
 }
@@ -70,6 +90,8 @@ pub struct LockHandle {
     name: Arc<str>,
     /// What its acquisitions take.
     kind: AcquireKind,
+    /// `false`: its acquisitions are non-reentrant.
+    reentrant: bool,
 }
 
 impl LockHandle {
@@ -98,12 +120,18 @@ impl LockHandle {
     }
 
     /// Acquires with options: `handle.acquire_with(|a| a.wait(d).lease(l).owner(o))`
-    /// (the handle's kind is set first).
+    /// (the handle's kind, and non-reentrancy if it has it, are set first).
     pub async fn acquire_with(
         &self,
         options: impl FnOnce(Acquire) -> Acquire,
     ) -> Result<LockGuard, LockError> {
-        let msg = options(Acquire::new(&*self.name).kind(self.kind));
+        let first = Acquire::new(&*self.name).kind(self.kind);
+        let first = if self.reentrant {
+            first
+        } else {
+            first.non_reentrant()
+        };
+        let msg = options(first);
         self.manager.send(msg).await?
     }
 

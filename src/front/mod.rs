@@ -10,6 +10,8 @@
 //!   address;
 //! - `inspect`: [`Inspect`](inspect::Inspect) and
 //!   [`ForceUnlock`](inspect::ForceUnlock);
+//! - `fenced`: [`FencedWrite`](fenced::FencedWrite), a write on a data key in
+//!   Redis that a stale fencing token cannot make;
 //! - `multi`: [`MultiLock`](multi::MultiLock), all of several locks as one;
 //! - `redlock`: [`RedLock`](redlock::RedLock), one lock on a majority of independent
 //!   servers (one manager each);
@@ -31,6 +33,7 @@
 
 pub(crate) mod acquire;
 pub(crate) mod admin;
+pub(crate) mod fenced;
 pub(crate) mod handle;
 pub(crate) mod inspect;
 pub(crate) mod latch;

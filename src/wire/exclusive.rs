@@ -41,6 +41,9 @@ pub(crate) struct Acquire<'a> {
     /// asked whether it is a re-entry (one command less per refusal, the common
     /// answer under contention).
     pub(crate) new_owner: bool,
+    /// `false`: refuse (not grant) a re-entry by an owner that holds the lock
+    /// (a non-reentrant lock). Moot for a new owner, which cannot hold it.
+    pub(crate) reentrant: bool,
 }
 
 impl ScriptCall for Acquire<'_> {
@@ -54,7 +57,11 @@ impl ScriptCall for Acquire<'_> {
             .arg(self.lease_ms)
             .arg(self.field)
             .arg(self.token_ttl_ms)
-            .arg(flag(self.new_owner));
+            .arg(match (self.new_owner, self.reentrant) {
+                (true, _) => "1",
+                (false, true) => "0",
+                (false, false) => "2",
+            });
         call.batch = Some(BatchOp::Acquire);
         call
     }

@@ -79,6 +79,8 @@ pub(crate) struct FairAcquire<'a> {
     pub(crate) queue: bool,
     /// How long the fencing token counter lives after this grant, in ms.
     pub(crate) token_ttl_ms: u64,
+    /// `false`: refuse (not grant) a re-entry by an owner that holds the lock.
+    pub(crate) reentrant: bool,
 }
 
 impl ScriptCall for FairAcquire<'_> {
@@ -94,6 +96,7 @@ impl ScriptCall for FairAcquire<'_> {
             .arg(self.place_ms)
             .arg(flag(self.queue))
             .arg(self.token_ttl_ms)
+            .arg(flag(!self.reentrant))
     }
 
     fn parse(&self, reply: Value) -> RedisResult<AcquireReply> {

@@ -18,6 +18,7 @@
 //! `fair`, `rw`, `by_name` (inspect and force release, for every kind), and `batch`
 //! (many exclusive ops as one script call), `synchronizer` (the semaphore's and
 //! the count-down latch's scripts), `expirable` (the permit-expirable semaphore's),
+//! `fenced` (a write on a data key, refused for a stale fencing token),
 //! `registry` (the client registry: plain commands, not a script), `lua` (the
 //! scripts' texts, in both publish forms) and `replicas` (replica confirmation).
 //!
@@ -33,6 +34,7 @@ mod by_name;
 mod exclusive;
 mod expirable;
 mod fair;
+mod fenced;
 mod lua;
 mod registry;
 mod replicas;
@@ -49,6 +51,7 @@ pub(crate) use by_name::{ForceRelease, Inspect};
 pub(crate) use exclusive::{Acquire, Release, RenewHashes, Transfer, TransferReply};
 pub(crate) use expirable::{ExpirableAcquire, ExpirableRelease, ExpirableRenew, ExpirableTake};
 pub(crate) use fair::{FairAcquire, FairLeave, FairRefresh, FairRelease, Place};
+pub(crate) use fenced::{FencedReply, FencedWrite};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
 pub(crate) use registry::{read_clients, register};
 pub(crate) use replicas::{confirm_with, judge, Confirm, Confirmation, Confirmed, Need};
@@ -228,6 +231,8 @@ pub(crate) enum AcquireReply {
     },
     /// The caller holds read holds and asked for the write lock: refused.
     UpgradeRefused,
+    /// The caller holds the lock and asked again without re-entry: refused.
+    ReentryRefused,
 }
 
 /// What a release did (the answer of every release script).
@@ -284,6 +289,7 @@ fn acquire_reply(reply: Value) -> RedisResult<AcquireReply> {
             })
         }
         [Int(-1)] => Ok(AcquireReply::UpgradeRefused),
+        [Int(-2)] => Ok(AcquireReply::ReentryRefused),
         _ => Err(unexpected("acquire script returned an unknown shape")),
     }
 }

@@ -99,6 +99,7 @@ impl LockActor {
             queue,
             token_ttl_ms: millis(self.shared.config.token_ttl),
             new_owner,
+            reentrant: w.req.reentrant,
         };
         self.attempts.sent(attempt.waiter);
         Some((attempt, call))
@@ -135,6 +136,7 @@ impl LockActor {
         match res {
             Ok(AcquireReply::Acquired { token, holds }) => {
                 self.attempts.redis_answered(true);
+                self.attempts.granted();
                 match self.queue.take(attempt.waiter) {
                     Some(w) => {
                         self.turn.granted(self.queue.len());
@@ -172,10 +174,17 @@ impl LockActor {
                 }
                 self.pump(ctx);
             }
-            Ok(AcquireReply::UpgradeRefused) => {
+            Ok(refused @ (AcquireReply::UpgradeRefused | AcquireReply::ReentryRefused)) => {
                 self.attempts.redis_answered(false);
                 if let Some(w) = self.queue.take(attempt.waiter) {
-                    w.fail(LockError::UpgradeRefused);
+                    if w.queued {
+                        // A fair waiter refused a re-entry leaves its place.
+                        self.leave_fair_queue(vec![w.req.field.clone()], ctx);
+                    }
+                    w.fail(match refused {
+                        AcquireReply::UpgradeRefused => LockError::UpgradeRefused,
+                        _ => LockError::ReentryRefused,
+                    });
                 }
                 self.pump(ctx);
             }
@@ -257,6 +266,13 @@ impl LockActor {
         }
         if woken && !fair {
             self.pump(ctx);
+            return;
+        }
+        if !self.rules().listens() {
+            // Spin lock: ask again after the backoff, or when the holder's lease
+            // says the lock frees by itself, whichever is sooner.
+            let spin = self.attempts.next_spin(&self.shared.config);
+            self.schedule(Some(ttl.map_or(spin, |t| t.min(spin))), ctx);
             return;
         }
         let channel = self.rules().waiter_channel(&self.name, &attempt.field);

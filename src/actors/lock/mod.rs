@@ -426,6 +426,13 @@ impl Handler<Enqueue> for LockActor {
             return;
         }
         let reentrant = self.holdings.reenters(waiter.req.owner, waiter.req.kind);
+        if reentrant && !waiter.req.reentrant {
+            // A non-reentrant lock its owner holds: refused now, not queued (a
+            // hold taken meanwhile is refused by the acquire script instead).
+            waiter.fail(LockError::ReentryRefused);
+            self.settle(ctx);
+            return;
+        }
         if waiter.deadline.is_none()
             && !waiter.try_once
             && self.holdings.blocks(waiter.req.owner, waiter.req.kind)

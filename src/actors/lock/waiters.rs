@@ -57,6 +57,9 @@ pub(crate) struct Request {
     /// nothing, and every attempt made for it is resolved before the next is
     /// sent, so it never holds the lock while it waits.
     pub(crate) new_owner: bool,
+    /// `false` for a non-reentrant acquisition: refused if its owner holds the
+    /// lock already.
+    pub(crate) reentrant: bool,
     /// The hash field it will hold: `<client id>:<owner>`, with `:write` after it
     /// for a writer; computed once.
     pub(crate) field: Arc<str>,

@@ -272,8 +272,14 @@ pub struct AcquireOpts {
     pub watchdog_lease: Duration,
 
     /// Use a fair lock: granted in the order waiters queued, across all clients.
-    #[arg(long, conflicts_with_all = ["read", "write"])]
+    #[arg(long, conflicts_with_all = ["read", "write", "spin"])]
     pub fair: bool,
+
+    /// Use a spin lock: the exclusive lock, but waiting by asking again after a
+    /// growing delay (1 ms doubling to 128 ms) instead of listening for the unlock
+    /// message; for a Redis that refuses SUBSCRIBE.
+    #[arg(long, conflicts_with_all = ["read", "write"])]
+    pub spin: bool,
 
     /// Take a read hold of a read-write lock: shared with other readers.
     #[arg(long, conflicts_with = "write")]
@@ -288,10 +294,11 @@ impl AcquireOpts {
     /// The kind of acquisition the flags ask for (exclusive without any).
     pub fn kind(&self) -> lockwarden::AcquireKind {
         use lockwarden::AcquireKind;
-        match (self.fair, self.read, self.write) {
-            (true, _, _) => AcquireKind::Fair,
-            (_, true, _) => AcquireKind::Read,
-            (_, _, true) => AcquireKind::Write,
+        match (self.fair, self.read, self.write, self.spin) {
+            (true, _, _, _) => AcquireKind::Fair,
+            (_, true, _, _) => AcquireKind::Read,
+            (_, _, true, _) => AcquireKind::Write,
+            (_, _, _, true) => AcquireKind::Spin,
             _ => AcquireKind::Exclusive,
         }
     }
@@ -319,7 +326,7 @@ pub struct RunArgs {
     /// Take the lock on a majority of independent servers, one per --redis (at
     /// least 3), as the RedLock algorithm does; a server that is down or slow
     /// holds nobody up past --node-wait.
-    #[arg(long, conflicts_with_all = ["fair", "read", "write"])]
+    #[arg(long, conflicts_with_all = ["fair", "read", "write", "spin"])]
     pub redlock: bool,
 
     /// With --redlock: how long one server may take to grant in one round.
@@ -328,7 +335,7 @@ pub struct RunArgs {
 
     /// NAME is a semaphore: take permits of it instead of a lock, so that at most
     /// its number of permits of commands run at once.
-    #[arg(long, requires = "permits", conflicts_with_all = ["redlock", "fair", "read", "write", "lease"])]
+    #[arg(long, requires = "permits", conflicts_with_all = ["redlock", "fair", "read", "write", "spin", "lease"])]
     pub semaphore: bool,
 
     /// With --semaphore: the permits the semaphore is given if it has none yet

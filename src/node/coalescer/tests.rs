@@ -37,6 +37,7 @@ async fn acquire(via: &Coalescer, name: &str, field: &str) -> redis::RedisResult
         lease_ms: LEASE_MS,
         token_ttl_ms: 60_000,
         new_owner: false,
+        reentrant: true,
     })
     .await
 }
@@ -219,6 +220,7 @@ async fn a_lone_call_runs_the_plain_script() {
         lease_ms: 1,
         token_ttl_ms: 1,
         new_owner: false,
+        reentrant: true,
     }
     .invocation();
     let mut release = wire::Release {

@@ -69,6 +69,7 @@ impl KindRules for Exclusive {
                 lease_ms: a.lease_ms,
                 token_ttl_ms: a.token_ttl_ms,
                 new_owner: a.new_owner,
+                reentrant: a.reentrant,
             };
             via.call(&call).await
         }

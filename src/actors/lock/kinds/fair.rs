@@ -74,6 +74,7 @@ impl KindRules for Fair {
                 place_ms,
                 queue: a.queue,
                 token_ttl_ms: a.token_ttl_ms,
+                reentrant: a.reentrant,
             };
             wire::call(&mut conn, &call).await
         }

@@ -9,6 +9,8 @@
 //! - which channel a waiter listens on, and whether each waiter has a place and a
 //!   channel of its own (the fair lock: then waiters try when they are due rather
 //!   than head first, and the fair file also keeps their places in the Redis queue);
+//! - whether waiters listen for unlock messages at all (the spin lock's poll
+//!   with a backoff instead);
 //! - whether the lock hears its own unlock messages back;
 //! - which script the watchdog renews a holding with.
 //!
@@ -18,6 +20,7 @@
 mod exclusive;
 pub(super) mod fair;
 mod rw;
+mod spin;
 
 use std::sync::Arc;
 
@@ -49,6 +52,9 @@ pub(super) struct Attempt {
     /// (a first attempt checks both, which also refuses a key of another type):
     /// no re-entry check is needed.
     pub(super) new_owner: bool,
+    /// `false`: a non-reentrant acquisition, refused by the script if its
+    /// owner holds the lock already (the exclusive and fair scripts).
+    pub(super) reentrant: bool,
 }
 
 /// One release of a hold, as every kind's release script needs it.
@@ -84,6 +90,13 @@ pub(super) trait KindRules: Sync {
     /// (then waiters try when they are due, not head first).
     fn per_waiter(&self) -> bool {
         false
+    }
+
+    /// Whether waiters subscribe to [`KindRules::waiter_channel`] after a busy
+    /// answer. A kind that does not (the spin lock) asks again after the spin
+    /// backoff instead.
+    fn listens(&self) -> bool {
+        true
     }
 
     /// Whether an unlock message this actor published itself comes back to it on
@@ -142,5 +155,6 @@ pub(super) fn rules(kind: Kind) -> &'static dyn KindRules {
         Kind::Exclusive => &exclusive::Exclusive,
         Kind::Fair => &fair::Fair,
         Kind::ReadWrite => &rw::ReadWrite,
+        Kind::Spin => &spin::Spin,
     }
 }

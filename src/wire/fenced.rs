@@ -1,0 +1,86 @@
+//! The fenced write (`lua/fenced_write.lua`): one command on a data key, run only if
+//! the caller's fencing token is not below the newest token that key has seen,
+//! and (optionally) only while the caller still holds its lock.
+
+use std::sync::LazyLock;
+
+use redis::{RedisResult, Value};
+
+use super::lua::Lua;
+use super::{unexpected, Invocation, ScriptCall};
+use crate::keys;
+
+static FENCED_WRITE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/fenced_write.lua")));
+
+/// Run `command` with `args` on `key` if `token` is at least the key's fence.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FencedWrite<'a> {
+    /// The data key.
+    pub(crate) key: &'a str,
+    /// The caller's fencing token.
+    pub(crate) token: u64,
+    /// The lock name and owner field that must still hold it, if any (the lock's
+    /// hash must be in the data key's slot on a cluster).
+    pub(crate) held: Option<(&'a str, &'a str)>,
+    /// The command to run on the key.
+    pub(crate) command: &'a str,
+    /// Its arguments after the key.
+    pub(crate) args: &'a [String],
+}
+
+/// What a fenced write did.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum FencedReply {
+    /// The command ran; its reply.
+    Applied(Value),
+    /// The token is below `newest`, the newest this key has seen: nothing written.
+    Stale {
+        /// The key's fence.
+        newest: u64,
+    },
+    /// The caller no longer holds the lock: nothing written.
+    NotHeld,
+}
+
+impl ScriptCall for FencedWrite<'_> {
+    type Reply = FencedReply;
+
+    fn invocation(&self) -> Invocation {
+        let mut call = Invocation::new(&FENCED_WRITE)
+            .key(keys::fence(self.key))
+            .key(self.key);
+        if let Some((lock, _)) = self.held {
+            call = call.key(lock);
+        }
+        call = call
+            .arg(self.token)
+            .arg(self.held.map_or("", |(_, field)| field))
+            .arg(self.command);
+        for arg in self.args {
+            call = call.arg(arg);
+        }
+        call
+    }
+
+    fn parse(&self, reply: Value) -> RedisResult<FencedReply> {
+        let Value::Array(mut parts) = reply else {
+            return Err(unexpected("fenced write returned an unknown shape"));
+        };
+        match parts.first() {
+            Some(Value::Int(1)) => Ok(FencedReply::Applied(if parts.len() > 1 {
+                parts.swap_remove(1)
+            } else {
+                Value::Nil
+            })),
+            Some(Value::Int(0)) => match parts.get(1) {
+                Some(Value::Int(newest)) => Ok(FencedReply::Stale {
+                    newest: u64::try_from(*newest).map_err(|_| unexpected("negative fence"))?,
+                }),
+                _ => Err(unexpected("fenced write returned an unknown shape")),
+            },
+            Some(Value::Int(-1)) => Ok(FencedReply::NotHeld),
+            _ => Err(unexpected("fenced write returned an unknown shape")),
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! The bodies of `tests/fenced.rs`'s tests (`FencedWrite`: a write on a data key in
+//! Redis that a stale fencing token cannot make), written against [`Target`] so
+//! that `tests/on_cluster.rs` runs them on a cluster too, where the lock and the
+//! data key live in different slots. Each scenario's doc is on its body here;
+//! `each!` at the end lists them once for both runs.
+
+use std::time::Duration;
+
+use lockwarden::{FencedWrite, LockError};
+use redis::Value;
+
+use crate::support::{eventually, hold, Target};
+
+/// The classic counter-example, 20 times over: holder A's lease runs out while it
+/// is paused, B takes the lock and writes, then A wakes and writes. A's write is
+/// refused with `StaleToken` naming both tokens, and the data is B's.
+pub async fn a_paused_holder_cannot_write_after_a_later_holder(t: &Target) {
+    let a = t.manager(|c| c).await;
+    let b = t.manager(|c| c).await;
+    let (lock, data) = ("fenced:acct", "fenced:acct:balance");
+    let mut refused = 0;
+    for round in 0..20 {
+        // A's explicit lease is never renewed: its "pause" outlives it.
+        let first = hold(&a, lock, |r| r.lease(Duration::from_millis(150))).await;
+        let lapsed = eventually(Duration::from_secs(5), || !t.exists(lock)).await;
+        assert!(lapsed, "round {round}: A's lease never ran out");
+        let second = hold(&b, lock, |r| r).await;
+        assert!(second.fencing_token() > first.fencing_token());
+        let wrote = b
+            .send(FencedWrite::new(&second, data, "SET").arg(format!("B{round}")))
+            .await
+            .expect("running");
+        assert_eq!(wrote.expect("B's write"), Value::Okay);
+
+        let stale = a
+            .send(FencedWrite::new(&first, data, "SET").arg(format!("A{round}")))
+            .await
+            .expect("running");
+        match stale {
+            Err(LockError::StaleToken { token, newest }) => {
+                assert_eq!(token, first.fencing_token());
+                assert_eq!(newest, second.fencing_token());
+                let why = LockError::StaleToken { token, newest }.to_string();
+                assert!(why.contains("nothing was written"), "{why}");
+                refused += 1;
+            }
+            other => panic!("round {round}: A's stale write got {other:?}"),
+        }
+        let value: String = t.raw(&["GET", data]);
+        assert_eq!(value, format!("B{round}"), "round {round}");
+        drop(first);
+        second.release().await.expect("released");
+    }
+    assert_eq!(refused, 20);
+}
+
+/// `while_held` also refuses a holder whose lock has ended even when nobody wrote
+/// since (its token is still the newest): the hold is checked in the lock's hash.
+/// The lock and the data share a hash tag. On a cluster, a lock and a key without
+/// one are refused up front; on one server they are fine.
+pub async fn while_held_refuses_a_holder_whose_lock_ended(t: &Target) {
+    let m = t.manager(|c| c).await;
+    let (lock, data) = ("fw:job", "{fw:job}:result");
+    let guard = hold(&m, lock, |r| r.lease(Duration::from_millis(300))).await;
+    let wrote = m
+        .send(
+            FencedWrite::new(&guard, data, "HSET")
+                .arg("state")
+                .arg("running")
+                .while_held(),
+        )
+        .await
+        .expect("running");
+    assert_eq!(wrote.expect("written while held"), Value::Int(1));
+    let lapsed = eventually(Duration::from_secs(5), || !t.exists(lock)).await;
+    assert!(lapsed, "the lease never ran out");
+    let late = m
+        .send(
+            FencedWrite::new(&guard, data, "HSET")
+                .arg("state")
+                .arg("late")
+                .while_held(),
+        )
+        .await
+        .expect("running");
+    assert!(matches!(late, Err(LockError::NotHeld)), "{late:?}");
+    let state: String = t.raw(&["HGET", data, "state"]);
+    assert_eq!(state, "running", "nothing written after the lock ended");
+
+    let guard = hold(&m, "fw:other", |r| r).await;
+    let apart = m
+        .send(
+            FencedWrite::new(&guard, "fw:elsewhere", "SET")
+                .arg(1)
+                .while_held(),
+        )
+        .await
+        .expect("running");
+    if t.is_cluster() {
+        assert!(
+            matches!(apart, Err(LockError::InvalidRequest(_))),
+            "{apart:?}"
+        );
+        assert!(!t.exists("fw:elsewhere"));
+    } else {
+        assert_eq!(apart.expect("one server: any two keys"), Value::Okay);
+    }
+    guard.release().await.expect("released");
+}
+
+/// A fenced write hands back the command's own reply (an integer, nil, an
+/// array), and a command Redis refuses (INCRBY on text) is its error, with the
+/// fence left as it was: the next write with the same token still goes.
+pub async fn the_commands_reply_and_errors_come_back(t: &Target) {
+    let m = t.manager(|c| c).await;
+    let guard = hold(&m, "fw:counter", |r| r).await;
+    let send = |w: FencedWrite| {
+        let m = m.clone();
+        async move { m.send(w).await.expect("running") }
+    };
+    let n = send(FencedWrite::new(&guard, "fw:count", "INCRBY").arg(5)).await;
+    assert_eq!(n.expect("incremented"), Value::Int(5));
+    let nothing = send(FencedWrite::new(&guard, "fw:absent", "GETDEL")).await;
+    assert_eq!(nothing.expect("a nil reply"), Value::Nil);
+    let _: () = t.raw(&["SET", "fw:text", "abc"]);
+    let refused = send(FencedWrite::new(&guard, "fw:text", "INCRBY").arg(1)).await;
+    assert!(matches!(refused, Err(LockError::Redis(_))), "{refused:?}");
+    let text: String = t.raw(&["GET", "fw:text"]);
+    assert_eq!(text, "abc");
+    assert!(
+        !t.exists("lockwarden_fence:{fw:text}"),
+        "a failed write set no fence"
+    );
+    let list = send(
+        FencedWrite::new(&guard, "fw:list", "RPUSH")
+            .arg("a")
+            .arg("b"),
+    )
+    .await;
+    assert_eq!(list.expect("pushed"), Value::Int(2));
+    guard.release().await.expect("released");
+}
+
+/// Requests that cannot be right are refused before anything is sent, and Redis
+/// is left as it was: an empty key, no command, a command with a space in it, a
+/// zero token, and `while_held` on a write made from a bare token.
+pub async fn bad_fenced_writes_change_nothing(t: &Target) {
+    let m = t.manager(|c| c).await;
+    let guard = hold(&m, "fw:bad", |r| r).await;
+    let keys_before = t.dbsize();
+    let cases = [
+        FencedWrite::new(&guard, "", "SET").arg(1),
+        FencedWrite::new(&guard, "fw:x", ""),
+        FencedWrite::new(&guard, "fw:x", "SET fw:x 1"),
+        FencedWrite::with_token(0, "fw:x", "SET").arg(1),
+        FencedWrite::with_token(7, "fw:x", "SET")
+            .arg(1)
+            .while_held(),
+    ];
+    for (i, case) in cases.into_iter().enumerate() {
+        let got = m.send(case).await.expect("running");
+        assert!(
+            matches!(
+                got,
+                Err(LockError::InvalidRequest(_) | LockError::InvalidName(_))
+            ),
+            "case {i}: {got:?}"
+        );
+    }
+    assert_eq!(t.dbsize(), keys_before, "a refused write changed Redis");
+    guard.release().await.expect("released");
+}
+
+/// The scenarios of this file that hold on any deployment, in the order the
+/// cluster run takes them: the one list both runs come from. `tests/fenced.rs`
+/// makes a standalone test of each (`each!(standalone!(scenarios))`), and
+/// `tests/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
+macro_rules! each {
+    ($apply:ident!($($args:tt)*)) => {
+        $apply! {
+            $($args)*;
+            a_paused_holder_cannot_write_after_a_later_holder,
+            while_held_refuses_a_holder_whose_lock_ended,
+            the_commands_reply_and_errors_come_back,
+            bad_fenced_writes_change_nothing,
+        }
+    };
+}
+pub(crate) use each;
