@@ -13,6 +13,11 @@
 --          (a re-entry is possible, and HEXISTS also refuses a key of another type);
 --          "2" for a non-reentrant lock: a caller that holds it already is refused
 --          (Redisson's non-reentrant lock refuses it too, as an error)
+-- ARGV[5]  lock-delay in whole milliseconds, "0" or absent for none. With one, a
+--          grant marks the hash with the field "lockwarden:delay" = "<end>,<delay>"
+--          (<end>: when the lease ends, server ms) and gives the hash a TTL of lease
+--          + delay: a lease that runs out unreleased leaves the hash, and so the
+--          lock, taken for the delay (docs/protocol.md, "Lock-delay")
 --
 -- Returns {1, token, holds} when the caller now holds the lock (token is the new
 -- fencing token, holds the caller's hold count), or {0, pttl} when another owner
@@ -38,6 +43,13 @@ if keep == nil or #keep > 15 or not string.find(keep, '^[1-9]%d*$') then
 end
 if ARGV[4] ~= nil and ARGV[4] ~= '0' and ARGV[4] ~= '1' and ARGV[4] ~= '2' then
   return redis.error_reply('ERR lockwarden: new-owner flag must be 0, 1 or 2')
+end
+local delay = ARGV[5]
+if delay == '0' then
+  delay = nil
+end
+if delay ~= nil and (#delay > 15 or not string.find(delay, '^[1-9]%d*$')) then
+  return redis.error_reply('ERR lockwarden: lock-delay must be a whole number of milliseconds')
 end
 
 -- ACL: a command the ACL denies inside a script fails the script where it
@@ -70,14 +82,33 @@ if type(pttl) == 'table' then
 end
 local exists = (pttl == -2) and 0 or 1
 local mine = 0
-if exists == 1 and ARGV[4] ~= '1' then
+-- The server clock, read once when needed (a lock-delay mark to check or to write).
+local t
+if exists == 1 and ARGV[4] ~= '1' and delay then
+  -- A caller with a lock-delay reads its hold and the lock-delay mark in one
+  -- command (HMGET: its ACL needs it); the others ask HEXISTS alone, as before.
+  local got = redis.pcall('hmget', KEYS[1], ARGV[2], 'lockwarden:delay')
+  if got.err then
+    return refused(got, 'HMGET on the lock', 'hmget', KEYS[1], ARGV[2], 'lockwarden:delay')
+  end
+  mine = got[1] and 1 or 0
+  if mine == 1 and got[2] then
+    -- The caller's lease has run out: its hold only marks the lock-delay now, and
+    -- the lock is busy until the hash expires.
+    t = redis.call('time')
+    local lease_end = tonumber(string.match(got[2], '^(%d+),'))
+    if lease_end and t[1] * 1000 + math.floor(t[2] / 1000) >= lease_end then
+      return {0, pttl}
+    end
+  end
+elseif exists == 1 and ARGV[4] ~= '1' then
   mine = redis.pcall('hexists', KEYS[1], ARGV[2])
   if type(mine) == 'table' then
     return refused(mine, 'HEXISTS on the lock', 'hexists', KEYS[1], ARGV[2])
   end
-  if mine == 1 and ARGV[4] == '2' then
-    return {-2}
-  end
+end
+if mine == 1 and ARGV[4] == '2' then
+  return {-2}
 end
 
 if exists == 0 or mine == 1 then
@@ -91,6 +122,7 @@ if exists == 0 or mine == 1 then
       or (not acl('set', KEYS[2], '1', 'px', keep, 'get') and 'SET on the token counter')
       or (not acl('publish', 'redisson_lock__channel:' .. string.sub(KEYS[2], 21), '0')
         and 'PUBLISH on the unlock channel')
+      or (delay and not acl('hset', KEYS[1], 'lockwarden:delay', '0,0') and 'HSET on the lock')
     if denied then
       return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. denied)
     end
@@ -100,7 +132,17 @@ if exists == 0 or mine == 1 then
   if type(holds) == 'table' then
     return refused(holds, 'HINCRBY on the lock', 'hincrby', KEYS[1], ARGV[2], '1')
   end
-  redis.call('pexpire', KEYS[1], lease)
+  t = t or redis.call('time')
+  if delay then
+    -- Lock-delay: the hash outlives the lease by the delay, and says when the
+    -- lease ends (a clean release deletes it, so only a lapse is delayed).
+    local now_ms = t[1] * 1000 + math.floor(t[2] / 1000)
+    redis.call('pexpire', KEYS[1], string.format('%.0f', tonumber(lease) + tonumber(delay)))
+    redis.call('hset', KEYS[1], 'lockwarden:delay',
+      string.format('%.0f,%s', now_ms + tonumber(lease), delay))
+  else
+    redis.call('pexpire', KEYS[1], lease)
+  end
   -- The token is the last token plus one, but never less than the server clock in
   -- microseconds (TIME). A counter alone goes back in time whenever Redis loses
   -- recent writes (a restart from an older snapshot, a failover to a replica that
@@ -115,7 +157,6 @@ if exists == 0 or mine == 1 then
   -- counter's lifetime (set again at every grant, so a name no longer used leaves
   -- nothing behind). Both numbers stay below 2^53, so Lua compares them exactly,
   -- and %.0f writes them back exactly.
-  local t = redis.call('time')
   local now = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
   local token = tonumber(now)
   local last = tonumber(redis.call('set', KEYS[2], now, 'px', keep, 'get'))

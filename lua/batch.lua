@@ -10,7 +10,7 @@
 -- KEYS     every op's keys, op after op, in the order the ops appear in ARGV
 -- ARGV     per op: its script ('a' acquire.lua, 'r' release.lua), then its
 --          arguments. The script fixes how many keys and arguments the op has
---          (acquire: 2 and 3, release: 3 and 5), so no counts are sent.
+--          (acquire: 2 and 5, release: 3 and 5), so no counts are sent.
 --
 -- Returns an array with one reply per op, in order: what that op's script returned,
 -- or an error reply when it failed. Each op runs in pcall, so an op that fails (a key
@@ -32,9 +32,9 @@
 -- Each op's key and argument count, and a runner that hands it its own KEYS and
 -- ARGV (k and a: where its keys and arguments start, less one).
 local shapes = {
-  a = {2, 4, function(k, a)
+  a = {2, 5, function(k, a)
     return op_acquire({KEYS[k + 1], KEYS[k + 2]},
-      {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]})
+      {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]})
   end},
   r = {3, 5, function(k, a)
     return op_release({KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]},

@@ -36,6 +36,10 @@
 -- one that is never refused (PEXPIRE or DEL): a release must work even then.
 --
 -- Numbers are checked as text and passed on as sent (see acquire.lua).
+--
+-- A hold that remains keeps a lock-delay mark (acquire.lua's "lockwarden:delay")
+-- true: its TTL becomes lease + delay and its lease end moves on. The last hold's
+-- DEL takes the mark with it: a released lock is never delayed.
 local lease, latch_ttl = ARGV[1], ARGV[3]
 if lease == nil or #lease > 15 or not string.find(lease, '^[1-9]%d*$') then
   return redis.error_reply('ERR lockwarden: lease must be a whole number of milliseconds >= 1')
@@ -119,9 +123,27 @@ if holds > 1 then
       return deny('SET on the release latch')
     end
   end
-  local r = redis.pcall('pexpire', KEYS[1], lease)
+  -- A lock-delay mark (acquire.lua) keeps the delay beyond the lease, and says
+  -- when the lease ends.
+  local mark = redis.call('hget', KEYS[1], 'lockwarden:delay')
+  local ttl, delay, t = lease, nil, nil
+  if mark then
+    delay = string.match(mark, '^%d+,(%d+)$')
+    if delay then
+      if acl and not acl('hset', KEYS[1], 'lockwarden:delay', mark) then
+        return deny('HSET on the lock')
+      end
+      ttl = string.format('%.0f', tonumber(lease) + tonumber(delay))
+      t = redis.call('time')
+    end
+  end
+  local r = redis.pcall('pexpire', KEYS[1], ttl)
   if type(r) == 'table' then
-    return refused(r, 'PEXPIRE on the lock', 'pexpire', KEYS[1], lease)
+    return refused(r, 'PEXPIRE on the lock', 'pexpire', KEYS[1], ttl)
+  end
+  if delay then
+    redis.call('hset', KEYS[1], 'lockwarden:delay', string.format('%.0f,%s',
+      t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(lease), delay))
   end
   local left = redis.call('hincrby', KEYS[1], ARGV[2], '-1')
   redis.call('set', KEYS[3], '0', 'px', latch_ttl)

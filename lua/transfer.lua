@@ -22,6 +22,8 @@
 -- ARGV[8]  the token counter's lifetime in whole milliseconds
 -- ARGV[9]  "1" to count the subscriptions on the unlock channel (PUBSUB NUMSUB),
 --          "0" or absent not to: the caller needs the count only now and then
+-- ARGV[10] the new owner's lock-delay in whole milliseconds, "0" or absent for
+--          none (acquire.lua's ARGV[5])
 --
 -- Returns {0, token, listening} when the lock went to the new owner (its fencing
 -- token; how many subscriptions listen on the unlock channel, when asked for;
@@ -55,6 +57,8 @@ if acl then
     or (not acl('set', KEYS[4], '1', 'px', keep, 'get') and 'SET on the token counter')
     or (not acl('publish', KEYS[2], ARGV[4]) and 'PUBLISH on the unlock channel')
     or (count and not acl('pubsub', 'numsub', KEYS[2]) and 'PUBSUB NUMSUB on the unlock channel')
+    or (ARGV[10] and ARGV[10] ~= '0' and not acl('hset', KEYS[1], 'lockwarden:delay', '0,0')
+      and 'HSET on the lock')
   if denied then
     return redis.error_reply('NOPERM lockwarden: this Redis user may not run ' .. denied)
   end
@@ -65,7 +69,7 @@ local released = op_release({KEYS[1], KEYS[2], KEYS[3]},
 if type(released) ~= 'table' or released.err or released[1] ~= 0 then
   return released
 end
-local granted = op_acquire({KEYS[1], KEYS[4]}, {ARGV[7], ARGV[6], ARGV[8]})
+local granted = op_acquire({KEYS[1], KEYS[4]}, {ARGV[7], ARGV[6], ARGV[8], '0', ARGV[10]})
 if granted.err or granted[1] ~= 1 then
   -- Not reached: the hash was just deleted and every right asked for. Should it
   -- happen, the lock is free: say so to those who wait.

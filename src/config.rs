@@ -51,6 +51,8 @@ pub struct Config {
     pub(crate) idle_timeout: Duration,
     /// Longest a waiter goes without asking Redis again when no unlock message comes.
     pub(crate) max_retry_interval: Duration,
+    /// How long a lock whose lease ran out unreleased stays taken; zero for none.
+    pub(crate) lock_delay: Duration,
     /// Spin lock: the delay before a waiter's second attempt.
     pub(crate) spin_first: Duration,
     /// Spin lock: the longest delay between a waiter's attempts.
@@ -127,6 +129,7 @@ impl Config {
             start_wait: Duration::ZERO,
             idle_timeout: Duration::from_secs(10),
             max_retry_interval: Duration::from_secs(5),
+            lock_delay: Duration::ZERO,
             spin_first: Duration::from_millis(1),
             spin_longest: Duration::from_millis(128),
             reconnect_min: Duration::from_millis(50),
@@ -236,6 +239,21 @@ impl Config {
     /// holder's TTL runs out, whichever is sooner. Defaults to 5 seconds.
     pub fn max_retry_interval(mut self, interval: Duration) -> Config {
         self.max_retry_interval = interval;
+        self
+    }
+
+    /// Lock-delay (Consul's `lock-delay`): when an exclusive or spin lock taken
+    /// through this manager ends because its lease ran out rather than by a
+    /// release (the holder died, was paused or cut off), nobody may take it again
+    /// for this long, so that a holder that was only paused has time to notice
+    /// before anyone else acts. A release, a force-unlock and a lock never held are
+    /// not delayed; a renewal or re-entry that comes after the lease ended finds
+    /// the lock lost. Redis keeps it in the lock's own hash (docs/protocol.md,
+    /// "Lock-delay"), so other clients, Redisson's included, see the lock held for
+    /// the delay. Up to [`Config::max_lease`]. Defaults to zero: no delay (Consul
+    /// uses 15 seconds).
+    pub fn lock_delay(mut self, delay: Duration) -> Config {
+        self.lock_delay = delay;
         self
     }
 
@@ -452,6 +470,12 @@ impl Config {
             if d < Duration::from_millis(1) {
                 return bad(format!("{what} {d:?} is under 1 ms"));
             }
+        }
+        if self.lock_delay > self.max_lease {
+            return bad(format!(
+                "lock-delay {:?} is over the maximum lease {:?}",
+                self.lock_delay, self.max_lease
+            ));
         }
         if self.spin_longest < self.spin_first {
             return bad(format!(

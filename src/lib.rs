@@ -62,7 +62,9 @@
 //!   within one lease after its holder dies.
 //! - Waiters are woken by the holder's unlock message, with a timer as fallback.
 //! - Every acquisition gets a fencing token larger than all before it.
-//! - A holder is told when its lock is lost ([`LockGuard::lost`]).
+//! - A holder is told when its lock is lost ([`LockGuard::lost`]); with
+//!   [`Config::lock_delay`], a lock lost that way stays taken for the delay, so
+//!   the holder learns of it before anyone else acts.
 //! - A waiter whose caller goes away leaves the queue; a grant that reaches nobody
 //!   is released at once.
 //! - Bad input is refused with a typed error before anything reaches Redis.

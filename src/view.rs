@@ -14,6 +14,9 @@ use crate::client::{client_id_of, ClientInfo, UNKNOWN_CLIENT};
 
 /// The hash field of a read-write lock that holds its mode (`read` or `write`).
 const MODE_FIELD: &str = "mode";
+/// The lock-delay mark of a lock taken with `Config::lock_delay` (`lua/acquire.lua`):
+/// when its lease ends and how long the lock stays taken after that. Not a holder.
+const DELAY_FIELD: &str = "lockwarden:delay";
 
 /// The kind of a lock, as its Redis hash shows it (what [`Inspect`](crate::Inspect)
 /// and the `lockwarden` command report). What an acquisition takes is an
@@ -178,7 +181,7 @@ impl Inspected {
             .fields
             .into_iter()
             .filter(|_| is_lock)
-            .filter(|(field, _)| field != MODE_FIELD)
+            .filter(|(field, _)| field != MODE_FIELD && field != DELAY_FIELD)
             .filter_map(|(owner_field, value)| {
                 Some(Holder {
                     holds: value.parse().ok()?,
@@ -212,6 +215,8 @@ pub(crate) fn classify(fields: &[(String, String)]) -> Option<LockKind> {
                 return None;
             }
             mode = Some(value.clone());
+        } else if field == DELAY_FIELD {
+            // The lock-delay mark: not a holder, and no sign of a lock by itself.
         } else if field.contains(':') && value.parse::<u32>().is_ok_and(|n| n > 0) {
             holders += 1;
         } else {
@@ -263,6 +268,18 @@ mod tests {
         assert_eq!(classify(&fields(&[("visits", "3")])), None);
         assert_eq!(classify(&fields(&[("a:1", "0")])), None);
         assert_eq!(classify(&fields(&[("mode", "read")])), None);
+        assert_eq!(
+            classify(&fields(&[
+                ("a:1", "1"),
+                ("lockwarden:delay", "1700000000000,15000")
+            ])),
+            Some(LockKind::Exclusive),
+            "a lock with its lock-delay mark"
+        );
+        assert_eq!(
+            classify(&fields(&[("lockwarden:delay", "1700000000000,15000")])),
+            None
+        );
         assert_eq!(classify(&fields(&[("mode", "x"), ("a:1", "1")])), None);
     }
 

@@ -495,6 +495,8 @@ async fn bad_input_exits_2_and_changes_nothing() {
         vec!["hold", "a{b"],
         vec!["run", "a", "--wait", "10x", "--", "true"],
         vec!["run", "a", "--spin", "--fair", "--", "true"],
+        vec!["run", "a", "--lock-delay", "10x", "--", "true"],
+        vec!["hold", "a", "--lock-delay", "200h"],
         vec!["hold", "a", "--for", "5"],
         vec!["hold", "a", "--lease", "0s"],
         vec!["unlock", "held"],

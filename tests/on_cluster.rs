@@ -1,6 +1,6 @@
 //! The behaviour tests on a Redis Cluster: the scenarios of `exclusion.rs`,
 //! `reentrancy.rs`, `waiting.rs`, `watchdog.rs`, `fair.rs`, `rwlock.rs`,
-//! `spin.rs`, `non_reentrant.rs`, `fenced.rs` and `bad_input.rs` (kept once, in `tests/scenarios/`, written against
+//! `spin.rs`, `non_reentrant.rs`, `fenced.rs`, `lock_delay.rs` and `bad_input.rs` (kept once, in `tests/scenarios/`, written against
 //! `support::Target`) run here in turn on one three-master cluster, since a
 //! cluster takes seconds to form. Each file's `each!` lists its scenarios once, for
 //! its standalone tests and for this run; each scenario's doc is on its body. The
@@ -21,6 +21,8 @@ mod exclusion;
 mod fair;
 #[path = "scenarios/fenced.rs"]
 mod fenced;
+#[path = "scenarios/lock_delay.rs"]
+mod lock_delay;
 #[path = "scenarios/non_reentrant.rs"]
 mod non_reentrant;
 #[path = "scenarios/reentrancy.rs"]
@@ -84,5 +86,6 @@ async fn behaviour_scenarios_on_a_three_master_cluster() {
     spin::each!(run!(&t, began, spin));
     non_reentrant::each!(run!(&t, began, non_reentrant));
     fenced::each!(run!(&t, began, fenced));
+    lock_delay::each!(run!(&t, began, lock_delay));
     eprintln!("all scenarios passed in {:?}", began.elapsed());
 }

@@ -44,6 +44,8 @@ pub(crate) struct Acquire<'a> {
     /// `false`: refuse (not grant) a re-entry by an owner that holds the lock
     /// (a non-reentrant lock). Moot for a new owner, which cannot hold it.
     pub(crate) reentrant: bool,
+    /// The lock-delay after a lapsed lease, in ms (0: none).
+    pub(crate) delay_ms: u64,
 }
 
 impl ScriptCall for Acquire<'_> {
@@ -61,7 +63,8 @@ impl ScriptCall for Acquire<'_> {
                 (true, _) => "1",
                 (false, true) => "0",
                 (false, false) => "2",
-            });
+            })
+            .arg(self.delay_ms);
         call.batch = Some(BatchOp::Acquire);
         call
     }
@@ -136,6 +139,8 @@ pub(crate) struct Transfer<'a> {
     pub(crate) token_ttl_ms: u64,
     /// Also count the subscriptions on the unlock channel (one more command).
     pub(crate) count: bool,
+    /// The new owner's lock-delay after a lapsed lease, in ms (0: none).
+    pub(crate) delay_ms: u64,
 }
 
 /// What a [`Transfer`] did.
@@ -176,6 +181,7 @@ impl ScriptCall for Transfer<'_> {
             .arg(self.lease_ms)
             .arg(self.token_ttl_ms)
             .arg(flag(self.count))
+            .arg(self.delay_ms)
     }
 
     fn parse(&self, reply: Value) -> RedisResult<TransferReply> {
@@ -209,6 +215,9 @@ pub(crate) struct RenewHashes<'a> {
     pub(crate) locks: &'a [(&'a str, &'a str)],
     /// The lease to set, in ms.
     pub(crate) lease_ms: u64,
+    /// The holders give their locks a lock-delay: read each hash's mark, treat a
+    /// hold past its lease end as lost, and keep the delay beyond the new lease.
+    pub(crate) marked: bool,
 }
 
 impl ScriptCall for RenewHashes<'_> {
@@ -218,6 +227,9 @@ impl ScriptCall for RenewHashes<'_> {
         let mut call = Invocation::new(&RENEW).must_replicate().arg(self.lease_ms);
         for (name, field) in self.locks {
             call = call.key(*name).arg(*field);
+        }
+        if self.marked {
+            call = call.arg("1");
         }
         call
     }

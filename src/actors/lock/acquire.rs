@@ -100,6 +100,7 @@ impl LockActor {
             token_ttl_ms: millis(self.shared.config.token_ttl),
             new_owner,
             reentrant: w.req.reentrant,
+            delay_ms: millis(self.shared.config.lock_delay),
         };
         self.attempts.sent(attempt.waiter);
         Some((attempt, call))

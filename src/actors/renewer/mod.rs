@@ -64,6 +64,9 @@ pub(crate) struct Renewer {
     node: Node,
     /// The watchdog lease set by each renewal.
     lease: Duration,
+    /// The manager gives its locks a lock-delay (`Config::lock_delay`): renewals
+    /// read and keep each hash's mark.
+    marked: bool,
     /// The renewal period (cut into [`SLOTS`] ticks).
     every: Duration,
     /// How long a renewal sent after its holding's lease ran out here may take to
@@ -89,6 +92,7 @@ impl Renewer {
             table,
             node,
             lease: config.watchdog_lease,
+            marked: !config.lock_delay.is_zero(),
             every: config.renew_every(),
             late_budget: config.response_timeout.min(config.watchdog_lease / 4),
             counters,
@@ -146,11 +150,13 @@ impl Renewer {
                 .map(|(_, name, field)| (name.clone(), field.clone()))
                 .collect();
             let mut conn = self.node.conn();
+            let marked = self.marked;
             calls.push(Box::pin(async move {
                 let locks: Vec<(&str, &str)> = locks.iter().map(|(n, f)| (&**n, &**f)).collect();
                 let call = RenewHashes {
                     locks: &locks,
                     lease_ms,
+                    marked,
                 };
                 (ids, wire::call(&mut conn, &call).await)
             }));

@@ -271,6 +271,13 @@ pub struct AcquireOpts {
     )]
     pub watchdog_lease: Duration,
 
+    /// Lock-delay: if this process dies, freezes or is cut off and the lock's lease
+    /// runs out unreleased, nobody may take the lock for this long after (so a
+    /// frozen holder has time to notice); a normal exit or release is not delayed.
+    /// Exclusive and spin locks; 0s (the default) for none. Consul uses 15s.
+    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = parse_duration)]
+    pub lock_delay: Duration,
+
     /// Use a fair lock: granted in the order waiters queued, across all clients.
     #[arg(long, conflicts_with_all = ["read", "write", "spin"])]
     pub fair: bool,

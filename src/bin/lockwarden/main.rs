@@ -80,6 +80,11 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
     let redlock = matches!(&cli.command, Command::Run(args) if args.redlock);
     let session = Session::new(&cli.common, watchdog_lease, redlock)?;
     let session = match &cli.command {
+        Command::Run(args) => session.with_lock_delay(args.acquire.lock_delay)?,
+        Command::Hold(args) => session.with_lock_delay(args.acquire.lock_delay)?,
+        _ => session,
+    };
+    let session = match &cli.command {
         Command::Run(args) if !redlock => session.waiting_for(args.acquire.wait),
         Command::Hold(args) => session.waiting_for(args.acquire.wait),
         _ => session,

@@ -186,6 +186,23 @@ impl Session {
         })
     }
 
+    /// `run`'s and `hold`'s `--lock-delay`, for the manager (each RedLock server's
+    /// too); a delay the configuration refuses (over the maximum lease) is bad input.
+    pub fn with_lock_delay(mut self, delay: Duration) -> Result<Session, Failure> {
+        let set = |config: Config| -> Result<Config, Failure> {
+            let config = config.lock_delay(delay);
+            config
+                .validate()
+                .map_err(|e| Failure::usage(format!("--lock-delay: {e}")))?;
+            Ok(config)
+        };
+        self.config = set(self.config)?;
+        for (_, config) in &mut self.nodes {
+            *config = set(config.clone())?;
+        }
+        Ok(self)
+    }
+
     /// Makes finding the master part of `run`'s and `hold`'s `--wait` (forever
     /// without one): a Sentinel failover or a cluster taking over slots when the
     /// command starts is waited out (and said so), not a failure.

@@ -38,6 +38,7 @@ async fn acquire(via: &Coalescer, name: &str, field: &str) -> redis::RedisResult
         token_ttl_ms: 60_000,
         new_owner: false,
         reentrant: true,
+        delay_ms: 0,
     })
     .await
 }
@@ -221,6 +222,7 @@ async fn a_lone_call_runs_the_plain_script() {
         token_ttl_ms: 1,
         new_owner: false,
         reentrant: true,
+        delay_ms: 0,
     }
     .invocation();
     let mut release = wire::Release {

@@ -46,6 +46,7 @@ impl KindRules for Exclusive {
                 lease_ms: to.lease_ms,
                 token_ttl_ms: to.token_ttl_ms,
                 count,
+                delay_ms: to.delay_ms,
             };
             via.call(&call).await
         }
@@ -70,6 +71,7 @@ impl KindRules for Exclusive {
                 token_ttl_ms: a.token_ttl_ms,
                 new_owner: a.new_owner,
                 reentrant: a.reentrant,
+                delay_ms: a.delay_ms,
             };
             via.call(&call).await
         }

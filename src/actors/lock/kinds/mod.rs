@@ -55,6 +55,9 @@ pub(super) struct Attempt {
     /// `false`: a non-reentrant acquisition, refused by the script if its
     /// owner holds the lock already (the exclusive and fair scripts).
     pub(super) reentrant: bool,
+    /// The lock-delay after a lapsed lease, in ms (0: none); the exclusive and
+    /// spin scripts.
+    pub(super) delay_ms: u64,
 }
 
 /// One release of a hold, as every kind's release script needs it.
