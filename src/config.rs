@@ -114,8 +114,12 @@ impl Config {
         if crate::tls::wants_tls(url) {
             crate::tls::prepare()?;
         }
-        let client = redis::Client::open(url)
-            .map_err(|e| LockError::InvalidConfig(format!("bad Redis URL {url:?}: {e}")))?;
+        let client = redis::Client::open(url).map_err(|e| {
+            LockError::InvalidConfig(format!(
+                "bad Redis URL {url:?}: {e}; expected redis://[user:password@]host[:port][/db], \
+                 rediss://... for TLS, or unix:///path/to/redis.sock"
+            ))
+        })?;
         Ok(Config {
             client,
             sentinel: None,

@@ -321,7 +321,8 @@ async fn status_shows_holder_hold_count_and_ttl_of_a_library_lock() {
 }
 
 /// A `run` whose `--wait` runs out exits 75 without running its command, and its
-/// message names the current holder.
+/// message names the current holder, with the host and pid of its process (this
+/// test's own: the holder is a library manager here).
 #[actix_rt::test]
 async fn a_wait_timeout_exits_75_and_names_the_holder() {
     let server = RedisServer::start();
@@ -331,6 +332,16 @@ async fn a_wait_timeout_exits_75_and_names_the_holder() {
         .await
         .expect("runs")
         .expect("acquired");
+    // The manager writes its registry entry in the background after it starts.
+    let registered = eventually(Duration::from_secs(10), || {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("lockwarden:client:*")
+            .query(&mut server.conn())
+            .expect("KEYS");
+        !keys.is_empty()
+    })
+    .await;
+    assert!(registered, "the holder's manager never registered");
     let dir = tempfile::tempdir().expect("temp dir");
     let ran = dir.path().join("ran");
     let out = lockwarden(&server)
@@ -351,10 +362,11 @@ async fn a_wait_timeout_exits_75_and_names_the_holder() {
         .expect("exits")
         .expect("runs");
     assert_eq!(out.status.code(), Some(75), "stderr: {}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains(guard.owner_field()), "{err}");
     assert!(
-        stderr(&out).contains(guard.owner_field()),
-        "{}",
-        stderr(&out)
+        err.contains(&format!("pid {}", std::process::id())),
+        "the holder's process: {err}"
     );
     assert!(!ran.exists(), "the command ran without the lock");
 }

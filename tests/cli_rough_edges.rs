@@ -57,6 +57,27 @@ async fn a_command_without_double_dash_is_shown_with_it() {
     assert!(err.contains("after `--`"), "{err}");
 }
 
+/// An unknown subcommand is answered with the list of the real ones, on one line
+/// (exit 2), and `--master-tls` takes yes or no and says so when given neither.
+#[actix_rt::test]
+async fn an_unknown_subcommand_lists_them_and_yes_no_flags_say_so() {
+    let out = offline(&["frobnicate", "a"]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("the subcommands are run, hold, status"),
+        "{err}"
+    );
+    assert!(err.contains("semaphore"), "{err}");
+
+    let out = offline(&["--master-tls", "maybe", "status", "a"]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("'maybe' is neither yes nor no"), "{err}");
+    assert!(!err.contains("true, false"), "{err}");
+}
+
 /// `--lease 0s` is refused as `0s`, with the reason, not as `invalid lease 0ns`.
 #[actix_rt::test]
 async fn a_zero_lease_is_refused_in_the_words_typed() {
@@ -75,9 +96,10 @@ async fn a_zero_lease_is_refused_in_the_words_typed() {
     }
 }
 
-/// No help text shows an environment variable as `[env: NAME=]`, and
+/// No help text shows an environment variable as `[env: NAME=]`,
 /// `--watchdog-lease` is offered by `run` and `hold` only (and refused elsewhere,
-/// with where it goes).
+/// with where it goes), and a subcommand's help puts its own options before the
+/// connection options every subcommand takes.
 #[actix_rt::test]
 async fn help_shows_no_dangling_env_and_watchdog_lease_only_where_it_acts() {
     for (sub, offered) in [
@@ -96,6 +118,17 @@ async fn help_shows_no_dangling_env_and_watchdog_lease_only_where_it_acts() {
         assert!(!help.contains("=]"), "{sub:?}: dangling env text:\n{help}");
         let has = help.contains("--watchdog-lease <DURATION>");
         assert_eq!(has, offered, "{sub:?} --watchdog-lease:\n{help}");
+    }
+    // A subcommand's own options come first; the connection options every
+    // subcommand takes come after, under a heading of their own.
+    for (sub, own) in [("latch", "-h, --help"), ("run", "--wait <DURATION>")] {
+        let help = stdout(&offline(&[sub, "--help"]).await);
+        let own_at = help.find(own).expect("its own option");
+        let heading = help
+            .find("Connection and logging (every subcommand):")
+            .unwrap_or_else(|| panic!("{sub}: no connection heading:\n{help}"));
+        let redis_at = help.find("--redis <URL>").expect("--redis");
+        assert!(own_at < heading && heading < redis_at, "{sub}:\n{help}");
     }
     for args in [
         &["status", "a", "--watchdog-lease", "5s"][..],

@@ -262,9 +262,14 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
                     Link::Cluster(conn, publish)
                 }
                 (Some(_), None) => Link::Sentinel(Follower::connect(config, cm.clone()).await?),
-                (None, None) => Link::Standalone(
-                    ConnectionManager::new_with_config(client.clone(), cm.clone()).await?,
-                ),
+                (None, None) => {
+                    if let Some(refused) = start::refused_port(config).await {
+                        return Err(refused);
+                    }
+                    Link::Standalone(
+                        ConnectionManager::new_with_config(client.clone(), cm.clone()).await?,
+                    )
+                }
             })
         };
         tokio::time::timeout(bound, found).await.map_err(|_| {

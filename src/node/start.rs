@@ -69,6 +69,30 @@ pub(super) async fn judge(config: &Config, e: &RedisError) -> Verdict {
     Verdict::Fail
 }
 
+/// A standalone server's port that refuses connections, as an error to answer at
+/// once: the connection manager would retry it for the whole connection timeout
+/// (2 s by default) and then say only that time ran out, where the refusal is the
+/// useful fact (a wrong port, a server not started). One plain TCP connect, no
+/// Redis handshake; `None` when it connects, times out otherwise, or the address
+/// is a socket path (the connection manager then says what it finds).
+pub(super) async fn refused_port(config: &Config) -> Option<RedisError> {
+    let (host, port) = match config.client.get_connection_info().addr() {
+        redis::ConnectionAddr::Tcp(host, port) => (host.clone(), *port),
+        redis::ConnectionAddr::TcpTls { host, port, .. } => (host.clone(), *port),
+        _ => return None,
+    };
+    let dial = tokio::net::TcpStream::connect((host.as_str(), port));
+    match tokio::time::timeout(config.connection_timeout, dial).await {
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            Some(RedisError::from(std::io::Error::new(
+                e.kind(),
+                format!("{host}:{port} refused the connection: {e}"),
+            )))
+        }
+        _ => None,
+    }
+}
+
 /// Tries `attempt` until it succeeds, or fails in a way not worth waiting out, or
 /// `config.start_wait` has passed.
 pub(super) async fn until_found<T, F, Fut>(config: &Config, mut attempt: F) -> Result<T, LockError>

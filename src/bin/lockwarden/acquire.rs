@@ -187,7 +187,7 @@ pub async fn report_timeout(manager: &Addr<LockManager>, name: &str, waited: Dur
     ));
 }
 
-/// Who holds `name` now, in one phrase: "held by <owner> (2 holds), expires in 29.7s".
+/// Who holds `name` now, in one phrase: "held by <owner> on host .. pid .., 2 holds, expires in 29.7s".
 pub async fn holder_text(manager: &Addr<LockManager>, name: &str) -> String {
     match manager.send(Inspect::new(name)).await {
         Ok(Ok(info)) => describe_holders(&info.holders, info.ttl),
@@ -196,16 +196,22 @@ pub async fn holder_text(manager: &Addr<LockManager>, name: &str) -> String {
     }
 }
 
-/// "held by <owner> (2 holds), expires in 29.7s", or "it is free now".
+/// "held by <owner> on host web-3 pid 4211 (billing-svc, lockwarden 0.1.0), 2
+/// holds, expires in 29.7s" (the host part when the holder's manager is in the
+/// client registry, as `status` shows it), or "it is free now".
 pub fn describe_holders(holders: &[Holder], ttl: Option<Duration>) -> String {
     if holders.is_empty() {
         return "it is free now".into();
     }
     let mut text = String::from("held by ");
     for (i, h) in holders.iter().enumerate() {
-        let sep = if i == 0 { "" } else { ", " };
+        let sep = if i == 0 { "" } else { "; " };
         let plural = if h.holds == 1 { "" } else { "s" };
-        let _ = write!(text, "{sep}{} ({} hold{plural})", h.owner_field, h.holds);
+        let _ = write!(text, "{sep}{}", h.owner_field);
+        if let Some(client) = &h.client {
+            let _ = write!(text, " on {}", client.describe());
+        }
+        let _ = write!(text, ", {} hold{plural}", h.holds);
     }
     match ttl {
         Some(ttl) => {

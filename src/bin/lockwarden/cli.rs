@@ -54,8 +54,11 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Options every subcommand takes.
+/// Options every subcommand takes. In each subcommand's help they come under their
+/// own heading, after the subcommand's own options: `latch --help` would otherwise
+/// open with eleven connection options.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Connection and logging (every subcommand)")]
 pub struct Common {
     /// Redis server URL (redis://[user:password@]host[:port][/db]). Repeat it for
     /// `run --redlock`, once per independent server.
@@ -108,7 +111,7 @@ pub struct Common {
     /// Whether the master and replicas the Sentinels name speak TLS (with
     /// --sentinel): yes or no. By default as the Sentinels: yes for rediss://
     /// Sentinel URLs, no for redis://.
-    #[arg(long = "master-tls", global = true, value_name = "yes|no", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long = "master-tls", global = true, value_name = "yes|no", value_parser = parse_yes_no)]
     pub master_tls: Option<bool>,
 
     /// Replicas that must confirm each lock change (WAIT) before it counts; a
@@ -455,6 +458,17 @@ pub struct ListArgs {
     pub json: bool,
 }
 
+/// `yes` or `no` (and, quietly, the usual spellings of either), for a flag whose
+/// help says `yes|no`: clap's boolean parser would list `true, false` and answer
+/// "value was not a boolean".
+fn parse_yes_no(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "yes" | "y" | "true" | "on" | "1" => Ok(true),
+        "no" | "n" | "false" | "off" | "0" => Ok(false),
+        _ => Err(format!("'{text}' is neither yes nor no")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -502,6 +516,19 @@ mod tests {
                 .is_err(),
             "--node-wait needs --redlock"
         );
+    }
+
+    #[test]
+    fn master_tls_takes_yes_or_no() {
+        let tls = |v: &str| {
+            Cli::try_parse_from(["lockwarden", "--master-tls", v, "status", "a"])
+                .map(|cli| cli.common.master_tls)
+        };
+        assert_eq!(tls("yes").expect("parses"), Some(true));
+        assert_eq!(tls("no").expect("parses"), Some(false));
+        let err = tls("maybe").expect_err("refused").to_string();
+        assert!(err.contains("'maybe' is neither yes nor no"), "{err}");
+        assert!(!err.contains("true, false"), "{err}");
     }
 
     #[test]

@@ -148,8 +148,22 @@ fn refuse(e: clap::Error) -> ! {
     if let Some(hint) = double_dash_hint(&e, &args) {
         line = format!("{line}; {hint}");
     }
+    if e.kind() == ErrorKind::InvalidSubcommand {
+        line = format!("{line}; the subcommands are {}", subcommands());
+    }
     note(format!("{line} (see --help)"));
     std::process::exit(outcome::USAGE);
+}
+
+/// The subcommands' names, comma-separated, as `--help` lists them.
+fn subcommands() -> String {
+    use clap::CommandFactory;
+    let names: Vec<String> = Cli::command()
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set() && c.get_name() != "help")
+        .map(|c| c.get_name().to_string())
+        .collect();
+    names.join(", ")
 }
 
 /// For a `run` whose command was typed without `--` before it (`lockwarden run job
