@@ -24,32 +24,6 @@ const LOCK: &str = "fenced-demo:account:7";
 /// The balance in Redis (its fence is `lockwarden_fence:{fenced-demo:account:7:balance}`).
 const BALANCE: &str = "fenced-demo:account:7:balance";
 
-/// Where to find Redis, and the private server if one had to be started.
-fn find_redis() -> Result<(String, Option<support::RedisServer>), String> {
-    if let Ok(url) = std::env::var("REDIS_URL") {
-        return Ok((url, None));
-    }
-    let default = "redis://127.0.0.1:6379/";
-    let answers = redis::Client::open(default)
-        .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(300)))
-        .and_then(|mut conn| redis::cmd("PING").query::<String>(&mut conn))
-        .is_ok();
-    if answers {
-        return Ok((default.to_string(), None));
-    }
-    let on_path = std::process::Command::new(support::redis_server_bin())
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !on_path {
-        return Err(format!(
-            "no Redis answers at {default} and `redis-server` is not on the PATH; set REDIS_URL"
-        ));
-    }
-    let server = support::RedisServer::start();
-    Ok((server.url(), Some(server)))
-}
-
 /// A holds the lock with a 200 ms lease and is paused past it; B takes it.
 async fn paused_then_overtaken(
     a: &Addr<LockManager>,
@@ -179,7 +153,7 @@ async fn in_postgres(a: &Addr<LockManager>, b: &Addr<LockManager>) -> Result<Opt
 
 #[actix::main]
 async fn main() -> ExitCode {
-    let (url, _server) = match find_redis() {
+    let (url, _server) = match support::find_redis() {
         Ok(found) => found,
         Err(e) => {
             eprintln!("{e}");

@@ -31,42 +31,9 @@ const ROUNDS: usize = 6;
 /// Longest a holder waits for the other manager to queue (far above what it takes).
 const QUEUE_LIMIT: Duration = Duration::from_secs(5);
 
-/// Where to find Redis, and the private server if one had to be started.
-fn find_redis() -> Result<(String, Option<support::RedisServer>), String> {
-    if let Ok(url) = std::env::var("REDIS_URL") {
-        return Ok((url, None));
-    }
-    let default = "redis://127.0.0.1:6379/";
-    let answers = redis::Client::open(default)
-        .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(300)))
-        .and_then(|mut conn| redis::cmd("PING").query::<String>(&mut conn))
-        .is_ok();
-    if answers {
-        return Ok((default.to_string(), None));
-    }
-    let on_path = std::process::Command::new(support::redis_server_bin())
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !on_path {
-        return Err(
-            "no Redis answers at 127.0.0.1:6379 and `redis-server` is not on the PATH.\n\
-             Install Redis (Debian/Ubuntu: `sudo apt-get install redis-server`), or set \
-             REDIS_URL=redis://host:port to a server you have."
-                .to_string(),
-        );
-    }
-    let server = support::RedisServer::start();
-    println!(
-        "No Redis at 127.0.0.1:6379: started a private redis-server on port {} for this run.",
-        server.port()
-    );
-    Ok((server.url(), Some(server)))
-}
-
 #[actix::main]
 async fn main() -> ExitCode {
-    let (url, _private_server) = match find_redis() {
+    let (url, _private_server) = match support::find_redis() {
         Ok(found) => found,
         Err(why) => {
             eprintln!("quickstart: {why}");

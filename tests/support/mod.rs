@@ -181,3 +181,38 @@ pub fn data_keys(server: &RedisServer) -> Vec<String> {
 pub fn data_key_count(server: &RedisServer) -> i64 {
     data_keys(server).len() as i64
 }
+
+/// For the examples: where to find Redis (`REDIS_URL`, else a server answering at
+/// 127.0.0.1:6379, else a private `redis-server` started for the run), and the
+/// private server if one had to be started (it stops when dropped).
+pub fn find_redis() -> Result<(String, Option<RedisServer>), String> {
+    if let Ok(url) = std::env::var("REDIS_URL") {
+        return Ok((url, None));
+    }
+    let default = "redis://127.0.0.1:6379/";
+    let answers = redis::Client::open(default)
+        .and_then(|c| c.get_connection_with_timeout(std::time::Duration::from_millis(300)))
+        .and_then(|mut conn| redis::cmd("PING").query::<String>(&mut conn))
+        .is_ok();
+    if answers {
+        return Ok((default.to_string(), None));
+    }
+    let on_path = std::process::Command::new(redis_server_bin())
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !on_path {
+        return Err(
+            "no Redis answers at 127.0.0.1:6379 and `redis-server` is not on the PATH.\n\
+             Install Redis (Debian/Ubuntu: `sudo apt-get install redis-server`), or set \
+             REDIS_URL=redis://host:port to a server you have."
+                .to_string(),
+        );
+    }
+    let server = RedisServer::start();
+    println!(
+        "No Redis at 127.0.0.1:6379: started a private redis-server on port {} for this run.",
+        server.port()
+    );
+    Ok((server.url(), Some(server)))
+}
