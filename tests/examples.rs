@@ -76,19 +76,26 @@ fn run(name: &str, redis_url: Option<&str>) -> Output {
         .unwrap_or_else(|e| panic!("cannot run example {name}: {e}"))
 }
 
-/// The quickstart's holds alternate A, B, A, ... (every handoff goes to the other
-/// manager), their fencing tokens grow, and the summary counts the handoffs it saw.
-#[test]
-fn quickstart_alternates_managers_with_growing_tokens() {
-    let server = RedisServer::start();
-    let out = run("quickstart", Some(&server.url()));
-    let text = String::from_utf8_lossy(&out.stdout);
+/// The example's stdout, once it is known to have exited 0 (else its stdout and
+/// stderr are the failure message).
+fn succeeded(out: &Output) -> String {
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "exit {:?}\n{text}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    text
+}
+
+/// The quickstart's holds alternate A, B, A, ... (every handoff goes to the other
+/// manager), their fencing tokens grow, and the summary counts the handoffs it saw.
+#[test]
+fn quickstart_alternates_managers_with_growing_tokens() {
+    let server = RedisServer::start();
+    let out = run("quickstart", Some(&server.url()));
+    let text = succeeded(&out);
     let holds: Vec<(String, u64)> = text
         .lines()
         .filter_map(|l| {
@@ -118,8 +125,7 @@ fn quickstart_alternates_managers_with_growing_tokens() {
 #[test]
 fn failover_stamps_the_loss_when_it_was_learned() {
     let out = run("failover", None);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "exit {:?}\n{text}", out.status);
+    let text = succeeded(&out);
     // "   1.234s  what happened"
     let stamp = |is: &dyn Fn(&str) -> bool| -> f64 {
         text.lines()
@@ -144,13 +150,7 @@ fn failover_stamps_the_loss_when_it_was_learned() {
 #[test]
 fn leader_hands_over_with_one_leader_at_a_time() {
     let out = run("leader", None);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "exit {:?}\n{text}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = succeeded(&out);
     assert!(!text.contains("FAIL"), "a check failed:\n{text}");
     assert!(text.contains("deposed: Lost(ManagerStopped)"), "{text}");
     assert!(text.contains("deposed: Resigned"), "{text}");
@@ -164,13 +164,7 @@ fn leader_hands_over_with_one_leader_at_a_time() {
 #[test]
 fn metrics_example_scrapes_its_own_endpoint() {
     let out = run("metrics", None);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "exit {:?}\n{text}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = succeeded(&out);
     assert!(text.contains("every expected metric is there"), "{text}");
     assert!(
         text.contains("lockwarden_acquisitions_total{kind=\"exclusive\",outcome=\"acquired\"} 61"),
@@ -185,13 +179,7 @@ fn metrics_example_scrapes_its_own_endpoint() {
 fn fenced_example_refuses_the_stale_writes() {
     let server = RedisServer::start();
     let out = run("fenced", Some(&server.url()));
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "exit {:?}\n{text}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = succeeded(&out);
     assert!(text.contains("SET balance 90 with token"), "{text}");
     assert!(
         text.contains("refused (write refused: fencing token"),
