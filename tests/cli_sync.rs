@@ -174,6 +174,45 @@ async fn status_shows_a_semaphores_permits() {
     );
 }
 
+/// `latch wait` on a latch with no count (a mistyped name, say) returns at once, as
+/// Redisson reads it, but says so on stderr; with `--must-exist` it exits 1.
+/// `semaphore available` prints the permits available (0 for one never set).
+/// Nothing is written by any of them.
+#[tokio::test]
+async fn a_latch_with_no_count_is_said_and_available_permits_are_printed() {
+    let server = RedisServer::start();
+    let out = run(&server, &["latch", "wait", "batch2", "--wait", "5s"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("latch \"batch2\" has no count"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(&server, &["latch", "wait", "batch2", "--must-exist"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("never set"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(support::data_key_count(&server), 0, "nothing written");
+
+    let out = run(&server, &["semaphore", "available", "api"]).await;
+    assert_eq!(
+        (out.status.code(), text(&out.stdout)),
+        (Some(0), "0".into())
+    );
+    assert!(run(&server, &["semaphore", "set", "api", "3"])
+        .await
+        .status
+        .success());
+    let out = run(&server, &["semaphore", "available", "api"]).await;
+    assert_eq!(
+        (out.status.code(), text(&out.stdout)),
+        (Some(0), "3".into())
+    );
+}
+
 /// Zero, negative or too large amounts and a name with unbalanced braces exit
 /// 2 with one line on stderr, and nothing is written.
 #[tokio::test]

@@ -139,7 +139,9 @@ async fn the_count_follows_the_redisson_layout() {
         }
     });
     assert!(subscribers(&server, channel, 1).await);
+    assert!(!l.exists().await.expect("exists"), "never set");
     assert!(l.try_set_count(2).await.expect("set"));
+    assert!(l.exists().await.expect("exists"));
     assert_eq!(raw::<String>(&server, &["GET", "{t}:jobs"]), "2");
     assert_eq!(
         rx.recv_timeout(Duration::from_secs(5)).expect("message"),
@@ -152,6 +154,7 @@ async fn the_count_follows_the_redisson_layout() {
         "0"
     );
     assert_eq!(raw::<i64>(&server, &["EXISTS", "{t}:jobs"]), 0);
+    assert!(!l.exists().await.expect("exists"), "open again at zero");
     assert_eq!(l.count_down().await.expect("down on open"), 0);
     assert_eq!(raw::<i64>(&server, &["EXISTS", "{t}:jobs"]), 0);
 }

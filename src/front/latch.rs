@@ -93,6 +93,16 @@ impl LatchHandle {
         Ok(wire::call(&mut conn, &LatchCountDown { name: &self.name }).await?)
     }
 
+    /// Whether the latch has a count now. Redisson's meaning is kept: a latch with
+    /// no key is open, whether it was never set or has counted down to zero (the
+    /// key is deleted then), so [`wait_zero`](LatchHandle::wait_zero) returns at
+    /// once for a mistyped name too. Ask this first to tell "not set yet" from
+    /// "done" where the caller knows the latch must have been set.
+    pub async fn exists(&self) -> Result<bool, LockError> {
+        let mut conn = self.shared.node.conn();
+        Ok(wire::key_exists(&mut conn, &self.name).await?)
+    }
+
     /// The count now (0: open).
     pub async fn count(&self) -> Result<u64, LockError> {
         let mut conn = self.shared.node.conn();

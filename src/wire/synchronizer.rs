@@ -253,3 +253,10 @@ pub(crate) async fn read_number<C: ConnectionLike>(conn: &mut C, name: &str) -> 
         Err(_) => Err(crate::error::not_a_number(name, &value)),
     }
 }
+
+/// Whether a synchronizer's key exists: a latch with none is open, whether it was
+/// never set or has counted down (Redisson deletes it at zero).
+pub(crate) async fn key_exists<C: ConnectionLike>(conn: &mut C, name: &str) -> RedisResult<bool> {
+    let n: i64 = redis::cmd("EXISTS").arg(name).query_async(conn).await?;
+    Ok(n == 1)
+}

@@ -31,13 +31,19 @@ pub enum LatchAction {
         /// The latch name.
         name: String,
     },
-    /// Wait until the count is zero.
+    /// Wait until the count is zero. A latch with no count (never set, or already
+    /// open: Redisson deletes it at zero) is open at once, said on stderr.
     Wait {
         /// The latch name.
         name: String,
         /// Give up after waiting this long (exit 75). Waits forever if not given.
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         wait: Option<Duration>,
+        /// Exit 1 instead if the latch has no count when the wait starts: a
+        /// mistyped name (or a latch not set yet) then fails rather than reading
+        /// as "all done". A latch that already opened also has no count.
+        #[arg(long)]
+        must_exist: bool,
     },
     /// Print the count (0: open).
     Count {
@@ -73,6 +79,11 @@ pub enum SemaphoreAction {
     },
     /// Take every available permit at once and print how many.
     Drain {
+        /// The semaphore name.
+        name: String,
+    },
+    /// Print the permits available now (0 also for a semaphore never set).
+    Available {
         /// The semaphore name.
         name: String,
     },

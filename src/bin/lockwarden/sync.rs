@@ -272,7 +272,23 @@ pub async fn latch(session: &Session, args: LatchArgs) -> Result<i32, Failure> {
             say!("{}", latch.count().await.map_err(fail)?);
             Ok(outcome::OK)
         }
-        LatchAction::Wait { wait, .. } => {
+        LatchAction::Wait {
+            wait, must_exist, ..
+        } => {
+            if !latch.exists().await.map_err(fail)? {
+                if must_exist {
+                    note(format!(
+                        "latch \"{name}\" has no count: it was never set (a mistyped name?) \
+                         or it has already opened"
+                    ));
+                    return Ok(outcome::FAILED);
+                }
+                note(format!(
+                    "latch \"{name}\" has no count (never set, or already opened): open; \
+                     --must-exist makes this an error"
+                ));
+                return Ok(outcome::OK);
+            }
             let mut signals = Signals::install()?;
             let waiting = match wait {
                 Some(wait) => latch.wait_zero(wait).boxed_local(),
@@ -299,7 +315,8 @@ pub async fn semaphore(session: &Session, args: SemaphoreArgs) -> Result<i32, Fa
     let name = match &args.action {
         SemaphoreAction::Set { name, .. }
         | SemaphoreAction::Add { name, .. }
-        | SemaphoreAction::Drain { name } => name.clone(),
+        | SemaphoreAction::Drain { name }
+        | SemaphoreAction::Available { name } => name.clone(),
     };
     session.check_name(&name)?;
     let doing = format!("semaphore \"{name}\"");
@@ -325,6 +342,10 @@ pub async fn semaphore(session: &Session, args: SemaphoreArgs) -> Result<i32, Fa
         }
         SemaphoreAction::Drain { .. } => {
             say!("{}", sem.drain().await.map_err(fail)?);
+            Ok(outcome::OK)
+        }
+        SemaphoreAction::Available { .. } => {
+            say!("{}", sem.available().await.map_err(fail)?);
             Ok(outcome::OK)
         }
     }
