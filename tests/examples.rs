@@ -3,7 +3,8 @@
 //! fencing tokens, and the failover demo stamps "A is told its lock is lost" with
 //! the time A learned it (while Redis was frozen), not the time Redis resumed;
 //! the metrics example finds what it expects in its own `/metrics` scrape; the
-//! fenced example's stale writes are refused in Redis and in PostgreSQL.
+//! fenced example's stale writes are refused in Redis and in PostgreSQL; two
+//! instances of the actix-web example share their locks, semaphore and leader.
 //!
 //! `cargo test` builds the examples but does not say where; a filtered run
 //! (`cargo test --test examples`) does not build them at all. So the test asks cargo
@@ -12,11 +13,14 @@
 
 mod support;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
-use support::RedisServer;
+use support::{free_port, raw, RedisServer};
 
 /// `target/debug/examples/<name>`, built once per test run.
 fn example(name: &str) -> PathBuf {
@@ -47,6 +51,8 @@ fn example(name: &str) -> PathBuf {
                 "metrics",
                 "--example",
                 "fenced",
+                "--example",
+                "web",
             ])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .output()
@@ -190,4 +196,128 @@ fn fenced_example_refuses_the_stale_writes() {
         "{text}"
     );
     assert!(text.contains("every stale write was refused"), "{text}");
+}
+
+/// One HTTP/1.1 request to 127.0.0.1:`port`, answered with its status and body
+/// (`None` when nothing answers).
+fn http(port: u16, method: &str, path: &str) -> Option<(u16, String)> {
+    let mut conn = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+    write!(
+        conn,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).ok()?;
+    let status = answer.split(' ').nth(1)?.parse().ok()?;
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    Some((status, body.to_string()))
+}
+
+/// A running example process, killed when dropped (its output kept for a failure).
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Two instances of the actix-web example on one Redis, driven over HTTP: jobs of
+/// one key sent to both never overlap and each stores its result, partner calls
+/// never pass two at once across both, exactly one instance leads and only its
+/// scheduler ticks.
+#[test]
+fn web_example_shares_locks_between_two_instances() {
+    let server = RedisServer::start();
+    let ports = [free_port(), free_port()];
+    let _instances: Vec<Running> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, port)| {
+            let child = Command::new(example("web"))
+                .env("REDIS_URL", server.url())
+                .env("PORT", port.to_string())
+                .env("INSTANCE", format!("web-{i}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("cannot start the web example");
+            Running(child)
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for port in ports {
+        while http(port, "GET", "/health").map(|(s, _)| s) != Some(200) {
+            assert!(
+                Instant::now() < deadline,
+                "instance on {port} never answered"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    // Twelve jobs of one key, half on each instance, all at once.
+    let jobs: Vec<_> = (0..12)
+        .map(|i| {
+            let port = ports[i % 2];
+            std::thread::spawn(move || http(port, "POST", "/jobs/report"))
+        })
+        .collect();
+    // Eight partner calls, half on each instance, at the same time.
+    let calls: Vec<_> = (0..8)
+        .map(|i| {
+            let port = ports[i % 2];
+            std::thread::spawn(move || http(port, "GET", "/partner"))
+        })
+        .collect();
+    for job in jobs {
+        let (status, body) = job.join().expect("thread").expect("an answer");
+        assert_eq!(status, 200, "{body}");
+        assert!(body.starts_with("done report on web-"), "{body}");
+    }
+    for call in calls {
+        let (status, body) = call.join().expect("thread").expect("an answer");
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(
+        raw::<Option<String>>(&server, &["GET", "web:overlap:report"]),
+        None
+    );
+    assert_eq!(
+        raw::<Option<String>>(&server, &["GET", "web:partner:over"]),
+        None
+    );
+    let result: String = raw(&server, &["GET", "web:result:report"]);
+    assert!(result.starts_with("web-"), "{result}");
+
+    // One leader, and only its scheduler ticks.
+    let leaders = || -> Vec<usize> {
+        (0..2)
+            .filter(|&i| http(ports[i], "GET", "/role").is_some_and(|(_, b)| b.trim() == "leader"))
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let leader = loop {
+        match leaders()[..] {
+            [one] => break one,
+            ref many => {
+                assert!(many.len() < 2, "two leaders at once: {many:?}");
+                assert!(Instant::now() < deadline, "nobody was elected");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    let ticked = |i: usize| raw::<Option<i64>>(&server, &["GET", &format!("web:ticks:web-{i}")]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ticked(leader).unwrap_or(0) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the leader's scheduler never ticked"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(ticked(1 - leader), None, "the follower's scheduler ticked");
 }
