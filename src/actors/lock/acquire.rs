@@ -137,7 +137,7 @@ impl LockActor {
         match res {
             Ok(AcquireReply::Acquired { token, holds }) => {
                 self.attempts.redis_answered(true);
-                self.attempts.granted();
+                self.attempts.restart_spin();
                 match self.queue.take(attempt.waiter) {
                     Some(w) => {
                         self.turn.granted(self.queue.len());

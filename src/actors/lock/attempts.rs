@@ -131,8 +131,9 @@ impl Attempts {
         self.saw_lock |= saw_lock;
     }
 
-    /// The attempt took the lock: a run of busy answers is over.
-    pub(super) fn granted(&mut self) {
+    /// The spin backoff starts again from its first step: an attempt took the
+    /// lock, or a waiter came to an empty queue (a run of busy answers is over).
+    pub(super) fn restart_spin(&mut self) {
         self.busy = 0;
     }
 

@@ -447,6 +447,10 @@ impl Handler<Enqueue> for LockActor {
                 act.warn_if_stalled(id)
             });
         }
+        if self.queue.is_empty() {
+            // The spin backoff counts one wait's busy answers, not an earlier one's.
+            self.attempts.restart_spin();
+        }
         self.queue.push(waiter, reentrant);
         self.pump(ctx);
     }
