@@ -216,7 +216,7 @@ pub(crate) fn validate_name(name: &str, max_len: usize) -> Result<(), NameError>
     }
     // All derived keys are built by `prefixed`, so checking one of them covers all.
     // Equal hashed parts mean equal slots; names like `}x`, `a{}b` or `a{b` fail here.
-    if hashed_part(name) != hashed_part(&channel(name)) {
+    if !same_slot(name, &channel(name)) {
         return Err(NameError::CrossSlot);
     }
     Ok(())

@@ -65,12 +65,8 @@ impl FencedWrite {
         command: impl Into<String>,
     ) -> FencedWrite {
         FencedWrite {
-            key: key.into(),
-            token: guard.fencing_token(),
             holder: Some((guard.name().to_string(), guard.owner_field().to_string())),
-            while_held: false,
-            command: command.into(),
-            args: Vec::new(),
+            ..FencedWrite::with_token(guard.fencing_token(), key, command)
         }
     }
 
