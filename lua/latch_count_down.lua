@@ -4,8 +4,9 @@
 -- KEYS[1]  the latch key
 -- KEYS[2]  its channel
 --
--- Returns the count left (0 when the latch is open; a latch already open stays
--- open: the key is deleted again and nothing is published).
+-- Returns the count left: 0 when this call opened the latch, -1 when it was
+-- open already (it stays open: the key is deleted again and nothing is
+-- published).
 -- The writes are asked for before the first (ACL, acl_prelude.lua): the count
 -- reaching zero without its PUBLISH would leave every waiter asleep until it
 -- polls, and the caller with an error after the count moved.
@@ -30,6 +31,6 @@ if left == 0 then
   redis.call('publish', KEYS[2], '0')
 end
 if left < 0 then
-  return 0
+  return -1
 end
 return left

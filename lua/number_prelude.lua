@@ -11,12 +11,12 @@ local function not_a_number(raw)
 end
 
 -- The number at KEYS[1] (0 when the key is absent), or nil and the error to
--- answer when it holds something else.
+-- answer when it holds something else; third, whether the key is absent.
 local function number_at_key()
   local raw = redis.call('get', KEYS[1])
   local n = tonumber(raw or '0')
   if n == nil then
     return nil, not_a_number(raw)
   end
-  return n
+  return n, nil, not raw
 end

@@ -6,10 +6,11 @@
 -- ARGV[1]  permits to add, >= 1
 -- ARGV[2]  the most permits the key may hold (Redisson reads it as a Java int)
 --
--- Returns {1, available} after adding, or {-1, available} when the sum would pass
--- ARGV[2] (nothing is written or published then). The message is the new number
--- of available permits, as Redisson publishes it.
-local have, refused = number_at_key()
+-- Returns {1, available, created} after adding (created: 1 when the key was
+-- absent, so this call made the semaphore, else 0), or {-1, available} when the
+-- sum would pass ARGV[2] (nothing is written or published then). The message is
+-- the new number of available permits, as Redisson publishes it.
+local have, refused, absent = number_at_key()
 if refused then
   return refused
 end
@@ -27,4 +28,4 @@ need({
 -- INCRBY rather than SET: a TTL a Java user put on the semaphore stays.
 redis.call('incrby', KEYS[1], ARGV[1])
 redis.call('publish', KEYS[2], now)
-return {1, now}
+return {1, now, absent and 1 or 0}

@@ -35,6 +35,9 @@ const SEMAPHORE_PREFIX: &str = "redisson_sc";
 /// Prefix of a count-down latch's channel (Redisson's `RCountDownLatch`); unlike the
 /// others it always wraps the name in braces, even a name that brings its own.
 const LATCH_CHANNEL_PREFIX: &str = "redisson_countdownlatch__channel__";
+/// Prefix of a synchronizer's kind mark (lockwarden's own: Redisson keeps a
+/// semaphore and a latch as the same integer string and records no kind).
+const KIND_PREFIX: &str = "lockwarden_kind";
 
 /// Message published when a lock frees: wake one waiter.
 pub(crate) const WAKE_ONE: &str = "0";
@@ -140,6 +143,14 @@ pub(crate) fn semaphore_channel(name: &str) -> String {
 /// itself, a string holding the count).
 pub(crate) fn latch_channel(name: &str) -> String {
     format!("{LATCH_CHANNEL_PREFIX}{{{name}}}")
+}
+
+/// The kind mark of a semaphore or latch that lockwarden made:
+/// `lockwarden_kind:{<name>}`, a string (`semaphore`, `permit-semaphore` or
+/// `latch`) in the synchronizer's slot, written once the key is made
+/// (`wire::label`). Without it nobody can tell a semaphore's key from a latch's.
+pub(crate) fn kind_mark(name: &str) -> String {
+    prefixed(KIND_PREFIX, name)
 }
 
 /// A permit-expirable semaphore's taken permits: a zset of permit id -> expiry,

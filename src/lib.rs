@@ -112,6 +112,7 @@ mod random;
 mod reply;
 mod signal;
 mod stats;
+mod sync_view;
 mod tls;
 mod view;
 mod wire;
@@ -140,4 +141,5 @@ pub use kind::AcquireKind;
 /// can name it without depending on `redis` themselves.
 pub use redis::RedisError;
 pub use stats::Stats;
+pub use sync_view::{SynchronizerKind, SynchronizerSummary};
 pub use view::{Holder, LockInfo, LockKind, QueuedWaiter};

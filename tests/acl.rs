@@ -714,9 +714,11 @@ async fn force_unlock_asks_before_it_deletes() {
 
 /// Key and channel patterns of the semaphores and latches named `acl:*`
 /// (docs/operations.md): the permit-expirable semaphore's permits live at
-/// `{<name>}:timeout`, and the scripts are handed each channel as a key.
+/// `{<name>}:timeout`, the scripts are handed each channel as a key, and the
+/// kind marks live at `lockwarden_kind:{<name>}`.
 const SYNC_PATTERNS: &[&str] = &[
     "~{acl:*",
+    "~lockwarden_kind:{acl:*",
     "~redisson_sc:{acl:*",
     "&redisson_sc:{acl:*",
     "~redisson_countdownlatch__channel__{acl:*",
@@ -847,6 +849,29 @@ async fn without_publish_nothing_is_taken_that_could_not_be_given_back() {
     assert_eq!(latch.count_down().await.expect("counted"), 1);
     let fresh = m.latch("acl:latch2").await.expect("handle");
     assert!(fresh.try_set_count(2).await.expect("set"));
+    assert_eq!(
+        raw::<String>(&server, &["GET", "lockwarden_kind:{acl:latch2}"]),
+        "latch",
+        "the documented ACL lets the kind be marked"
+    );
+
+    // Without the marks' pattern (an ACL written before them) the synchronizers
+    // work the same, unmarked.
+    patterns.retain(|p| !p.starts_with("~lockwarden_kind"));
+    set_user_with(&server, &patterns, &commands);
+    let m = user_manager(&server).await;
+    let sem = m.semaphore("acl:sem3").await.expect("handle");
+    assert!(sem.try_set_permits(2).await.expect("set without the mark"));
+    let latch = m.latch("acl:latch3").await.expect("handle");
+    assert!(latch.try_set_count(1).await.expect("set without the mark"));
+    assert_eq!(latch.count_down().await.expect("counted"), 0);
+    assert_eq!(
+        raw::<i64>(
+            &server,
+            &["EXISTS", "lockwarden_kind:{acl:sem3}", "acl:latch3"]
+        ),
+        0
+    );
 }
 
 /// A user without SUBSCRIBE still gets its locks, by polling every

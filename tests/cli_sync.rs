@@ -142,8 +142,8 @@ async fn latch_commands_wake_every_waiting_process() {
     );
 }
 
-/// `status` shows a semaphore's available permits as a counter, in text and
-/// JSON; `semaphore add` and `drain` print the permits.
+/// `status` shows a semaphore by its kind with its available permits, in text
+/// and JSON; `semaphore add` and `drain` print the permits.
 #[tokio::test]
 async fn status_shows_a_semaphores_permits() {
     let server = RedisServer::start();
@@ -154,15 +154,19 @@ async fn status_shows_a_semaphores_permits() {
     let out = run(&server, &["status", "api"]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
-        text(&out.stdout).contains("api: counter 3"),
+        text(&out.stdout).contains("api: semaphore, 3 permits available, 0 waiting"),
         "{}",
         text(&out.stdout)
     );
     let json = run(&server, &["status", "api", "--json"]).await;
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
     assert_eq!(
-        (v["kind"].as_str(), v["value"].as_i64()),
-        (Some("counter"), Some(3))
+        (
+            v["kind"].as_str(),
+            v["value"].as_i64(),
+            v["marked"].as_bool()
+        ),
+        (Some("semaphore"), Some(3), Some(true))
     );
     assert_eq!(
         text(&run(&server, &["semaphore", "add", "api", "2"]).await.stdout),
@@ -376,4 +380,152 @@ async fn expirable_permits_die_with_the_process_and_can_be_lost() {
 /// Borrows owned arguments for `spawn` and `run`.
 fn args_of(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
+}
+
+/// A connection subscribed to `channel`, as a Redisson client waiting on a
+/// synchronizer is; it listens until dropped.
+fn subscribed(server: &RedisServer, channel: &str) -> redis::Connection {
+    let mut conn = server.conn();
+    redis::cmd("SUBSCRIBE")
+        .arg(channel)
+        .exec(&mut conn)
+        .expect("subscribe");
+    conn
+}
+
+/// The `list` line of `name`, if it has one.
+fn line_of<'a>(listed: &'a str, name: &str) -> Option<&'a str> {
+    listed.lines().find(|l| l.split('\t').next() == Some(name))
+}
+
+/// `list`, `top` and `status` show every synchronizer by its kind (issue 30,
+/// item 3): a semaphore and a latch lockwarden made (by their kind marks), a
+/// permit-expirable semaphore with a permit out, and a semaphore that Redisson
+/// made (no mark) while something waits on it; an application's integer is not
+/// listed and reads as a counter by name. A latch that opens takes its mark with
+/// it. Before, `list` and `top` showed locks only and `status` said "counter"
+/// for all of them.
+#[tokio::test]
+async fn list_top_and_status_show_synchronizers_by_kind() {
+    let server = RedisServer::start();
+    for args in [
+        &["semaphore", "set", "pool", "2"][..],
+        &["latch", "set", "batch", "3"],
+    ] {
+        let out = run(&server, args).await;
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    // A permit-expirable semaphore with one permit out while its command runs.
+    let crawl = spawn(
+        &server,
+        &[
+            "run",
+            "crawl",
+            "--semaphore",
+            "--expirable",
+            "--permits",
+            "3",
+            "--",
+            "sleep",
+            "30",
+        ],
+    );
+    let _: () = support::raw(&server, &["SET", "rsem", "4"]);
+    let _redisson_waiter = subscribed(&server, "redisson_sc:{rsem}");
+    let _: () = support::raw(&server, &["SET", "visits", "5"]);
+    let mut lock = spawn(&server, &["hold", "held", "--for", "30s"]);
+
+    let expected = [
+        ("batch", "batch\tlatch\tcount=3\tno expiry\twaiting=0"),
+        (
+            "crawl",
+            "crawl\tpermit-semaphore\tavailable=2 taken=1\tno expiry\twaiting=0",
+        ),
+        ("pool", "pool\tsemaphore\tavailable=2\tno expiry\twaiting=0"),
+        ("rsem", "rsem\tsemaphore\tavailable=4\tno expiry\twaiting=1"),
+    ];
+    // Until the permit is taken, the lock held, and the taker's subscription
+    // ended (its semaphore actor leaves the channel once idle).
+    let mut listed = String::new();
+    let seen = support::eventually(LIMIT, || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockwarden"))
+            .args(["--redis", &server.url(), "list"])
+            .output()
+            .expect("list");
+        listed = text(&out.stdout);
+        line_of(&listed, "held").is_some()
+            && expected
+                .iter()
+                .all(|(name, line)| line_of(&listed, name) == Some(*line))
+    })
+    .await;
+    assert!(seen, "expected {expected:?}, listed:\n{listed}");
+    assert!(line_of(&listed, "held").is_some_and(|l| l.contains("\texclusive\t")));
+    assert_eq!(line_of(&listed, "visits"), None, "{listed}");
+    assert_eq!(listed.lines().count(), 5, "{listed}");
+
+    let out = run(&server, &["status", "visits"]).await;
+    assert!(
+        text(&out.stdout).starts_with("visits: counter, value 5, 0 waiting"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = run(&server, &["status", "rsem", "--json"]).await;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        (
+            v["kind"].as_str(),
+            v["marked"].as_bool(),
+            v["waiting"].as_u64()
+        ),
+        (Some("semaphore"), Some(false), Some(1))
+    );
+    let out = run(&server, &["status", "batch"]).await;
+    assert_eq!(
+        text(&out.stdout),
+        "batch: count-down latch, count 3, 0 waiting, no expiry"
+    );
+
+    let out = run(&server, &["top", "--iterations", "1", "--json"]).await;
+    let frame: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let kinds: Vec<(&str, &str)> = frame["locks"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| {
+            (
+                r["lock"].as_str().expect("name"),
+                r["kind"].as_str().expect("kind"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("rsem", "semaphore"),
+            ("batch", "latch"),
+            ("crawl", "permit-semaphore"),
+            ("held", "exclusive"),
+            ("pool", "semaphore"),
+        ],
+        "most waited for first, then by name"
+    );
+
+    // The latch opens: its key and its mark go, and so does its line.
+    for _ in 0..3 {
+        assert!(run(&server, &["latch", "count-down", "batch"])
+            .await
+            .status
+            .success());
+    }
+    assert_eq!(
+        support::raw::<i64>(&server, &["EXISTS", "batch", "lockwarden_kind:{batch}"]),
+        0
+    );
+    let out = run(&server, &["list"]).await;
+    assert_eq!(line_of(&text(&out.stdout), "batch"), None);
+
+    lock.start_kill().expect("stop hold");
+    let _ = finish(lock).await;
+    drop(crawl);
 }

@@ -12,7 +12,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use lockwarden::{Acquire, Admin, Config, LockError, LockManager};
+use lockwarden::{Acquire, Admin, Config, LockError, LockManager, Locks};
 use support::{Cluster, RedisServer};
 
 /// Long enough that no test bound below is ever met by a fallback retry.
@@ -398,6 +398,51 @@ async fn list_sees_every_master(cluster: &Cluster) {
     for g in guards {
         g.release().await.expect("released");
     }
+
+    // Semaphores and a latch on every master, by their kind; the waiting of one
+    // is counted on its shard (SHARDNUMSUB).
+    let sems: Vec<String> = (0..6).map(|i| format!("listed:sem{i}")).collect();
+    for name in &sems {
+        let sem = m.semaphore(name).await.expect("handle");
+        assert!(sem.try_set_permits(1).await.expect("set"));
+    }
+    let latch = m.latch("listed:latch").await.expect("handle");
+    assert!(latch.try_set_count(1).await.expect("set"));
+    let busy = m.semaphore("listed:sem0").await.expect("handle");
+    let waiter =
+        actix_rt::spawn(async move { busy.acquire_within(2, Duration::from_secs(30)).await });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let found = loop {
+        let found = admin.synchronizers("listed:*").await.expect("listed");
+        if found.first().is_some_and(|s| s.waiting == 1) || Instant::now() > deadline {
+            break found;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let kinds: Vec<(&str, &str, u64)> = found
+        .iter()
+        .map(|s| (s.name.as_str(), s.kind.as_str(), s.waiting))
+        .collect();
+    let mut expected: Vec<(&str, &str, u64)> = sems
+        .iter()
+        .map(|n| (n.as_str(), "semaphore", u64::from(n == "listed:sem0")))
+        .collect();
+    expected.insert(0, ("listed:latch", "latch", 0));
+    assert_eq!(kinds, expected);
+    assert_eq!(latch.count_down().await.expect("opened"), 0);
+    m.semaphore("listed:sem0")
+        .await
+        .expect("handle")
+        .add_permits(1)
+        .await
+        .expect("added");
+    waiter
+        .await
+        .expect("task")
+        .expect("granted")
+        .release()
+        .await
+        .expect("released");
 }
 
 /// A watchdog lock whose slot migrates to another master (SETSLOT IMPORTING /

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockwarden::{LockError, Locks, NameError, SemaphoreHandle};
+use lockwarden::{Admin, LockError, Locks, NameError, SemaphoreHandle, SynchronizerKind};
 use support::{eventually, manager, raw, RedisServer};
 
 /// Subscribes a raw connection to `channel` on a thread of its own (a blocking
@@ -341,4 +341,83 @@ async fn bad_input_is_refused_and_writes_nothing() {
     s.add_permits(2_147_483_640).await.expect("near the top");
     assert!(amount(s.add_permits(100).await), "overflow accepted");
     assert_eq!(raw::<String>(&server, &["GET", "bad"]), "2147483642");
+}
+
+/// A semaphore lockwarden makes (by `try_set_permits`, or by `add_permits` to no
+/// key) carries its kind mark, `lockwarden_kind:{<name>}`, so operators can tell
+/// it from a latch; one Redisson made gets none (lockwarden did not make it) and
+/// reads as a counter until something waits on it, then as a semaphore.
+#[actix_rt::test]
+async fn a_semaphore_lockwarden_makes_is_marked_with_its_kind() {
+    let server = RedisServer::start();
+    let m = manager(&server, |c| c).await;
+    let set = m.semaphore("made:set").await.expect("handle");
+    assert!(set.try_set_permits(0).await.expect("set"));
+    let added = m.semaphore("made:added").await.expect("handle");
+    assert_eq!(added.add_permits(2).await.expect("added"), 2);
+    let _: () = raw(&server, &["SET", "java", "1"]);
+    let java = m.semaphore("java").await.expect("handle");
+    assert_eq!(java.add_permits(1).await.expect("added"), 2);
+    for (mark, kind) in [
+        ("lockwarden_kind:{made:set}", Some("semaphore")),
+        ("lockwarden_kind:{made:added}", Some("semaphore")),
+        ("lockwarden_kind:{java}", None),
+    ] {
+        assert_eq!(
+            raw::<Option<String>>(&server, &["GET", mark]).as_deref(),
+            kind,
+            "{mark}"
+        );
+    }
+
+    let admin = Admin::connect(&support::config(&server))
+        .await
+        .expect("admin");
+    let kind_of = |name: &'static str| {
+        let admin = admin.clone();
+        async move {
+            let s = admin
+                .synchronizer(name)
+                .await
+                .expect("read")
+                .expect("there");
+            (s.kind, s.marked, s.value, s.waiting)
+        }
+    };
+    assert_eq!(
+        kind_of("made:set").await,
+        (SynchronizerKind::Semaphore, true, 0, 0)
+    );
+    assert_eq!(
+        kind_of("java").await,
+        (SynchronizerKind::Counter, false, 2, 0)
+    );
+    // A waiter for more than there is: its manager listens on the channel.
+    let waiter =
+        actix_rt::spawn(async move { java.acquire_within(3, Duration::from_secs(30)).await });
+    let mut seen = (SynchronizerKind::Counter, false, 0, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.0 != SynchronizerKind::Semaphore && Instant::now() < deadline {
+        seen = kind_of("java").await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen, (SynchronizerKind::Semaphore, false, 2, 1));
+    let listed: Vec<String> = admin
+        .synchronizers("*")
+        .await
+        .expect("listed")
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(listed, ["java", "made:added", "made:set"]);
+    // A Java client gives a permit back: the waiter gets its three.
+    let _: () = raw(&server, &["INCRBY", "java", "1"]);
+    let _: i64 = raw(&server, &["PUBLISH", "redisson_sc:{java}", "3"]);
+    waiter
+        .await
+        .expect("task")
+        .expect("granted")
+        .release()
+        .await
+        .expect("released");
 }

@@ -1,5 +1,6 @@
-//! [`Admin`]: read-only views over the locks in a Redis server, for operators (the
-//! `lockwarden` command) rather than for services that take locks.
+//! [`Admin`]: read-only views over the locks, semaphores and latches in a Redis
+//! server, for operators (the `lockwarden` command) rather than for services that
+//! take locks.
 //!
 //! A service asks about one lock it knows by name ([`Inspect`](crate::Inspect)).
 //! An operator also needs to find the locks that exist ([`Admin::list`]) and to tell
@@ -7,8 +8,9 @@
 //! an exclusive one plus a `mode` field. These views need no lock manager (no client
 //! id, no subscriber), so they live here with their own connection, made with a
 //! single attempt so that an unreachable server is reported at once instead of after
-//! a round of reconnect backoff. Finding locks uses SCAN with a type filter, never
-//! KEYS, which would block the server for as long as it walks the whole keyspace.
+//! a round of reconnect backoff. Finding locks and synchronizers uses SCAN with a
+//! type filter, never KEYS, which would block the server for as long as it walks the
+//! whole keyspace.
 
 use std::time::Duration;
 
@@ -18,8 +20,9 @@ use crate::config::Config;
 use crate::error::LockError;
 use crate::keys;
 use crate::node::{self, Conn, Purpose};
+use crate::sync_view::{Looked, SynchronizerKind, SynchronizerSummary};
 use crate::view::{attach_clients, Holder, Inspected, LockKind, QueuedWaiter};
-use crate::wire::{self, Inspect, Publish, ScriptConn};
+use crate::wire::{self, Inspect, Publish, ScriptConn, SyncInspect};
 
 /// How many keys one SCAN call is asked to look at: large enough to walk a big
 /// keyspace in few round trips, small enough that each call stays short.
@@ -62,10 +65,11 @@ pub struct LockSummary {
     pub queue: Vec<QueuedWaiter>,
 }
 
-/// Read-only access to the locks of one Redis deployment, for operators: describe
-/// one lock by name, list the locks whose names match a pattern (SCAN with a type
-/// filter, never KEYS; on a cluster, on every master). It needs no lock manager; it connects with a single attempt,
-/// so an unreachable server is reported at once.
+/// Read-only access to the locks, semaphores and latches of one Redis deployment,
+/// for operators: describe one by name, list those whose names match a pattern
+/// (SCAN with a type filter, never KEYS; on a cluster, on every master). It needs
+/// no lock manager; it connects with a single attempt, so an unreachable server is
+/// reported at once.
 #[derive(Clone, Debug)]
 pub struct Admin {
     /// The command connection.
@@ -97,24 +101,68 @@ impl Admin {
         Ok(lock)
     }
 
-    /// The number a semaphore's or a count-down latch's key holds (Redisson keeps
-    /// both as a plain string at the name: available permits, or the count; the
-    /// key alone does not say which). `None` when there is no such key or it is
-    /// not a string holding an integer.
-    pub async fn counter(&self, name: &str) -> Result<Option<i64>, LockError> {
+    /// The semaphore or count-down latch `name`: its kind, number, TTL and how
+    /// many wait on it (`sync_view.rs` says how the kind is told). `None` when
+    /// there is no such key or it holds no integer (a lock's hash, say).
+    pub async fn synchronizer(&self, name: &str) -> Result<Option<SynchronizerSummary>, LockError> {
         keys::validate_name(name, self.max_name_len)?;
-        let kind: String = redis::cmd("TYPE")
-            .arg(name)
-            .query_async(&mut self.conn.clone())
+        let found = self.look_at_counters(vec![name.to_string()]).await?;
+        Ok(found.into_iter().next())
+    }
+
+    /// The semaphores and count-down latches whose names match the glob
+    /// `pattern`, sorted by name: those lockwarden marked, and unmarked ones
+    /// (Redisson's) while something waits on them or, for a permit-expirable
+    /// semaphore, while it has permits out. Integer strings with none of these
+    /// ([`SynchronizerKind::Counter`]: an idle Redisson semaphore or latch, or
+    /// an application's counter) are left out; [`synchronizer`](Self::synchronizer)
+    /// still shows one by name.
+    pub async fn synchronizers(
+        &self,
+        pattern: &str,
+    ) -> Result<Vec<SynchronizerSummary>, LockError> {
+        let mut found = self
+            .scan_each(pattern, "string", async |names| {
+                let seen = self.look_at_counters(names).await?;
+                let known = seen
+                    .into_iter()
+                    .filter(|s| s.kind != SynchronizerKind::Counter);
+                Ok(known.collect())
+            })
             .await?;
-        if kind != "string" {
-            return Ok(None);
-        }
-        let value: Option<String> = redis::cmd("GET")
-            .arg(name)
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(value.and_then(|v| v.parse().ok()))
+        found.sort_by(|a, b| a.name.cmp(&b.name));
+        found.dedup_by(|a, b| a.name == b.name);
+        Ok(found)
+    }
+
+    /// Looks at each of `names` (`lua/sync_inspect.lua`, all sent at once), then
+    /// counts the listeners on both channels of those that hold an integer (one
+    /// NUMSUB), and makes summaries of them. A key that vanishes or changes type
+    /// meanwhile is skipped.
+    async fn look_at_counters(
+        &self,
+        names: Vec<String>,
+    ) -> Result<Vec<SynchronizerSummary>, LockError> {
+        let looks = join_all(names.iter().map(|name| {
+            let mut conn = self.conn.clone();
+            async move { wire::call(&mut conn, &SyncInspect { name }).await }
+        }))
+        .await;
+        let counters: Vec<(String, Looked)> = names
+            .into_iter()
+            .zip(looks)
+            .filter_map(|(name, look)| Some((name, look.ok().filter(|l| l.value.is_some())?)))
+            .collect();
+        let channels: Vec<String> = counters
+            .iter()
+            .flat_map(|(name, _)| [keys::semaphore_channel(name), keys::latch_channel(name)])
+            .collect();
+        let listening = self.listeners(&channels).await?;
+        Ok(counters
+            .into_iter()
+            .zip(listening.chunks_exact(2))
+            .filter_map(|((name, look), on)| look.into_summary(&name, on[0], on[1]))
+            .collect())
     }
 
     /// The locks whose names match the glob `pattern` (`*` for all), sorted by
@@ -122,19 +170,33 @@ impl Admin {
     /// count in every field but `mode`) are left out; a
     /// key that vanishes or changes type while the scan runs is skipped.
     pub async fn list(&self, pattern: &str) -> Result<Vec<LockSummary>, LockError> {
-        // SCAN walks one server's keys: on a cluster, every master in turn.
-        let nodes = match self.conn.masters().await? {
-            Some(masters) => masters.into_iter().map(Some).collect(),
-            None => vec![None],
-        };
-        let mut locks = Vec::new();
-        for node in &nodes {
-            self.scan_one(node.as_ref(), pattern, &mut locks).await?;
-        }
+        let mut locks = self
+            .scan_each(pattern, "hash", async |names| {
+                Ok(self.look_at_locks(names).await)
+            })
+            .await?;
         locks.sort_by(|a, b| a.name.cmp(&b.name));
         locks.dedup_by(|a, b| a.name == b.name);
         self.attach_clients(&mut locks).await?;
         Ok(locks)
+    }
+
+    /// The locks among `names` (`lua/inspect.lua` for each, all sent at once); a
+    /// key that vanished or is not a lock is skipped.
+    async fn look_at_locks(&self, names: Vec<String>) -> Vec<LockSummary> {
+        // The connection is multiplexed: these go out as one pipeline (on a
+        // cluster, each to its slot's master, the one just scanned).
+        let looks = join_all(names.iter().map(|name| {
+            let mut conn = self.conn.clone();
+            async move { wire::call(&mut conn, &Inspect { name }).await }
+        }))
+        .await;
+        names
+            .iter()
+            .zip(looks)
+            .filter_map(|(name, look)| Some(summarize(name, look.ok().filter(|f| f.exists)?)))
+            .filter(|lock| lock.kind != LockKind::NotALock)
+            .collect()
     }
 
     /// Fills in who each holder of `locks` is, from the registry entries of their
@@ -168,6 +230,13 @@ impl Admin {
                 LockKind::Exclusive | LockKind::NotALock => keys::channel(&l.name),
             })
             .collect();
+        self.listeners(&channels).await
+    }
+
+    /// How many connections listen on each of `channels`: one `PUBSUB NUMSUB`
+    /// (`SHARDNUMSUB` on a cluster with sharded pub/sub, summed over the nodes by
+    /// redis-rs) for all of them.
+    async fn listeners(&self, channels: &[String]) -> Result<Vec<u64>, LockError> {
         if channels.is_empty() {
             return Ok(Vec::new());
         }
@@ -176,7 +245,7 @@ impl Admin {
             Publish::Sharded => "SHARDNUMSUB",
             Publish::Plain => "NUMSUB",
         });
-        cmd.arg(&channels);
+        cmd.arg(channels);
         let counts: std::collections::HashMap<String, u64> = self.conn.query_at(cmd, None).await?;
         Ok(channels
             .iter()
@@ -184,51 +253,48 @@ impl Admin {
             .collect())
     }
 
-    /// Adds the locks matching `pattern` on one server (`None`: the only one) to
-    /// `locks`.
-    async fn scan_one(
+    /// Walks the keys of type `kind` matching `pattern` with SCAN, on a cluster
+    /// on every master (SCAN walks one server's keys), and hands each page of
+    /// names to `look`, keeping what it answers. SCAN may give a key twice: the
+    /// callers sort and dedup. A binary key is skipped: lock and synchronizer
+    /// names are text.
+    async fn scan_each<T>(
         &self,
-        at: Option<&(String, u16)>,
         pattern: &str,
-        locks: &mut Vec<LockSummary>,
-    ) -> Result<(), LockError> {
-        let mut cursor: u64 = 0;
-        loop {
-            let mut scan = redis::cmd("SCAN");
-            scan.arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(SCAN_COUNT)
-                .arg("TYPE")
-                .arg("hash");
-            let (next, batch): (u64, Vec<Vec<u8>>) = self.conn.query_at(scan, at).await?;
-            // Lock names are text; a binary key is not one of ours.
-            let names: Vec<String> = batch
-                .into_iter()
-                .filter_map(|k| String::from_utf8(k).ok())
-                .collect();
-            // The connection is multiplexed: these go out as one pipeline (on a
-            // cluster, each to its slot's master, the one just scanned).
-            let looks = join_all(names.iter().map(|name| {
-                let mut conn = self.conn.clone();
-                async move { wire::call(&mut conn, &Inspect { name }).await }
-            }))
-            .await;
-            for (name, look) in names.iter().zip(looks) {
-                if let Some(found) = look.ok().filter(|f| f.exists) {
-                    let lock = summarize(name, found);
-                    if lock.kind != LockKind::NotALock {
-                        locks.push(lock);
-                    }
+        kind: &str,
+        look: impl AsyncFn(Vec<String>) -> Result<Vec<T>, LockError>,
+    ) -> Result<Vec<T>, LockError> {
+        let nodes = match self.conn.masters().await? {
+            Some(masters) => masters.into_iter().map(Some).collect(),
+            None => vec![None],
+        };
+        let mut found = Vec::new();
+        for node in &nodes {
+            let mut cursor: u64 = 0;
+            loop {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT)
+                    .arg("TYPE")
+                    .arg(kind);
+                let (next, batch): (u64, Vec<Vec<u8>>) =
+                    self.conn.query_at(scan, node.as_ref()).await?;
+                let names = batch
+                    .into_iter()
+                    .filter_map(|k| String::from_utf8(k).ok())
+                    .collect();
+                found.extend(look(names).await?);
+                // The cursor 0 ends the walk.
+                cursor = next;
+                if cursor == 0 {
+                    break;
                 }
             }
-            // SCAN may return a key more than once; the cursor 0 ends the walk.
-            cursor = next;
-            if cursor == 0 {
-                return Ok(());
-            }
         }
+        Ok(found)
     }
 }
 

@@ -17,7 +17,8 @@ use actix::prelude::*;
 use crate::actors::latch::{AwaitZero, LatchActor};
 use crate::actors::shared::Shared;
 use crate::error::LockError;
-use crate::wire::{self, LatchCountDown, LatchSet};
+use crate::sync_view::SynchronizerKind;
+use crate::wire::{self, CountedDown, LatchCountDown, LatchSet};
 
 super::manager::handle_message! {
     /// Get a [`LatchHandle`] on the count-down latch `name` (checked now, once, by the
@@ -76,7 +77,11 @@ impl LatchHandle {
                 name: &self.name,
                 count,
             };
-            return Ok(wire::call(&mut conn, &call).await?);
+            let set = wire::call(&mut conn, &call).await?;
+            if set {
+                wire::label(&mut conn, &self.name, Some(SynchronizerKind::Latch)).await;
+            }
+            return Ok(set);
         };
         Err(LockError::InvalidAmount {
             what: "count",
@@ -90,7 +95,15 @@ impl LatchHandle {
     /// and answers 0.
     pub async fn count_down(&self) -> Result<u64, LockError> {
         let mut conn = self.shared.node.conn();
-        Ok(wire::call(&mut conn, &LatchCountDown { name: &self.name }).await?)
+        match wire::call(&mut conn, &LatchCountDown { name: &self.name }).await? {
+            CountedDown::Left(0) => {
+                // The key is gone: its kind mark goes too.
+                wire::label(&mut conn, &self.name, None).await;
+                Ok(0)
+            }
+            CountedDown::Left(left) => Ok(left),
+            CountedDown::WasOpen => Ok(0),
+        }
     }
 
     /// Whether the latch has a count now. Redisson's meaning is kept: a latch with

@@ -23,6 +23,7 @@ use crate::actors::shared::Shared;
 use crate::error::{LockError, LostReason};
 use crate::reply::{ask, Reply};
 use crate::signal::LostWatch;
+use crate::sync_view::SynchronizerKind;
 use crate::wire::{self, ExpirableAcquire, ExpirableTake};
 
 super::manager::handle_message! {
@@ -68,7 +69,13 @@ impl PermitSemaphoreHandle {
     /// Sets the number of permits if the semaphore has none yet; answers whether
     /// it did. Zero is allowed.
     pub async fn try_set_permits(&self, permits: u32) -> Result<bool, LockError> {
-        try_set(&self.shared, &self.name, permits).await
+        try_set(
+            &self.shared,
+            &self.name,
+            permits,
+            SynchronizerKind::PermitSemaphore,
+        )
+        .await
     }
 
     /// Adds `permits` (at least 1) and wakes waiters; answers how many are

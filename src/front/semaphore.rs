@@ -23,6 +23,7 @@ use crate::actors::semaphore::{SemaphoreActor, TakePermits};
 use crate::actors::shared::Shared;
 use crate::error::LockError;
 use crate::reply::{ask, Reply};
+use crate::sync_view::SynchronizerKind;
 use crate::wire::{self, SemDrain, SemTrySet, MAX_PERMITS};
 
 super::manager::handle_message! {
@@ -63,10 +64,19 @@ impl std::fmt::Debug for SemaphoreHandle {
 
 /// `try_set_permits` of either kind of semaphore (both keep the count in a
 /// string at the name).
-pub(super) async fn try_set(shared: &Shared, name: &str, permits: u32) -> Result<bool, LockError> {
+pub(super) async fn try_set(
+    shared: &Shared,
+    name: &str,
+    permits: u32,
+    kind: SynchronizerKind,
+) -> Result<bool, LockError> {
     check_permits(permits, 0)?;
     let mut conn = shared.node.conn();
-    Ok(wire::call(&mut conn, &SemTrySet { name, permits }).await?)
+    let set = wire::call(&mut conn, &SemTrySet { name, permits }).await?;
+    if set {
+        wire::label(&mut conn, name, Some(kind)).await;
+    }
+    Ok(set)
 }
 
 /// `add_permits` of either kind of semaphore: through its actor, which wakes
@@ -104,7 +114,13 @@ impl SemaphoreHandle {
     /// absent), and wakes its waiters. Answers whether it set them: one caller of
     /// many racing to initialise wins. Zero is allowed (permits added later).
     pub async fn try_set_permits(&self, permits: u32) -> Result<bool, LockError> {
-        try_set(&self.shared, &self.name, permits).await
+        try_set(
+            &self.shared,
+            &self.name,
+            permits,
+            SynchronizerKind::Semaphore,
+        )
+        .await
     }
 
     /// Adds `permits` (at least 1) and wakes waiters; answers how many are

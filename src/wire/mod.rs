@@ -57,8 +57,8 @@ pub(crate) use registry::{read_clients, register};
 pub(crate) use replicas::{confirm_with, judge, Confirm, Confirmation, Confirmed, Need};
 pub(crate) use rw::{ReadAcquire, ReadRelease, RwRenew, WriteAcquire, WriteRelease};
 pub(crate) use synchronizer::{
-    key_exists, read_number, LatchCountDown, LatchSet, SemAcquire, SemAdded, SemDrain, SemRelease,
-    SemTake, SemTrySet, MAX_PERMITS,
+    key_exists, label, read_number, CountedDown, LatchCountDown, LatchSet, SemAcquire, SemAdded,
+    SemDrain, SemRelease, SemTake, SemTrySet, SyncInspect, MAX_PERMITS,
 };
 
 /// One script call laid out for the wire: which script, its KEYS and its ARGV.

@@ -6,7 +6,8 @@
 //! publishes on the synchronizer's channel (`keys::semaphore_channel`,
 //! `keys::latch_channel`) in the same script, so a waiter that reads the key after
 //! subscribing cannot miss it. Plain reads (`available`, `count`) are a GET and need
-//! no script: [`read_number`].
+//! no script: [`read_number`]. A synchronizer's key is labelled with its kind
+//! once it is made ([`label`]), for operators ([`SyncInspect`]).
 
 use std::sync::LazyLock;
 
@@ -16,6 +17,7 @@ use redis::{RedisResult, Value};
 use super::lua::Lua;
 use super::{unexpected, Invocation, ScriptCall};
 use crate::keys;
+use crate::sync_view::{Looked, SynchronizerKind};
 
 // Every script gets `lua/acl_prelude.lua` in front (`need`: the writes and the
 // PUBLISH asked for before the first write), and those that read the number at the
@@ -60,6 +62,8 @@ static LATCH_COUNT_DOWN: LazyLock<Lua> = LazyLock::new(|| {
         include_str!("../../lua/latch_count_down.lua")
     ))
 });
+static SYNC_INSPECT: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/sync_inspect.lua")));
 
 /// The most permits a semaphore key may hold: Redisson reads the key as a Java
 /// `int`, so a larger number would break a Java service sharing the semaphore.
@@ -118,8 +122,9 @@ pub(crate) struct SemRelease<'a> {
 /// What adding permits did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SemAdded {
-    /// Added; this many are available now.
-    Available(u64),
+    /// Added; this many are available now. `created`: the key was absent, so
+    /// this call made the semaphore.
+    Available { now: u64, created: bool },
     /// Refused: the sum would pass [`MAX_PERMITS`]; this many are available.
     Overflow(u64),
 }
@@ -136,11 +141,14 @@ impl ScriptCall for SemRelease<'_> {
     }
 
     fn parse(&self, reply: Value) -> RedisResult<SemAdded> {
-        let (done, n): (i64, i64) = redis::from_redis_value_ref(&reply)?;
-        let n = u64::try_from(n).unwrap_or(0);
-        match done {
-            1 => Ok(SemAdded::Available(n)),
-            -1 => Ok(SemAdded::Overflow(n)),
+        let parts: Vec<i64> = redis::from_redis_value_ref(&reply)?;
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        match parts.as_slice() {
+            [1, now, created] => Ok(SemAdded::Available {
+                now: n(*now),
+                created: *created == 1,
+            }),
+            [-1, have] => Ok(SemAdded::Overflow(n(*have))),
             _ => Err(unexpected("semaphore release returned an unknown shape")),
         }
     }
@@ -225,9 +233,17 @@ pub(crate) struct LatchCountDown<'a> {
     pub(crate) name: &'a str,
 }
 
+/// What a count-down did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CountedDown {
+    /// This many are left; 0: this call opened the latch.
+    Left(u64),
+    /// The latch was open already.
+    WasOpen,
+}
+
 impl ScriptCall for LatchCountDown<'_> {
-    /// The count left (0: open).
-    type Reply = u64;
+    type Reply = CountedDown;
 
     fn invocation(&self) -> Invocation {
         Invocation::new(&LATCH_COUNT_DOWN)
@@ -235,8 +251,9 @@ impl ScriptCall for LatchCountDown<'_> {
             .key(keys::latch_channel(self.name))
     }
 
-    fn parse(&self, reply: Value) -> RedisResult<u64> {
-        Ok(u64::try_from(redis::from_redis_value_ref::<i64>(&reply)?).unwrap_or(0))
+    fn parse(&self, reply: Value) -> RedisResult<CountedDown> {
+        let left: i64 = redis::from_redis_value_ref(&reply)?;
+        Ok(u64::try_from(left).map_or(CountedDown::WasOpen, CountedDown::Left))
     }
 }
 
@@ -259,4 +276,67 @@ pub(crate) async fn read_number<C: ConnectionLike>(conn: &mut C, name: &str) -> 
 pub(crate) async fn key_exists<C: ConnectionLike>(conn: &mut C, name: &str) -> RedisResult<bool> {
     let n: i64 = redis::cmd("EXISTS").arg(name).query_async(conn).await?;
     Ok(n == 1)
+}
+
+/// Writes the kind mark of synchronizer `name` (`keys::kind_mark`) after a call
+/// made its key, or deletes it (`None`) after a latch opened. The mark is a label
+/// for operators, written beside the synchronizer rather than by its scripts:
+/// a script must declare every key it touches, and Redis refuses the whole
+/// call to a user whose ACL does not cover one of them, so a mark inside the
+/// scripts would break every ACL written before it. So a failure here (no
+/// right to the mark's key, a connection lost after the call) is logged and
+/// the synchronizer's call stands; operators then see the key by what waits on
+/// it only (`sync_view.rs`).
+pub(crate) async fn label<C: ConnectionLike>(
+    conn: &mut C,
+    name: &str,
+    kind: Option<SynchronizerKind>,
+) {
+    let mark = keys::kind_mark(name);
+    let mut cmd = redis::cmd(if kind.is_some() { "SET" } else { "DEL" });
+    cmd.arg(&mark);
+    if let Some(kind) = kind {
+        cmd.arg(kind.as_str());
+    }
+    if let Err(e) = cmd.exec_async(conn).await {
+        tracing::warn!(
+            synchronizer = name,
+            %mark,
+            error = %e,
+            "could not write the kind mark (the ACL lacks the mark's key?): operators see \
+             this synchronizer only while something waits on it"
+        );
+    }
+}
+
+/// One look at a key that may be a semaphore or a latch: its value, TTL, kind
+/// mark and a permit-expirable semaphore's permits out (`lua/sync_inspect.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SyncInspect<'a> {
+    /// The name (the key).
+    pub(crate) name: &'a str,
+}
+
+impl ScriptCall for SyncInspect<'_> {
+    type Reply = Looked;
+
+    fn invocation(&self) -> Invocation {
+        Invocation::new(&SYNC_INSPECT)
+            .read_only()
+            .key(self.name)
+            .key(keys::kind_mark(self.name))
+            .key(keys::permit_timeouts(self.name))
+    }
+
+    fn parse(&self, reply: Value) -> RedisResult<Looked> {
+        // The value may be any bytes (an application's string under the name).
+        let (value, pttl, mark, taken): (Option<Vec<u8>>, i64, Option<String>, i64) =
+            redis::from_redis_value_ref(&reply)?;
+        Ok(Looked {
+            value: value.and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse().ok()),
+            ttl: super::ttl_from_pttl(pttl),
+            mark,
+            taken: u64::try_from(taken).ok(),
+        })
+    }
 }

@@ -40,6 +40,7 @@ use crate::actors::subscriber::{Resync, Unlocked};
 use crate::durations::{backoff, millis};
 use crate::error::{redis_is_transient, LockError};
 use crate::keys;
+use crate::sync_view::SynchronizerKind;
 use crate::wire::{self, ExpirableAcquire, ExpirableTake, SemAcquire, SemTake};
 
 /// What one attempt found, for either kind of semaphore.
@@ -133,6 +134,15 @@ impl SemaphoreActor {
             timer: Alarm::default(),
             idle: Alarm::default(),
             failures: 0,
+        }
+    }
+
+    /// Which kind it serves, as its key's mark names it.
+    pub(super) fn kind(&self) -> SynchronizerKind {
+        if self.expirable {
+            SynchronizerKind::PermitSemaphore
+        } else {
+            SynchronizerKind::Semaphore
         }
     }
 

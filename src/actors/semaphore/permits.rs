@@ -29,6 +29,7 @@ use crate::durations::backoff;
 use crate::error::{redis_is_transient, LockError, LostReason};
 use crate::reply::Reply;
 use crate::signal::{LostSignal, LostWatch};
+use crate::sync_view::SynchronizerKind;
 use crate::wire::{self, ExpirableRelease, SemAdded, SemRelease};
 
 /// Holding epochs of permits, from the top half of the range: the renewal table
@@ -84,7 +85,7 @@ pub(crate) struct GivePermits {
 impl SemaphoreActor {
     /// Gives permits back in the background (a grant that reached nobody).
     pub(super) fn give(&mut self, permits: u32, ctx: &mut Context<Self>) {
-        let fut = give_back(self.shared.clone(), self.name.clone(), permits);
+        let fut = give_back(self.shared.clone(), self.name.clone(), permits, self.kind());
         ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
             if let Err(e) = res {
                 warn!(semaphore = %act.name, permits, error = %e, "giving back permits failed");
@@ -96,7 +97,12 @@ impl SemaphoreActor {
 
 /// Runs the release script, retrying transient errors for up to one watchdog
 /// lease: permits given back must not be lost to a passing hiccup.
-async fn give_back(shared: Arc<Shared>, name: Arc<str>, permits: u32) -> Result<u64, LockError> {
+async fn give_back(
+    shared: Arc<Shared>,
+    name: Arc<str>,
+    permits: u32,
+    kind: SynchronizerKind,
+) -> Result<u64, LockError> {
     let mut conn = shared.node.conn();
     let give_up = Instant::now() + shared.config.watchdog_lease;
     let mut attempt = 0;
@@ -110,7 +116,13 @@ async fn give_back(shared: Arc<Shared>, name: Arc<str>, permits: u32) -> Result<
         )
         .await
         {
-            Ok(SemAdded::Available(n)) => return Ok(n),
+            Ok(SemAdded::Available { now, created }) => {
+                if created {
+                    // Permits added to no semaphore made it: label it.
+                    wire::label(&mut conn, &name, Some(kind)).await;
+                }
+                return Ok(now);
+            }
             Ok(SemAdded::Overflow(_)) => {
                 return Err(LockError::InvalidAmount {
                     what: "permits",
@@ -137,11 +149,11 @@ impl Handler<GivePermits> for SemaphoreActor {
     type Result = ();
 
     fn handle(&mut self, msg: GivePermits, ctx: &mut Context<Self>) {
-        let (shared, name) = (self.shared.clone(), self.name.clone());
+        let (shared, name, kind) = (self.shared.clone(), self.name.clone(), self.kind());
         let me = ctx.address();
         let GivePermits { permits, reply } = msg;
         let given = async move {
-            let res = give_back(shared, name.clone(), permits).await;
+            let res = give_back(shared, name.clone(), permits, kind).await;
             if let Err(e) = &res {
                 // A guard dropped without awaiting its release learns nothing:
                 // say it here.

@@ -179,14 +179,16 @@ With --json, one object per line on stdout for each event:
 at_ms is Unix time in milliseconds. Exit: 0, 75 on timeout, 76 if lost.")]
     Hold(HoldArgs),
 
-    /// Show a lock's kind, holders with hold counts, and remaining TTL.
+    /// Show a lock's kind, holders with hold counts, and remaining TTL; or a
+    /// semaphore's or latch's kind, number and waiters.
     #[command(after_help = "\
 Examples:
   lockwarden status orders:42
   lockwarden status orders:42 --json
-  lockwarden status partner-api      (a semaphore: its available permits)
-A semaphore or a count-down latch shows as a counter: the permits available, or the
-latch's count (a latch at zero has no key).
+  lockwarden status partner-api      (a semaphore: its available permits, who waits)
+A semaphore or a count-down latch shows by its kind (from the label lockwarden writes
+when it makes one, else from what waits on it), with its permits or count (a latch at
+zero has no key); an integer nothing marks is a 'counter'.
 Exit: 0 whether or not the lock is held; 2 if the key exists and is neither a lock
 nor a counter.")]
     Status(StatusArgs),
@@ -199,23 +201,27 @@ Examples:
 The holder is not told at once: its watchdog notices within a third of its lease.")]
     Unlock(UnlockArgs),
 
-    /// List the locks that exist now, one line each (SCAN, never KEYS).
+    /// List the locks, semaphores and latches that exist now, one line each (SCAN,
+    /// never KEYS).
     #[command(after_help = "\
 Examples:
   lockwarden list
   lockwarden list --pattern 'orders:*' --json
-Only hashes that look like locks are shown (owner fields with hold counts).")]
+Shown: hashes that look like locks (owner fields with hold counts), and semaphores and
+latches (labelled by lockwarden, or waited on). An application's hash or integer is
+left out.")]
     List(ListArgs),
 
-    /// Watch the locks live: holders, TTL, fair queue, waiting processes.
+    /// Watch the locks, semaphores and latches live: holders or permits, TTL, fair
+    /// queue, waiting processes.
     #[command(after_help = "\
 Examples:
   lockwarden top
   lockwarden top --pattern 'orders:*' --interval 500ms
   lockwarden top --json --iterations 1        (one snapshot for a script)
-On a terminal the screen is redrawn every --interval, most-waited-for locks first;
-piped, plain lines (a '# <time> <n> locks' line, then one line a lock). WAITING counts
-the connections subscribed to the lock's unlock channel (about one per waiting
+On a terminal the screen is redrawn every --interval, most-waited-for first; piped,
+plain lines (a '# <time> <n> locks' line, then one line a row). WAITING counts the
+connections subscribed to the lock's or synchronizer's channel (about one per waiting
 process); QUEUE is a fair lock's queue. Ctrl-C ends it (exit 0).")]
     Top(TopArgs),
 

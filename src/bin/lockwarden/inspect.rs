@@ -1,10 +1,13 @@
 //! `lockwarden status` and `lockwarden list`: what locks exist, of which kind, who
-//! holds them how many times, and when they expire.
+//! holds them how many times, and when they expire; and the semaphores and
+//! count-down latches beside them, with their numbers and waiters.
 //!
 //! Both read through [`lockwarden::Admin`], which sees the raw lock hash (so a
-//! read-write lock's `mode` is visible) and finds locks with SCAN, never KEYS. They
-//! change nothing in Redis. One JSON shape serves both (`status --json` prints one
-//! object, `list --json` one per line), so a script can move from one to the other.
+//! read-write lock's `mode` is visible) and finds locks and synchronizers with
+//! SCAN, never KEYS. They change nothing in Redis. One JSON shape serves both
+//! (`status --json` prints one object, `list --json` one per line), so a script
+//! can move from one to the other; a synchronizer's object has `value` and
+//! `waiting` where a lock's has holders.
 //! Holders are also classified by the look of their owner field: `<uuid>:<n>`
 //! (`:write` after it for a writer) is what lockwarden and Redisson write; anything
 //! else was written by some other client that shares the key. Each holder is shown
@@ -12,7 +15,9 @@
 //! unknown client; `--json` carries the entry as `client` (null when unknown) and
 //! the same text as `who`.
 
-use lockwarden::{ClientInfo, LockKind, LockSummary};
+use lockwarden::{
+    Admin, ClientInfo, LockError, LockKind, LockSummary, SynchronizerKind, SynchronizerSummary,
+};
 use serde_json::{json, Value};
 
 use crate::cli::{ListArgs, StatusArgs};
@@ -25,20 +30,14 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
     let admin = session.admin().await?;
     // A semaphore or a latch is a string holding a number, not a lock hash.
     let counter = admin
-        .counter(&args.name)
+        .synchronizer(&args.name)
         .await
         .map_err(|e| Failure::from_lock(&format!("reading \"{}\"", args.name), e))?;
-    if let Some(value) = counter {
+    if let Some(sync) = counter {
         if args.json {
-            say!(
-                "{}",
-                json!({"lock": args.name, "kind": "counter", "value": value})
-            );
+            say!("{}", sync_json(&sync));
         } else {
-            say!(
-                "{}: counter {value} (a semaphore's available permits, or a count-down latch's count)",
-                field(&args.name)
-            );
+            say!("{}: {}", field(&sync.name), sync_text(&sync));
         }
         return Ok(outcome::OK);
     }
@@ -70,7 +69,7 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
             _ => String::new(),
         },
         if n == 1 { "" } else { "s" },
-        ttl_text(&lock),
+        ttl_text(lock.ttl),
     );
     for h in &lock.holders {
         let look = match owner_format(&h.owner_field) {
@@ -101,28 +100,132 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
 /// Runs `lockwarden list`; answers the exit code.
 pub async fn list(session: &Session, args: ListArgs) -> Result<i32, Failure> {
     let admin = session.admin().await?;
-    let locks = admin
-        .list(&args.pattern)
+    let rows = Row::all(&admin, &args.pattern)
         .await
-        .map_err(|e| Failure::from_lock("listing locks", e))?;
-    if locks.is_empty() {
-        note(format!("no locks match '{}'", args.pattern));
+        .map_err(|e| Failure::from_lock("listing locks and synchronizers", e))?;
+    if rows.is_empty() {
+        note(format!(
+            "no locks, semaphores or latches match '{}'",
+            args.pattern
+        ));
     }
-    for lock in &locks {
-        if args.json {
-            say!("{}", to_json(&lock.name, Some(lock)));
-        } else {
-            say!(
+    for row in &rows {
+        match (row, args.json) {
+            (Row::Lock(lock), true) => say!("{}", to_json(&lock.name, Some(lock))),
+            (Row::Lock(lock), false) => say!(
                 "{}\t{}\tholders={}\t{}\tby={}",
                 outcome::field(&lock.name),
                 lock.kind.as_str(),
                 lock.holders.len(),
-                ttl_text(lock),
+                ttl_text(lock.ttl),
                 outcome::field(&who_text(lock)),
-            );
+            ),
+            (Row::Sync(sync), true) => say!("{}", sync_json(sync)),
+            (Row::Sync(sync), false) => say!(
+                "{}\t{}\t{}\t{}\twaiting={}",
+                outcome::field(&sync.name),
+                sync.kind.as_str(),
+                number_text(sync, true),
+                ttl_text(sync.ttl),
+                sync.waiting,
+            ),
         }
     }
     Ok(outcome::OK)
+}
+
+/// One line of `list` or `top`: a lock or a synchronizer.
+pub enum Row {
+    /// A lock hash.
+    Lock(LockSummary),
+    /// A semaphore's or a latch's integer string.
+    Sync(SynchronizerSummary),
+}
+
+impl Row {
+    /// Every lock and synchronizer whose name matches `pattern`, by name.
+    pub async fn all(admin: &Admin, pattern: &str) -> Result<Vec<Row>, LockError> {
+        let locks = admin.list(pattern).await?;
+        let syncs = admin.synchronizers(pattern).await?;
+        let mut rows: Vec<Row> = locks.into_iter().map(Row::Lock).collect();
+        rows.extend(syncs.into_iter().map(Row::Sync));
+        rows.sort_by(|a, b| a.name().cmp(b.name()));
+        Ok(rows)
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        match self {
+            Row::Lock(lock) => &lock.name,
+            Row::Sync(sync) => &sync.name,
+        }
+    }
+}
+
+/// A synchronizer for people: "semaphore, 2 permits available, 1 waiting, no
+/// expiry", with what the kind was told from when no mark said it.
+pub fn sync_text(sync: &SynchronizerSummary) -> String {
+    let kind = match sync.kind {
+        SynchronizerKind::Semaphore => "semaphore",
+        SynchronizerKind::PermitSemaphore => "permit-expirable semaphore",
+        SynchronizerKind::Latch => "count-down latch",
+        _ => "counter",
+    };
+    let text = format!(
+        "{kind}, {}, {} waiting, {}",
+        number_text(sync, false),
+        sync.waiting,
+        ttl_text(sync.ttl)
+    );
+    match (sync.kind, sync.marked) {
+        (SynchronizerKind::Counter, _) => format!(
+            "{text} (a semaphore's available permits or a count-down latch's count: no \
+             lockwarden mark says which and nobody waits on it, as with one Redisson made, \
+             or an application's counter)"
+        ),
+        (_, false) => format!("{text} (unmarked: told by what waits on it)"),
+        _ => text,
+    }
+}
+
+/// Its number, by kind: "2 permits available" (", 1 taken" for a
+/// permit-expirable semaphore with permits out), "count 3", or "value 3" for a
+/// counter; `fields` spells it for a tab-separated line instead:
+/// `available=2 taken=1`, `count=3`, `value=3`.
+pub fn number_text(sync: &SynchronizerSummary, fields: bool) -> String {
+    let v = sync.value;
+    let taken = sync.taken;
+    match (sync.kind, fields) {
+        (SynchronizerKind::Semaphore | SynchronizerKind::PermitSemaphore, true) => match taken {
+            Some(t) => format!("available={v} taken={t}"),
+            None => format!("available={v}"),
+        },
+        (SynchronizerKind::Semaphore | SynchronizerKind::PermitSemaphore, false) => {
+            let permits = if v == 1 { "permit" } else { "permits" };
+            match taken {
+                Some(t) => format!("{v} {permits} available, {t} taken"),
+                None => format!("{v} {permits} available"),
+            }
+        }
+        (SynchronizerKind::Latch, true) => format!("count={v}"),
+        (SynchronizerKind::Latch, false) => format!("count {v}"),
+        (_, true) => format!("value={v}"),
+        (_, false) => format!("value {v}"),
+    }
+}
+
+/// The JSON form of a synchronizer: `lock` (its name, the field every row
+/// has), `kind`, `marked`, `value`, `taken`, `ttl_ms`, `waiting`.
+pub fn sync_json(sync: &SynchronizerSummary) -> Value {
+    json!({
+        "lock": sync.name,
+        "kind": sync.kind.as_str(),
+        "marked": sync.marked,
+        "value": sync.value,
+        "taken": sync.taken,
+        "ttl_ms": sync.ttl.map(millis),
+        "waiting": sync.waiting,
+    })
 }
 
 /// Who holds `lock`, one entry a holder: `host web-3 pid 4211 ...`, or the
@@ -163,8 +266,8 @@ pub fn not_a_lock(doing: &str, name: &str) -> Failure {
 }
 
 /// "expires in 29.7s" or "no expiry".
-pub fn ttl_text(lock: &LockSummary) -> String {
-    match lock.ttl {
+pub fn ttl_text(ttl: Option<std::time::Duration>) -> String {
+    match ttl {
         Some(ttl) => format!("expires in {}", human(ttl)),
         None => "no expiry".into(),
     }

@@ -119,6 +119,14 @@ async fn take<G>(
             .map_err(|e| Failure::from_lock(&doing(args), e))?
         {
             info!(semaphore = %args.name, permits = args.permits, "semaphore created");
+        } else {
+            // Every process of a fleet passes --permits; only -v says it was moot.
+            info!(
+                semaphore = %args.name,
+                permits = args.permits,
+                "the semaphore exists: --permits left its permits as they are \
+                 (`semaphore add` or `drain` change them)"
+            );
         }
     }
     futures::select! {

@@ -1,17 +1,21 @@
-//! `lockwarden top`: a live view of the locks that exist, refreshed every second.
+//! `lockwarden top`: a live view of the locks, semaphores and count-down latches
+//! that exist, refreshed every second.
 //!
-//! Each refresh is one [`Admin::list`] (SCAN, never KEYS; on a cluster every
-//! master; then one `HGETALL` per distinct holding client, for who it is) and one
-//! [`Admin::waiting`] (a single `PUBSUB NUMSUB` for every lock's channel), so
-//! watching costs Redis a few commands a second whatever the number of waiters. What it shows depends on where the output goes:
+//! Each refresh is what `list` reads ([`Admin::list`] and
+//! [`Admin::synchronizers`]: SCAN, never KEYS, on a cluster every master; one
+//! script per key found; one `HGETALL` per distinct holding client, for who it
+//! is) and one [`Admin::waiting`] (a single `PUBSUB NUMSUB` for every lock's
+//! channel), so watching costs Redis a few commands a second per key shown,
+//! whatever the number of waiters. What it shows depends on where the output goes:
 //! - a terminal: the screen is redrawn in place (cursor home, clear), one row a
-//!   lock, most-waited-for first, cut to `--limit` rows and 160 columns so that a
-//!   refresh never scrolls; each holder as `host/pid/label` when its manager is
-//!   registered, its owner field marked "unknown client" otherwise;
-//! - a pipe or a file: plain lines, a `# <time> <n> locks` line and then one
-//!   tab-separated line a lock per refresh, as `list` prints them;
-//! - `--json`: one object per refresh, `{"at_ms", "locks": [...]}`, each lock in the
-//!   shape of `status --json` plus `waiting`.
+//!   lock or synchronizer, most-waited-for first, cut to `--limit` rows and 160
+//!   columns so that a refresh never scrolls; each holder as `host/pid/label` when
+//!   its manager is registered, its owner field marked "unknown client" otherwise;
+//!   a synchronizer's permits or count where a lock's holders are;
+//! - a pipe or a file: plain lines, a `# <time> <n> locks[, <m> synchronizers]`
+//!   line and then one tab-separated line a row per refresh;
+//! - `--json`: one object per refresh, `{"at_ms", "locks": [...]}`, each row in the
+//!   shape of `status --json` (a lock's with `waiting` added).
 //!
 //! A refresh that fails (Redis unreachable for a moment) is shown as such and the
 //! next one is tried; Ctrl-C (or SIGTERM/SIGHUP) ends it with exit 0, and so does a
@@ -26,15 +30,15 @@ use serde_json::json;
 
 use crate::acquire::Signals;
 use crate::cli::TopArgs;
-use crate::inspect::{to_json, ttl_text};
+use crate::inspect::{number_text, sync_json, to_json, ttl_text, Row};
 use crate::outcome::{self, printable, Failure};
 use crate::session::Session;
 
 /// Widest line drawn on a terminal: a longer one would wrap and scroll the screen.
 const MAX_COLUMNS: usize = 160;
 
-/// One refresh: the locks with how many processes wait for each, or why not.
-type Frame = Result<Vec<(LockSummary, u64)>, LockError>;
+/// One refresh: the rows with how many processes wait for each, or why not.
+type Frame = Result<Vec<(Row, u64)>, LockError>;
 
 /// Runs `lockwarden top`; answers the exit code.
 pub async fn top(session: &Session, args: TopArgs) -> Result<i32, Failure> {
@@ -75,14 +79,48 @@ pub async fn top(session: &Session, args: TopArgs) -> Result<i32, Failure> {
     }
 }
 
-/// Reads every lock matching `pattern` and how many processes wait for each,
-/// most-waited-for first, then by name.
+/// Reads every lock and synchronizer matching `pattern` and how many processes
+/// wait for each, most-waited-for first, then by name.
 async fn look(admin: &Admin, pattern: &str) -> Frame {
-    let locks = admin.list(pattern).await?;
-    let waiting = admin.waiting(&locks).await?;
-    let mut rows: Vec<(LockSummary, u64)> = locks.into_iter().zip(waiting).collect();
-    rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.name.cmp(&b.0.name)));
+    let rows = Row::all(admin, pattern).await?;
+    let locks: Vec<LockSummary> = rows
+        .iter()
+        .filter_map(|r| match r {
+            Row::Lock(lock) => Some(lock.clone()),
+            Row::Sync(_) => None,
+        })
+        .collect();
+    let mut on_locks = admin.waiting(&locks).await?.into_iter();
+    let mut rows: Vec<(Row, u64)> = rows
+        .into_iter()
+        .map(|row| {
+            let waiting = match &row {
+                Row::Lock(_) => on_locks.next().unwrap_or(0),
+                Row::Sync(sync) => sync.waiting,
+            };
+            (row, waiting)
+        })
+        .collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.name().cmp(b.0.name())));
     Ok(rows)
+}
+
+/// "3 locks" or "3 locks, 2 synchronizers".
+fn counted(rows: &[(Row, u64)]) -> String {
+    let syncs = rows
+        .iter()
+        .filter(|(r, _)| matches!(r, Row::Sync(_)))
+        .count();
+    let locks = rows.len() - syncs;
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    match syncs {
+        0 => format!("{locks} lock{}", plural(locks)),
+        n => format!(
+            "{locks} lock{}, {n} synchronizer{}",
+            plural(locks),
+            plural(n)
+        ),
+    }
 }
 
 /// "a:1 x2 [host web-3 pid 4211 ...], b:7 [unknown client ...]" (owner fields
@@ -135,26 +173,33 @@ fn screen_frame(url: &str, at: Duration, frame: &Frame, limit: usize) -> String 
     match frame {
         Err(e) => lines.push(format!("Redis did not answer this refresh: {e}")),
         Ok(rows) => {
-            lines.push(format!(
-                "{} lock{}",
-                rows.len(),
-                if rows.len() == 1 { "" } else { "s" }
-            ));
+            lines.push(counted(rows));
             lines.push(String::new());
             lines.push(format!(
-                "{:<32} {:<10} {:>7} {:>5} {:<18} HOLDERS",
+                "{:<32} {:<16} {:>7} {:>5} {:<18} HOLDERS",
                 "NAME", "KIND", "WAITING", "QUEUE", "TTL"
             ));
-            for (lock, waiting) in rows.iter().take(limit) {
-                lines.push(format!(
-                    "{:<32} {:<10} {:>7} {:>5} {:<18} {}",
-                    lock.name,
-                    lock.kind.as_str(),
-                    waiting,
-                    lock.queue.len(),
-                    ttl_text(lock),
-                    holders_text(lock, true)
-                ));
+            for (row, waiting) in rows.iter().take(limit) {
+                lines.push(match row {
+                    Row::Lock(lock) => format!(
+                        "{:<32} {:<16} {:>7} {:>5} {:<18} {}",
+                        lock.name,
+                        lock.kind.as_str(),
+                        waiting,
+                        lock.queue.len(),
+                        ttl_text(lock.ttl),
+                        holders_text(lock, true)
+                    ),
+                    Row::Sync(sync) => format!(
+                        "{:<32} {:<16} {:>7} {:>5} {:<18} ({})",
+                        sync.name,
+                        sync.kind.as_str(),
+                        waiting,
+                        "-",
+                        ttl_text(sync.ttl),
+                        number_text(sync, false)
+                    ),
+                });
             }
             if rows.len() > limit {
                 lines.push(format!("... and {} more (--limit)", rows.len() - limit));
@@ -174,16 +219,25 @@ fn plain_frame(at: Duration, frame: &Frame) -> String {
     match frame {
         Err(e) => lines.push(format!("# {} UTC error: {e}", clock(at))),
         Ok(rows) => {
-            lines.push(format!("# {} UTC {} locks", clock(at), rows.len()));
-            for (lock, waiting) in rows {
-                lines.push(format!(
-                    "{}\t{}\twaiting={waiting}\tqueue={}\t{}\tholders={}",
-                    outcome::field(&lock.name),
-                    lock.kind.as_str(),
-                    lock.queue.len(),
-                    ttl_text(lock),
-                    outcome::field(&holders_text(lock, false)),
-                ));
+            lines.push(format!("# {} UTC {}", clock(at), counted(rows)));
+            for (row, waiting) in rows {
+                lines.push(match row {
+                    Row::Lock(lock) => format!(
+                        "{}\t{}\twaiting={waiting}\tqueue={}\t{}\tholders={}",
+                        outcome::field(&lock.name),
+                        lock.kind.as_str(),
+                        lock.queue.len(),
+                        ttl_text(lock.ttl),
+                        outcome::field(&holders_text(lock, false)),
+                    ),
+                    Row::Sync(sync) => format!(
+                        "{}\t{}\twaiting={waiting}\t{}\t{}",
+                        outcome::field(&sync.name),
+                        sync.kind.as_str(),
+                        number_text(sync, true),
+                        ttl_text(sync.ttl),
+                    ),
+                });
             }
         }
     }
@@ -204,10 +258,13 @@ fn json_frame(at: Duration, frame: &Frame) -> String {
         Ok(rows) => {
             let locks: Vec<serde_json::Value> = rows
                 .iter()
-                .map(|(lock, waiting)| {
-                    let mut v = to_json(&lock.name, Some(lock));
-                    v["waiting"] = json!(waiting);
-                    v
+                .map(|(row, waiting)| match row {
+                    Row::Lock(lock) => {
+                        let mut v = to_json(&lock.name, Some(lock));
+                        v["waiting"] = json!(waiting);
+                        v
+                    }
+                    Row::Sync(sync) => sync_json(sync),
                 })
                 .collect();
             json!({ "at_ms": at_ms, "locks": locks })
