@@ -168,6 +168,27 @@ async fn status_shows_a_semaphores_permits() {
         ),
         (Some("semaphore"), Some(3), Some(true))
     );
+    // `run --permits` on a semaphore that exists changes nothing, and -v says so.
+    let out = run(
+        &server,
+        &[
+            "-v",
+            "run",
+            "api",
+            "--semaphore",
+            "--permits",
+            "2",
+            "--",
+            "true",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--permits left its permits as they are"),
+        "{}",
+        text(&out.stderr)
+    );
     assert_eq!(
         text(&run(&server, &["semaphore", "add", "api", "2"]).await.stdout),
         "5"
