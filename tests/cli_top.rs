@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use lockwarden::{Acquire, LockGuard};
+use lockwarden::{Acquire, LockGuard, Locks};
 use support::{hold, manager, raw, RedisServer};
 use tokio::io::AsyncReadExt;
 
@@ -111,11 +111,15 @@ async fn piped_and_json_output_show_every_lock() {
     assert!(frame["at_ms"].as_u64().is_some());
 }
 
-/// On a terminal the screen is redrawn in place, and a released lock leaves it.
+/// On a terminal the screen is redrawn in place, and a released lock leaves it;
+/// a semaphore has its row, with its permits where a lock's holders are.
 #[actix_rt::test]
 async fn on_a_terminal_the_screen_follows_the_locks() {
     let server = RedisServer::start();
     let (mut held, _waiters) = scene(&server).await;
+    let sem = manager(&server, |c| c).await;
+    let sem = sem.semaphore("top:sem").await.expect("handle");
+    assert!(sem.try_set_permits(2).await.expect("set"));
     let command = format!(
         "{} --redis {} top --interval 100ms --iterations 40",
         env!("CARGO_BIN_EXE_lockwarden"),
@@ -149,6 +153,12 @@ async fn on_a_terminal_the_screen_follows_the_locks() {
         "redrawn in place: {seen:?}"
     );
     assert!(seen.contains("NAME"), "{seen:?}");
+    assert!(
+        seen.lines().any(|l| l.starts_with("top:sem ")
+            && l.contains(" semaphore ")
+            && l.ends_with("(2 permits available)")),
+        "{seen:?}"
+    );
     // Holders as host/pid: this test's managers hold them.
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     assert!(
@@ -172,7 +182,7 @@ async fn on_a_terminal_the_screen_follows_the_locks() {
         "the released lock is still shown: {last:?}"
     );
     assert!(
-        last.contains("top:held") && last.contains("2 locks"),
+        last.contains("top:held") && last.contains("2 locks, 1 synchronizer"),
         "{last:?}"
     );
 }
