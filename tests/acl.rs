@@ -947,3 +947,112 @@ async fn without_subscribe_waiters_poll_and_the_log_says_so_once() {
         log.text()
     );
 }
+
+/// The commands an operator's user needs for `status`, `list` and `top`
+/// (docs/operations.md), locks and synchronizers.
+const OPERATOR_COMMANDS: &[&str] = &[
+    "evalsha",
+    "script|load",
+    "ping",
+    "scan",
+    "type",
+    "hgetall",
+    "lrange",
+    "zscore",
+    "pttl",
+    "time",
+    "get",
+    "zcount",
+    "pubsub|numsub",
+];
+
+/// An operator's user with the documented rights sees semaphores by their kind.
+/// Without the label pattern (an operator's ACL written before the labels) the
+/// synchronizers are a `NoPermission` (the CLI says so and shows the locks), and
+/// the locks and a lock's status read as before: reading a lock never asks for a
+/// synchronizer's keys.
+#[actix_rt::test]
+async fn an_operator_sees_synchronizers_with_the_label_pattern_and_locks_without_it() {
+    let server = RedisServer::start();
+    let m = support::manager(&server, |c| c).await;
+    let held = m
+        .send(Acquire::new("acl:lock"))
+        .await
+        .expect("running")
+        .expect("held");
+    let sem = m.semaphore("acl:sem").await.expect("handle");
+    assert!(sem.try_set_permits(2).await.expect("set"));
+    let operator = |label: bool| {
+        let mut args = vec!["ACL", "SETUSER", "op", "reset", "on", ">pw", "-@all"];
+        args.extend(["~acl:*", "~{acl:*", "~redisson_lock_queue:{acl:*"]);
+        args.push("~redisson_lock_timeout:{acl:*");
+        if label {
+            args.push("~lockwarden_kind:{acl:*");
+        }
+        let plus: Vec<String> = OPERATOR_COMMANDS.iter().map(|c| format!("+{c}")).collect();
+        args.extend(plus.iter().map(String::as_str));
+        let _: () = raw(&server, &args);
+    };
+    let url = format!("redis://op:pw@127.0.0.1:{}/", server.port());
+    let config = lockwarden::Config::from_url(&url).expect("url");
+
+    operator(false);
+    let admin = lockwarden::Admin::connect(&config).await.expect("admin");
+    let locks: Vec<String> = admin
+        .list("acl:*")
+        .await
+        .expect("locks listed")
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
+    assert_eq!(locks, ["acl:lock"]);
+    assert!(admin
+        .describe("acl:lock")
+        .await
+        .expect("described")
+        .is_some());
+    assert_eq!(
+        admin.synchronizer("acl:lock").await.expect("not a string"),
+        None
+    );
+    match admin.synchronizers("acl:*").await {
+        Err(LockError::NoPermission { .. }) => {}
+        other => panic!("without the label pattern: {other:?}"),
+    }
+    // The command shows the locks and says why no synchronizer is shown.
+    #[cfg(feature = "cli")]
+    {
+        let out = support::lockwarden_at(env!("CARGO_BIN_EXE_lockwarden"), &url)
+            .args(["list", "--pattern", "acl:*"])
+            .output()
+            .await
+            .expect("list ran");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{stderr}");
+        assert!(stdout.starts_with("acl:lock\texclusive\t"), "{stdout}");
+        assert!(
+            stderr.contains("semaphores and latches not shown: the Redis user may not read"),
+            "{stderr}"
+        );
+    }
+
+    operator(true);
+    let found: Vec<(String, lockwarden::SynchronizerKind)> = admin
+        .synchronizers("acl:*")
+        .await
+        .expect("synchronizers listed")
+        .into_iter()
+        .map(|s| (s.name, s.kind))
+        .collect();
+    assert_eq!(
+        found,
+        [(
+            "acl:sem".to_string(),
+            lockwarden::SynchronizerKind::Semaphore
+        )]
+    );
+    held.release().await.expect("released");
+}

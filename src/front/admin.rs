@@ -106,6 +106,15 @@ impl Admin {
     /// there is no such key or it holds no integer (a lock's hash, say).
     pub async fn synchronizer(&self, name: &str) -> Result<Option<SynchronizerSummary>, LockError> {
         keys::validate_name(name, self.max_name_len)?;
+        // TYPE first: a lock's name needs no rights to a synchronizer's other
+        // keys, which the script names.
+        let kind: String = redis::cmd("TYPE")
+            .arg(name)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        if kind != "string" {
+            return Ok(None);
+        }
         let found = self.look_at_counters(vec![name.to_string()]).await?;
         Ok(found.into_iter().next())
     }
@@ -116,7 +125,9 @@ impl Admin {
     /// semaphore, while it has permits out. Integer strings with none of these
     /// ([`SynchronizerKind::Counter`]: an idle Redisson semaphore or latch, or
     /// an application's counter) are left out; [`synchronizer`](Self::synchronizer)
-    /// still shows one by name.
+    /// still shows one by name. Fails with [`LockError::NoPermission`] for a user
+    /// whose ACL does not cover the keys it reads (`~lockwarden_kind:*` among them,
+    /// docs/operations.md).
     pub async fn synchronizers(
         &self,
         pattern: &str,
@@ -137,22 +148,28 @@ impl Admin {
 
     /// Looks at each of `names` (`lua/sync_inspect.lua`, all sent at once), then
     /// counts the listeners on both channels of those that hold an integer (one
-    /// NUMSUB), and makes summaries of them. A key that vanishes or changes type
-    /// meanwhile is skipped.
+    /// NUMSUB), and makes summaries of them. A name no synchronizer can have (its
+    /// derived keys would cross slots) is skipped, and so is a key that vanished
+    /// or changed type meanwhile (the script answers no value); any error of the
+    /// script is returned (no right to the label's key, say), not taken for "no
+    /// synchronizer".
     async fn look_at_counters(
         &self,
-        names: Vec<String>,
+        mut names: Vec<String>,
     ) -> Result<Vec<SynchronizerSummary>, LockError> {
+        names.retain(|name| keys::validate_name(name, self.max_name_len).is_ok());
         let looks = join_all(names.iter().map(|name| {
             let mut conn = self.conn.clone();
             async move { wire::call(&mut conn, &SyncInspect { name }).await }
         }))
         .await;
-        let counters: Vec<(String, Looked)> = names
-            .into_iter()
-            .zip(looks)
-            .filter_map(|(name, look)| Some((name, look.ok().filter(|l| l.value.is_some())?)))
-            .collect();
+        let mut counters: Vec<(String, Looked)> = Vec::new();
+        for (name, look) in names.into_iter().zip(looks) {
+            let look = look?;
+            if look.value.is_some() {
+                counters.push((name, look));
+            }
+        }
         let channels: Vec<String> = counters
             .iter()
             .flat_map(|(name, _)| [keys::semaphore_channel(name), keys::latch_channel(name)])

@@ -100,9 +100,12 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
 /// Runs `lockwarden list`; answers the exit code.
 pub async fn list(session: &Session, args: ListArgs) -> Result<i32, Failure> {
     let admin = session.admin().await?;
-    let rows = Row::all(&admin, &args.pattern)
+    let (rows, unseen) = Row::all(&admin, &args.pattern)
         .await
         .map_err(|e| Failure::from_lock("listing locks and synchronizers", e))?;
+    if let Some(why) = unseen {
+        note(why);
+    }
     if rows.is_empty() {
         note(format!(
             "no locks, semaphores or latches match '{}'",
@@ -143,14 +146,30 @@ pub enum Row {
 }
 
 impl Row {
-    /// Every lock and synchronizer whose name matches `pattern`, by name.
-    pub async fn all(admin: &Admin, pattern: &str) -> Result<Vec<Row>, LockError> {
+    /// Every lock and synchronizer whose name matches `pattern`, by name. A user
+    /// whose ACL does not let it read the synchronizers (an operator's ACL written
+    /// before the kind labels) still gets the locks: the second answer then says
+    /// why no synchronizer is shown.
+    pub async fn all(
+        admin: &Admin,
+        pattern: &str,
+    ) -> Result<(Vec<Row>, Option<String>), LockError> {
         let locks = admin.list(pattern).await?;
-        let syncs = admin.synchronizers(pattern).await?;
         let mut rows: Vec<Row> = locks.into_iter().map(Row::Lock).collect();
-        rows.extend(syncs.into_iter().map(Row::Sync));
+        let mut unseen = None;
+        match admin.synchronizers(pattern).await {
+            Ok(syncs) => rows.extend(syncs.into_iter().map(Row::Sync)),
+            Err(LockError::NoPermission { detail, .. }) => {
+                unseen = Some(format!(
+                    "semaphores and latches not shown: the Redis user may not read their \
+                     keys ({detail}); give it ~lockwarden_kind:* and ~{{<prefix>* \
+                     (docs/operations.md)"
+                ));
+            }
+            Err(e) => return Err(e),
+        }
         rows.sort_by(|a, b| a.name().cmp(b.name()));
-        Ok(rows)
+        Ok((rows, unseen))
     }
 
     /// Its name.

@@ -38,7 +38,15 @@ use crate::session::Session;
 const MAX_COLUMNS: usize = 160;
 
 /// One refresh: the rows with how many processes wait for each, or why not.
-type Frame = Result<Vec<(Row, u64)>, LockError>;
+type Frame = Result<Seen, LockError>;
+
+/// What one refresh saw.
+struct Seen {
+    /// The rows, each with how many processes wait for it.
+    rows: Vec<(Row, u64)>,
+    /// Why no synchronizer is shown, when the user may not read them.
+    unseen: Option<String>,
+}
 
 /// Runs `lockwarden top`; answers the exit code.
 pub async fn top(session: &Session, args: TopArgs) -> Result<i32, Failure> {
@@ -82,7 +90,7 @@ pub async fn top(session: &Session, args: TopArgs) -> Result<i32, Failure> {
 /// Reads every lock and synchronizer matching `pattern` and how many processes
 /// wait for each, most-waited-for first, then by name.
 async fn look(admin: &Admin, pattern: &str) -> Frame {
-    let rows = Row::all(admin, pattern).await?;
+    let (rows, unseen) = Row::all(admin, pattern).await?;
     let locks: Vec<LockSummary> = rows
         .iter()
         .filter_map(|r| match r {
@@ -102,7 +110,7 @@ async fn look(admin: &Admin, pattern: &str) -> Frame {
         })
         .collect();
     rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.name().cmp(b.0.name())));
-    Ok(rows)
+    Ok(Seen { rows, unseen })
 }
 
 /// "3 locks" or "3 locks, 2 synchronizers".
@@ -172,8 +180,9 @@ fn screen_frame(url: &str, at: Duration, frame: &Frame, limit: usize) -> String 
     )];
     match frame {
         Err(e) => lines.push(format!("Redis did not answer this refresh: {e}")),
-        Ok(rows) => {
+        Ok(Seen { rows, unseen }) => {
             lines.push(counted(rows));
+            lines.extend(unseen.clone());
             lines.push(String::new());
             lines.push(format!(
                 "{:<32} {:<16} {:>7} {:>5} {:<18} HOLDERS",
@@ -218,8 +227,9 @@ fn plain_frame(at: Duration, frame: &Frame) -> String {
     let mut lines = Vec::new();
     match frame {
         Err(e) => lines.push(format!("# {} UTC error: {e}", clock(at))),
-        Ok(rows) => {
+        Ok(Seen { rows, unseen }) => {
             lines.push(format!("# {} UTC {}", clock(at), counted(rows)));
+            lines.extend(unseen.iter().map(|why| format!("# {why}")));
             for (row, waiting) in rows {
                 lines.push(match row {
                     Row::Lock(lock) => format!(
@@ -255,7 +265,7 @@ fn json_frame(at: Duration, frame: &Frame) -> String {
     let at_ms = at.as_millis() as u64;
     let value = match frame {
         Err(e) => json!({ "at_ms": at_ms, "error": e.to_string() }),
-        Ok(rows) => {
+        Ok(Seen { rows, unseen }) => {
             let locks: Vec<serde_json::Value> = rows
                 .iter()
                 .map(|(row, waiting)| match row {
@@ -267,7 +277,10 @@ fn json_frame(at: Duration, frame: &Frame) -> String {
                     Row::Sync(sync) => sync_json(sync),
                 })
                 .collect();
-            json!({ "at_ms": at_ms, "locks": locks })
+            match unseen {
+                Some(why) => json!({ "at_ms": at_ms, "locks": locks, "unseen": why }),
+                None => json!({ "at_ms": at_ms, "locks": locks }),
+            }
         }
     };
     format!("{value}\n")
@@ -288,7 +301,10 @@ mod tests {
 
     #[test]
     fn a_screen_never_outgrows_its_limit() {
-        let frame: Frame = Ok(Vec::new());
+        let frame: Frame = Ok(Seen {
+            rows: Vec::new(),
+            unseen: None,
+        });
         let text = screen_frame("redis://h", Duration::ZERO, &frame, 5);
         assert!(text.starts_with("\x1b[H\x1b[2J"));
         assert!(text.contains("0 locks"));
