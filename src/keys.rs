@@ -35,7 +35,7 @@ const SEMAPHORE_PREFIX: &str = "redisson_sc";
 /// Prefix of a count-down latch's channel (Redisson's `RCountDownLatch`); unlike the
 /// others it always wraps the name in braces, even a name that brings its own.
 const LATCH_CHANNEL_PREFIX: &str = "redisson_countdownlatch__channel__";
-/// Prefix of a synchronizer's kind mark (lockwarden's own: Redisson keeps a
+/// Prefix of a synchronizer's kind label (lockwarden's own: Redisson keeps a
 /// semaphore and a latch as the same integer string and records no kind).
 const KIND_PREFIX: &str = "lockwarden_kind";
 
@@ -145,11 +145,11 @@ pub(crate) fn latch_channel(name: &str) -> String {
     format!("{LATCH_CHANNEL_PREFIX}{{{name}}}")
 }
 
-/// The kind mark of a semaphore or latch that lockwarden made:
+/// The kind label of a semaphore or latch that lockwarden made:
 /// `lockwarden_kind:{<name>}`, a string (`semaphore`, `permit-semaphore` or
 /// `latch`) in the synchronizer's slot, written once the key is made
 /// (`wire::label`). Without it nobody can tell a semaphore's key from a latch's.
-pub(crate) fn kind_mark(name: &str) -> String {
+pub(crate) fn kind_label(name: &str) -> String {
     prefixed(KIND_PREFIX, name)
 }
 

@@ -4,8 +4,8 @@
 //!
 //! Redisson keeps a semaphore's available permits and a latch's count alike, as an
 //! integer string at the name, so the key alone cannot say which it is. The kind
-//! comes from the best evidence there is, in this order: the mark lockwarden writes
-//! beside every synchronizer it creates (`keys::kind_mark`); a permit-expirable
+//! comes from the best evidence there is, in this order: the label lockwarden writes
+//! beside every synchronizer it creates (`keys::kind_label`); a permit-expirable
 //! semaphore's set of taken permits; who listens on which channel (a semaphore's
 //! waiters on `redisson_sc:{name}`, a latch's on its own channel). A key with none
 //! of these (made by Redisson and idle, or an application's counter) is a
@@ -26,15 +26,15 @@ pub enum SynchronizerKind {
     /// A count-down latch ([`Latch`](crate::Latch), Redisson's `RCountDownLatch`):
     /// the value is the count.
     Latch,
-    /// An integer string that nothing marks as either: a semaphore or latch made by
-    /// a client that writes no mark (Redisson) and that nobody waits on now, or an
+    /// An integer string that nothing labels as either: a semaphore or latch made by
+    /// a client that writes no label (Redisson) and that nobody waits on now, or an
     /// application's counter.
     Counter,
 }
 
 impl SynchronizerKind {
     /// A short name: `semaphore`, `permit-semaphore`, `latch` or `counter`; the
-    /// first three are also the mark's text in Redis.
+    /// first three are also the label's text in Redis.
     pub fn as_str(self) -> &'static str {
         match self {
             SynchronizerKind::Semaphore => "semaphore",
@@ -44,15 +44,15 @@ impl SynchronizerKind {
         }
     }
 
-    /// The kind a mark's text names; `None` for any other text.
-    fn from_mark(mark: &str) -> Option<SynchronizerKind> {
+    /// The kind a label's text names; `None` for any other text.
+    fn from_label(label: &str) -> Option<SynchronizerKind> {
         [
             SynchronizerKind::Semaphore,
             SynchronizerKind::PermitSemaphore,
             SynchronizerKind::Latch,
         ]
         .into_iter()
-        .find(|k| k.as_str() == mark)
+        .find(|k| k.as_str() == label)
     }
 
     /// Whether its waiters listen on the semaphore channel (else the latch's).
@@ -72,9 +72,9 @@ pub struct SynchronizerSummary {
     pub name: String,
     /// Its kind.
     pub kind: SynchronizerKind,
-    /// Whether the kind is lockwarden's mark (`false`: told from the permits set or
+    /// Whether the kind is lockwarden's label (`false`: told from the permits set or
     /// from who waits, or not told at all).
-    pub marked: bool,
+    pub labelled: bool,
     /// The number at the key: a semaphore's available permits, a latch's count
     /// (below zero only when something wrote it so).
     pub value: i64,
@@ -97,8 +97,8 @@ pub(crate) struct Looked {
     pub(crate) value: Option<i64>,
     /// Its TTL; `None` when it has none.
     pub(crate) ttl: Option<Duration>,
-    /// The kind mark's text.
-    pub(crate) mark: Option<String>,
+    /// The kind label's text.
+    pub(crate) label: Option<String>,
     /// Unexpired permits in the permit-expirable set; `None` when there is no set.
     pub(crate) taken: Option<u64>,
 }
@@ -113,8 +113,8 @@ impl Looked {
         on_latch: u64,
     ) -> Option<SynchronizerSummary> {
         let value = self.value?;
-        let marked = self.mark.as_deref().and_then(SynchronizerKind::from_mark);
-        let kind = marked.unwrap_or(if self.taken.is_some() {
+        let labelled = self.label.as_deref().and_then(SynchronizerKind::from_label);
+        let kind = labelled.unwrap_or(if self.taken.is_some() {
             SynchronizerKind::PermitSemaphore
         } else if on_semaphore > 0 && on_latch == 0 {
             SynchronizerKind::Semaphore
@@ -131,7 +131,7 @@ impl Looked {
         Some(SynchronizerSummary {
             name: name.to_string(),
             kind,
-            marked: marked.is_some(),
+            labelled: labelled.is_some(),
             value,
             taken: self
                 .taken
@@ -146,18 +146,18 @@ impl Looked {
 mod tests {
     use super::*;
 
-    fn looked(value: i64, mark: Option<&str>, taken: Option<u64>) -> Looked {
+    fn looked(value: i64, label: Option<&str>, taken: Option<u64>) -> Looked {
         Looked {
             value: Some(value),
-            mark: mark.map(str::to_string),
+            label: label.map(str::to_string),
             taken,
             ..Looked::default()
         }
     }
 
     #[test]
-    fn the_mark_comes_first_then_the_permit_set_then_who_listens() {
-        let kind = |l: Looked, s, c| l.into_summary("x", s, c).map(|s| (s.kind, s.marked));
+    fn the_label_comes_first_then_the_permit_set_then_who_listens() {
+        let kind = |l: Looked, s, c| l.into_summary("x", s, c).map(|s| (s.kind, s.labelled));
         use SynchronizerKind::*;
         assert_eq!(
             kind(looked(2, Some("latch"), None), 3, 0),

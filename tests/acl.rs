@@ -715,7 +715,7 @@ async fn force_unlock_asks_before_it_deletes() {
 /// Key and channel patterns of the semaphores and latches named `acl:*`
 /// (docs/operations.md): the permit-expirable semaphore's permits live at
 /// `{<name>}:timeout`, the scripts are handed each channel as a key, and the
-/// kind marks live at `lockwarden_kind:{<name>}`.
+/// kind labels live at `lockwarden_kind:{<name>}`.
 const SYNC_PATTERNS: &[&str] = &[
     "~{acl:*",
     "~lockwarden_kind:{acl:*",
@@ -852,18 +852,18 @@ async fn without_publish_nothing_is_taken_that_could_not_be_given_back() {
     assert_eq!(
         raw::<String>(&server, &["GET", "lockwarden_kind:{acl:latch2}"]),
         "latch",
-        "the documented ACL lets the kind be marked"
+        "the documented ACL lets the kind be labelled"
     );
 
-    // Without the marks' pattern (an ACL written before them) the synchronizers
-    // work the same, unmarked.
+    // Without the labels' pattern (an ACL written before them) the synchronizers
+    // work the same, unlabelled.
     patterns.retain(|p| !p.starts_with("~lockwarden_kind"));
     set_user_with(&server, &patterns, &commands);
     let m = user_manager(&server).await;
     let sem = m.semaphore("acl:sem3").await.expect("handle");
-    assert!(sem.try_set_permits(2).await.expect("set without the mark"));
+    assert!(sem.try_set_permits(2).await.expect("set without the label"));
     let latch = m.latch("acl:latch3").await.expect("handle");
-    assert!(latch.try_set_count(1).await.expect("set without the mark"));
+    assert!(latch.try_set_count(1).await.expect("set without the label"));
     assert_eq!(latch.count_down().await.expect("counted"), 0);
     assert_eq!(
         raw::<i64>(

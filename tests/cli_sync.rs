@@ -164,7 +164,7 @@ async fn status_shows_a_semaphores_permits() {
         (
             v["kind"].as_str(),
             v["value"].as_i64(),
-            v["marked"].as_bool()
+            v["labelled"].as_bool()
         ),
         (Some("semaphore"), Some(3), Some(true))
     );
@@ -420,10 +420,10 @@ fn line_of<'a>(listed: &'a str, name: &str) -> Option<&'a str> {
 }
 
 /// `list`, `top` and `status` show every synchronizer by its kind (issue 30,
-/// item 3): a semaphore and a latch lockwarden made (by their kind marks), a
-/// permit-expirable semaphore with a permit out, and a semaphore that Redisson
-/// made (no mark) while something waits on it; an application's integer is not
-/// listed and reads as a counter by name. A latch that opens takes its mark with
+/// item 3): a semaphore and a latch lockwarden made (by their kind labels), and,
+/// made by Redisson (no label), a permit-expirable semaphore with a permit out
+/// and a semaphore while something waits on it; an application's integer is not
+/// listed and reads as a counter by name. A latch that opens takes its label with
 /// it. Before, `list` and `top` showed locks only and `status` said "counter"
 /// for all of them.
 #[tokio::test]
@@ -436,19 +436,16 @@ async fn list_top_and_status_show_synchronizers_by_kind() {
         let out = run(&server, args).await;
         assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
     }
-    // A permit-expirable semaphore with one permit out while its command runs.
-    let crawl = spawn(
+    // A permit-expirable semaphore a Redisson client made, with one permit out
+    // (id -> expiry in its set, far in the future).
+    let _: () = support::raw(&server, &["SET", "crawl", "2"]);
+    let _: i64 = support::raw(
         &server,
         &[
-            "run",
-            "crawl",
-            "--semaphore",
-            "--expirable",
-            "--permits",
-            "3",
-            "--",
-            "sleep",
-            "30",
+            "ZADD",
+            "{crawl}:timeout",
+            "99999999999999",
+            "0123456789abcdef",
         ],
     );
     let _: () = support::raw(&server, &["SET", "rsem", "4"]);
@@ -465,8 +462,7 @@ async fn list_top_and_status_show_synchronizers_by_kind() {
         ("pool", "pool\tsemaphore\tavailable=2\tno expiry\twaiting=0"),
         ("rsem", "rsem\tsemaphore\tavailable=4\tno expiry\twaiting=1"),
     ];
-    // Until the permit is taken, the lock held, and the taker's subscription
-    // ended (its semaphore actor leaves the channel once idle).
+    // Until the lock is held.
     let mut listed = String::new();
     let seen = support::eventually(LIMIT, || {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockwarden"))
@@ -496,10 +492,16 @@ async fn list_top_and_status_show_synchronizers_by_kind() {
     assert_eq!(
         (
             v["kind"].as_str(),
-            v["marked"].as_bool(),
+            v["labelled"].as_bool(),
             v["waiting"].as_u64()
         ),
         (Some("semaphore"), Some(false), Some(1))
+    );
+    let out = run(&server, &["status", "crawl"]).await;
+    assert_eq!(
+        text(&out.stdout),
+        "crawl: permit-expirable semaphore, 2 permits available, 1 taken, 0 waiting, \
+         no expiry (no lockwarden label: told by its waiters or permits out)"
     );
     let out = run(&server, &["status", "batch"]).await;
     assert_eq!(
@@ -532,7 +534,7 @@ async fn list_top_and_status_show_synchronizers_by_kind() {
         "most waited for first, then by name"
     );
 
-    // The latch opens: its key and its mark go, and so does its line.
+    // The latch opens: its key and its label go, and so does its line.
     for _ in 0..3 {
         assert!(run(&server, &["latch", "count-down", "batch"])
             .await
@@ -548,5 +550,4 @@ async fn list_top_and_status_show_synchronizers_by_kind() {
 
     lock.start_kill().expect("stop hold");
     let _ = finish(lock).await;
-    drop(crawl);
 }

@@ -246,3 +246,40 @@ async fn bad_input_is_refused_and_writes_nothing() {
     // Every manager keeps its registry entry (who holds what); nothing else.
     assert_eq!(support::data_key_count(&server), 0);
 }
+
+/// A permit-expirable semaphore lockwarden sets up is labelled as one
+/// (`lockwarden_kind:{<name>}` = `permit-semaphore`), and an operator sees it by
+/// that kind with its permits out.
+#[actix_rt::test]
+async fn its_kind_label_and_permits_out_are_what_an_operator_sees() {
+    let server = RedisServer::start();
+    let m = manager(&server, |c| c).await;
+    let sem = handle(&m, "crawl").await;
+    assert!(sem.try_set_permits(3).await.expect("set"));
+    let permit = sem
+        .acquire(1, Some(Duration::from_secs(60)))
+        .await
+        .expect("taken");
+    assert_eq!(
+        raw::<String>(&server, &["GET", "lockwarden_kind:{crawl}"]),
+        "permit-semaphore"
+    );
+    let admin = lockwarden::Admin::connect(&support::config(&server))
+        .await
+        .expect("admin");
+    let seen = admin
+        .synchronizer("crawl")
+        .await
+        .expect("read")
+        .expect("there");
+    assert_eq!(
+        (seen.kind, seen.labelled, seen.value, seen.taken),
+        (
+            lockwarden::SynchronizerKind::PermitSemaphore,
+            true,
+            2,
+            Some(1)
+        )
+    );
+    permit.release().await.expect("given back");
+}

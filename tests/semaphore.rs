@@ -344,11 +344,11 @@ async fn bad_input_is_refused_and_writes_nothing() {
 }
 
 /// A semaphore lockwarden makes (by `try_set_permits`, or by `add_permits` to no
-/// key) carries its kind mark, `lockwarden_kind:{<name>}`, so operators can tell
+/// key) carries its kind label, `lockwarden_kind:{<name>}`, so operators can tell
 /// it from a latch; one Redisson made gets none (lockwarden did not make it) and
 /// reads as a counter until something waits on it, then as a semaphore.
 #[actix_rt::test]
-async fn a_semaphore_lockwarden_makes_is_marked_with_its_kind() {
+async fn a_semaphore_lockwarden_makes_is_labelled_with_its_kind() {
     let server = RedisServer::start();
     let m = manager(&server, |c| c).await;
     let set = m.semaphore("made:set").await.expect("handle");
@@ -358,15 +358,15 @@ async fn a_semaphore_lockwarden_makes_is_marked_with_its_kind() {
     let _: () = raw(&server, &["SET", "java", "1"]);
     let java = m.semaphore("java").await.expect("handle");
     assert_eq!(java.add_permits(1).await.expect("added"), 2);
-    for (mark, kind) in [
+    for (label, kind) in [
         ("lockwarden_kind:{made:set}", Some("semaphore")),
         ("lockwarden_kind:{made:added}", Some("semaphore")),
         ("lockwarden_kind:{java}", None),
     ] {
         assert_eq!(
-            raw::<Option<String>>(&server, &["GET", mark]).as_deref(),
+            raw::<Option<String>>(&server, &["GET", label]).as_deref(),
             kind,
-            "{mark}"
+            "{label}"
         );
     }
 
@@ -381,7 +381,7 @@ async fn a_semaphore_lockwarden_makes_is_marked_with_its_kind() {
                 .await
                 .expect("read")
                 .expect("there");
-            (s.kind, s.marked, s.value, s.waiting)
+            (s.kind, s.labelled, s.value, s.waiting)
         }
     };
     assert_eq!(

@@ -120,7 +120,7 @@ impl Admin {
     }
 
     /// The semaphores and count-down latches whose names match the glob
-    /// `pattern`, sorted by name: those lockwarden marked, and unmarked ones
+    /// `pattern`, sorted by name: those lockwarden labelled, and unlabelled ones
     /// (Redisson's) while something waits on them or, for a permit-expirable
     /// semaphore, while it has permits out. Integer strings with none of these
     /// ([`SynchronizerKind::Counter`]: an idle Redisson semaphore or latch, or

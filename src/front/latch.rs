@@ -97,7 +97,7 @@ impl LatchHandle {
         let mut conn = self.shared.node.conn();
         match wire::call(&mut conn, &LatchCountDown { name: &self.name }).await? {
             CountedDown::Left(0) => {
-                // The key is gone: its kind mark goes too.
+                // The key is gone: its kind label goes too.
                 wire::label(&mut conn, &self.name, None).await;
                 Ok(0)
             }

@@ -278,13 +278,13 @@ pub(crate) async fn key_exists<C: ConnectionLike>(conn: &mut C, name: &str) -> R
     Ok(n == 1)
 }
 
-/// Writes the kind mark of synchronizer `name` (`keys::kind_mark`) after a call
-/// made its key, or deletes it (`None`) after a latch opened. The mark is a label
-/// for operators, written beside the synchronizer rather than by its scripts:
+/// Writes the kind label of synchronizer `name` (`keys::kind_label`) after a call
+/// made its key, or deletes it (`None`) after a latch opened. The label is for
+/// operators only, written beside the synchronizer rather than by its scripts:
 /// a script must declare every key it touches, and Redis refuses the whole
-/// call to a user whose ACL does not cover one of them, so a mark inside the
+/// call to a user whose ACL does not cover one of them, so a label inside the
 /// scripts would break every ACL written before it. So a failure here (no
-/// right to the mark's key, a connection lost after the call) is logged and
+/// right to the label's key, a connection lost after the call) is logged and
 /// the synchronizer's call stands; operators then see the key by what waits on
 /// it only (`sync_view.rs`).
 pub(crate) async fn label<C: ConnectionLike>(
@@ -292,25 +292,25 @@ pub(crate) async fn label<C: ConnectionLike>(
     name: &str,
     kind: Option<SynchronizerKind>,
 ) {
-    let mark = keys::kind_mark(name);
+    let key = keys::kind_label(name);
     let mut cmd = redis::cmd(if kind.is_some() { "SET" } else { "DEL" });
-    cmd.arg(&mark);
+    cmd.arg(&key);
     if let Some(kind) = kind {
         cmd.arg(kind.as_str());
     }
     if let Err(e) = cmd.exec_async(conn).await {
         tracing::warn!(
             synchronizer = name,
-            %mark,
+            label = %key,
             error = %e,
-            "could not write the kind mark (the ACL lacks the mark's key?): operators see \
+            "could not write the kind label (the ACL lacks the label's key?): operators see \
              this synchronizer only while something waits on it"
         );
     }
 }
 
 /// One look at a key that may be a semaphore or a latch: its value, TTL, kind
-/// mark and a permit-expirable semaphore's permits out (`lua/sync_inspect.lua`).
+/// label and a permit-expirable semaphore's permits out (`lua/sync_inspect.lua`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SyncInspect<'a> {
     /// The name (the key).
@@ -324,18 +324,18 @@ impl ScriptCall for SyncInspect<'_> {
         Invocation::new(&SYNC_INSPECT)
             .read_only()
             .key(self.name)
-            .key(keys::kind_mark(self.name))
+            .key(keys::kind_label(self.name))
             .key(keys::permit_timeouts(self.name))
     }
 
     fn parse(&self, reply: Value) -> RedisResult<Looked> {
         // The value may be any bytes (an application's string under the name).
-        let (value, pttl, mark, taken): (Option<Vec<u8>>, i64, Option<String>, i64) =
+        let (value, pttl, label, taken): (Option<Vec<u8>>, i64, Option<String>, i64) =
             redis::from_redis_value_ref(&reply)?;
         Ok(Looked {
             value: value.and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse().ok()),
             ttl: super::ttl_from_pttl(pttl),
-            mark,
+            label,
             taken: u64::try_from(taken).ok(),
         })
     }

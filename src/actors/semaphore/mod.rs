@@ -137,7 +137,7 @@ impl SemaphoreActor {
         }
     }
 
-    /// Which kind it serves, as its key's mark names it.
+    /// Which kind it serves, as its key's label names it.
     pub(super) fn kind(&self) -> SynchronizerKind {
         if self.expirable {
             SynchronizerKind::PermitSemaphore

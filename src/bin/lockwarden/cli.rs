@@ -188,7 +188,7 @@ Examples:
   lockwarden status partner-api      (a semaphore: its available permits, who waits)
 A semaphore or a count-down latch shows by its kind (from the label lockwarden writes
 when it makes one, else from what waits on it), with its permits or count (a latch at
-zero has no key); an integer nothing marks is a 'counter'.
+zero has no key); an integer nothing labels is a 'counter'.
 Exit: 0 whether or not the lock is held; 2 if the key exists and is neither a lock
 nor a counter.")]
     Status(StatusArgs),

@@ -182,7 +182,7 @@ impl Row {
 }
 
 /// A synchronizer for people: "semaphore, 2 permits available, 1 waiting, no
-/// expiry", with what the kind was told from when no mark said it.
+/// expiry", with what the kind was told from when no label said it.
 pub fn sync_text(sync: &SynchronizerSummary) -> String {
     let kind = match sync.kind {
         SynchronizerKind::Semaphore => "semaphore",
@@ -196,13 +196,13 @@ pub fn sync_text(sync: &SynchronizerSummary) -> String {
         sync.waiting,
         ttl_text(sync.ttl)
     );
-    match (sync.kind, sync.marked) {
+    match (sync.kind, sync.labelled) {
         (SynchronizerKind::Counter, _) => format!(
             "{text} (a semaphore's available permits or a count-down latch's count: no \
-             lockwarden mark says which and nobody waits on it, as with one Redisson made, \
+             lockwarden label says which and nobody waits on it, as with one Redisson made, \
              or an application's counter)"
         ),
-        (_, false) => format!("{text} (unmarked: told by what waits on it)"),
+        (_, false) => format!("{text} (no lockwarden label: told by its waiters or permits out)"),
         _ => text,
     }
 }
@@ -234,12 +234,12 @@ pub fn number_text(sync: &SynchronizerSummary, fields: bool) -> String {
 }
 
 /// The JSON form of a synchronizer: `lock` (its name, the field every row
-/// has), `kind`, `marked`, `value`, `taken`, `ttl_ms`, `waiting`.
+/// has), `kind`, `labelled`, `value`, `taken`, `ttl_ms`, `waiting`.
 pub fn sync_json(sync: &SynchronizerSummary) -> Value {
     json!({
         "lock": sync.name,
         "kind": sync.kind.as_str(),
-        "marked": sync.marked,
+        "labelled": sync.labelled,
         "value": sync.value,
         "taken": sync.taken,
         "ttl_ms": sync.ttl.map(millis),
