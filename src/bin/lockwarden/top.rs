@@ -3,10 +3,10 @@
 //!
 //! Each refresh is what `list` reads ([`Admin::list`] and
 //! [`Admin::synchronizers`]: SCAN, never KEYS, on a cluster every master; one
-//! script per key found; one `HGETALL` per distinct holding client, for who it
-//! is) and one [`Admin::waiting`] (a single `PUBSUB NUMSUB` for every lock's
-//! channel), so watching costs Redis a few commands a second per key shown,
-//! whatever the number of waiters. What it shows depends on where the output goes:
+//! script per hash or string key the pattern matches; one `HGETALL` per distinct
+//! holding client, for who it is) and one [`Admin::waiting`] (a single `PUBSUB
+//! NUMSUB` for every lock's channel), so watching costs Redis a few commands a
+//! second per matching key, whatever the number of waiters. What it shows depends on where the output goes:
 //! - a terminal: the screen is redrawn in place (cursor home, clear), one row a
 //!   lock or synchronizer, most-waited-for first, cut to `--limit` rows and 160
 //!   columns so that a refresh never scrolls; each holder as `host/pid/label` when
