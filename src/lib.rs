@@ -88,7 +88,8 @@
 //!   subscriber that routes unlock messages, the renewer (the watchdog).
 //! - `front`: the [`LockManager`] and its messages ([`Acquire`], [`Handle`] /
 //!   [`LockHandle`], [`Inspect`], [`ForceUnlock`], [`GetStats`]); [`MultiLock`] and
-//!   [`RedLock`] over one or several managers; [`Admin`] for operators.
+//!   [`RedLock`] over one or several managers; [`Admin`] for operators (locks,
+//!   semaphores and latches by kind: [`LockSummary`], [`SynchronizerSummary`]).
 //!
 //! `docs/architecture.md` draws the layers and says where a new lock kind or a new
 //! Redis deployment goes.
