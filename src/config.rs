@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use crate::error::LockError;
 
+mod replicas;
 mod sentinel;
+
+pub(crate) use replicas::{ReplicaSync, SyncSetting, WAIT_SLACK};
 
 /// The longest explicit lease accepted unless [`Config::max_lease`] says otherwise:
 /// 7 days. A longer one is more likely a unit mistake than an intent.
@@ -74,8 +77,9 @@ pub struct Config {
     pub(crate) batch_in_flight: usize,
     /// How long a lock's fencing token counter outlives its last grant.
     pub(crate) token_ttl: Duration,
-    /// Replicas that must confirm every lock change, if any.
-    pub(crate) sync: Option<ReplicaSync>,
+    /// Whether, and by how many replicas, every lock change is confirmed
+    /// (`config/replicas.rs`).
+    pub(crate) sync: SyncSetting,
     /// The label this manager registers under its client id, if any.
     pub(crate) label: Option<String>,
     /// Whether metrics also get per-lock series labelled by lock name.
@@ -90,16 +94,6 @@ pub struct Config {
     /// ([`Config::tls_root_cert`]), kept for the connections a Sentinel setup
     /// makes beyond `client`.
     pub(crate) tls_root: Option<Vec<u8>>,
-}
-
-/// How many replicas must confirm a lock change, and how long the master waits for
-/// them ([`Config::sync_replicas`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ReplicaSync {
-    /// Replicas that must acknowledge.
-    pub(crate) min: u32,
-    /// Longest the master waits for them (`WAIT`'s timeout).
-    pub(crate) timeout: Duration,
 }
 
 impl Config {
@@ -144,7 +138,7 @@ impl Config {
             batch_max_ops: 32,
             batch_in_flight: 16,
             token_ttl: Duration::from_secs(3600),
-            sync: None,
+            sync: SyncSetting::Default,
             label: None,
             metric_lock_names: false,
             master_auth: None,
@@ -345,32 +339,6 @@ impl Config {
         self
     }
 
-    /// Makes every lock change wait, in the same round trip, until `min` replicas
-    /// acknowledged it (Redis's `WAIT min timeout`, pipelined behind each script
-    /// on the same connection). A grant that fewer confirmed within `timeout` is
-    /// undone and retried until the caller's wait runs out, then answered
-    /// [`LockError::NotReplicated`] (a zero wait gets it at once); a renewal that
-    /// fewer confirmed counts as failed, so a holder is told its lock is lost
-    /// (`Unreachable`) rather than keep one a failover could take away; a release
-    /// stands whatever the replicas say (it is logged). With it, a lock granted
-    /// and confirmed survives the failover to any replica that confirmed it (with
-    /// `min` = the number of replicas: to any replica). Costs one replica round
-    /// trip per lock change, and while a `WAIT` lasts the shared command
-    /// connection answers nothing else, so keep `timeout` short. A master with
-    /// AOF and `appendfsync always` on Redis 7.2+ is also asked `WAITAOF 1 0
-    /// timeout` (the change is on its own disk), decided once at start from its
-    /// `INFO`. docs/operations.md compares the settings with Redisson's default.
-    ///
-    /// `min` is at least 1 and at most the replicas connected to the master when
-    /// the manager starts; `timeout` is at least 1 ms, and `timeout` + 100 ms
-    /// (how late Redis may end a `WAIT`: its timer ticks 10 times a second by
-    /// default) is below the response timeout (2 s by default). Not on a Redis Cluster yet ([`LockError::InvalidConfig`]).
-    /// Defaults to off: no replica is waited for.
-    pub fn sync_replicas(mut self, min: u32, timeout: Duration) -> Config {
-        self.sync = Some(ReplicaSync { min, timeout });
-        self
-    }
-
     /// A label for operators: the manager registers it in Redis beside its host
     /// name, process id, program name, start time and version, under its client
     /// id (`lockwarden:client:{<client id>}`), so that `lockwarden status`,
@@ -521,31 +489,10 @@ impl Config {
             }
         }
         self.validate_sentinel()?;
-        if let Some(ReplicaSync { min, timeout }) = self.sync {
-            if min == 0 {
-                return bad(
-                    "sync_replicas: at least 1 replica must confirm (leave it unset for none)"
-                        .into(),
-                );
-            }
-            if timeout < Duration::from_millis(1) || timeout + WAIT_SLACK >= self.response_timeout {
-                return bad(format!(
-                    "sync_replicas: timeout {timeout:?} must be at least 1 ms, and with the {WAIT_SLACK:?} a WAIT may last beyond it, below the response timeout {:?}",
-                    self.response_timeout
-                ));
-            }
-            if self.cluster.is_some() {
-                return bad("sync_replicas is not supported on a Redis Cluster yet".into());
-            }
-        }
+        self.validate_sync()?;
         Ok(())
     }
 }
-
-/// How much longer than its timeout a `WAIT` may block: Redis checks blocked
-/// clients' timeouts at its timer tick (`hz` 10 by default, every 100 ms), so a
-/// `WAIT 1 200` for a missing replica was measured answering after 220-310 ms.
-pub(crate) const WAIT_SLACK: Duration = Duration::from_millis(100);
 
 /// Shortest watchdog lease accepted: renewed every third of it, a lease must leave
 /// a renewal a few network round trips and a renewer tick to answer.

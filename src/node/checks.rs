@@ -8,11 +8,14 @@
 //! its policy, so it is asked (`CONFIG GET`); a server that refuses the question
 //! (an ACL without CONFIG, a managed service that renames it) is not checked.
 //!
-//! With `Config::sync_replicas`, the master must have the replicas it is asked to
-//! wait for: a manager that waits for two replicas of a master with one would
-//! refuse every grant, so that is refused once, at start, with the numbers. The
-//! same `INFO` tells the server's version and whether it keeps an AOF, which
-//! decide whether `WAITAOF` follows each `WAIT` (`wire/replicas.rs`).
+//! Replica confirmation (`Config::sync_replicas`, on by default) starts from the
+//! master's `INFO`: how many replicas can confirm now (`node/replicas.rs` keeps
+//! the count current afterwards), the server's version and whether it keeps an
+//! AOF, which decide whether `WAITAOF` follows each `WAIT` (`wire/replicas.rs`).
+//! An explicit setting on a server that is not a master, or that will not
+//! answer `INFO`, is refused at start; the default is then turned off with a
+//! warning that says why, so that a least-privilege user without `INFO` still
+//! starts.
 
 use redis::aio::ConnectionLike;
 use tracing::{debug, info, warn};
@@ -21,42 +24,63 @@ use crate::config::ReplicaSync;
 use crate::error::LockError;
 use crate::wire::{confirm_with, Confirm};
 
-/// Checks, at start, that the server is a master with at least as many connected
-/// replicas as `sync` wants confirmations from, and answers which commands
-/// confirm a lock change there (`INFO`'s default sections, and `appendfsync`
-/// when it matters).
+/// Reads, at start, what replica confirmation needs of the master: which
+/// commands confirm a lock change there and how many replicas can answer now.
+/// `None`: the default setting meets a server that cannot confirm (not a master,
+/// no `INFO` right), and confirmation is off (logged). An explicit setting
+/// there is an error.
 pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
     conn: &mut C,
     sync: ReplicaSync,
-) -> Result<Confirm, LockError> {
+    default: bool,
+) -> Result<Option<(Confirm, u32)>, LockError> {
     // The default sections hold server, persistence and replication alike.
-    let info: String = redis::cmd("INFO").query_async(conn).await?;
+    let info: String = match redis::cmd("INFO").query_async(conn).await {
+        Ok(info) => info,
+        Err(e) if default && e.kind() != redis::ErrorKind::Io => {
+            warn!(
+                error = %e,
+                "replica confirmation is off: the server will not answer INFO, which counts the \
+                 replicas (give the user +info +wait, or turn it off with no_replica_sync / \
+                 --sync-replicas 0)"
+            );
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
     let field = |name: &str| {
         info.lines()
             .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
             .map(str::to_owned)
     };
-    if field("role").as_deref() != Some("master") {
+    let replication = super::replicas::parse(&info);
+    if !replication.master {
+        if default {
+            warn!(
+                "replica confirmation is off: the server is not a master (its role is not master)"
+            );
+            return Ok(None);
+        }
         return Err(LockError::InvalidConfig(
             "sync_replicas: the server is not a master (its role is not master)".into(),
         ));
     }
-    let connected: u32 = field("connected_slaves")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    if connected < sync.min {
+    let live = super::replicas::Doubts::default().count(&replication, false);
+    if live < sync.min && !default {
         // Not a configuration error: right after a failover the new master has no
-        // replica until the old master comes back as one, and refusing to start
-        // then failed every process for seconds. Grants wait for replicas within
-        // each caller's wait instead (a shortfall is retried, and at the deadline
-        // the waiter gets `NotReplicated`).
+        // replica until the old master comes back as one. Lock changes wait for
+        // the replicas that can answer, fewer than asked.
         warn!(
-            connected,
+            live,
             wanted = sync.min,
-            "sync_replicas: the master has fewer connected replicas than each lock change \
-             needs; grants wait for replicas within their wait"
+            "sync_replicas: fewer replicas can confirm lock changes than asked; each change \
+             waits for those that can"
         );
     }
+    info!(
+        live,
+        "replica confirmation: replicas that can confirm lock changes"
+    );
     let version = field("redis_version").unwrap_or_default();
     let aof = field("aof_enabled").as_deref() == Some("1");
     let appendfsync = match aof {
@@ -77,7 +101,7 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
              WAITAOF 1 0 (written to the master's disk)"
         ),
     }
-    Ok(confirm)
+    Ok(Some((confirm, live)))
 }
 
 /// One `CONFIG GET` value, or `None` if the server will not say (an ACL without

@@ -32,6 +32,7 @@ mod cluster;
 mod coalescer;
 mod diagnose;
 mod pubsub;
+mod replicas;
 mod sentinel;
 mod start;
 
@@ -313,10 +314,19 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
                 );
             }
             checks::warn_if_locks_can_be_evicted(&mut conn).await;
-            if let Some(sync) = config.sync {
-                let confirm = checks::replicas_can_confirm(&mut conn, sync).await?;
-                let confirmation = Confirmation::new(sync, config.response_timeout, confirm);
-                conn.confirmation = Some(Arc::new(confirmation));
+            if let Some(sync) = config.replica_sync() {
+                let found =
+                    checks::replicas_can_confirm(&mut conn, sync, config.sync_is_default()).await?;
+                if let Some((confirm, live)) = found {
+                    let confirmation = Arc::new(Confirmation::new(
+                        sync,
+                        config.response_timeout,
+                        confirm,
+                        live,
+                    ));
+                    replicas::watch(conn.link.clone(), &confirmation);
+                    conn.confirmation = Some(confirmation);
+                }
             }
         }
     }

@@ -77,9 +77,9 @@ pub(crate) fn batch_invocation<'a>(
         codes_and_args.push(op.batch.map_or("?", BatchOp::code).to_string());
         codes_and_args.append(&mut op.args);
     }
-    // A batch of grants only must be confirmed (while replicas are short it is
-    // not sent); one with a release in it goes, confirmed or not, so that the
-    // release stands, and its grants are judged one by one.
+    // Every exclusive op (grant, renewal, release) must be confirmed, so a
+    // batch is too; were one op content with less, the batch would go while
+    // replicas are short and each op be judged by its own need.
     if all_must {
         call = call.must_replicate();
     }

@@ -33,6 +33,7 @@ impl ScriptCall for ForceRelease<'_> {
 
     fn invocation(&self) -> Invocation {
         Invocation::new(&FORCE_RELEASE)
+            .must_replicate()
             .key(self.name)
             .key(keys::channel(self.name))
             .key(keys::rw_channel(self.name))

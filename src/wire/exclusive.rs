@@ -97,6 +97,7 @@ impl ScriptCall for Release<'_> {
 
     fn invocation(&self) -> Invocation {
         let mut call = Invocation::new(&RELEASE)
+            .must_replicate()
             .key(self.name)
             .key(keys::channel(self.name))
             .key(keys::latch(self.name, self.request_id))

@@ -124,6 +124,7 @@ impl ScriptCall for FairRelease<'_> {
 
     fn invocation(&self) -> Invocation {
         fair_keys(&RELEASE, self.name)
+            .must_replicate()
             .key(keys::latch(self.name, self.request_id))
             .key(keys::channel(self.name))
             .arg(self.lease_ms)

@@ -48,6 +48,7 @@ impl ScriptCall for FencedWrite<'_> {
 
     fn invocation(&self) -> Invocation {
         let mut call = Invocation::new(&FENCED_WRITE)
+            .must_replicate()
             .key(keys::fence(self.key))
             .key(self.key);
         if let Some((lock, _)) = self.held {

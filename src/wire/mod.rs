@@ -78,9 +78,10 @@ pub(crate) struct Invocation {
 }
 
 impl Invocation {
-    /// An invocation of `script` that always goes alone. It changes a lock, but
-    /// its answer stands whatever the replicas confirm (a release): grants and
-    /// renewals say [`Invocation::must_replicate`], reads [`Invocation::read_only`].
+    /// An invocation of `script` that always goes alone. It changes something,
+    /// but its answer stands whatever the replicas confirm (a counter given back,
+    /// the registry): lock changes say [`Invocation::must_replicate`], reads
+    /// [`Invocation::read_only`].
     fn new(script: &'static Lua) -> Invocation {
         Invocation {
             script,
@@ -91,7 +92,8 @@ impl Invocation {
         }
     }
 
-    /// Its answer is only true once replicas confirmed it (a grant, a renewal).
+    /// Its answer is only true once replicas confirmed it (a grant, a renewal,
+    /// a release, a fenced write).
     fn must_replicate(mut self) -> Invocation {
         self.need = Need::Must;
         self

@@ -3,17 +3,23 @@
 //!
 //! Redis replicates asynchronously: a grant the master answered may not have
 //! reached any replica when the master dies, and the replica promoted in its place
-//! lets a second holder in. With [`Config::sync_replicas`](crate::Config::sync_replicas)
-//! set, every script that changes a lock is sent in a pipeline with
-//! `WAIT <min> <timeout>` behind it, on the same connection, so the two share a
+//! lets a second holder in. So by default (`Config::sync_replicas`,
+//! `config/replicas.rs`) every script that changes a lock is sent in a pipeline
+//! with `WAIT <n> <timeout>` behind it, on the same connection, so the two share a
 //! round trip and the `WAIT` covers the script's write (it counts the replicas that
-//! acknowledged everything this connection wrote so far). What a shortfall means
-//! depends on the script ([`Need`]): a grant or a renewal that too few replicas
-//! confirmed is not trusted (the acquisition is answered with
-//! [`LockError::NotReplicated`](crate::LockError::NotReplicated) and undone by the
-//! lock actor, the renewal counts as failed); a release, a queue refresh or a
-//! force-unlock is already done and cannot be taken back, so a shortfall there is
-//! logged and the answer stands.
+//! acknowledged everything this connection wrote so far; a batch of many lock
+//! changes is one script, so one `WAIT`). `n` is the configured minimum, or the
+//! number of replicas that can answer now when that is smaller (`node/replicas.rs`
+//! counts them): with none, no `WAIT` is sent at all. What a shortfall means
+//! depends on the script ([`Need`]): a grant, a renewal, a release, a fenced write
+//! or a force-unlock that too few replicas confirmed is not reported as done (the
+//! answer becomes [`LockError::NotReplicated`](crate::LockError::NotReplicated),
+//! retryable: the lock actor undoes a grant and redoes a release, owner-checked and
+//! under the same request id, until it is confirmed or the lease is over); a
+//! change that cannot be redone without counting twice (a semaphore's permits
+//! given back, a latch counted down) stands and is logged. A shortfall also has
+//! the replicas counted again at once, so a frozen or vanished one stops being
+//! waited for after about one timeout.
 //!
 //! A `WAIT` blocks the whole connection it is sent on: Redis reads nothing more
 //! from that client until the `WAIT` answers, and the command connection is one
@@ -48,6 +54,7 @@
 
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::{select, Either};
@@ -65,11 +72,14 @@ use redis::aio::ConnectionLike;
 pub(crate) enum Need {
     /// It writes nothing (inspect): no `WAIT`.
     ReadOnly,
-    /// Its write is done whatever the replicas say (a release, a refresh): a
-    /// shortfall is logged, the answer stands.
+    /// Its write stands whatever the replicas say, as doing it again would
+    /// count twice (a semaphore's permits given back, a latch counted down) or
+    /// it matters little (the client registry, a fair waiter's place refresh):
+    /// a shortfall is logged, the answer stands.
     BestEffort,
-    /// Its answer is only true once replicated (a grant, a renewal): a shortfall
-    /// turns the answer into an error.
+    /// Its answer is only true once replicated (a grant, a renewal, a release, a
+    /// fenced write, a force-unlock): a shortfall turns the answer into a
+    /// retryable error, and the caller undoes or redoes the change.
     Must,
 }
 
@@ -107,13 +117,17 @@ pub(crate) fn confirm_with(version: &str, aof: bool, appendfsync: Option<&str>) 
     }
 }
 
-/// Replica confirmation on one connection: what is required, and the budget of
+/// Replica confirmation on one connection: what is required, how many replicas
+/// can answer now (kept current by `node/replicas.rs`), and the budget of
 /// `WAIT`s that may block it at once (see the module documentation). Shared by
 /// every clone of the connection.
 #[derive(Debug)]
 pub(crate) struct Confirmation {
     /// How many replicas must confirm, and how long the master waits for them.
     sync: ReplicaSync,
+    /// How many of the master's replicas can answer now: a `WAIT` asks for
+    /// `min(sync.min, live)`, and none at all when that is 0.
+    live: AtomicU32,
     /// Places for `WAIT`s on the connection at once.
     places: Semaphore,
     /// The last `WAIT` found too few replicas (or failed).
@@ -122,6 +136,9 @@ pub(crate) struct Confirmation {
     acked: AtomicU32,
     /// Wakes the calls waiting for a place when the connection turns short.
     turned_short: Notify,
+    /// Told when a `WAIT` came back short: whoever keeps `live` current looks
+    /// at the replicas again at once.
+    look: Arc<Notify>,
     /// `WAITAOF 1 0` follows the `WAIT` ([`Confirm::WaitAndAof`]).
     aof: bool,
 }
@@ -141,24 +158,53 @@ impl Confirmation {
     /// Confirmation by `sync`, with the commands `confirm` names, on a
     /// connection whose calls time out after `response_timeout` (longer than
     /// `sync.timeout`, `Config::validate`).
+    /// `live` replicas can answer when the connection is made.
     pub(crate) fn new(
         sync: ReplicaSync,
         response_timeout: Duration,
         confirm: Confirm,
+        live: u32,
     ) -> Confirmation {
         Confirmation {
             sync,
+            live: AtomicU32::new(live),
             places: Semaphore::new(budget(sync.timeout, response_timeout)),
             short: AtomicBool::new(false),
             acked: AtomicU32::new(0),
             turned_short: Notify::new(),
+            look: Arc::new(Notify::new()),
             aof: confirm == Confirm::WaitAndAof,
         }
     }
 
-    /// Whether the last `WAIT` found too few replicas.
-    fn is_short(&self) -> bool {
+    /// How many replicas a `WAIT` asks for now.
+    fn required(&self) -> u32 {
+        self.sync.min.min(self.live.load(Ordering::Acquire))
+    }
+
+    /// How many replicas can answer, as last counted.
+    pub(crate) fn live(&self) -> u32 {
+        self.live.load(Ordering::Acquire)
+    }
+
+    /// Whether the last `WAIT` found too few replicas: the next look at them
+    /// should also doubt the ones that did not answer it.
+    pub(crate) fn is_short(&self) -> bool {
         self.short.load(Ordering::Acquire)
+    }
+
+    /// Counts `live` replicas that can answer. A new count is a new situation:
+    /// the connection is no longer taken as short, so calls ask again.
+    pub(crate) fn set_live(&self, live: u32) {
+        if self.live.swap(live, Ordering::AcqRel) != live {
+            self.short.store(false, Ordering::Release);
+        }
+    }
+
+    /// Resolves when a `WAIT` came back short since the last call (or at once if
+    /// one did and nobody looked yet).
+    pub(crate) fn look_asked(&self) -> tokio::sync::futures::OwnedNotified {
+        Arc::clone(&self.look).notified_owned()
     }
 
     /// The way a call with `need` (not read-only) goes out now.
@@ -204,16 +250,19 @@ impl Confirmation {
             Confirmed::Failed(e) => (0, Some(e)),
         };
         self.acked.store(acked, Ordering::Release);
+        // The replicas that did not answer may be gone or frozen: have them
+        // counted again now rather than at the next periodic look.
+        self.look.notify_one();
         if !self.short.swap(true, Ordering::AcqRel) {
             match failed {
                 Some(e) => warn!(
                     error = %e,
-                    "a lock change with WAIT failed; until a WAIT confirms again, releases go without one and grants ask only within the WAIT budget"
+                    "a lock change with WAIT failed; until a WAIT confirms again or the replicas are counted anew, lock changes ask only within the WAIT budget"
                 ),
                 None => warn!(
                     acked,
-                    wanted = self.sync.min,
-                    "too few replicas confirm lock changes; until they do, releases go without WAIT and grants ask only within the WAIT budget"
+                    wanted = self.required(),
+                    "too few replicas confirm lock changes; until they do or are counted anew, lock changes ask only within the WAIT budget"
                 ),
             }
             self.turned_short.notify_waiters();
@@ -223,7 +272,7 @@ impl Confirmation {
     /// How many replicas the last `WAIT` counted, and how many must: the answer
     /// for a call refused or sent alone while replicas are short.
     fn shortfall(&self) -> (u32, u32) {
-        (self.acked.load(Ordering::Acquire), self.sync.min)
+        (self.acked.load(Ordering::Acquire), self.required())
     }
 }
 
@@ -269,13 +318,19 @@ pub(crate) enum Confirmed {
 /// [`ScriptConn::confirmation`]: super::ScriptConn::confirmation
 pub(crate) async fn send<C: ConnectionLike>(
     conn: &mut C,
-    confirmation: Option<std::sync::Arc<Confirmation>>,
+    confirmation: Option<Arc<Confirmation>>,
     cmd: &Cmd,
     need: Need,
 ) -> RedisResult<(Value, Confirmed)> {
     let Some(confirmation) = confirmation.filter(|_| need != Need::ReadOnly) else {
         return Ok((conn.req_packed_command(cmd).await?, Confirmed::NotAsked));
     };
+    if confirmation.required() == 0 && !confirmation.aof {
+        // No replica can answer (none, or every one frozen or gone): a WAIT
+        // would only last its timeout. `node/replicas.rs` made sure, under
+        // Sentinel, that this master was not demoted before it lowered the count.
+        return Ok((conn.req_packed_command(cmd).await?, Confirmed::NotAsked));
+    }
     let _place = match confirmation.way(need).await {
         Way::Wait(place) => place,
         Way::Alone => {
@@ -288,7 +343,10 @@ pub(crate) async fn send<C: ConnectionLike>(
             return Err(not_replicated(acked, wanted));
         }
     };
-    let sync = confirmation.sync;
+    let sync = ReplicaSync {
+        min: confirmation.required(),
+        ..confirmation.sync
+    };
     let mut pipe = redis::pipe();
     pipe.add_command(cmd.clone())
         .cmd("WAIT")

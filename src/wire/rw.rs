@@ -135,6 +135,7 @@ impl ScriptCall for ReadRelease<'_> {
 
     fn invocation(&self) -> Invocation {
         Invocation::new(&RELEASE_READ)
+            .must_replicate()
             .key(self.name)
             .key(keys::rw_channel(self.name))
             .key(keys::latch(self.name, self.request_id))
@@ -170,6 +171,7 @@ impl ScriptCall for WriteRelease<'_> {
 
     fn invocation(&self) -> Invocation {
         Invocation::new(&RELEASE_WRITE)
+            .must_replicate()
             .key(self.name)
             .key(keys::rw_channel(self.name))
             .key(keys::latch(self.name, self.request_id))

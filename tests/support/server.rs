@@ -380,6 +380,17 @@ impl RedisServer {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+        // The master counts it as a replica that can confirm writes (WAIT) only
+        // once it is online there too, a moment after the replica's side is up.
+        let online = format!("port={},state=online", replica.port());
+        while !master.info("replication").contains(&online) {
+            assert!(
+                Instant::now() < deadline,
+                "the master does not see its replica online within 10 s\n{}",
+                master.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
         replica
     }
 

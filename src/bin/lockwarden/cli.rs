@@ -114,17 +114,20 @@ pub struct Common {
     #[arg(long = "master-tls", global = true, value_name = "yes|no", value_parser = parse_yes_no)]
     pub master_tls: Option<bool>,
 
-    /// Replicas that must confirm each lock change (WAIT) before it counts; a
-    /// grant fewer confirm is undone and retried until --wait runs out. Off by
-    /// default. See docs/operations.md, "Running with Sentinel".
-    #[arg(long = "sync-replicas", global = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    /// Replicas that must confirm each lock change (WAIT) before it counts, or
+    /// every replica that can answer when fewer can; a grant they do not
+    /// confirm is undone and retried until --wait runs out, a release is redone.
+    /// 0 turns confirmation off (faster; a failover may then lose a grant or a
+    /// release). Default 1 (none on a cluster). See docs/operations.md,
+    /// "Replica confirmation".
+    #[arg(long = "sync-replicas", global = true, value_name = "N")]
     pub sync_replicas: Option<u32>,
 
-    /// How long the master waits for those replicas per lock change (with
-    /// --sync-replicas; below 1900ms: Redis may end a WAIT 100 ms late, and a
-    /// command may take 2s).
-    #[arg(long = "sync-timeout", global = true, default_value = "500ms", value_name = "DURATION", value_parser = parse_lease)]
-    pub sync_timeout: Duration,
+    /// How long the master waits for those replicas per lock change; below
+    /// 1900ms (Redis may end a WAIT 100 ms late, and a command may take 2s).
+    /// Default 1s.
+    #[arg(long = "sync-timeout", global = true, value_name = "DURATION", value_parser = parse_lease)]
+    pub sync_timeout: Option<Duration>,
 
     /// A label for the locks this command holds: `status`, `list` and `top` show
     /// it beside the holder's host and pid (registered under the client id, see

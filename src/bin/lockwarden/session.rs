@@ -103,9 +103,14 @@ impl Session {
         if let Some(on) = common.master_tls {
             config = config.master_tls(on);
         }
-        if let Some(min) = common.sync_replicas {
-            config = config.sync_replicas(min, common.sync_timeout);
-        }
+        config = match (common.sync_replicas, common.sync_timeout) {
+            (Some(0), _) => config.no_replica_sync(),
+            (Some(min), timeout) => {
+                config.sync_replicas(min, timeout.unwrap_or(Duration::from_secs(1)))
+            }
+            (None, Some(timeout)) => config.sync_replicas(1, timeout),
+            (None, None) => config,
+        };
         if let Some(label) = &common.label {
             config = config.label(label.as_str());
         }
@@ -131,7 +136,7 @@ impl Session {
                  not --cluster or --sentinel",
             ));
         }
-        if common.sync_replicas.is_some() {
+        if common.sync_replicas.is_some_and(|n| n > 0) {
             return Err(Failure::usage(
                 "--sync-replicas is not for --redlock: its servers are independent masters",
             ));

@@ -134,8 +134,63 @@ impl Follower {
         }
     }
 
+    /// Resolves at the next move to another master.
+    pub(in crate::node) async fn moves(&self) {
+        Arc::clone(&self.moved).notified_owned().await;
+    }
+
+    /// Whether the Sentinels name the master in use as theirs with no failover
+    /// under way: `Some(true)` if every Sentinel that answered does, `Some(false)`
+    /// if one names another master or is failing over (or down-flags it), `None`
+    /// if none answered. Asked when the master lost replicas
+    /// (`node/replicas.rs`), to tell a replica's trouble from a demotion.
+    pub(in crate::node) async fn still_master(&self) -> Option<bool> {
+        let address = self.address();
+        let asks = self.sentinel_clients.iter().map(|client| {
+            let name = self.name.as_str();
+            async move {
+                let asked = async {
+                    let mut conn = client.get_multiplexed_async_connection().await?;
+                    redis::cmd("SENTINEL")
+                        .arg("MASTER")
+                        .arg(name)
+                        .query_async::<std::collections::HashMap<String, String>>(&mut conn)
+                        .await
+                };
+                match tokio::time::timeout(LOOKUP_PAUSE * 4, asked).await {
+                    Ok(Ok(fields)) => Some(fields),
+                    Ok(Err(e)) => {
+                        debug!(error = %e, "a Sentinel did not answer SENTINEL MASTER");
+                        None
+                    }
+                    Err(_) => None,
+                }
+            }
+        });
+        let answers: Vec<_> = futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        if answers.is_empty() {
+            return None;
+        }
+        Some(answers.iter().all(|fields| {
+            let named = format!(
+                "{}:{}",
+                fields.get("ip").map_or("", String::as_str),
+                fields.get("port").map_or("", String::as_str)
+            );
+            let flags = fields.get("flags").map_or("", String::as_str);
+            named == address
+                && !flags
+                    .split(',')
+                    .any(|f| matches!(f, "s_down" | "o_down" | "failover_in_progress"))
+        }))
+    }
+
     /// The address of the master in use.
-    fn address(&self) -> String {
+    pub(in crate::node) fn address(&self) -> String {
         self.current
             .read()
             .map_or_else(|e| e.into_inner().1.clone(), |c| c.1.clone())
@@ -165,7 +220,7 @@ impl Follower {
     /// and waiting for the next failed call to ask again would leave the
     /// connection on the dead one until a command timed out there (the
     /// connection manager's own reconnect attempts take seconds).
-    pub(super) fn look_again(self: &Arc<Self>) {
+    pub(in crate::node) fn look_again(self: &Arc<Self>) {
         if self.looking.swap(true, Ordering::AcqRel) {
             return;
         }
