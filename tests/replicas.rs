@@ -220,7 +220,9 @@ async fn bad_sync_settings_are_refused_at_start() {
     let keys = support::data_key_count(&master);
     assert_eq!(keys, 0, "a refused start wrote something");
 
-    let fewer = LockManager::start(base().sync_replicas(2, Duration::from_millis(100)))
+    // A 500 ms timeout: a replica that misses a WAIT stops counting, and a
+    // replica that just synced, on a busy machine, may take 100 ms to answer.
+    let fewer = LockManager::start(base().sync_replicas(2, Duration::from_millis(500)))
         .await
         .expect("too few replicas now is no reason to refuse to start");
     let g = fewer
