@@ -1,8 +1,9 @@
 -- fenced_write.lua: run one write on a data key only if the caller's fencing token
 -- is not below the newest token that key has seen, and remember the token.
 --
--- KEYS[1]  the fence, lockwarden_fence:{<data key>}: the newest token accepted
---          for that key (a string, no expiry), in the data key's slot
+-- KEYS[1]  the fence, lockwarden_fence:{<data key's hash tag>}:<data key>: the
+--          newest token accepted for that key (a string, no expiry), in the data
+--          key's slot
 -- KEYS[2]  the data key
 -- KEYS[3]  (only with ARGV[2]) the lock hash the caller must still hold
 -- ARGV[1]  the caller's fencing token, decimal digits (at most 16: tokens follow

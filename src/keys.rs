@@ -38,6 +38,9 @@ const LATCH_CHANNEL_PREFIX: &str = "redisson_countdownlatch__channel__";
 /// Prefix of a synchronizer's kind label (lockwarden's own: Redisson keeps a
 /// semaphore and a latch as the same integer string and records no kind).
 const KIND_PREFIX: &str = "lockwarden_kind";
+/// Prefix of a data key's fence (lockwarden's own, written by
+/// [`FencedWrite`](crate::FencedWrite)).
+const FENCE_PREFIX: &str = "lockwarden_fence";
 
 /// Message published when a lock frees: wake one waiter.
 pub(crate) const WAKE_ONE: &str = "0";
@@ -121,10 +124,14 @@ pub(crate) fn token(name: &str) -> String {
 }
 
 /// The fence of a data key written with [`FencedWrite`](crate::FencedWrite): the
-/// newest fencing token that key has accepted, in the key's slot
-/// (`lockwarden_fence:{<key>}`; lockwarden's own, Redisson has no such key).
+/// newest fencing token that key has accepted (lockwarden's own, Redisson has no
+/// such key), `lockwarden_fence:{<tag>}:<key>`. `<tag>` is the part of the key
+/// that Redis Cluster hashes (its hash tag, or the whole key without one), so the
+/// fence lives in the key's slot; the whole key after it gives each key a fence
+/// of its own (`x` and `{x}` share their tag, not their fence). `data_key` must
+/// have passed [`validate_name`]: a key such as `a}b` has no tag to copy.
 pub(crate) fn fence(data_key: &str) -> String {
-    prefixed("lockwarden_fence", data_key)
+    format!("{FENCE_PREFIX}:{{{}}}:{data_key}", hashed_part(data_key))
 }
 
 /// The latch that remembers the outcome of the release with this request id.
@@ -288,6 +295,25 @@ mod tests {
     #[test]
     fn owners_are_unique() {
         assert_ne!(Owner::new(), Owner::new());
+    }
+
+    /// Each data key has a fence of its own, in the data key's slot: `x` and
+    /// `{x}` (one tag, two keys) used to share `lockwarden_fence:{x}`.
+    #[test]
+    fn each_data_key_has_its_own_fence_in_its_slot() {
+        assert_eq!(fence("x"), "lockwarden_fence:{x}:x");
+        assert_eq!(fence("{x}"), "lockwarden_fence:{x}:{x}");
+        assert_eq!(
+            fence("{account:7}:balance"),
+            "lockwarden_fence:{account:7}:{account:7}:balance"
+        );
+        let keys = ["x", "{x}", "{x}:y", "x:y", "a{x}", "{a{x}", "ünï", "{x}{y}"];
+        for key in keys {
+            assert_eq!(validate_name(key, 1024), Ok(()), "{key}");
+            assert!(same_slot(key, &fence(key)), "{key}: {}", fence(key));
+        }
+        let fences: std::collections::HashSet<String> = keys.iter().map(|k| fence(k)).collect();
+        assert_eq!(fences.len(), keys.len(), "{fences:?}");
     }
 
     #[test]

@@ -2,13 +2,13 @@
 //!
 //! A fencing token protects nothing unless the resource refuses a stale one. For a
 //! key in Redis, that check can run where the data lives: one script reads the
-//! newest token the key has accepted (its fence, `lockwarden_fence:{<key>}`, in the
-//! key's own slot), refuses a lower one, runs the write, and raises the fence, all
-//! atomically. It is one round trip, as the plain write would be, and it works on a
-//! cluster where the lock and the data live on different masters, because only the
-//! token travels from one to the other. [`FencedWrite::while_held`] also checks that
-//! the guard's hold is still in the lock's hash, which needs the lock and the data
-//! in one slot (a shared hash tag).
+//! newest token the key has accepted (its fence, `lockwarden_fence:{<tag>}:<key>`,
+//! in the key's own slot), refuses a lower one, runs the write, and raises the
+//! fence, all atomically. It is one round trip, as the plain write would be, and it
+//! works on a cluster where the lock and the data live on different masters,
+//! because only the token travels from one to the other. [`FencedWrite::while_held`]
+//! also checks that the guard's hold is still in the lock's hash, which needs the
+//! lock and the data in one slot (a shared hash tag).
 //!
 //! For data elsewhere (SQL and the like) the same rule is a token column and a
 //! conditional update; docs/faults.md, "Fenced writes", shows it.
@@ -26,6 +26,13 @@ use crate::wire::{self, FencedReply};
 /// the newest token the key has accepted; the token then becomes the newest. A
 /// stale token gets [`LockError::StaleToken`] and nothing is written. Answers the
 /// command's own reply.
+///
+/// Each data key written this way leaves a second key beside it, its fence
+/// `lockwarden_fence:{<tag>}:<key>` (`<tag>`: the key's hash tag, or the whole key
+/// without one), which has no expiry: it must outlive every holder that could
+/// still write with an old token. When the data goes for good, delete the fence
+/// with it, in one command: `DEL account:7:balance
+/// lockwarden_fence:{account:7:balance}:account:7:balance`.
 ///
 /// ```no_run
 /// # async fn demo(manager: actix::Addr<lockwarden::LockManager>) -> Result<(), lockwarden::LockError> {

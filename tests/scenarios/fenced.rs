@@ -128,7 +128,7 @@ pub async fn the_commands_reply_and_errors_come_back(t: &Target) {
     let text: String = t.raw(&["GET", "fw:text"]);
     assert_eq!(text, "abc");
     assert!(
-        !t.exists("lockwarden_fence:{fw:text}"),
+        !t.exists("lockwarden_fence:{fw:text}:fw:text"),
         "a failed write set no fence"
     );
     let list = send(
@@ -168,10 +168,48 @@ pub async fn bad_fenced_writes_change_nothing(t: &Target) {
     }
     // What a wrongly accepted case would have written (a count of all keys would
     // also see an earlier scenario's keys expire on a shared cluster).
-    for key in ["fw:x", "lockwarden_fence:{fw:x}"] {
+    for key in ["fw:x", "lockwarden_fence:{fw:x}:fw:x"] {
         assert!(!t.exists(key), "a refused write wrote {key}");
     }
     guard.release().await.expect("released");
+}
+
+/// Two data keys with one hash tag (`fw:t` and `{fw:t}`) have a fence each, in
+/// the data key's slot: a later holder's write to one leaves an earlier token's
+/// write to the other accepted. (They shared `lockwarden_fence:{fw:t}`, and the
+/// second write was refused as stale.)
+pub async fn keys_with_one_tag_have_a_fence_each(t: &Target) {
+    let m = t.manager(|c| c).await;
+    let first = hold(&m, "fw:tag", |r| r).await;
+    let earlier = first.fencing_token();
+    first.release().await.expect("released");
+    let later = hold(&m, "fw:tag", |r| r).await;
+    assert!(later.fencing_token() > earlier);
+    let wrote = m
+        .send(FencedWrite::new(&later, "{fw:t}", "SET").arg("later"))
+        .await
+        .expect("running");
+    assert_eq!(wrote.expect("the later holder's write"), Value::Okay);
+    let wrote = m
+        .send(FencedWrite::with_token(earlier, "fw:t", "SET").arg("earlier"))
+        .await
+        .expect("running");
+    assert_eq!(wrote.expect("a write to another key"), Value::Okay);
+
+    for (data, fence, token) in [
+        (
+            "{fw:t}",
+            "lockwarden_fence:{fw:t}:{fw:t}",
+            later.fencing_token(),
+        ),
+        ("fw:t", "lockwarden_fence:{fw:t}:fw:t", earlier),
+    ] {
+        let newest: u64 = t.raw(&["GET", fence]);
+        assert_eq!(newest, token, "{fence}");
+        let pair = [data.to_string(), fence.to_string()];
+        assert_eq!(t.slots(&pair), 1, "{fence} is not in {data}'s slot");
+    }
+    later.release().await.expect("released");
 }
 
 /// The scenarios of this file that hold on any deployment, in the order the
@@ -186,6 +224,7 @@ macro_rules! each {
             while_held_refuses_a_holder_whose_lock_ended,
             the_commands_reply_and_errors_come_back,
             bad_fenced_writes_change_nothing,
+            keys_with_one_tag_have_a_fence_each,
         }
     };
 }
