@@ -171,6 +171,16 @@ pub enum LockError {
         /// What it holds (at most its first 64 bytes).
         value: String,
     },
+    /// A [`FencedWrite`](crate::FencedWrite) targeted one of the keys lockwarden
+    /// or Redisson keep for a lock, semaphore or latch (the guard's own lock, a
+    /// fence, a fencing token counter ...; docs/protocol.md lists them): only
+    /// their scripts may write those. Nothing was sent to Redis.
+    ReservedKey {
+        /// The key.
+        key: String,
+        /// What it is ("a lock's fencing token counter").
+        what: &'static str,
+    },
 }
 
 impl LockError {
@@ -350,6 +360,12 @@ impl fmt::Display for LockError {
                 f,
                 "key {key:?} holds {value:?}, not a number: it is not a semaphore or latch \
                  this library can use (nothing was changed; delete or fix the key)"
+            ),
+            LockError::ReservedKey { key, what } => write!(
+                f,
+                "write refused: {key:?} is {what}, which only lockwarden's (and Redisson's) \
+                 lock scripts may write; a fenced write takes a data key; nothing was sent \
+                 to Redis"
             ),
         }
     }

@@ -10,6 +10,10 @@
 //! also checks that the guard's hold is still in the lock's hash, which needs the
 //! lock and the data in one slot (a shared hash tag).
 //!
+//! The fence is only as good as what reaches it, so the write also refuses a key
+//! that is lockwarden's own: a fence written as data would lower it, the lock's
+//! own hash written as a string would be lost without its holder being told.
+//!
 //! For data elsewhere (SQL and the like) the same rule is a token column and a
 //! conditional update; docs/faults.md, "Fenced writes", shows it.
 
@@ -33,6 +37,10 @@ use crate::wire::{self, FencedReply};
 /// still write with an old token. When the data goes for good, delete the fence
 /// with it, in one command: `DEL account:7:balance
 /// lockwarden_fence:{account:7:balance}:account:7:balance`.
+///
+/// Refused with nothing written, besides a stale token: a key that lockwarden or
+/// Redisson keep for a lock ([`LockError::ReservedKey`]: the guard's own lock, a
+/// fence, a fencing token counter ...).
 ///
 /// ```no_run
 /// # async fn demo(manager: actix::Addr<lockwarden::LockManager>) -> Result<(), lockwarden::LockError> {
@@ -145,9 +153,26 @@ impl Handler<FencedWrite> for LockManager {
     }
 }
 
-/// What can be refused before anything is sent: an empty or spaced command, a
-/// zero token, `while_held` without a guard or across slots on a cluster.
+/// What can be refused before anything is sent: a key of lockwarden's own, an
+/// empty or spaced command, a zero token, `while_held` without a guard or across
+/// slots on a cluster.
 fn check(msg: &FencedWrite, cluster: bool) -> Result<(), LockError> {
+    if msg
+        .holder
+        .as_ref()
+        .is_some_and(|(lock, _)| *lock == msg.key)
+    {
+        return Err(LockError::ReservedKey {
+            key: msg.key.clone(),
+            what: "the lock this write is fenced by",
+        });
+    }
+    if let Some(what) = keys::reserved(&msg.key) {
+        return Err(LockError::ReservedKey {
+            key: msg.key.clone(),
+            what,
+        });
+    }
     if msg.command.is_empty() || msg.command.contains(char::is_whitespace) {
         return Err(LockError::InvalidRequest(
             "a fenced write needs one command name (SET, HSET ...), its arguments go in arg()",

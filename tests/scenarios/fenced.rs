@@ -212,6 +212,71 @@ pub async fn keys_with_one_tag_have_a_fence_each(t: &Target) {
     later.release().await.expect("released");
 }
 
+/// A fenced write may not touch the keys lockwarden and Redisson keep beside a
+/// lock: the guard's own lock (a SET would turn its hash into a string), a fence
+/// (a write would lower it), the fencing counter, and every other family of
+/// `keys.rs`. Each is refused with `ReservedKey` before anything is sent: the
+/// lock is still held and released, the fence and counter keep their values, and
+/// no other key appears.
+pub async fn lockwardens_own_keys_are_refused(t: &Target) {
+    let m = t.manager(|c| c).await;
+    let guard = hold(&m, "fw:own", |r| r).await;
+    let wrote = m
+        .send(FencedWrite::new(&guard, "fw:own:data", "SET").arg(1))
+        .await
+        .expect("running");
+    assert_eq!(wrote.expect("a data key"), Value::Okay);
+    let fence = "lockwarden_fence:{fw:own:data}:fw:own:data";
+    let counter = "redisson_lock_token:{fw:own}";
+    let fence_before: String = t.raw(&["GET", fence]);
+    let counter_before: String = t.raw(&["GET", counter]);
+
+    let absent = [
+        "redisson_unlock_latch:{fw:own}:r1",
+        "redisson_lock__channel:{fw:own}",
+        "redisson_lock_queue:{fw:own}",
+        "redisson_lock_timeout:{fw:own}",
+        "redisson_rwlock:{fw:own}",
+        "{fw:own}:id:7:rwlock_timeout:1",
+        "redisson_sc:{fw:sem}",
+        "{fw:sem}:timeout",
+        "redisson_countdownlatch__channel__{fw:latch}",
+        "lockwarden_kind:{fw:sem}",
+        "lockwarden:client:{fw:someone}",
+        "lockwarden_fence:{fw:own}:fw:own",
+    ];
+    let mut cases = vec![
+        FencedWrite::new(&guard, "fw:own", "SET").arg("x"),
+        FencedWrite::new(&guard, fence, "SET").arg(1),
+        FencedWrite::new(&guard, fence, "DEL"),
+        FencedWrite::with_token(guard.fencing_token(), counter, "SET").arg(1),
+    ];
+    for key in absent {
+        cases.push(FencedWrite::new(&guard, key, "SET").arg(1));
+    }
+    for (i, case) in cases.into_iter().enumerate() {
+        let got = m.send(case).await.expect("running");
+        match got {
+            Err(e @ LockError::ReservedKey { .. }) => {
+                let why = e.to_string();
+                assert!(why.contains("nothing was sent to Redis"), "{why}");
+            }
+            other => panic!("case {i}: {other:?}"),
+        }
+    }
+
+    let kind: String = t.raw(&["TYPE", "fw:own"]);
+    assert_eq!(kind, "hash", "the lock is still a hash");
+    let fence_after: String = t.raw(&["GET", fence]);
+    assert_eq!(fence_after, fence_before);
+    let counter_after: String = t.raw(&["GET", counter]);
+    assert_eq!(counter_after, counter_before);
+    for key in absent {
+        assert!(!t.exists(key), "a refused write wrote {key}");
+    }
+    guard.release().await.expect("still held, and released");
+}
+
 /// The scenarios of this file that hold on any deployment, in the order the
 /// cluster run takes them: the one list both runs come from. `tests/fenced.rs`
 /// makes a standalone test of each (`each!(standalone!(scenarios))`), and
@@ -225,6 +290,7 @@ macro_rules! each {
             the_commands_reply_and_errors_come_back,
             bad_fenced_writes_change_nothing,
             keys_with_one_tag_have_a_fence_each,
+            lockwardens_own_keys_are_refused,
         }
     };
 }
