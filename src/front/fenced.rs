@@ -10,18 +10,21 @@
 //! also checks that the guard's hold is still in the lock's hash, which needs the
 //! lock and the data in one slot (a shared hash tag).
 //!
-//! The fence is only as good as what reaches it, so the write also refuses a key
-//! that is lockwarden's own: a fence written as data would lower it, the lock's
-//! own hash written as a string would be lost without its holder being told.
+//! The fence is only as good as what reaches it, so the write also refuses what
+//! would bend it: a key that is lockwarden's own (a fence written as data would
+//! lower it), a token no lock can have issued yet (it would refuse every real
+//! holder after it), and a fence that someone else wrote (it can no longer tell
+//! stale from fresh).
 //!
 //! For data elsewhere (SQL and the like) the same rule is a token column and a
 //! conditional update; docs/faults.md, "Fenced writes", shows it.
 
 use actix::prelude::*;
 use redis::Value;
+use tracing::{debug, warn};
 
 use super::manager::LockManager;
-use crate::error::LockError;
+use crate::error::{LockError, FENCE_TOKEN_MARGIN};
 use crate::guard::LockGuard;
 use crate::keys;
 use crate::wire::{self, FencedReply};
@@ -40,7 +43,10 @@ use crate::wire::{self, FencedReply};
 ///
 /// Refused with nothing written, besides a stale token: a key that lockwarden or
 /// Redisson keep for a lock ([`LockError::ReservedKey`]: the guard's own lock, a
-/// fence, a fencing token counter ...).
+/// fence, a fencing token counter ...), a token more than
+/// [`FENCE_TOKEN_MARGIN`] ahead of the server clock, which no lock issued
+/// ([`LockError::TokenTooHigh`]), and a fence that holds something no fenced
+/// write leaves there ([`LockError::DamagedFence`], which says how to repair it).
 ///
 /// ```no_run
 /// # async fn demo(manager: actix::Addr<lockwarden::LockManager>) -> Result<(), lockwarden::LockError> {
@@ -86,7 +92,9 @@ impl FencedWrite {
     }
 
     /// The same, fenced by a token you carry yourself (from a
-    /// [`RedGuard`](crate::RedGuard), or one passed along to another process).
+    /// [`RedGuard`](crate::RedGuard), or one passed along to another process). It
+    /// must be a token a lock issued: one more than [`FENCE_TOKEN_MARGIN`] ahead
+    /// of the server clock is refused with [`LockError::TokenTooHigh`].
     pub fn with_token(
         token: u64,
         key: impl Into<String>,
@@ -138,6 +146,7 @@ impl Handler<FencedWrite> for LockManager {
                 key: &msg.key,
                 token: msg.token,
                 held,
+                margin_us: u64::try_from(FENCE_TOKEN_MARGIN.as_micros()).unwrap_or(u64::MAX),
                 command: &msg.command,
                 args: &msg.args,
             };
@@ -148,6 +157,24 @@ impl Handler<FencedWrite> for LockManager {
                     newest,
                 }),
                 FencedReply::NotHeld => Err(LockError::NotHeld),
+                FencedReply::TooHigh { server_clock } => {
+                    debug!(key = %msg.key, server_clock, "fenced write refused: token ahead of the server clock");
+                    Err(LockError::TokenTooHigh {
+                        token: msg.token,
+                        server_clock,
+                    })
+                }
+                FencedReply::Damaged { holds } => {
+                    let fence = keys::fence(&msg.key);
+                    // An operator must act: every fenced write to this key is
+                    // refused until the fence is repaired.
+                    warn!(key = %msg.key, %fence, %holds, "fenced write refused: the key's fence is damaged");
+                    Err(LockError::DamagedFence {
+                        key: msg.key,
+                        fence,
+                        holds,
+                    })
+                }
             }
         })
     }

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use lockwarden::{FencedWrite, LockError};
+use lockwarden::{FencedWrite, LockError, FENCE_TOKEN_MARGIN};
 use redis::Value;
 
 use crate::support::{eventually, hold, Target};
@@ -277,6 +277,117 @@ pub async fn lockwardens_own_keys_are_refused(t: &Target) {
     guard.release().await.expect("still held, and released");
 }
 
+/// The data's server clock in microseconds (TIME).
+fn server_clock(t: &Target) -> u64 {
+    let (secs, micros): (u64, u64) = t.raw(&["TIME"]);
+    secs * 1_000_000 + micros
+}
+
+/// A token no lock can have issued yet (more than `FENCE_TOKEN_MARGIN` ahead of
+/// the server clock, which tokens follow) is refused with `TokenTooHigh` and
+/// writes neither the data nor the fence, so a real holder writes next. One
+/// within the margin (clock skew between two servers) goes. (9x10^15 used to be
+/// accepted and refuse every real holder after it.)
+pub async fn a_token_no_lock_issued_is_refused(t: &Target) {
+    let m = t.manager(|c| c).await;
+    let guard = hold(&m, "fw:far", |r| r).await;
+    let margin = u64::try_from(FENCE_TOKEN_MARGIN.as_micros()).expect("fits");
+    let minute = 60_000_000;
+    let before = server_clock(t);
+    let data = "fw:far:data";
+    for token in [9_000_000_000_000_000, u64::MAX, before + margin + minute] {
+        let got = m
+            .send(FencedWrite::with_token(token, data, "SET").arg("made up"))
+            .await
+            .expect("running");
+        let Err(e) = got else {
+            panic!("token {token} was accepted: {got:?}")
+        };
+        let LockError::TokenTooHigh {
+            token: refused,
+            server_clock: clock,
+        } = e
+        else {
+            panic!("token {token}: {e:?}")
+        };
+        assert_eq!(refused, token);
+        assert!(
+            clock >= before && clock < before + minute,
+            "server clock {clock}, read {before} just before"
+        );
+        let why = e.to_string();
+        assert!(why.contains("nothing was written"), "{why}");
+    }
+    assert!(!t.exists(data), "a refused write wrote the data");
+    assert!(
+        !t.exists("lockwarden_fence:{fw:far:data}:fw:far:data"),
+        "a refused write wrote the fence"
+    );
+    let wrote = m
+        .send(FencedWrite::new(&guard, data, "SET").arg("real"))
+        .await
+        .expect("running");
+    assert_eq!(wrote.expect("the real holder writes"), Value::Okay);
+
+    let near = before + margin - minute;
+    let wrote = m
+        .send(FencedWrite::with_token(near, "fw:far:skewed", "SET").arg(1))
+        .await
+        .expect("running");
+    assert_eq!(wrote.expect("a token within the margin"), Value::Okay);
+    guard.release().await.expect("released");
+}
+
+/// A fence that holds what no fenced write leaves there (text, a hash, a token
+/// far ahead of the server clock, say from before tokens were checked) is
+/// refused with `DamagedFence`, which names the key, the fence and how to start
+/// over; the data and the fence stay as they were. (Text failed inside the
+/// script, a hash with WRONGTYPE, and the far token refused every holder as
+/// stale.)
+pub async fn a_damaged_fence_is_named(t: &Target) {
+    let m = t.manager(|c| c).await;
+    let guard = hold(&m, "fw:dmg", |r| r).await;
+    for (data, damage, holds) in [
+        ("fw:dmg:text", &["SET", "abc"][..], "the text \"abc\""),
+        ("fw:dmg:hash", &["HSET", "f", "v"], "a hash"),
+        (
+            "fw:dmg:far",
+            &["SET", "9000000000000000"],
+            "the token 9000000000000000",
+        ),
+    ] {
+        let fence = format!("lockwarden_fence:{{{data}}}:{data}");
+        let mut write = vec![damage[0], &fence];
+        write.extend(&damage[1..]);
+        let _: () = t.raw(&write);
+        let dump_before: Vec<u8> = t.raw(&["DUMP", &fence]);
+        let got = m
+            .send(FencedWrite::new(&guard, data, "SET").arg(1))
+            .await
+            .expect("running");
+        let Err(e) = got else {
+            panic!("{data}: written over a damaged fence: {got:?}")
+        };
+        let LockError::DamagedFence {
+            key,
+            fence: named,
+            holds: what,
+        } = &e
+        else {
+            panic!("{data}: {e:?}")
+        };
+        assert_eq!((key.as_str(), named.as_str()), (data, fence.as_str()));
+        assert!(what.starts_with(holds), "{what}");
+        let why = e.to_string();
+        assert!(why.contains(&format!("DEL {data:?} {fence:?}")), "{why}");
+        assert!(why.contains("nothing was written"), "{why}");
+        assert!(!t.exists(data), "a refused write wrote {data}");
+        let dump_after: Vec<u8> = t.raw(&["DUMP", &fence]);
+        assert_eq!(dump_after, dump_before, "{fence} changed");
+    }
+    guard.release().await.expect("released");
+}
+
 /// The scenarios of this file that hold on any deployment, in the order the
 /// cluster run takes them: the one list both runs come from. `tests/fenced.rs`
 /// makes a standalone test of each (`each!(standalone!(scenarios))`), and
@@ -291,6 +402,8 @@ macro_rules! each {
             bad_fenced_writes_change_nothing,
             keys_with_one_tag_have_a_fence_each,
             lockwardens_own_keys_are_refused,
+            a_token_no_lock_issued_is_refused,
+            a_damaged_fence_is_named,
         }
     };
 }
