@@ -398,7 +398,7 @@ impl fmt::Display for LockError {
             LockError::ReservedKey { key, what } => write!(
                 f,
                 "write refused: {key:?} is {what}, which only lockwarden's (and Redisson's) \
-                 lock scripts may write; a fenced write takes a data key; nothing was sent \
+                 own scripts may write; a fenced write takes a data key; nothing was sent \
                  to Redis"
             ),
             LockError::TokenTooHigh {

@@ -60,7 +60,7 @@ const RESERVED_PREFIXES: [(&str, &str, &str); 11] = [
     (SEMAPHORE_PREFIX, ":", "a semaphore's channel"),
     (LATCH_CHANNEL_PREFIX, "{", "a count-down latch's channel"),
     (KIND_PREFIX, ":", "a semaphore's or latch's kind label"),
-    (FENCE_PREFIX, ":", "a fenced write's fence"),
+    (FENCE_PREFIX, ":", "a data key's fence"),
 ];
 
 /// Message published when a lock frees: wake one waiter.
