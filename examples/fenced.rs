@@ -21,7 +21,8 @@ use lockwarden::{Acquire, Config, FencedWrite, LockError, LockGuard, LockManager
 
 /// The lock both holders take.
 const LOCK: &str = "fenced-demo:account:7";
-/// The balance in Redis (its fence is `lockwarden_fence:{fenced-demo:account:7:balance}`).
+/// The balance in Redis (its fence is
+/// `lockwarden_fence:{fenced-demo:account:7:balance}:fenced-demo:account:7:balance`).
 const BALANCE: &str = "fenced-demo:account:7:balance";
 
 /// A holds the lock with a 200 ms lease and is paused past it; B takes it.

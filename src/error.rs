@@ -171,7 +171,51 @@ pub enum LockError {
         /// What it holds (at most its first 64 bytes).
         value: String,
     },
+    /// A [`FencedWrite`](crate::FencedWrite) targeted one of the keys lockwarden
+    /// or Redisson keep for a lock, semaphore or latch (the guard's own lock, a
+    /// fence, a fencing token counter ...; docs/protocol.md lists them): only
+    /// their scripts may write those. Nothing was sent to Redis.
+    ReservedKey {
+        /// The key.
+        key: String,
+        /// What it is ("a lock's fencing token counter").
+        what: &'static str,
+    },
+    /// A [`FencedWrite`](crate::FencedWrite) carried a fencing token above any a
+    /// lock can have issued yet: a token is the granting server's clock in
+    /// microseconds (or one more than the last), and this one is more than
+    /// [`FENCE_TOKEN_MARGIN`] ahead of the data's server clock. Accepted, it
+    /// would refuse every real holder until the clock caught up. Nothing was
+    /// written.
+    TokenTooHigh {
+        /// The token the write carried.
+        token: u64,
+        /// The data's server clock (TIME) in microseconds when it was checked.
+        server_clock: u64,
+    },
+    /// The fence of a [`FencedWrite`](crate::FencedWrite)'s data key holds
+    /// something no fenced write leaves there (text, another type, a token more
+    /// than [`FENCE_TOKEN_MARGIN`] ahead of the server clock): someone else
+    /// wrote it, and it can no longer tell a stale token from a fresh one.
+    /// Nothing was written; an operator repairs it (the message says how).
+    DamagedFence {
+        /// The data key.
+        key: String,
+        /// Its fence.
+        fence: String,
+        /// What the fence holds, in words.
+        holds: String,
+    },
 }
+
+/// How far ahead of the data's server clock a fencing token may be before a
+/// [`FencedWrite`](crate::FencedWrite) refuses it as
+/// [`LockError::TokenTooHigh`]: a token is the granting server's clock in
+/// microseconds, so only clock skew between the lock's server and the data's (or
+/// a clock stepped back on one server) puts a real token ahead. An hour covers
+/// any skew a working deployment has, and bounds how long a made-up token within
+/// it could refuse real holders.
+pub const FENCE_TOKEN_MARGIN: Duration = Duration::from_secs(3600);
 
 impl LockError {
     /// Whether the same call may succeed if tried again later: a wait that timed
@@ -350,6 +394,31 @@ impl fmt::Display for LockError {
                 f,
                 "key {key:?} holds {value:?}, not a number: it is not a semaphore or latch \
                  this library can use (nothing was changed; delete or fix the key)"
+            ),
+            LockError::ReservedKey { key, what } => write!(
+                f,
+                "write refused: {key:?} is {what}, which only lockwarden's (and Redisson's) \
+                 own scripts may write; a fenced write takes a data key; nothing was sent \
+                 to Redis"
+            ),
+            LockError::TokenTooHigh {
+                token,
+                server_clock,
+            } => write!(
+                f,
+                "write refused: fencing token {token} is more than {} min ahead of the data's \
+                 server clock ({server_clock} µs), so no lock issued it (a token is the \
+                 granting server's clock in µs: pass the guard's fencing_token()); accepted, \
+                 it would refuse every real holder after it; nothing was written",
+                FENCE_TOKEN_MARGIN.as_secs() / 60
+            ),
+            LockError::DamagedFence { key, fence, holds } => write!(
+                f,
+                "write refused: the fence {fence:?} of key {key:?} holds {holds}, which no \
+                 fenced write leaves there (someone else wrote it), so it cannot tell a stale \
+                 token from a fresh one; nothing was written. Start the key over by deleting \
+                 the fence with the data: DEL {key:?} {fence:?} (to keep the data, see \
+                 docs/faults.md, \"Fenced writes\")"
             ),
         }
     }

@@ -38,6 +38,30 @@ const LATCH_CHANNEL_PREFIX: &str = "redisson_countdownlatch__channel__";
 /// Prefix of a synchronizer's kind label (lockwarden's own: Redisson keeps a
 /// semaphore and a latch as the same integer string and records no kind).
 const KIND_PREFIX: &str = "lockwarden_kind";
+/// Prefix of a data key's fence (lockwarden's own, written by
+/// [`FencedWrite`](crate::FencedWrite)).
+const FENCE_PREFIX: &str = "lockwarden_fence";
+/// Suffix of a permit-expirable semaphore's zset of taken permits.
+const PERMIT_TIMEOUT_SUFFIX: &str = "timeout";
+
+/// The key families above, each as the text a key of it starts with and what it
+/// is: the keys that only lockwarden's (and Redisson's) scripts may write, which
+/// [`reserved`] refuses to [`FencedWrite`](crate::FencedWrite). A prefix added
+/// above belongs here too (`every_derived_key_is_reserved` checks each key
+/// builder of this file).
+const RESERVED_PREFIXES: [(&str, &str, &str); 11] = [
+    (CHANNEL_PREFIX, ":", "a lock's unlock channel"),
+    (LATCH_PREFIX, ":", "a lock's unlock latch"),
+    (TOKEN_PREFIX, ":", "a lock's fencing token counter"),
+    (QUEUE_PREFIX, ":", "a fair lock's queue"),
+    (TIMEOUT_PREFIX, ":", "a fair lock's waiter deadlines"),
+    (RWLOCK_PREFIX, ":", "a read-write lock's channel"),
+    (CLIENT_PREFIX, ":", "a lock manager's client registry entry"),
+    (SEMAPHORE_PREFIX, ":", "a semaphore's channel"),
+    (LATCH_CHANNEL_PREFIX, "{", "a count-down latch's channel"),
+    (KIND_PREFIX, ":", "a semaphore's or latch's kind label"),
+    (FENCE_PREFIX, ":", "a data key's fence"),
+];
 
 /// Message published when a lock frees: wake one waiter.
 pub(crate) const WAKE_ONE: &str = "0";
@@ -121,10 +145,14 @@ pub(crate) fn token(name: &str) -> String {
 }
 
 /// The fence of a data key written with [`FencedWrite`](crate::FencedWrite): the
-/// newest fencing token that key has accepted, in the key's slot
-/// (`lockwarden_fence:{<key>}`; lockwarden's own, Redisson has no such key).
+/// newest fencing token that key has accepted (lockwarden's own, Redisson has no
+/// such key), `lockwarden_fence:{<tag>}:<key>`. `<tag>` is the part of the key
+/// that Redis Cluster hashes (its hash tag, or the whole key without one), so the
+/// fence lives in the key's slot; the whole key after it gives each key a fence
+/// of its own (`x` and `{x}` share their tag, not their fence). `data_key` must
+/// have passed [`validate_name`]: a key such as `a}b` has no tag to copy.
 pub(crate) fn fence(data_key: &str) -> String {
-    prefixed("lockwarden_fence", data_key)
+    format!("{FENCE_PREFIX}:{{{}}}:{data_key}", hashed_part(data_key))
 }
 
 /// The latch that remembers the outcome of the release with this request id.
@@ -157,7 +185,7 @@ pub(crate) fn kind_label(name: &str) -> String {
 /// `{<name>}:timeout` (`<name>:timeout` when the name brings its own hash tag), as
 /// Redisson's `RPermitExpirableSemaphore` names it.
 pub(crate) fn permit_timeouts(name: &str) -> String {
-    format!("{}:timeout", tagged(name))
+    format!("{}:{PERMIT_TIMEOUT_SUFFIX}", tagged(name))
 }
 
 /// A fair lock's queue: a list of waiting owner fields, head first.
@@ -193,17 +221,54 @@ pub(crate) fn read_timeouts(name: &str, owner_field: &str) -> String {
     format!("{}:{owner_field}:{READ_TIMEOUT_SUFFIX}", tagged(name))
 }
 
-/// The part of a key that Redis Cluster hashes to pick its slot: the text between
-/// the first `{` and the next `}` when that is not empty, else the whole key.
-fn hashed_part(key: &str) -> &str {
-    if let Some(open) = key.find('{') {
-        if let Some(len) = key[open + 1..].find('}') {
-            if len > 0 {
-                return &key[open + 1..open + 1 + len];
-            }
+/// What `key` is when it is one of the keys lockwarden or Redisson keep for a
+/// lock, semaphore or latch beside its own key (the families of
+/// [`RESERVED_PREFIXES`], a read hold's timeout key, a permit-expirable
+/// semaphore's permits), or `None` for a key that is free for data. Only the
+/// scripts may write these: a fenced write to a fencing counter or a fence would
+/// lower it, one to a read hold's timeout would lengthen the hold. Judged on the
+/// name alone, so a data key that happens to follow one of these layouts is
+/// refused too: Redisson would take it for its own as well.
+pub(crate) fn reserved(key: &str) -> Option<&'static str> {
+    for (prefix, separator, what) in RESERVED_PREFIXES {
+        if key
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.starts_with(separator))
+        {
+            return Some(what);
         }
     }
-    key
+    // `<tagged name>:<owner field>:rwlock_timeout:<n>` (read_timeouts).
+    if let Some((head, n)) = key.rsplit_once(':') {
+        let counted = !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+        if counted && head.ends_with(&format!(":{READ_TIMEOUT_SUFFIX}")) {
+            return Some("a read hold's timeout key");
+        }
+    }
+    // `{<name>}:timeout`, or `<name>:timeout` for a name with its own tag
+    // (permit_timeouts): whichever, a tagged key ending in `:timeout`.
+    if hash_tag(key).is_some()
+        && key
+            .strip_suffix(PERMIT_TIMEOUT_SUFFIX)
+            .is_some_and(|head| head.ends_with(':'))
+    {
+        return Some("a permit-expirable semaphore's taken permits");
+    }
+    None
+}
+
+/// The key's hash tag: the text between the first `{` and the next `}`, when
+/// there is such a pair and the text is not empty.
+fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let len = key[open + 1..].find('}')?;
+    (len > 0).then(|| &key[open + 1..open + 1 + len])
+}
+
+/// The part of a key that Redis Cluster hashes to pick its slot: its hash tag
+/// when it has one, else the whole key.
+fn hashed_part(key: &str) -> &str {
+    hash_tag(key).unwrap_or(key)
 }
 
 /// Whether two keys share a hash tag (or are equal without one), so that they live
@@ -288,6 +353,71 @@ mod tests {
     #[test]
     fn owners_are_unique() {
         assert_ne!(Owner::new(), Owner::new());
+    }
+
+    /// Each data key has a fence of its own, in the data key's slot: `x` and
+    /// `{x}` (one tag, two keys) used to share `lockwarden_fence:{x}`.
+    #[test]
+    fn each_data_key_has_its_own_fence_in_its_slot() {
+        assert_eq!(fence("x"), "lockwarden_fence:{x}:x");
+        assert_eq!(fence("{x}"), "lockwarden_fence:{x}:{x}");
+        assert_eq!(
+            fence("{account:7}:balance"),
+            "lockwarden_fence:{account:7}:{account:7}:balance"
+        );
+        let keys = ["x", "{x}", "{x}:y", "x:y", "a{x}", "{a{x}", "ünï", "{x}{y}"];
+        for key in keys {
+            assert_eq!(validate_name(key, 1024), Ok(()), "{key}");
+            assert!(same_slot(key, &fence(key)), "{key}: {}", fence(key));
+        }
+        let fences: std::collections::HashSet<String> = keys.iter().map(|k| fence(k)).collect();
+        assert_eq!(fences.len(), keys.len(), "{fences:?}");
+    }
+
+    /// Every key a lock, semaphore or latch keeps beside its own is refused as a
+    /// data key, for a plain name and for one with its own hash tag.
+    #[test]
+    fn every_derived_key_is_reserved() {
+        for name in ["job", "{t}:job"] {
+            let derived = [
+                channel(name),
+                token(name),
+                fence(name),
+                latch(name, "r1"),
+                semaphore_channel(name),
+                latch_channel(name),
+                kind_label(name),
+                permit_timeouts(name),
+                fair_queue(name),
+                fair_timeouts(name),
+                fair_channel(name, "id:7"),
+                rw_channel(name),
+                client_key("id"),
+                format!("{}:3", read_timeouts(name, "id:7")),
+            ];
+            for key in derived {
+                assert!(reserved(&key).is_some(), "{key} should be reserved");
+            }
+        }
+    }
+
+    /// Data keys that only look a little like lockwarden's are free.
+    #[test]
+    fn data_keys_are_not_reserved() {
+        for key in [
+            "job",
+            "{job}",
+            "account:7:balance",
+            "{account:7}:balance",
+            "redisson_lock_tokens",
+            "lockwarden_fence",
+            "lockwarden:clients",
+            "job:timeout",
+            "{job}:timeouts",
+            "{rw}:id:7:rwlock_timeout",
+        ] {
+            assert_eq!(reserved(key), None, "{key}");
+        }
     }
 
     #[test]

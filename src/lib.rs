@@ -120,7 +120,7 @@ mod wire;
 
 pub use client::{ClientInfo, UNKNOWN_CLIENT};
 pub use config::{Config, MAX_LEASE};
-pub use error::{LockError, LostReason, NameError};
+pub use error::{LockError, LostReason, NameError, FENCE_TOKEN_MARGIN};
 pub use front::acquire::{Acquire, AcquireResponse};
 pub use front::admin::{check_lease, check_lock_name, Admin, LockSummary};
 pub use front::fenced::FencedWrite;

@@ -2,22 +2,29 @@
 //!
 //! A fencing token protects nothing unless the resource refuses a stale one. For a
 //! key in Redis, that check can run where the data lives: one script reads the
-//! newest token the key has accepted (its fence, `lockwarden_fence:{<key>}`, in the
-//! key's own slot), refuses a lower one, runs the write, and raises the fence, all
-//! atomically. It is one round trip, as the plain write would be, and it works on a
-//! cluster where the lock and the data live on different masters, because only the
-//! token travels from one to the other. [`FencedWrite::while_held`] also checks that
-//! the guard's hold is still in the lock's hash, which needs the lock and the data
-//! in one slot (a shared hash tag).
+//! newest token the key has accepted (its fence, `lockwarden_fence:{<tag>}:<key>`,
+//! in the key's own slot), refuses a lower one, runs the write, and raises the
+//! fence, all atomically. It is one round trip, as the plain write would be, and it
+//! works on a cluster where the lock and the data live on different masters,
+//! because only the token travels from one to the other. [`FencedWrite::while_held`]
+//! also checks that the guard's hold is still in the lock's hash, which needs the
+//! lock and the data in one slot (a shared hash tag).
+//!
+//! The fence is only as good as what reaches it, so the write also refuses what
+//! would bend it: a key that is lockwarden's own (a fence written as data would
+//! lower it), a token no lock can have issued yet (it would refuse every real
+//! holder after it), and a fence that someone else wrote (it can no longer tell
+//! stale from fresh).
 //!
 //! For data elsewhere (SQL and the like) the same rule is a token column and a
 //! conditional update; docs/faults.md, "Fenced writes", shows it.
 
 use actix::prelude::*;
 use redis::Value;
+use tracing::{debug, warn};
 
 use super::manager::LockManager;
-use crate::error::LockError;
+use crate::error::{LockError, FENCE_TOKEN_MARGIN};
 use crate::guard::LockGuard;
 use crate::keys;
 use crate::wire::{self, FencedReply};
@@ -26,6 +33,20 @@ use crate::wire::{self, FencedReply};
 /// the newest token the key has accepted; the token then becomes the newest. A
 /// stale token gets [`LockError::StaleToken`] and nothing is written. Answers the
 /// command's own reply.
+///
+/// Each data key written this way leaves a second key beside it, its fence
+/// `lockwarden_fence:{<tag>}:<key>` (`<tag>`: the key's hash tag, or the whole key
+/// without one), which has no expiry: it must outlive every holder that could
+/// still write with an old token. When the data goes for good, delete the fence
+/// with it, in one command: `DEL account:7:balance
+/// lockwarden_fence:{account:7:balance}:account:7:balance`.
+///
+/// Refused with nothing written, besides a stale token: a key that lockwarden or
+/// Redisson keep for a lock ([`LockError::ReservedKey`]: the guard's own lock, a
+/// fence, a fencing token counter ...), a token more than
+/// [`FENCE_TOKEN_MARGIN`] ahead of the server clock, which no lock issued
+/// ([`LockError::TokenTooHigh`]), and a fence that holds something no fenced
+/// write leaves there ([`LockError::DamagedFence`], which says how to repair it).
 ///
 /// ```no_run
 /// # async fn demo(manager: actix::Addr<lockwarden::LockManager>) -> Result<(), lockwarden::LockError> {
@@ -71,7 +92,9 @@ impl FencedWrite {
     }
 
     /// The same, fenced by a token you carry yourself (from a
-    /// [`RedGuard`](crate::RedGuard), or one passed along to another process).
+    /// [`RedGuard`](crate::RedGuard), or one passed along to another process). It
+    /// must be a token a lock issued: one more than [`FENCE_TOKEN_MARGIN`] ahead
+    /// of the server clock is refused with [`LockError::TokenTooHigh`].
     pub fn with_token(
         token: u64,
         key: impl Into<String>,
@@ -123,6 +146,7 @@ impl Handler<FencedWrite> for LockManager {
                 key: &msg.key,
                 token: msg.token,
                 held,
+                margin_us: u64::try_from(FENCE_TOKEN_MARGIN.as_micros()).unwrap_or(u64::MAX),
                 command: &msg.command,
                 args: &msg.args,
             };
@@ -133,14 +157,49 @@ impl Handler<FencedWrite> for LockManager {
                     newest,
                 }),
                 FencedReply::NotHeld => Err(LockError::NotHeld),
+                FencedReply::TooHigh { server_clock } => {
+                    debug!(key = %msg.key, server_clock, "fenced write refused: token ahead of the server clock");
+                    Err(LockError::TokenTooHigh {
+                        token: msg.token,
+                        server_clock,
+                    })
+                }
+                FencedReply::Damaged { holds } => {
+                    let fence = keys::fence(&msg.key);
+                    // An operator must act: every fenced write to this key is
+                    // refused until the fence is repaired.
+                    warn!(key = %msg.key, %fence, %holds, "fenced write refused: the key's fence is damaged");
+                    Err(LockError::DamagedFence {
+                        key: msg.key,
+                        fence,
+                        holds,
+                    })
+                }
             }
         })
     }
 }
 
-/// What can be refused before anything is sent: an empty or spaced command, a
-/// zero token, `while_held` without a guard or across slots on a cluster.
+/// What can be refused before anything is sent: a key of lockwarden's own, an
+/// empty or spaced command, a zero token, `while_held` without a guard or across
+/// slots on a cluster.
 fn check(msg: &FencedWrite, cluster: bool) -> Result<(), LockError> {
+    if msg
+        .holder
+        .as_ref()
+        .is_some_and(|(lock, _)| *lock == msg.key)
+    {
+        return Err(LockError::ReservedKey {
+            key: msg.key.clone(),
+            what: "the lock this write is fenced by",
+        });
+    }
+    if let Some(what) = keys::reserved(&msg.key) {
+        return Err(LockError::ReservedKey {
+            key: msg.key.clone(),
+            what,
+        });
+    }
     if msg.command.is_empty() || msg.command.contains(char::is_whitespace) {
         return Err(LockError::InvalidRequest(
             "a fenced write needs one command name (SET, HSET ...), its arguments go in arg()",
