@@ -146,6 +146,22 @@ pub fn sentinel(settings: &Settings) -> Vec<Row> {
             std::thread::sleep(Duration::from_millis(50));
         }
     };
+    let promoted_away = |port: u16| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while sentinels[0].master_port() == Some(port) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    // The master frozen for good by the fifth fault.
+    let frozen = std::cell::Cell::new(0u16);
+    // The server Sentinel names the master now, and the other one.
+    let roles = || {
+        let first_is_master = sentinels[0].master_port() == Some(first.borrow().port());
+        match first_is_master {
+            true => (&first, &second),
+            false => (&second, &first),
+        }
+    };
     let faults = vec![
         fault("master SIGKILLed (failover)", quiet, |_: &Fleet| {
             first.borrow_mut().kill()
@@ -155,16 +171,55 @@ pub fn sentinel(settings: &Settings) -> Vec<Row> {
             first.borrow_mut().restart();
         }),
         fault(
+            "master frozen 3 s with a release in flight (failover; it resumes undemoted)",
+            quiet,
+            |fleet: &Fleet| {
+                // Once the old master has caught up as a replica; then the
+                // moment a section ends, its release goes to the frozen master,
+                // which runs it when it resumes, before it hears of the failover.
+                std::thread::sleep(Duration::from_secs(2));
+                let (master, _) = roles();
+                fleet.wait_for_a_release(Duration::from_secs(5));
+                master.borrow_mut().pause();
+                std::thread::sleep(Duration::from_secs(3));
+                master.borrow_mut().resume();
+            },
+        ),
+        fault("replica frozen 10 s (SIGSTOP, link kept)", quiet, |_: &Fleet| {
+            // Once the resumed master is a replica again.
+            std::thread::sleep(Duration::from_secs(8));
+            let (_, replica) = roles();
+            replica.borrow_mut().pause();
+            std::thread::sleep(Duration::from_secs(10));
+            replica.borrow_mut().resume();
+        }),
+        fault(
             "new master frozen (SIGSTOP; failover back)",
             quiet,
             |_: &Fleet| {
-                // Once the old master has caught up as a replica.
                 std::thread::sleep(Duration::from_secs(2));
-                second.borrow_mut().pause();
+                let (master, _) = roles();
+                frozen.set(master.borrow().port());
+                master.borrow_mut().pause();
+            },
+        ),
+        fault(
+            "the frozen old master SIGKILLed (no replica left)",
+            quiet,
+            |_: &Fleet| {
+                // Once the Sentinels moved away from it, it is the new master's
+                // only replica.
+                promoted_away(frozen.get());
+                for server in [&first, &second] {
+                    if server.borrow().port() == frozen.get() {
+                        server.borrow_mut().kill();
+                    }
+                }
             },
         ),
     ];
     let rows = run("sentinel", settings, connect, faults);
+    first.borrow_mut().resume();
     second.borrow_mut().resume();
     rows
 }
@@ -196,6 +251,21 @@ pub fn cluster(settings: &Settings) -> Vec<Row> {
                 cluster.move_slot_of(&lock, from, to);
             }
         }),
+        fault(
+            "master frozen 3 s with a release in flight (failover)",
+            quiet,
+            |fleet: &Fleet| {
+                let owner = {
+                    let cluster = cluster.borrow();
+                    cluster.wait_ok(Duration::from_secs(30));
+                    cluster.owner_of(&lock)
+                };
+                fleet.wait_for_a_release(Duration::from_secs(5));
+                cluster.borrow_mut().nodes[owner].pause();
+                std::thread::sleep(Duration::from_secs(3));
+                cluster.borrow_mut().nodes[owner].resume();
+            },
+        ),
         fault("master SIGKILLed", quiet, |_: &Fleet| {
             let mut cluster = cluster.borrow_mut();
             cluster.wait_ok(Duration::from_secs(30));

@@ -95,6 +95,23 @@ impl Fleet {
         false
     }
 
+    /// Waits (at most `limit`) until a worker's section has just ended while its
+    /// command still runs: its release is on the wire. Answers whether one was
+    /// seen. Polls every millisecond, as a release takes about that long.
+    pub fn wait_for_a_release(&self, limit: Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            let running = self.running.lock().expect("running").clone();
+            for (_, file) in running.iter().flatten() {
+                if std::fs::read_to_string(file).is_ok_and(|t| t.contains("end")) {
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        false
+    }
+
     /// Stops the workers after their current runs and returns every run. A run
     /// still going after `limit` is SIGKILLed (and counts as stuck: it lasted
     /// longer than any wait).
