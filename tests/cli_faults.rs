@@ -1,7 +1,8 @@
 //! The `lockwarden` command when things go wrong around it: a Redis frozen at the
 //! moment `--wait` runs out, an endpoint that is not Redis, lock names with control
-//! characters, a watchdog lease too short to work, and a server whose eviction
-//! policy can delete locks. Each against a real process and a real server.
+//! characters, a watchdog lease too short to work, a server whose eviction
+//! policy can delete locks, and a `lockwarden` that is SIGKILLed while its
+//! command runs. Each against a real process and a real server.
 #![cfg(feature = "cli")]
 
 mod support;
@@ -234,4 +235,134 @@ async fn a_grant_that_lands_after_the_wait_is_given_back_before_the_command_exit
         "released at {released:?}, exited after {exited:?}: {}",
         err.trim()
     );
+}
+
+/// The command of a SIGKILLed `lockwarden run` must be gone within this long.
+const ORPHAN_LIMIT: Duration = Duration::from_millis(100);
+
+/// Whether `pid` still runs: a zombie (killed, not yet reaped by whoever
+/// adopted it) does not.
+fn runs(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses.
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|rest| rest.trim().chars().next());
+    !matches!(state, Some('Z' | 'X') | None)
+}
+
+/// SIGKILLs a command left running by the code under test, so that a failing
+/// test leaves no `sleep 60` behind.
+struct Reap(i32);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if runs(self.0) {
+            let pid = nix::unistd::Pid::from_raw(self.0);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+/// Runs `lockwarden run orphan <mode> -- <a command that sleeps 60 s>` on the
+/// servers `urls`, SIGKILLs `lockwarden` once the command runs, and asserts that
+/// the command is gone within [`ORPHAN_LIMIT`]. Answers how long it took.
+async fn the_command_dies_with_lockwarden(urls: &[String], mode: &[&str]) -> Duration {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pidfile = dir.path().join("pid");
+    // Written whole (mv) so that a half-written pid is never read; `exec` keeps
+    // the pid, so it is the process lockwarden started.
+    let script = format!(
+        "echo $$ > {p}.tmp && mv {p}.tmp {p}; exec sleep 60",
+        p = pidfile.display()
+    );
+    let mut cmd = lockwarden(&urls[0], &[]);
+    for url in &urls[1..] {
+        cmd.args(["--redis", url]);
+    }
+    cmd.args(["run", "orphan"])
+        .args(mode)
+        .args(["--wait", "10s", "--", "sh", "-c", &script]);
+    let mut lw = cmd.spawn().expect("spawn lockwarden");
+    let started = eventually(LIMIT, || pidfile.exists()).await;
+    if !started {
+        let _ = lw.start_kill();
+        let out = lw.wait_with_output().await.expect("lockwarden ran");
+        panic!("the command never started ({mode:?}): {}", stderr(&out));
+    }
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let _reap = Reap(pid);
+    assert!(runs(pid), "the command ended by itself ({mode:?})");
+    lw.start_kill().expect("SIGKILL lockwarden");
+    lw.wait().await.expect("lockwarden reaped");
+    let killed = Instant::now();
+    while runs(pid) && killed.elapsed() < ORPHAN_LIMIT {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let gone = killed.elapsed();
+    assert!(
+        !runs(pid),
+        "the command (pid {pid}) still runs {gone:?} after lockwarden was SIGKILLed ({mode:?})"
+    );
+    eprintln!("{mode:?}: the command was gone {gone:?} after lockwarden was reaped");
+    gone
+}
+
+/// SIGKILL of `lockwarden run` (the OOM killer, `kill -9`) takes the command
+/// with it, instead of leaving it to run on beside the next holder once the
+/// lease runs out (issue 36). The exclusive lock.
+#[actix_rt::test]
+async fn the_command_dies_with_lockwarden_plain() {
+    let server = RedisServer::start();
+    the_command_dies_with_lockwarden(&[server.url()], &[]).await;
+}
+
+/// The same under a fair lock.
+#[actix_rt::test]
+async fn the_command_dies_with_lockwarden_fair() {
+    let server = RedisServer::start();
+    the_command_dies_with_lockwarden(&[server.url()], &["--fair"]).await;
+}
+
+/// The same under either side of a read-write lock.
+#[actix_rt::test]
+async fn the_command_dies_with_lockwarden_read_and_write() {
+    // A server each: the killed reader's hold stays for its lease.
+    for mode in ["--read", "--write"] {
+        let server = RedisServer::start();
+        the_command_dies_with_lockwarden(&[server.url()], &[mode]).await;
+    }
+}
+
+/// The same under a spin lock.
+#[actix_rt::test]
+async fn the_command_dies_with_lockwarden_spin() {
+    let server = RedisServer::start();
+    the_command_dies_with_lockwarden(&[server.url()], &["--spin"]).await;
+}
+
+/// The same under semaphore permits, plain and permit-expirable.
+#[actix_rt::test]
+async fn the_command_dies_with_lockwarden_semaphore() {
+    // A server each: the killed holder's plain permit stays taken.
+    for expirable in [&[][..], &["--expirable"]] {
+        let server = RedisServer::start();
+        let mode = [&["--semaphore", "--permits", "1"][..], expirable].concat();
+        the_command_dies_with_lockwarden(&[server.url()], &mode).await;
+    }
+}
+
+/// The same under a RedLock over three servers.
+#[actix_rt::test]
+async fn the_command_dies_with_lockwarden_redlock() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    the_command_dies_with_lockwarden(&urls, &["--redlock"]).await;
 }

@@ -14,6 +14,7 @@
 //! - `outcome`: exit codes and the error type.
 //! - `session`: URL, name and kind checks, connecting.
 //! - `acquire`: waiting with progress, signals, timeout messages.
+//! - `child`: the command `run` starts, which dies with this process.
 //! - `run`, `hold`, `inspect` (status, list), `unlock`, `top`: the subcommands; `redlock`:
 //!   what `run --redlock` does before and after the command; `sync`: `run
 //!   --semaphore`, `latch` and `semaphore`.
@@ -30,6 +31,7 @@ macro_rules! say {
 }
 
 mod acquire;
+mod child;
 mod cli;
 mod cli_sync;
 mod duration;

@@ -35,11 +35,11 @@ use futures::FutureExt;
 use lockwarden::{Inspect, LockError, LockGuard, LockManager, LostReason, PermitGuard, RedGuard};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
-use tokio::process::Command;
 use tokio::time::Instant;
 use tracing::info;
 
 use crate::acquire::{acquire, report_timeout, Signals, Waited};
+use crate::child;
 use crate::cli::{AcquireOpts, OnLost, RunArgs};
 use crate::duration::human;
 use crate::outcome::release_budget;
@@ -277,12 +277,9 @@ async fn supervise(guard: Held, args: &RunArgs, signals: &mut Signals, watch: &W
         // clap requires at least one word after `--`.
         return outcome::USAGE;
     };
-    let mut cmd = Command::new(program);
-    cmd.args(rest).envs(guard.env(&args.name));
+    let mut cmd = child::command(program, rest, !on_terminal);
+    cmd.envs(guard.env(&args.name));
     let what = guard.what(&args.name);
-    if !on_terminal {
-        cmd.process_group(0);
-    }
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
