@@ -366,3 +366,54 @@ async fn the_command_dies_with_lockwarden_redlock() {
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     the_command_dies_with_lockwarden(&urls, &["--redlock"]).await;
 }
+
+/// A `run` holder SIGSTOPped past its watchdog lease while Redis stays up is
+/// told that the process did not run, not that Redis could not be reached
+/// (issue 37, item 8): exit 76, and the message says how long it was stopped.
+#[actix_rt::test]
+async fn a_holder_stopped_past_its_lease_is_told_it_did_not_run() {
+    use nix::sys::signal::{kill, Signal};
+    let server = RedisServer::start();
+    let args = [
+        "run",
+        "paused",
+        "--watchdog-lease",
+        "1s",
+        "--grace",
+        "1s",
+        "--",
+        "sleep",
+        "30",
+    ];
+    let lw = lockwarden(&server.url(), &args)
+        .spawn()
+        .expect("spawn lockwarden");
+    let pid = nix::unistd::Pid::from_raw(
+        lw.id()
+            .and_then(|id| i32::try_from(id).ok())
+            .expect("a pid"),
+    );
+    let held = eventually(LIMIT, || support::exists(&server, "paused")).await;
+    assert!(held, "the lock was never taken");
+    kill(pid, Signal::SIGSTOP).expect("SIGSTOP");
+    let stopped = Instant::now();
+    // Redis lets the lease run out while the holder cannot renew it.
+    let expired = eventually(LIMIT, || !support::exists(&server, "paused")).await;
+    // Stopped past the lease by a margin, so that the pause is what lost it.
+    actix_rt::time::sleep(Duration::from_secs(2).saturating_sub(stopped.elapsed())).await;
+    kill(pid, Signal::SIGCONT).expect("SIGCONT");
+    let out = tokio::time::timeout(LIMIT, lw.wait_with_output())
+        .await
+        .expect("lockwarden exited in time")
+        .expect("lockwarden ran");
+    let err = stderr(&out);
+    assert!(
+        expired,
+        "the lock did not expire while its holder was stopped"
+    );
+    assert_eq!(out.status.code(), Some(76), "stderr: {err}");
+    assert!(err.contains("the process did not run for"), "{err}");
+    assert!(!err.contains("could not be reached"), "{err}");
+    assert!(!err.contains("not answering"), "{err}");
+    eprintln!("stopped {:?}: {}", stopped.elapsed(), err.trim());
+}
