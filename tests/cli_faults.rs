@@ -431,3 +431,50 @@ async fn a_holder_stopped_past_its_lease_is_told_it_did_not_run() {
     assert!(!err.contains("not answering"), "{err}");
     eprintln!("stopped {:?}: {}", stopped.elapsed(), err.trim());
 }
+
+/// `--connect-timeout` bounds the start through a slow link (800 ms each way),
+/// which `--wait 0s` does not (issue 37, item 9): exit 2 within the bound plus a
+/// margin, one line naming the option, and nothing taken.
+#[actix_rt::test]
+async fn a_connection_slower_than_connect_timeout_exits_2() {
+    let server = RedisServer::start();
+    let proxy = support::Proxy::start(server.port());
+    proxy.set(support::Mode::Delay(Duration::from_millis(800)));
+    let began = Instant::now();
+    let out = run(
+        &proxy.url(),
+        &[
+            "--connect-timeout",
+            "1s",
+            "run",
+            "slow",
+            "--wait",
+            "0s",
+            "--",
+            "true",
+        ],
+    )
+    .await;
+    let took = began.elapsed();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "not one line: {err:?}");
+    assert!(
+        err.contains("not connected within 1.0s (--connect-timeout)"),
+        "{err}"
+    );
+    assert!(took < Duration::from_millis(2500), "took {took:?}: {err}");
+    assert!(!support::exists(&server, "slow"));
+    eprintln!("exited after {took:?}: {}", err.trim());
+
+    // `--wait`'s help says what it bounds, and what bounds the rest.
+    let help = run(&proxy.url(), &["run", "--help"]).await;
+    let help = String::from_utf8_lossy(&help.stdout);
+    let wait = help
+        .split("--wait <DURATION>")
+        .nth(1)
+        .and_then(|text| text.split("\n      --").next())
+        .unwrap_or_default();
+    assert!(wait.contains("does not bound the round trips"), "{help}");
+    assert!(wait.contains("--connect-timeout"), "{help}");
+}
