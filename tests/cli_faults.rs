@@ -109,19 +109,84 @@ async fn a_non_redis_endpoint_is_reported_in_one_line() {
     assert!(err.contains("Redis protocol"), "{err}");
 }
 
-/// A lock name with a newline and an escape sequence is printed escaped: the
-/// timeout message stays one line and cannot clear the terminal.
+/// A name with a newline, a carriage return or an escape sequence, or of only
+/// whitespace, is refused by every subcommand that would take or change
+/// something under it (exit 2, one line with the name escaped, nothing
+/// written): it would print as a broken or forged line.
 #[actix_rt::test]
-async fn names_with_control_characters_are_printed_escaped() {
+async fn names_with_control_characters_or_only_whitespace_are_refused() {
+    let server = RedisServer::start();
+    for (name, says) in [
+        (
+            "a\nb\u{1b}[2J",
+            r#"name "a\nb\u{1b}[2J" has a control character (\n)"#,
+        ),
+        ("job\r", r#"name "job\r" has a control character (\r)"#),
+        (" ", r#"name " " is only whitespace"#),
+    ] {
+        for args in [
+            &["run", name, "--", "true"][..],
+            &["hold", name, "--for", "1s"],
+            &["latch", "set", name, "2"],
+            &["semaphore", "add", name, "1"],
+        ] {
+            let out = run(&server.url(), args).await;
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err:?}");
+            assert_eq!(err.lines().count(), 1, "{args:?}: not one line: {err:?}");
+            assert!(!err.contains('\u{1b}'), "{args:?}: raw escape: {err:?}");
+            assert!(err.contains(says), "{args:?}: {err:?}");
+            eprintln!("{args:?}: {}", err.trim());
+        }
+    }
+    assert_eq!(raw::<i64>(&server, &["DBSIZE"]), 0, "something was written");
+}
+
+/// A lock a program took under such a name (the library takes any name) is
+/// printed escaped, one line per lock, by `status`, `list`, `top` and the log
+/// (`-v`), and is still reached by `status` and `unlock --force`.
+#[actix_rt::test]
+async fn names_read_from_redis_are_printed_escaped() {
     let server = RedisServer::start();
     let name = "a\nb\u{1b}[2J";
-    let _guard = hold(&server, name).await;
-    let out = run(&server.url(), &["run", name, "--wait", "0s", "--", "true"]).await;
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(75), "stderr: {err:?}");
-    assert_eq!(err.lines().count(), 1, "not one line: {err:?}");
-    assert!(!err.contains('\u{1b}'), "raw escape printed: {err:?}");
-    assert!(err.contains(r"a\nb\u{1b}[2J"), "{err:?}");
+    let guard = hold(&server, name).await;
+    let escaped = r"a\nb\u{1b}[2J";
+    for args in [
+        &["status", name][..],
+        &["list"],
+        &["top", "--iterations", "1"],
+    ] {
+        let out = run(&server.url(), args).await;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert!(!text.contains('\u{1b}'), "{args:?}: raw escape: {text:?}");
+        assert!(!text.contains("a\nb"), "{args:?}: raw newline: {text:?}");
+        let line = text
+            .lines()
+            .find(|l| l.contains(escaped))
+            .unwrap_or_else(|| panic!("{args:?}: no escaped name: {text:?}"));
+        eprintln!("{args:?}: {line}");
+    }
+    // With -v, the library's log names it escaped too.
+    let out = run(&server.url(), &["-v", "unlock", "--force", "--yes", name]).await;
+    let (text, log) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr(&out),
+    );
+    assert_eq!(out.status.code(), Some(0), "{log}");
+    assert_eq!(text.lines().count(), 1, "{text:?}");
+    assert!(text.contains(escaped), "{text:?}");
+    assert!(
+        !log.contains('\u{1b}') && !log.contains("a\nb"),
+        "raw name logged: {log:?}"
+    );
+    let logged = log
+        .lines()
+        .find(|l| l.contains(&format!("lock={escaped}")))
+        .unwrap_or_else(|| panic!("no escaped name in the log: {log:?}"));
+    eprintln!("unlock: {}\nlog: {logged}", text.trim());
+    assert!(!support::exists(&server, name));
+    drop(guard);
 }
 
 /// `--watchdog-lease 1ms` is refused (exit 2, one line naming the minimum) before

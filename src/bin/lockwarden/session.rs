@@ -281,6 +281,31 @@ impl Session {
         })
     }
 
+    /// Refuses a name that `run`, `hold`, `latch` or `semaphore` would take,
+    /// hold or change something under, if it would not print as typed: a
+    /// control character (a newline or an escape sequence makes `status`, `list`
+    /// and the log show a forged or broken line) or nothing but whitespace.
+    /// `status` and `unlock --force` still take such a name (checked by
+    /// [`Session::check_name`] only), so that a lock a program made under one
+    /// can be looked at and broken; every name they print is escaped.
+    pub fn check_new_name(&self, name: &str) -> Result<(), Failure> {
+        self.check_name(name)?;
+        let shown = crate::outcome::field(name);
+        if let Some(c) = name.chars().find(|c| c.is_control()) {
+            return Err(Failure::usage(format!(
+                "name \"{shown}\" has a control character ({}): give a name of printable \
+                 characters (status and unlock --force still take such a name)",
+                c.escape_default()
+            )));
+        }
+        if name.trim().is_empty() {
+            return Err(Failure::usage(format!(
+                "name \"{shown}\" is only whitespace: give a name that shows when printed"
+            )));
+        }
+        Ok(())
+    }
+
     /// A read-only connection, after one PING.
     pub async fn admin(&self) -> Result<Admin, Failure> {
         self.connecting(async {

@@ -249,7 +249,7 @@ pub async fn latch(session: &Session, args: LatchArgs) -> Result<i32, Failure> {
         | LatchAction::Wait { name, .. }
         | LatchAction::Count { name } => name.clone(),
     };
-    session.check_name(&name)?;
+    session.check_new_name(&name)?;
     let doing = format!("latch \"{name}\"");
     let fail = |e| Failure::from_lock(&doing, e);
     let manager = session.manager().await?;
@@ -322,7 +322,7 @@ pub async fn semaphore(session: &Session, args: SemaphoreArgs) -> Result<i32, Fa
         | SemaphoreAction::Drain { name }
         | SemaphoreAction::Available { name } => name.clone(),
     };
-    session.check_name(&name)?;
+    session.check_new_name(&name)?;
     let doing = format!("semaphore \"{name}\"");
     let fail = |e| Failure::from_lock(&doing, e);
     let manager = session.manager().await?;
