@@ -11,6 +11,10 @@
 //!   terminal, and Ctrl-C reaches it directly, so we do not send it a second
 //!   SIGINT); signals go to the command's process only.
 //!
+//! The command is built by `child.rs` (as `run --semaphore`'s is): on Linux the
+//! kernel kills it if this process dies without a word (SIGKILL, the OOM killer),
+//! so it never runs on after its lock expires.
+//!
 //! On a lost lock, `--on-lost kill` sends SIGTERM, then SIGKILL after `--grace`,
 //! and exits 76 once the command is gone; `--on-lost warn` says so and lets it
 //! finish. The lock is released only after the command has exited, within a short
