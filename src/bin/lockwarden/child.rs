@@ -40,7 +40,7 @@ pub fn command(program: &OsString, rest: &[OsString], own_group: bool) -> Comman
 
 /// Makes the command receive SIGKILL when the thread that spawns it (and so this
 /// process) ends, checking in the child that we did not end before it was set.
-#[cfg(any(target_os = "linux", target_os = "android"))]
+#[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 fn die_with_parent(cmd: &mut Command) {
     use nix::errno::Errno;
@@ -73,5 +73,5 @@ fn die_with_parent(cmd: &mut Command) {
 
 /// No parent-death signal outside Linux: the command may outlive a `lockwarden`
 /// that is killed (docs/operations.md, "The command and its lock").
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
+#[cfg(not(target_os = "linux"))]
 fn die_with_parent(_cmd: &mut Command) {}
