@@ -61,6 +61,14 @@ pub enum LostReason {
     /// The lock manager (or its runtime) stopped while the lock was held, so nothing
     /// renews it any more.
     ManagerStopped,
+    /// This process did not run (it was stopped, its VM paused, or the thread of
+    /// the watchdog was blocked) for a whole renewal period or more, and the lease
+    /// ran out meanwhile: the renewals were never sent, whether or not Redis could
+    /// be reached.
+    Paused {
+        /// How long the watchdog did not run, on this process's monotonic clock.
+        stalled: Duration,
+    },
 }
 
 impl fmt::Display for LostReason {
@@ -70,6 +78,14 @@ impl fmt::Display for LostReason {
             LostReason::LeaseExpired => "the lease ran out",
             LostReason::Unreachable => "Redis could not be reached before the lease ran out",
             LostReason::ManagerStopped => "the lock manager stopped",
+            LostReason::Paused { stalled } => {
+                return write!(
+                    f,
+                    "the process did not run for {:.1} s and the lease ran out \
+                     meanwhile: stopped, a paused VM or a blocked thread",
+                    stalled.as_secs_f64()
+                );
+            }
         })
     }
 }

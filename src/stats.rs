@@ -173,6 +173,9 @@ pub(crate) mod record {
             LostReason::ManagerStopped => {
                 metrics::counter!("lockwarden_locks_lost_total", "reason" => "manager_stopped")
             }
+            LostReason::Paused { .. } => {
+                metrics::counter!("lockwarden_locks_lost_total", "reason" => "paused")
+            }
         }
         .increment(1);
     }
@@ -184,6 +187,7 @@ pub(crate) mod record {
             LostReason::LeaseExpired => "lease_expired",
             LostReason::Unreachable => "unreachable",
             LostReason::ManagerStopped => "manager_stopped",
+            LostReason::Paused { .. } => "paused",
         }
     }
 

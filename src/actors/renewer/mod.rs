@@ -17,8 +17,10 @@
 //! lease that the last success set runs out (`Unreachable`; measured on this
 //! process's monotonic clock from the *send* time of that success, so it errs
 //! early; when that time has come without a renewal having been tried, one is
-//! tried first, with a short budget, since the request may have waited in Redis). It then tells the lock actor with [`Lapsed`], which informs
-//! the guards.
+//! tried first, with a short budget, since the request may have waited in Redis).
+//! Either is `Paused` instead when the lease ran out while the renewer itself did
+//! not run for a whole renewal period (the process stopped; see `stall.rs`). It
+//! then tells the lock actor with [`Lapsed`], which informs the guards.
 //!
 //! The renewer sits below the lock actor: it knows a holding only by what the
 //! [`RenewTable`] entry says (names, field, which script renews it, and a weak
@@ -33,8 +35,10 @@ use actix::prelude::*;
 use actix::WeakRecipient;
 use tracing::{debug, warn};
 
+mod stall;
 mod table;
 
+use stall::Stalls;
 use table::{Due, HashHolding, SLOTS};
 pub(crate) use table::{Lapsed, RenewTable, Renewal, Watched};
 
@@ -78,6 +82,9 @@ pub(crate) struct Renewer {
     registration: Arc<Registration>,
     /// Ticks so far.
     ticks: usize,
+    /// When the renewer last ran and the latest stretch it did not: a lease that
+    /// ran out inside one was lost to a pause of this process, not to Redis.
+    stalls: Stalls,
 }
 
 impl Renewer {
@@ -98,6 +105,7 @@ impl Renewer {
             counters,
             registration,
             ticks: 0,
+            stalls: Stalls::new(config.renew_every(), Instant::now()),
         }
     }
 
@@ -108,6 +116,7 @@ impl Renewer {
             return;
         };
         let now = Instant::now();
+        self.stalls.ran(now);
         let due = table.collect(now);
         self.renew(due, now, ctx);
         self.ticks = self.ticks.wrapping_add(1);
@@ -128,8 +137,9 @@ impl Renewer {
     /// Sends the renewals of `due` (batched by node group) and reports its lapsed
     /// holdings.
     fn renew(&mut self, due: Due, now: Instant, ctx: &mut Context<Self>) {
-        for (epoch, lock) in due.lapsed {
-            self.lapse(epoch, &lock, LostReason::Unreachable);
+        for (epoch, valid_until, lock) in due.lapsed {
+            let reason = self.stalls.reason(valid_until, LostReason::Unreachable);
+            self.lapse(epoch, &lock, reason);
         }
         let lease_ms = millis(self.lease);
         let mut groups: BTreeMap<Group, Vec<HashHolding>> = BTreeMap::new();
@@ -221,6 +231,7 @@ impl Renewer {
         let Some(table) = self.table.upgrade() else {
             return;
         };
+        self.stalls.ran(Instant::now());
         // A passing refusal (BUSY, OOM, LOADING, a dropped connection) is tried
         // again at the next tick, not a whole period later, when the lease may
         // have run out.
@@ -235,8 +246,10 @@ impl Renewer {
             warn!(locks = ids.len(), %error, "renewal failed; retrying until the leases run out");
         }
         for id in gone {
-            if let Some(lock) = table.take(id) {
-                self.lapse(id, &lock, LostReason::OwnerGone);
+            if let Some((valid_until, lock)) = table.take(id) {
+                // Gone because its lease ran out while this process did not run?
+                let reason = self.stalls.reason(valid_until, LostReason::OwnerGone);
+                self.lapse(id, &lock, reason);
             }
         }
     }
@@ -265,10 +278,12 @@ impl Renewer {
             return;
         };
         let now = Instant::now();
+        self.stalls.ran(now);
         let renewed_until = sent + self.lease;
         let (lapsed, waiting) = table.take_expired(ids, now, renewed_until);
-        for (epoch, lock) in lapsed {
-            self.lapse(epoch, &lock, LostReason::Unreachable);
+        for (epoch, valid_until, lock) in lapsed {
+            let reason = self.stalls.reason(valid_until, LostReason::Unreachable);
+            self.lapse(epoch, &lock, reason);
         }
         if !waiting.is_empty() {
             self.guard(waiting, sent, ctx);
@@ -302,6 +317,7 @@ impl Handler<Reconnected> for Renewer {
         let Some(table) = self.table.upgrade() else {
             return;
         };
+        self.stalls.ran(Instant::now());
         // The server may have restarted without its data: the entry too.
         self.register(ctx);
         let due = table.collect_all();

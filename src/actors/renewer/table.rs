@@ -148,7 +148,8 @@ impl RenewTable {
             }
             if e.held.valid_until <= now {
                 if e.late && !e.renewing {
-                    due.lapsed.push((*id, e.held.lock.clone()));
+                    due.lapsed
+                        .push((*id, e.held.valid_until, e.held.lock.clone()));
                     return true; // removed below
                 }
                 // valid_until counts from when the grant or renewal was sent; if
@@ -168,7 +169,7 @@ impl RenewTable {
             }
             true
         });
-        for (id, _) in &due.lapsed {
+        for (id, _, _) in &due.lapsed {
             t.entries.remove(id);
         }
         ids.retain(|id| t.entries.contains_key(id));
@@ -231,9 +232,13 @@ impl RenewTable {
         gone
     }
 
-    /// Takes a holding out, answering whom to tell of its loss.
-    pub(super) fn take(&self, epoch: u64) -> Option<WeakRecipient<Lapsed>> {
-        self.lock().entries.remove(&epoch).map(|e| e.held.lock)
+    /// Takes a holding out, answering until when it was surely held and whom to
+    /// tell of its loss.
+    pub(super) fn take(&self, epoch: u64) -> Option<(Instant, WeakRecipient<Lapsed>)> {
+        self.lock()
+            .entries
+            .remove(&epoch)
+            .map(|e| (e.held.valid_until, e.held.lock))
     }
 
     /// The earliest `valid_until` among `ids` still in the table.
@@ -244,15 +249,15 @@ impl RenewTable {
             .min()
     }
 
-    /// Of `ids`, takes out those whose lease ran out by `now` (answered with whom
-    /// to tell), and answers those still valid but not past `renewed_until` (the
+    /// Of `ids`, takes out those whose lease ran out by `now` (answered with when
+    /// it ran out and whom to tell), and answers those still valid but not past `renewed_until` (the
     /// lease a renewal sent then would have set), which need a timer of their own.
     pub(super) fn take_expired(
         &self,
         ids: Vec<u64>,
         now: Instant,
         renewed_until: Instant,
-    ) -> (Vec<(u64, WeakRecipient<Lapsed>)>, Vec<u64>) {
+    ) -> (Vec<Lapsing>, Vec<u64>) {
         let mut t = self.lock();
         let (due, rest): (Vec<u64>, Vec<u64>) = ids
             .into_iter()
@@ -266,13 +271,21 @@ impl RenewTable {
                     .is_some_and(|e| e.held.valid_until < renewed_until)
             })
             .collect();
-        let lapsed: Vec<(u64, WeakRecipient<Lapsed>)> = due
+        let lapsed: Vec<Lapsing> = due
             .into_iter()
-            .filter_map(|id| t.entries.remove(&id).map(|e| (id, e.held.lock)))
+            .filter_map(|id| {
+                t.entries
+                    .remove(&id)
+                    .map(|e| (id, e.held.valid_until, e.held.lock))
+            })
             .collect();
         (lapsed, waiting)
     }
 }
+
+/// A holding taken out of the table because its lease ran out unrenewed: (epoch,
+/// when the lease ran out here, whom to tell).
+pub(super) type Lapsing = (u64, Instant, WeakRecipient<Lapsed>);
 
 /// A holding that `renew.lua` renews: (epoch, lock name, owner field).
 pub(super) type HashHolding = (u64, Arc<str>, Arc<str>);
@@ -285,7 +298,7 @@ pub(super) struct Due {
     /// Read-write holdings: one `rw_renew.lua` call each.
     pub(super) rw: Vec<(u64, bool, Arc<str>, Arc<str>)>,
     /// Holdings whose lease ran out unrenewed.
-    pub(super) lapsed: Vec<(u64, WeakRecipient<Lapsed>)>,
+    pub(super) lapsed: Vec<Lapsing>,
     /// Permit-expirable semaphore holders: one `expirable_renew.lua` call each.
     pub(super) permits: Vec<HashHolding>,
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 pub use crate::cli_sync::{LatchAction, LatchArgs, SemaphoreAction, SemaphoreArgs};
-use crate::duration::{parse_duration, parse_lease};
+use crate::duration::{parse_duration, parse_lease, parse_timeout};
 
 /// The exit codes, shown by `lockwarden --help` (same table as docs/operations.md).
 const EXIT_CODES: &str = "\
@@ -128,6 +128,13 @@ pub struct Common {
     /// Default 1s.
     #[arg(long = "sync-timeout", global = true, value_name = "DURATION", value_parser = parse_lease)]
     pub sync_timeout: Option<Duration>,
+
+    /// Give up (exit 2, nothing taken) if Redis is not reached and ready within
+    /// this long of the start: connecting, logging in, finding the master, each
+    /// server's connections. Without it each step has its own 2s timeout, so a
+    /// slow link can make the start take several seconds whatever --wait says.
+    #[arg(long = "connect-timeout", global = true, value_name = "DURATION", value_parser = parse_timeout)]
+    pub connect_timeout: Option<Duration>,
 
     /// A label for the locks this command holds: `status`, `list` and `top` show
     /// it beside the holder's host and pid (registered under the client id, see
@@ -253,6 +260,12 @@ Exit: 0; set: 1 if the semaphore already had permits.")]
 #[derive(Debug, Clone, Args)]
 pub struct AcquireOpts {
     /// Give up after waiting this long (0s: one attempt). Waits forever if not given.
+    ///
+    /// It bounds the wait for a lock someone else holds, counted from the start
+    /// (finding the master during a failover is part of it; with --redlock, from
+    /// when the servers answered). It does not bound the round trips to connect
+    /// and to make the attempt, which a slow link can stretch to seconds: bound
+    /// those with --connect-timeout.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub wait: Option<Duration>,
 

@@ -63,6 +63,19 @@ pub fn parse_lease(text: &str) -> Result<Duration, String> {
     Ok(lease)
 }
 
+/// Parses `--connect-timeout`: a duration of at least 1 ms (`0s` would give up
+/// before the first byte).
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = parse_duration(text)?;
+    if timeout.is_zero() {
+        return Err(format!(
+            "'{}' leaves no time to connect (give at least 1ms, or leave the option out)",
+            text.trim()
+        ));
+    }
+    Ok(timeout)
+}
+
 /// A duration for people: `850ms`, `12.3s`, `4m05s`, `2h03m`.
 pub fn human(d: Duration) -> String {
     let ms = d.as_millis();

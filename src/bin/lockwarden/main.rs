@@ -14,6 +14,7 @@
 //! - `outcome`: exit codes and the error type.
 //! - `session`: URL, name and kind checks, connecting.
 //! - `acquire`: waiting with progress, signals, timeout messages.
+//! - `child`: the command `run` starts, which dies with this process.
 //! - `run`, `hold`, `inspect` (status, list), `unlock`, `top`: the subcommands; `redlock`:
 //!   what `run --redlock` does before and after the command; `sync`: `run
 //!   --semaphore`, `latch` and `semaphore`.
@@ -30,6 +31,7 @@ macro_rules! say {
 }
 
 mod acquire;
+mod child;
 mod cli;
 mod cli_sync;
 mod duration;
@@ -98,7 +100,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
     }
     match cli.command {
         Command::Run(args) => {
-            session.check_name(&args.name)?;
+            session.check_new_name(&args.name)?;
             if args.semaphore {
                 sync::run_semaphore(&session, args).await
             } else {
@@ -106,7 +108,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
             }
         }
         Command::Hold(args) => {
-            session.check_name(&args.name)?;
+            session.check_new_name(&args.name)?;
             hold::hold(&session, args).await
         }
         Command::Status(args) => {
@@ -265,8 +267,11 @@ fn first_paragraph(rendered: &str) -> String {
 
 /// With `-v`, tracing output on stderr: `-v` info, `-vv` debug, `-vvv` everything
 /// at trace; `RUST_LOG`, when set, replaces those filters. Nothing without `-v`.
+/// Field values are escaped as the command's own messages are (a lock name read
+/// from Redis with a newline or an escape sequence in it stays on its line).
 fn init_tracing(verbose: u8) {
     use std::io::IsTerminal;
+    use tracing_subscriber::field::MakeExt;
     use tracing_subscriber::EnvFilter;
     if verbose == 0 {
         return;
@@ -277,7 +282,17 @@ fn init_tracing(verbose: u8) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let fields = tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let text = format!("{value:?}");
+        let text = outcome::printable(&text);
+        match field.name() {
+            "message" => write!(w, "{text}"),
+            name => write!(w, "{name}={text}"),
+        }
+    })
+    .delimited(" ");
     tracing_subscriber::fmt()
+        .fmt_fields(fields)
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())

@@ -80,7 +80,8 @@ pub async fn acquire(
     let nodes = session.nodes();
     let quorum = nodes.len() / 2 + 1;
     let began = Instant::now();
-    let (mut places, mut late) = start(nodes, quorum, args.node_wait).await?;
+    let started = session.connecting(start(nodes, quorum, args.node_wait));
+    let (mut places, mut late) = started.await?;
     loop {
         let managers: Vec<Addr<LockManager>> = places.iter().flatten().cloned().collect();
         let mut lock = RedLock::new(&managers, args.name.clone())

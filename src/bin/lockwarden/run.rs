@@ -11,6 +11,10 @@
 //!   terminal, and Ctrl-C reaches it directly, so we do not send it a second
 //!   SIGINT); signals go to the command's process only.
 //!
+//! The command is built by `child.rs` (as `run --semaphore`'s is): on Linux the
+//! kernel kills it if this process dies without a word (SIGKILL, the OOM killer),
+//! so it never runs on after its lock expires.
+//!
 //! On a lost lock, `--on-lost kill` sends SIGTERM, then SIGKILL after `--grace`,
 //! and exits 76 once the command is gone; `--on-lost warn` says so and lets it
 //! finish. The lock is released only after the command has exited, within a short
@@ -35,11 +39,11 @@ use futures::FutureExt;
 use lockwarden::{Inspect, LockError, LockGuard, LockManager, LostReason, PermitGuard, RedGuard};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
-use tokio::process::Command;
 use tokio::time::Instant;
 use tracing::info;
 
 use crate::acquire::{acquire, report_timeout, Signals, Waited};
+use crate::child;
 use crate::cli::{AcquireOpts, OnLost, RunArgs};
 use crate::duration::human;
 use crate::outcome::release_budget;
@@ -277,12 +281,9 @@ async fn supervise(guard: Held, args: &RunArgs, signals: &mut Signals, watch: &W
         // clap requires at least one word after `--`.
         return outcome::USAGE;
     };
-    let mut cmd = Command::new(program);
-    cmd.args(rest).envs(guard.env(&args.name));
+    let mut cmd = child::command(program, rest, !on_terminal);
+    cmd.envs(guard.env(&args.name));
     let what = guard.what(&args.name);
-    if !on_terminal {
-        cmd.process_group(0);
-    }
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {

@@ -8,6 +8,7 @@
 //! connection retries with backoff, which is right for a service and slow for a
 //! command that should say "cannot reach Redis" and exit 2.
 
+use std::future::Future;
 use std::time::Duration;
 
 use actix::Addr;
@@ -31,6 +32,8 @@ pub struct Session {
     began: std::time::Instant,
     /// Whether finding the master may take part of the wait (`run`, `hold`).
     waits: bool,
+    /// `--connect-timeout`: how long after `began` connecting may end.
+    connect_timeout: Option<Duration>,
 }
 
 /// Fewest servers `run --redlock` takes: with two, the majority is both, so one
@@ -123,6 +126,7 @@ impl Session {
             nodes: Vec::new(),
             began: std::time::Instant::now(),
             waits: false,
+            connect_timeout: common.connect_timeout,
         })
     }
 
@@ -188,6 +192,7 @@ impl Session {
             nodes,
             began: std::time::Instant::now(),
             waits: false,
+            connect_timeout: common.connect_timeout,
         })
     }
 
@@ -260,11 +265,60 @@ impl Session {
         check_lock_name(&self.config, name).map_err(|e| Failure::from_lock("", e))
     }
 
+    /// `start` (a step of connecting), within what is left of `--connect-timeout`
+    /// counted from the command's start; past it, exit 2 naming the option. The
+    /// library bounds each connection and each answer (2 s), not a start of many
+    /// round trips, which a slow link stretches: 16 s at 800 ms each way.
+    pub async fn connecting<T>(
+        &self,
+        start: impl Future<Output = Result<T, Failure>>,
+    ) -> Result<T, Failure> {
+        let Some(limit) = self.connect_timeout else {
+            return start.await;
+        };
+        let left = limit.saturating_sub(self.began.elapsed());
+        tokio::time::timeout(left, start).await.unwrap_or_else(|_| {
+            Err(Failure::usage(format!(
+                "cannot reach Redis at {}: not connected within {} (--connect-timeout)",
+                self.shown_url,
+                crate::duration::human(limit)
+            )))
+        })
+    }
+
+    /// Refuses a name that `run`, `hold`, `latch` or `semaphore` would take,
+    /// hold or change something under, if it would not print as typed: a
+    /// control character (a newline or an escape sequence makes `status`, `list`
+    /// and the log show a forged or broken line) or nothing but whitespace.
+    /// `status` and `unlock --force` still take such a name (checked by
+    /// [`Session::check_name`] only), so that a lock a program made under one
+    /// can be looked at and broken; every name they print is escaped.
+    pub fn check_new_name(&self, name: &str) -> Result<(), Failure> {
+        self.check_name(name)?;
+        let shown = crate::outcome::field(name);
+        if let Some(c) = name.chars().find(|c| c.is_control()) {
+            return Err(Failure::usage(format!(
+                "name \"{shown}\" has a control character ({}): give a name of printable \
+                 characters (status and unlock --force still take such a name)",
+                c.escape_default()
+            )));
+        }
+        if name.trim().is_empty() {
+            return Err(Failure::usage(format!(
+                "name \"{shown}\" is only whitespace: give a name that shows when printed"
+            )));
+        }
+        Ok(())
+    }
+
     /// A read-only connection, after one PING.
     pub async fn admin(&self) -> Result<Admin, Failure> {
-        Admin::connect(&self.config)
-            .await
-            .map_err(|e| self.unreachable(e))
+        self.connecting(async {
+            Admin::connect(&self.config)
+                .await
+                .map_err(|e| self.unreachable(e))
+        })
+        .await
     }
 
     /// A running lock manager, once the server answered a PING. A deployment
@@ -272,17 +326,20 @@ impl Session {
     /// `--wait` ([`Session::waiting_for`]), and said so once.
     pub async fn manager(&self) -> Result<Addr<LockManager>, Failure> {
         let once = self.config.clone().start_wait(Duration::ZERO);
-        match Admin::connect(&once).await {
-            Ok(_) => {}
-            Err(e) if e.is_failover_in_progress() && self.waits => {
-                crate::outcome::note(format!(
-                    "{}: failover in progress, waiting for the new master",
-                    self.shown_url
-                ));
-                self.admin().await?;
+        let pinged = self.connecting(async {
+            match Admin::connect(&once).await {
+                Ok(_) => Ok(()),
+                Err(e) if e.is_failover_in_progress() && self.waits => {
+                    crate::outcome::note(format!(
+                        "{}: failover in progress, waiting for the new master",
+                        self.shown_url
+                    ));
+                    self.admin().await.map(drop)
+                }
+                Err(e) => Err(self.unreachable(e)),
             }
-            Err(e) => return Err(self.unreachable(e)),
-        }
+        });
+        pinged.await?;
         self.start_manager().await
     }
 
@@ -302,9 +359,12 @@ impl Session {
     /// A running lock manager, without the quick PING first (for a caller that
     /// already holds an [`Admin`], which made it).
     pub async fn start_manager(&self) -> Result<Addr<LockManager>, Failure> {
-        LockManager::start(self.config.clone())
-            .await
-            .map_err(|e| self.unreachable(e))
+        self.connecting(async {
+            LockManager::start(self.config.clone())
+                .await
+                .map_err(|e| self.unreachable(e))
+        })
+        .await
     }
 }
 

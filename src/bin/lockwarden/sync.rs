@@ -21,10 +21,10 @@ use futures::FutureExt;
 use lockwarden::{LockError, Locks, PermitSemaphore, SemaphoreGuard};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
-use tokio::process::Command;
 use tracing::info;
 
 use crate::acquire::Signals;
+use crate::child;
 use crate::cli::{LatchAction, LatchArgs, RunArgs, SemaphoreAction, SemaphoreArgs};
 use crate::duration::human;
 use crate::outcome::RELEASE_BUDGET;
@@ -171,15 +171,11 @@ async fn supervise(guard: SemaphoreGuard, args: &RunArgs, signals: &mut Signals)
     let Some((program, rest)) = args.command.split_first() else {
         return outcome::USAGE;
     };
-    let mut cmd = Command::new(program);
-    cmd.args(rest)
-        .env("LOCKWARDEN_SEMAPHORE", &args.name)
+    // As `run` does: its own process group (signals reach a script's children
+    // too), and a command that dies with this process.
+    let mut cmd = child::command(program, rest, !on_terminal);
+    cmd.env("LOCKWARDEN_SEMAPHORE", &args.name)
         .env("LOCKWARDEN_PERMITS", guard.permits().to_string());
-    if !on_terminal {
-        // As `run` does: its own process group, so signals reach a script's
-        // children too.
-        cmd.process_group(0);
-    }
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -253,7 +249,7 @@ pub async fn latch(session: &Session, args: LatchArgs) -> Result<i32, Failure> {
         | LatchAction::Wait { name, .. }
         | LatchAction::Count { name } => name.clone(),
     };
-    session.check_name(&name)?;
+    session.check_new_name(&name)?;
     let doing = format!("latch \"{name}\"");
     let fail = |e| Failure::from_lock(&doing, e);
     let manager = session.manager().await?;
@@ -326,7 +322,7 @@ pub async fn semaphore(session: &Session, args: SemaphoreArgs) -> Result<i32, Fa
         | SemaphoreAction::Drain { name }
         | SemaphoreAction::Available { name } => name.clone(),
     };
-    session.check_name(&name)?;
+    session.check_new_name(&name)?;
     let doing = format!("semaphore \"{name}\"");
     let fail = |e| Failure::from_lock(&doing, e);
     let manager = session.manager().await?;
