@@ -100,6 +100,7 @@ async fn a_master_with_aof_is_asked_for_waitaof_only_when_it_has_it() {
 /// is not reported lost); once the replica is back, it confirms grants again.
 #[actix_rt::test]
 async fn a_frozen_replica_costs_about_one_confirmation_timeout() {
+    let (log, _logging) = support::Captured::install();
     let master = RedisServer::start();
     let mut replica = RedisServer::start_replica_of(&master);
     let config = Config::from_url(&master.url())
@@ -112,7 +113,12 @@ async fn a_frozen_replica_costs_about_one_confirmation_timeout() {
         .await
         .expect("running")
         .expect("granted while the replica is up");
-    assert!(holder_on(&replica, "renewed").is_some());
+    assert!(
+        holder_on(&replica, "renewed").is_some(),
+        "{}\n{}",
+        log.text(),
+        master.info("replication")
+    );
 
     replica.pause();
     let began = Instant::now();

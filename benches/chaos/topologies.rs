@@ -185,14 +185,18 @@ pub fn sentinel(settings: &Settings) -> Vec<Row> {
                 master.borrow_mut().resume();
             },
         ),
-        fault("replica frozen 10 s (SIGSTOP, link kept)", quiet, |_: &Fleet| {
-            // Once the resumed master is a replica again.
-            std::thread::sleep(Duration::from_secs(8));
-            let (_, replica) = roles();
-            replica.borrow_mut().pause();
-            std::thread::sleep(Duration::from_secs(10));
-            replica.borrow_mut().resume();
-        }),
+        fault(
+            "replica frozen 10 s (SIGSTOP, link kept)",
+            quiet,
+            |_: &Fleet| {
+                // Once the resumed master is a replica again.
+                std::thread::sleep(Duration::from_secs(8));
+                let (_, replica) = roles();
+                replica.borrow_mut().pause();
+                std::thread::sleep(Duration::from_secs(10));
+                replica.borrow_mut().resume();
+            },
+        ),
         fault(
             "new master frozen (SIGSTOP; failover back)",
             quiet,

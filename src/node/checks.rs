@@ -65,7 +65,7 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
             "sync_replicas: the server is not a master (its role is not master)".into(),
         ));
     }
-    let live = super::replicas::Doubts::default().count(&replication, false);
+    let live = super::replicas::Doubts::default().count(&replication, None);
     if live < sync.min && !default {
         // Not a configuration error: right after a failover the new master has no
         // replica until the old master comes back as one. Lock changes wait for

@@ -324,7 +324,12 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
                         confirm,
                         live,
                     ));
-                    replicas::watch(conn.link.clone(), &confirmation);
+                    replicas::watch(
+                        &conn.link,
+                        &config.client,
+                        &confirmation,
+                        (config.connection_timeout, config.response_timeout),
+                    );
                     conn.confirmation = Some(confirmation);
                 }
             }

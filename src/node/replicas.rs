@@ -33,8 +33,11 @@ use std::time::Duration;
 use futures::future::select;
 use tracing::{debug, info, warn};
 
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, RedisError, RedisResult};
+
 use super::sentinel::Follower;
-use super::{Conn, Link};
+use super::Link;
 use crate::wire::Confirmation;
 
 /// How often the replicas are counted when no `WAIT` came back short.
@@ -53,6 +56,8 @@ pub(crate) struct Replica {
     pub(crate) online: bool,
     /// Seconds since its last acknowledgement.
     pub(crate) lag: u64,
+    /// The replication offset it last acknowledged.
+    pub(crate) offset: u64,
 }
 
 /// What `INFO replication` (or a default `INFO`) says of replication.
@@ -62,6 +67,8 @@ pub(crate) struct Replication {
     pub(crate) master: bool,
     /// Its replicas (none on a replica).
     pub(crate) replicas: Vec<Replica>,
+    /// `master_repl_offset`: how far its own replication stream has gone.
+    pub(crate) offset: u64,
 }
 
 /// Reads the replication fields of an `INFO` reply.
@@ -69,6 +76,7 @@ pub(crate) fn parse(info: &str) -> Replication {
     let mut replication = Replication {
         master: false,
         replicas: Vec::new(),
+        offset: 0,
     };
     for line in info.lines().map(str::trim) {
         let Some((name, value)) = line.split_once(':') else {
@@ -76,6 +84,8 @@ pub(crate) fn parse(info: &str) -> Replication {
         };
         if name == "role" {
             replication.master = value == "master";
+        } else if name == "master_repl_offset" {
+            replication.offset = value.parse().unwrap_or(0);
         } else if name.starts_with("slave") && name[5..].bytes().all(|b| b.is_ascii_digit()) {
             let field = |key: &str| {
                 value
@@ -92,6 +102,7 @@ pub(crate) fn parse(info: &str) -> Replication {
                 lag: field("lag")
                     .and_then(|l| l.parse().ok())
                     .unwrap_or(u64::MAX),
+                offset: field("offset").and_then(|o| o.parse().ok()).unwrap_or(0),
             });
         }
     }
@@ -105,20 +116,37 @@ pub(crate) struct Doubts(HashSet<String>);
 
 impl Doubts {
     /// Counts the replicas of `replication` that can answer. After a short
-    /// `WAIT` (`after_short`), every replica that has not acknowledged this very
-    /// second is doubted; a doubted one is trusted again once it has.
-    pub(crate) fn count(&mut self, replication: &Replication, after_short: bool) -> u32 {
+    /// `WAIT` that `short` replicas confirmed (`Some`), every replica that has
+    /// not acknowledged this very second, or is behind what that `WAIT` needed,
+    /// is doubted; what it needed is at most the master's offset when none
+    /// confirmed (one frozen a moment ago still shows `lag` 0, but not the
+    /// offset of the write it missed), and at most the newest replica's offset
+    /// when some did. A doubted replica is trusted again once it acknowledges
+    /// within the second while nothing is short.
+    pub(crate) fn count(&mut self, replication: &Replication, short: Option<u32>) -> u32 {
         if !replication.master {
             return 0;
         }
+        let online = || replication.replicas.iter().filter(|r| r.online);
+        let needed = match short {
+            Some(0) => replication.offset,
+            _ => online().map(|r| r.offset).max().unwrap_or(0),
+        };
         let mut live = 0;
-        for r in replication.replicas.iter().filter(|r| r.online) {
-            if r.lag == 0 {
+        for r in online() {
+            if short.is_some() {
+                if r.lag >= 1 || r.offset < needed {
+                    self.0.insert(r.address.clone());
+                }
+            } else if r.lag == 0 {
                 self.0.remove(&r.address);
-            } else if after_short {
-                self.0.insert(r.address.clone());
             }
-            if r.lag <= LIVE_LAG && !self.0.contains(&r.address) {
+            // Offset 0: it has not acknowledged anything since it synced, and
+            // the master streams nothing to it until it does (diskless sync).
+            // (A master that has never written anything at all also shows 0;
+            // its first change then goes unconfirmed, as no replica has it.)
+            let acked = r.offset > 0;
+            if acked && r.lag <= LIVE_LAG && !self.0.contains(&r.address) {
                 live += 1;
             }
         }
@@ -127,25 +155,31 @@ impl Doubts {
 }
 
 /// Keeps `confirmation`'s count of replicas current for the master behind
-/// `link`, until the confirmation (the manager's connection) is gone.
-pub(super) fn watch(link: Link, confirmation: &Arc<Confirmation>) {
+/// `link` (reached with `client` on a single server), until the confirmation
+/// (the manager's connection) is gone. `bounds` are the connection and
+/// response timeouts of its own connection.
+pub(super) fn watch(
+    link: &Link,
+    client: &Client,
+    confirmation: &Arc<Confirmation>,
+    bounds: (Duration, Duration),
+) {
     let weak = Arc::downgrade(confirmation);
-    let follower = match &link {
+    let follower = match link {
         Link::Sentinel(f) => Some(Arc::clone(f)),
         Link::Standalone(_) | Link::Cluster(..) => None,
     };
+    let mut watcher = Watcher {
+        // The count the connection starts with is this master's.
+        address: follower.as_ref().map(|f| f.address()),
+        follower,
+        client: client.clone(),
+        conn: None,
+        bounds,
+        doubts: Doubts::default(),
+        failing: false,
+    };
     tokio::spawn(async move {
-        let mut watcher = Watcher {
-            conn: Conn {
-                link,
-                confirmation: None,
-            },
-            // The count the connection starts with is this master's.
-            address: follower.as_ref().map(|f| f.address()),
-            follower,
-            doubts: Doubts::default(),
-            failing: false,
-        };
         loop {
             let Some(asked) = weak.upgrade().map(|c| c.look_asked()) else {
                 return;
@@ -170,10 +204,16 @@ pub(super) fn watch(link: Link, confirmation: &Arc<Confirmation>) {
 
 /// The task's state between looks.
 struct Watcher {
-    /// The connection the counted master is reached on (asking no replica).
-    conn: Conn,
     /// Under Sentinel, what follows the master.
     follower: Option<Arc<Follower>>,
+    /// The single server's client (under Sentinel, the Follower's is used).
+    client: Client,
+    /// A connection of its own to the counted master, and that master's
+    /// address: `INFO` on the shared command connection would wait behind
+    /// the very `WAIT`s that ran out.
+    conn: Option<(String, MultiplexedConnection)>,
+    /// Connection and response timeouts of that connection.
+    bounds: (Duration, Duration),
     /// Replicas doubted since a short `WAIT`.
     doubts: Doubts,
     /// The master counted last (under Sentinel), to tell a move from a loss.
@@ -183,19 +223,43 @@ struct Watcher {
 }
 
 impl Watcher {
+    /// The master's `INFO replication` and its address, on this task's own
+    /// connection (made again when the master moved or the last one failed).
+    async fn replication(&mut self) -> RedisResult<(String, Option<String>)> {
+        let (client, address) = match &self.follower {
+            Some(f) => (f.master_client(), Some(f.address())),
+            None => (self.client.clone(), None),
+        };
+        let key = address.clone().unwrap_or_default();
+        if self.conn.as_ref().is_none_or(|(at, _)| *at != key) {
+            let settings = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(self.bounds.0))
+                .set_response_timeout(Some(self.bounds.1));
+            let conn = client
+                .get_multiplexed_async_connection_with_config(&settings)
+                .await?;
+            self.conn = Some((key, conn));
+        }
+        let Some((_, conn)) = self.conn.as_mut() else {
+            return Err(RedisError::from((redis::ErrorKind::Io, "no connection")));
+        };
+        let info = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(conn)
+            .await;
+        if info.is_err() {
+            self.conn = None;
+        }
+        Ok((info?, address))
+    }
+
     /// One look; false when the confirmation is gone.
     async fn look(&mut self, weak: &Weak<Confirmation>) -> bool {
         let Some(confirmation) = weak.upgrade() else {
             return false;
         };
-        let follower = self.follower.clone();
-        let before = follower.as_ref().map(|f| f.address());
-        let info = redis::cmd("INFO")
-            .arg("replication")
-            .query_async::<String>(&mut self.conn)
-            .await;
-        let info = match info {
-            Ok(info) => info,
+        let (info, address) = match self.replication().await {
+            Ok(found) => found,
             Err(e) => {
                 if !std::mem::replace(&mut self.failing, true) {
                     warn!(error = %e, "cannot count the master's replicas (INFO replication); keeping the last count");
@@ -207,18 +271,21 @@ impl Watcher {
             self.failing = false;
             info!("counting the master's replicas again");
         }
-        let address = follower.as_ref().map(|f| f.address());
-        if address != before {
+        if self
+            .follower
+            .as_ref()
+            .is_some_and(|f| Some(f.address()) != address)
+        {
             // The connection moved while asking: count the new master now.
             drop(confirmation);
             return Box::pin(self.look(weak)).await;
         }
         let replication = parse(&info);
-        let live = self.doubts.count(&replication, confirmation.is_short());
+        let live = self.doubts.count(&replication, confirmation.short_by());
         let was = confirmation.live();
         let moved = address.is_some() && address != self.address;
         if live < was && !moved {
-            if let Some(follower) = &follower {
+            if let Some(follower) = &self.follower {
                 if !trusted(follower).await {
                     return true;
                 }
@@ -277,7 +344,7 @@ mod tests {
 
     const INFO: &str = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\n\
         slave0:ip=127.0.0.1,port=7001,state=online,offset=100,lag=0\r\n\
-        slave1:ip=127.0.0.1,port=7002,state=online,offset=90,lag=1\r\n\
+        slave1:ip=127.0.0.1,port=7002,state=online,offset=100,lag=1\r\n\
         master_failover_state:no-failover\r\nmaster_repl_offset:100\r\n";
 
     #[test]
@@ -295,27 +362,57 @@ mod tests {
     fn a_replica_that_missed_a_wait_is_doubted_until_it_acknowledges() {
         let mut doubts = Doubts::default();
         let r = parse(INFO);
-        assert_eq!(doubts.count(&r, false), 2, "lag 0 and 1 both count");
+        assert_eq!(doubts.count(&r, None), 2, "lag 0 and 1 both count");
         assert_eq!(
-            doubts.count(&r, true),
+            doubts.count(&r, Some(1)),
             1,
             "after a short WAIT, lag 1 is doubted"
         );
-        assert_eq!(doubts.count(&r, false), 1, "and stays doubted at lag 1");
+        assert_eq!(doubts.count(&r, None), 1, "and stays doubted at lag 1");
         let back = parse(&INFO.replace("lag=1", "lag=0"));
         assert_eq!(
-            doubts.count(&back, false),
+            doubts.count(&back, None),
             2,
             "trusted again once it acknowledged"
         );
+        let behind = parse(&INFO.replace("offset=100,lag=1", "offset=90,lag=0"));
+        assert_eq!(
+            doubts.count(&behind, Some(1)),
+            1,
+            "lag 0, behind the one that confirmed"
+        );
+        assert_eq!(doubts.count(&back, None), 2);
+        let busy = INFO.replace("master_repl_offset:100", "master_repl_offset:120");
+        assert_eq!(
+            doubts.count(&parse(&busy), Some(1)),
+            1,
+            "the one that confirmed is not doubted for newer writes"
+        );
+        assert_eq!(doubts.count(&back, None), 2);
+        let none = parse(&busy.replace("lag=1", "lag=0"));
+        assert_eq!(
+            doubts.count(&none, Some(0)),
+            0,
+            "none confirmed: all behind are doubted"
+        );
+        assert_eq!(doubts.count(&back, None), 2);
         let frozen = parse(&INFO.replace("lag=1", "lag=3"));
         assert_eq!(
-            doubts.count(&frozen, false),
+            doubts.count(&frozen, None),
             1,
             "a silent replica does not count"
         );
-        let syncing = parse(&INFO.replace("state=online,offset=90", "state=wait_bgsave,offset=0"));
-        assert_eq!(doubts.count(&syncing, false), 1);
-        assert_eq!(doubts.count(&parse("role:slave\r\n"), false), 0);
+        let syncing = parse(&INFO.replace("port=7002,state=online", "port=7002,state=wait_bgsave"));
+        assert_eq!(doubts.count(&syncing, None), 1);
+        assert_eq!(doubts.count(&parse("role:slave\r\n"), None), 0);
+        let unacked = parse(&INFO.replace(
+            "port=7002,state=online,offset=100",
+            "port=7002,state=online,offset=0",
+        ));
+        assert_eq!(
+            Doubts::default().count(&unacked, None),
+            1,
+            "not acknowledged since it synced"
+        );
     }
 }

@@ -193,6 +193,11 @@ impl Confirmation {
         self.short.load(Ordering::Acquire)
     }
 
+    /// How many replicas the last `WAIT` counted, if it came back short.
+    pub(crate) fn short_by(&self) -> Option<u32> {
+        self.is_short().then(|| self.acked.load(Ordering::Acquire))
+    }
+
     /// Counts `live` replicas that can answer. A new count is a new situation:
     /// the connection is no longer taken as short, so calls ask again.
     pub(crate) fn set_live(&self, live: u32) {

@@ -381,9 +381,23 @@ impl RedisServer {
             std::thread::sleep(Duration::from_millis(10));
         }
         // The master counts it as a replica that can confirm writes (WAIT) only
-        // once it is online there too, a moment after the replica's side is up.
+        // once it is online there too, a moment after the replica's side is up,
+        // and has acknowledged something, within the last second (lockwarden
+        // counts only those, src/node/replicas.rs).
         let online = format!("port={},state=online", replica.port());
-        while !master.info("replication").contains(&online) {
+        let ready = |info: &str| {
+            info.lines().any(|l| {
+                l.contains(&online) && l.trim_end().ends_with(",lag=0") && !l.contains(",offset=0,")
+            })
+        };
+        // Something to acknowledge, that leaves no key behind (PUBLISH is
+        // replicated).
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg("lockwarden-test:replica-ready")
+            .arg("")
+            .query(&mut master.conn())
+            .expect("PUBLISH on the master");
+        while !ready(&master.info("replication")) {
             assert!(
                 Instant::now() < deadline,
                 "the master does not see its replica online within 10 s\n{}",

@@ -41,6 +41,9 @@ pub(crate) struct Follower {
     sentinels: tokio::sync::Mutex<SentinelClient>,
     /// The connection to the master found last, and that master's address.
     current: RwLock<(ConnectionManager, String)>,
+    /// A client for that master, for connections of their own beside the
+    /// shared one (`node/replicas.rs` must not wait behind a `WAIT` on it).
+    master_client: RwLock<Client>,
     /// A lookup is under way (one at a time).
     looking: AtomicBool,
     /// Told when the connection moves to a new master: calls still waiting on
@@ -75,11 +78,12 @@ impl Follower {
         let sentinel_clients = dial::sentinel_clients(config)?;
         let master = client.async_get_client().await?;
         let address = master.get_connection_info().addr().to_string();
-        let conn = ConnectionManager::new_with_config(master, settings.clone()).await?;
+        let conn = ConnectionManager::new_with_config(master.clone(), settings.clone()).await?;
         info!(master = %address, tls = config.master_uses_tls(), "found the master through Sentinel");
         Ok(Arc::new(Follower {
             sentinels: tokio::sync::Mutex::new(client),
             current: RwLock::new((conn, address)),
+            master_client: RwLock::new(master),
             looking: AtomicBool::new(false),
             moved: Arc::new(tokio::sync::Notify::new()),
             settings,
@@ -189,6 +193,13 @@ impl Follower {
         }))
     }
 
+    /// A client for the master in use.
+    pub(in crate::node) fn master_client(&self) -> Client {
+        self.master_client
+            .read()
+            .map_or_else(|e| e.into_inner().clone(), |c| c.clone())
+    }
+
     /// The address of the master in use.
     pub(in crate::node) fn address(&self) -> String {
         self.current
@@ -259,8 +270,13 @@ impl Follower {
             .await;
             return Ok(matches!(ping, Ok(Ok(_))));
         }
-        let conn = ConnectionManager::new_with_config(master, self.settings.clone()).await?;
+        let conn =
+            ConnectionManager::new_with_config(master.clone(), self.settings.clone()).await?;
         warn!(from = %self.address(), to = %address, "the master moved (failover); following it");
+        *self
+            .master_client
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = master;
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = (conn, address);
         self.moved.notify_waiters();
         Ok(true)
