@@ -480,3 +480,52 @@ async fn a_server_frozen_at_start_holds_nobody_up_and_takes_part_once_back() {
         assert!(!support::exists(s, "late"), "left behind");
     }
 }
+
+/// `run --redlock` whose lock is deleted on two of three servers under it
+/// (issue 37, item 1): it is told lost and exits 76, and the hold it still had
+/// on the third server is given back before it exits. Before, that hold lasted
+/// the rest of its lease, and no majority was possible meanwhile.
+#[actix_rt::test]
+async fn a_lost_redlock_gives_back_the_hold_it_still_has() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let started = dir.path().join("started");
+    let script = format!("touch '{}'; sleep 30", started.display());
+    let mut child = lockwarden(&urls)
+        .args(["run", "gone", "--redlock", "--wait", "10s"])
+        .args(["--watchdog-lease", "3s", "--", "sh", "-c", &script])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run lockwarden");
+    assert!(
+        support::eventually(Duration::from_secs(20), || started.exists()).await,
+        "the command never started"
+    );
+    for s in &servers {
+        assert!(support::exists(s, "gone"), "held on every server");
+    }
+    for s in &servers[..2] {
+        let _: i64 = raw(s, &["DEL", "gone"]);
+    }
+    let deleted = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            deleted.elapsed() < Duration::from_secs(20),
+            "not told lost within 20 s"
+        );
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
+        .expect("stderr");
+    assert_eq!(status.code(), Some(76), "{err}");
+    let pttl: i64 = raw(&servers[2], &["PTTL", "gone"]);
+    assert_eq!(
+        pttl, -2,
+        "the third server still holds it for {pttl} ms after the holder exited: {err}"
+    );
+}

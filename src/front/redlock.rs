@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use actix::{Addr, Handler, Message, ResponseFuture};
 use futures::future::join_all;
 use futures::stream::{FuturesUnordered, StreamExt};
-use tracing::info;
+use tracing::{debug, info, warn};
 
 use super::handle::{Handle, LockHandle};
 use super::manager::LockManager;
@@ -316,9 +316,13 @@ pub struct RedGuard {
 }
 
 impl RedGuard {
-    /// How many nodes hold it now (granted and not lost since).
+    /// How many nodes hold it now (granted and not lost since, nor given back
+    /// after the RedLock was lost).
     pub fn holding(&self) -> usize {
-        self.guards.iter().filter(|g| g.is_lost().is_none()).count()
+        self.guards
+            .iter()
+            .filter(|g| g.is_lost().is_none() && !g.is_released())
+            .count()
     }
 
     /// Each granting node's fencing token. They are not comparable with each other
@@ -342,18 +346,60 @@ impl RedGuard {
     }
 
     /// Resolves when fewer than a majority of the nodes still hold the lock, with
-    /// the reason of the loss that tipped it.
+    /// the reason of the loss that tipped it. The holds still left then are
+    /// worth nothing but keep others out (no majority is possible while they
+    /// last), so they are given back at that moment, each owner-checked, in the
+    /// background; a failure is logged, and that hold ends with its lease. A
+    /// process about to exit sends each node's manager
+    /// [`Settle`](crate::Settle) to let them finish.
     pub async fn lost(&self) -> LostReason {
         let mut left = self.guards.len();
         let mut losses: FuturesUnordered<_> = self.guards.iter().map(|g| g.lost()).collect();
         while let Some(reason) = losses.next().await {
             left -= 1;
             if left < self.quorum {
+                self.give_back_held(&reason);
                 return reason;
             }
         }
         // Every hold ended without being lost: only after a release.
         std::future::pending().await
+    }
+
+    /// Gives back every hold not lost yet (the RedLock is lost, `reason` tipped
+    /// it): the releases are queued now, and their answers logged in the
+    /// background. A hold given back already is left alone.
+    fn give_back_held(&self, reason: &LostReason) {
+        let releases: Vec<_> = self
+            .nodes
+            .iter()
+            .zip(&self.guards)
+            .filter(|(_, g)| g.is_lost().is_none())
+            .filter_map(|(&node, g)| Some((node, g.name().to_owned(), g.give_back()?)))
+            .collect();
+        if releases.is_empty() {
+            return;
+        }
+        warn!(
+            lock = %releases[0].1,
+            %reason,
+            giving_back = releases.len(),
+            "RedLock lost: fewer than a majority of its nodes still hold it; giving back the \
+             holds that are left"
+        );
+        tokio::spawn(join_all(releases.into_iter().map(
+            |(node, lock, release)| async move {
+                match release.await {
+                    Ok(_) => debug!(%lock, node, "gave back a lost RedLock's hold"),
+                    Err(e) => warn!(
+                        %lock,
+                        node,
+                        error = %e,
+                        "could not give back a lost RedLock's hold; it ends with its lease"
+                    ),
+                }
+            },
+        )));
     }
 
     /// Releases every node's hold at once. Answers `Ok` as soon as a majority of
@@ -366,8 +412,14 @@ impl RedGuard {
     /// it).
     pub async fn release(self) -> Result<(), LockError> {
         let quorum = self.quorum;
-        let mut pending: FuturesUnordered<_> =
-            self.guards.into_iter().map(LockGuard::release).collect();
+        // Holds given back when the RedLock was lost are not sent again; the
+        // lost ones answer why.
+        let mut pending: FuturesUnordered<_> = self
+            .guards
+            .into_iter()
+            .filter(|g| !g.is_released())
+            .map(LockGuard::release)
+            .collect();
         let (mut released, mut first_error) = (0, None);
         while let Some(outcome) = pending.next().await {
             match outcome {

@@ -250,9 +250,7 @@ async fn again(place: usize, config: Config) -> (usize, Addr<LockManager>) {
 /// flight [`STRAGGLERS`] to finish before the process exits, and says on stderr
 /// how many servers were left to their lease.
 pub async fn settle(managers: &[Addr<LockManager>]) {
-    let asked = managers.iter().map(|m| m.send(Settle::within(STRAGGLERS)));
-    let settled = join_all(asked).await;
-    let left = settled.iter().filter(|s| !matches!(s, Ok(true))).count();
+    let left = unsettled(managers).await;
     if left > 0 {
         note(format!(
             "released on a majority; {left} server(s) did not confirm within {}: \
@@ -260,4 +258,27 @@ pub async fn settle(managers: &[Addr<LockManager>]) {
             human(STRAGGLERS)
         ));
     }
+}
+
+/// After the RedLock was lost: the library gave back the holds still left
+/// ([`RedGuard::lost`]); this gives those releases [`STRAGGLERS`] to finish
+/// before the process exits (before, they were cut short and the hold lasted
+/// its lease, keeping every majority out; issue 37), and says how many servers
+/// did not confirm.
+pub async fn settle_lost(managers: &[Addr<LockManager>]) {
+    let left = unsettled(managers).await;
+    if left > 0 {
+        note(format!(
+            "{left} server(s) did not confirm giving back the hold left there within {}: \
+             it ends with its lease",
+            human(STRAGGLERS)
+        ));
+    }
+}
+
+/// Asks every manager to settle within [`STRAGGLERS`]; answers how many did not.
+async fn unsettled(managers: &[Addr<LockManager>]) -> usize {
+    let asked = managers.iter().map(|m| m.send(Settle::within(STRAGGLERS)));
+    let settled = join_all(asked).await;
+    settled.iter().filter(|s| !matches!(s, Ok(true))).count()
 }
