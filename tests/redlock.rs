@@ -529,3 +529,55 @@ async fn a_lost_redlock_gives_back_the_hold_it_still_has() {
         "the third server still holds it for {pttl} ms after the holder exited: {err}"
     );
 }
+
+/// A server frozen while a `run --redlock` process waits (issue 37, item 2):
+/// the process goes on with the two others, runs its command and exits; the
+/// acquisition it left queued in the frozen server's socket runs when that
+/// server resumes, and the give-back sent right behind it runs next, so the
+/// server holds nothing. Before, that grant lasted its lease (30 s), long
+/// after the process was gone.
+#[actix_rt::test]
+async fn a_grant_that_lands_after_the_process_went_on_is_given_back() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    // Held elsewhere on the first two servers: the process keeps asking all three.
+    let mut others = Vec::new();
+    for s in &servers[..2] {
+        let m = manager(s, |c| c).await;
+        others.push(support::hold(&m, "queued", |a| a).await);
+    }
+    let calls = |s: &RedisServer| s.commandstats().get("evalsha").copied().unwrap_or(0);
+    let before = calls(&servers[2]);
+    let child = lockwarden(&urls)
+        .args(["run", "queued", "--redlock", "--wait", "20s", "--", "true"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run lockwarden");
+    assert!(
+        support::eventually(Duration::from_secs(10), || calls(&servers[2]) > before).await,
+        "the process never asked the third server"
+    );
+    servers[2].pause();
+    for g in others.drain(..) {
+        g.release().await.expect("released");
+    }
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .expect("task")
+        .expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    for s in &servers[..2] {
+        assert!(!support::exists(s, "queued"), "released: {err}");
+    }
+    servers[2].resume();
+    let given_back = support::eventually(Duration::from_secs(3), || {
+        !support::exists(&servers[2], "queued")
+    })
+    .await;
+    let pttl: i64 = raw(&servers[2], &["PTTL", "queued"]);
+    assert!(
+        given_back,
+        "the frozen server kept a grant for {pttl} ms after the process exited: {err}"
+    );
+}

@@ -9,7 +9,10 @@
 //! An attempt whose reply was lost has an unknown outcome: before anyone tries
 //! again, the actor reads the owner's hold count and gives back a hold the lost
 //! attempt may have taken, so that nobody is told "acquired" on a count that does
-//! not match its guards.
+//! not match its guards. A waiter that leaves while its attempt is in flight has
+//! that attempt given back at once, by a release sent right behind it on the same
+//! connection ([`LockActor::abandon`]), so that Redis undoes a late grant even if
+//! this process is gone by the time Redis runs it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +20,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{debug, warn};
 
-use super::attempts::InFlight;
+use super::attempts::{InFlight, Unresolved};
 use super::holding::Claim;
 use super::kinds::{self, Giveback};
 use super::LockActor;
@@ -46,7 +49,9 @@ impl LockActor {
             self.settle(ctx);
             return;
         }
-        let gone = self.queue.remove_gone();
+        // The waiter whose attempt is in flight stays until its `Cancel` comes,
+        // which gives that attempt back at once (`abandon`).
+        let gone = self.queue.remove_gone(self.attempts.in_flight());
         self.leave_fair_queue(gone.queued, ctx);
         let per_waiter = self.rules().per_waiter();
         let picked = if per_waiter {
@@ -58,6 +63,7 @@ impl LockActor {
             self.settle(ctx);
             return;
         };
+        self.attempts.sent_acquisition();
         let sent = Instant::now();
         let fut = self.rules().acquire(&self.shared, call);
         ctx.spawn(
@@ -133,8 +139,17 @@ impl LockActor {
         res: redis::RedisResult<AcquireReply>,
         ctx: &mut Context<Self>,
     ) {
+        let abandoned = self.attempts.was_abandoned();
         let woken = self.attempts.answered();
         match res {
+            Ok(AcquireReply::Acquired { token, .. }) if abandoned => {
+                // Its waiter left while it was in flight, and the give-back sent
+                // right behind it on the same connection has undone it (or
+                // will, as Redis runs them in order): nobody holds this grant.
+                self.attempts.redis_answered(true);
+                debug!(lock = %self.name, token, "granted to a waiter that left; given back behind it");
+                self.pump(ctx);
+            }
             Ok(AcquireReply::Acquired { token, holds }) => {
                 self.attempts.redis_answered(true);
                 self.attempts.restart_spin();
@@ -225,6 +240,47 @@ impl LockActor {
                 self.settle(ctx);
             }
         }
+    }
+
+    /// The waiter `w` left (its caller dropped the wait). If its acquisition is
+    /// the one in flight, an owner-checked release of its field is sent now,
+    /// right behind it on the same connection, so that Redis runs it next
+    /// whenever it runs the acquisition: a grant that lands after the waiter
+    /// left is undone even if this process exits before the answer comes (a
+    /// frozen server runs both when it resumes). Waiting for the answer to give
+    /// it back, as before, left the hold for its whole lease when the process
+    /// was gone by then (issue 37). Only for an owner with no hold here (a
+    /// re-entry must keep the holds it had) and not for the fair lock, whose
+    /// release of a queued owner also gives up its place.
+    pub(super) fn abandon(&mut self, w: &super::Waiter, ctx: &mut Context<Self>) {
+        if self.rules().per_waiter()
+            || self.holdings.of(w.req.owner, w.req.kind).is_some()
+            || !self.attempts.abandon(w.req.id)
+        {
+            return;
+        }
+        let giveback = Giveback {
+            name: self.name.clone(),
+            kind: w.req.kind,
+            field: w.req.field.clone(),
+            lease_ms: millis(w.req.lease.unwrap_or(self.shared.config.watchdog_lease)),
+            request_id: Arc::from(crate::random::request_id()),
+            retry: false,
+        };
+        let unsettled = Unresolved::of(w);
+        let fut = self.rules().release(&self.shared, giveback);
+        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| match res {
+            Ok(reply) => {
+                debug!(lock = %act.name, ?reply, "gave back the attempt of a waiter that left")
+            }
+            Err(e) => {
+                // Not known to have run: what the attempt did is checked by the
+                // owner's hold count, as for a lost reply.
+                warn!(lock = %act.name, error = %e, "could not give back the attempt of a waiter that left; checking it");
+                act.attempts.unsettled(unsettled);
+                act.pump(ctx);
+            }
+        }));
     }
 
     /// The lock could not be taken: answer try-once waiters, then make sure the
