@@ -27,6 +27,7 @@ use super::LockActor;
 use crate::actors::listen::{self, Alarm};
 use crate::durations::millis;
 use crate::error::{redis_is_protocol_error, redis_is_transient, replica_shortfall, LockError};
+use crate::kind::Kind;
 use crate::wire::{self, AcquireReply};
 
 /// How long an attempt may go unanswered before a waiter whose deadline passes is
@@ -144,10 +145,14 @@ impl LockActor {
         match res {
             Ok(AcquireReply::Acquired { token, .. }) if abandoned => {
                 // Its waiter left while it was in flight, and the give-back sent
-                // right behind it on the same connection has undone it (or
-                // will, as Redis runs them in order): nobody holds this grant.
+                // right behind it on the same connection has undone it: nobody
+                // is granted this. The owner's hold count is still checked
+                // before the next attempt, as for a lost reply, in case the
+                // give-back went out first (an acquisition still queued in the
+                // coalescer when the waiter left).
                 self.attempts.redis_answered(true);
                 debug!(lock = %self.name, token, "granted to a waiter that left; given back behind it");
+                self.attempts.lost(attempt);
                 self.pump(ctx);
             }
             Ok(AcquireReply::Acquired { token, holds }) => {
@@ -249,26 +254,42 @@ impl LockActor {
     /// left is undone even if this process exits before the answer comes (a
     /// frozen server runs both when it resumes). Waiting for the answer to give
     /// it back, as before, left the hold for its whole lease when the process
-    /// was gone by then (issue 37). Only for an owner with no hold here (a
-    /// re-entry must keep the holds it had) and not for the fair lock, whose
-    /// release of a queued owner also gives up its place.
+    /// was gone by then (issue 37). It is one `EVAL` carrying the script, never
+    /// resent ([`wire::call_once`]), so that it needs nothing from the server's
+    /// script cache and cannot land behind a later attempt. Only for the
+    /// exclusive and spin locks, whose acquisition one release undoes exactly
+    /// whatever it found (granted or re-entered: one hold more, then one less;
+    /// held elsewhere: nothing, then nothing); a non-reentrant one only while
+    /// its owner holds nothing here (its refused re-entry followed by a release
+    /// would take the hold it had). The other kinds give back a late grant when
+    /// its answer comes, as before.
     pub(super) fn abandon(&mut self, w: &super::Waiter, ctx: &mut Context<Self>) {
-        if self.rules().per_waiter()
-            || self.holdings.of(w.req.owner, w.req.kind).is_some()
-            || !self.attempts.abandon(w.req.id)
-        {
+        let holds = self
+            .holdings
+            .of(w.req.owner, w.req.kind)
+            .is_some_and(|h| h.guards > 0);
+        let exact =
+            matches!(self.kind, Kind::Exclusive | Kind::Spin) && (w.req.reentrant || !holds);
+        if !exact || !self.attempts.abandon(w.req.id) {
             return;
         }
-        let giveback = Giveback {
-            name: self.name.clone(),
-            kind: w.req.kind,
-            field: w.req.field.clone(),
-            lease_ms: millis(w.req.lease.unwrap_or(self.shared.config.watchdog_lease)),
-            request_id: Arc::from(crate::random::request_id()),
-            retry: false,
-        };
+        let lease_ms = millis(w.req.lease.unwrap_or(self.shared.config.watchdog_lease));
+        let latch_ttl_ms = millis(self.shared.config.latch_ttl);
+        let (name, field) = (self.name.clone(), w.req.field.clone());
+        let request_id = crate::random::request_id();
+        let mut conn = self.shared.node.conn();
         let unsettled = Unresolved::of(w);
-        let fut = self.rules().release(&self.shared, giveback);
+        let fut = async move {
+            let call = wire::Release {
+                name: &name,
+                field: &field,
+                lease_ms,
+                request_id: &request_id,
+                latch_ttl_ms,
+                retry: false,
+            };
+            wire::call_once(&mut conn, &call).await
+        };
         ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| match res {
             Ok(reply) => {
                 debug!(lock = %act.name, ?reply, "gave back the attempt of a waiter that left")
