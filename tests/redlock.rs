@@ -591,3 +591,59 @@ async fn a_grant_that_lands_after_the_process_went_on_is_given_back() {
         "the frozen server kept a grant for {pttl} ms after the process exited: {err}"
     );
 }
+
+/// A server frozen under contention costs a waiting RedLock one bounded try,
+/// not one per round (issue 37, item 3): with the first of three servers
+/// frozen and a 1 s per-node wait, a client waiting behind another gets the
+/// lock from the two others within a few round trips of the holder's release.
+/// Before, every round waited the whole per-node wait for the frozen server
+/// (holding what it had won meanwhile, so that others kept missing a
+/// majority): the release was followed by about 1.8 s of waiting.
+#[actix_rt::test]
+async fn a_frozen_server_is_not_waited_for_in_every_round() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let (mut first, mut second) = (Vec::new(), Vec::new());
+    for s in &servers {
+        first.push(manager(s, |c| c).await);
+        second.push(manager(s, |c| c).await);
+    }
+    let held = RedLock::new(&first, "contended:frozen")
+        .node_wait(Duration::from_secs(1))
+        .acquire()
+        .await
+        .expect("acquired");
+    servers[0].pause();
+    let waiter = RedLock::new(&second, "contended:frozen")
+        .node_wait(Duration::from_secs(1))
+        .wait(Duration::from_secs(20));
+    let waiting = actix_rt::spawn(async move {
+        let got = waiter.acquire().await;
+        (got, Instant::now())
+    });
+    // Its first round finds the two live servers held and goes to wait on the
+    // second one's unlock message.
+    actix_rt::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.expect("released on a majority");
+    let released = Instant::now();
+    let (got, at) = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("answered within 20 s")
+        .expect("task");
+    let g = got.expect("acquired from the two live servers");
+    let after = at.saturating_duration_since(released);
+    assert!(
+        after < Duration::from_millis(500),
+        "acquired {after:?} after the holder's release"
+    );
+    assert_eq!(g.holding(), 2);
+    g.release().await.expect("released");
+    servers[0].resume();
+    // What waited in the frozen server's socket is given back when it runs.
+    let free = support::eventually(Duration::from_secs(5), || {
+        servers
+            .iter()
+            .all(|s| !support::exists(s, "contended:frozen"))
+    })
+    .await;
+    assert!(free, "a hold was left behind");
+}
