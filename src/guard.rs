@@ -223,6 +223,31 @@ impl LockGuard {
     }
 }
 
+impl LockGuard {
+    /// Gives back this hold without taking the guard (a RedLock's holds that are
+    /// left once the RedLock is lost): the release is queued at once, so a
+    /// [`Settle`](crate::Settle) sent after this call waits for it. `None` if the
+    /// guard was released (or given back) already.
+    pub(crate) fn give_back(
+        &self,
+    ) -> Option<impl std::future::Future<Output = Result<ReleaseOutcome, LockError>> + Send + 'static>
+    {
+        if self.released.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        let epoch = self.epoch;
+        Some(crate::reply::ask_now(&self.lock, move |reply| Release {
+            epoch,
+            reply,
+        }))
+    }
+
+    /// Whether it was released or given back (nothing more is sent for it).
+    pub(crate) fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if !self.released.swap(true, Ordering::AcqRel) {

@@ -57,3 +57,19 @@ where
     to.do_send(make(Reply(Some(tx))));
     rx.await.unwrap_or(Err(LockError::Stopped))
 }
+
+/// As [`ask`], but the message is sent now, not when the answer is first
+/// awaited: whatever is sent to the same actor after this call comes after it
+/// (a `Settle` waits for it, say), and the answer needs no borrow of `to`.
+pub(crate) fn ask_now<M, T>(
+    to: &Recipient<M>,
+    make: impl FnOnce(Reply<Result<T, LockError>>) -> M,
+) -> impl std::future::Future<Output = Result<T, LockError>> + Send + 'static
+where
+    M: Message<Result = ()> + Send + 'static,
+    T: Send + 'static,
+{
+    let (tx, rx) = oneshot::channel();
+    to.do_send(make(Reply(Some(tx))));
+    async move { rx.await.unwrap_or(Err(LockError::Stopped)) }
+}

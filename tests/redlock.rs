@@ -480,3 +480,170 @@ async fn a_server_frozen_at_start_holds_nobody_up_and_takes_part_once_back() {
         assert!(!support::exists(s, "late"), "left behind");
     }
 }
+
+/// `run --redlock` whose lock is deleted on two of three servers under it
+/// (issue 37, item 1): it is told lost and exits 76, and the hold it still had
+/// on the third server is given back before it exits. Before, that hold lasted
+/// the rest of its lease, and no majority was possible meanwhile.
+#[actix_rt::test]
+async fn a_lost_redlock_gives_back_the_hold_it_still_has() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let started = dir.path().join("started");
+    let script = format!("touch '{}'; sleep 30", started.display());
+    let mut child = lockwarden(&urls)
+        .args(["run", "gone", "--redlock", "--wait", "10s"])
+        .args(["--watchdog-lease", "3s", "--", "sh", "-c", &script])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run lockwarden");
+    assert!(
+        support::eventually(Duration::from_secs(20), || started.exists()).await,
+        "the command never started"
+    );
+    for s in &servers {
+        assert!(support::exists(s, "gone"), "held on every server");
+    }
+    for s in &servers[..2] {
+        let _: i64 = raw(s, &["DEL", "gone"]);
+    }
+    let deleted = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            deleted.elapsed() < Duration::from_secs(20),
+            "not told lost within 20 s"
+        );
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
+        .expect("stderr");
+    assert_eq!(status.code(), Some(76), "{err}");
+    let pttl: i64 = raw(&servers[2], &["PTTL", "gone"]);
+    assert_eq!(
+        pttl, -2,
+        "the third server still holds it for {pttl} ms after the holder exited: {err}"
+    );
+}
+
+/// A server frozen while a `run --redlock` process waits (issue 37, item 2):
+/// the process goes on with the two others, runs its command and exits; the
+/// acquisition it left queued in the frozen server's socket runs when that
+/// server resumes, and the give-back sent right behind it runs next, so the
+/// server holds nothing. Before, that grant lasted its lease (30 s), long
+/// after the process was gone.
+#[actix_rt::test]
+async fn a_grant_that_lands_after_the_process_went_on_is_given_back() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    // Held elsewhere on the first two servers: the process keeps asking all three.
+    let mut others = Vec::new();
+    for s in &servers {
+        let m = manager(s, |c| c).await;
+        let g = support::hold(&m, "queued", |a| a).await;
+        if others.len() < 2 {
+            others.push(g);
+        } else {
+            // The third server knows the scripts already, as a server in use
+            // does: the freeze below comes at the process's first call there,
+            // which on a server that never ran the acquisition script is its
+            // NOSCRIPT reload (a resend that may go out behind the give-back;
+            // the process then checks the hold count, unless it is gone first).
+            g.release().await.expect("released");
+        }
+    }
+    let calls = |s: &RedisServer| s.commandstats().get("evalsha").copied().unwrap_or(0);
+    let before = calls(&servers[2]);
+    let child = lockwarden(&urls)
+        .args(["run", "queued", "--redlock", "--wait", "20s", "--", "true"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run lockwarden");
+    assert!(
+        support::eventually(Duration::from_secs(10), || calls(&servers[2]) > before).await,
+        "the process never asked the third server"
+    );
+    servers[2].pause();
+    for g in others.drain(..) {
+        g.release().await.expect("released");
+    }
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .expect("task")
+        .expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    for s in &servers[..2] {
+        assert!(!support::exists(s, "queued"), "released: {err}");
+    }
+    servers[2].resume();
+    let given_back = support::eventually(Duration::from_secs(3), || {
+        !support::exists(&servers[2], "queued")
+    })
+    .await;
+    let pttl: i64 = raw(&servers[2], &["PTTL", "queued"]);
+    assert!(
+        given_back,
+        "the frozen server kept a grant for {pttl} ms after the process exited: {err}"
+    );
+}
+
+/// A server frozen under contention costs a waiting RedLock one bounded try,
+/// not one per round (issue 37, item 3): with the first of three servers
+/// frozen and a 1 s per-node wait, a client waiting behind another gets the
+/// lock from the two others within a few round trips of the holder's release.
+/// Before, every round waited the whole per-node wait for the frozen server
+/// (holding what it had won meanwhile, so that others kept missing a
+/// majority): the release was followed by about 1.8 s of waiting.
+#[actix_rt::test]
+async fn a_frozen_server_is_not_waited_for_in_every_round() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let (mut first, mut second) = (Vec::new(), Vec::new());
+    for s in &servers {
+        first.push(manager(s, |c| c).await);
+        second.push(manager(s, |c| c).await);
+    }
+    let held = RedLock::new(&first, "contended:frozen")
+        .node_wait(Duration::from_secs(1))
+        .acquire()
+        .await
+        .expect("acquired");
+    servers[0].pause();
+    let waiter = RedLock::new(&second, "contended:frozen")
+        .node_wait(Duration::from_secs(1))
+        .wait(Duration::from_secs(20));
+    let waiting = actix_rt::spawn(async move {
+        let got = waiter.acquire().await;
+        (got, Instant::now())
+    });
+    // Its first round finds the two live servers held and goes to wait on the
+    // second one's unlock message.
+    actix_rt::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.expect("released on a majority");
+    let released = Instant::now();
+    let (got, at) = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("answered within 20 s")
+        .expect("task");
+    let g = got.expect("acquired from the two live servers");
+    let after = at.saturating_duration_since(released);
+    assert!(
+        after < Duration::from_millis(500),
+        "acquired {after:?} after the holder's release"
+    );
+    assert_eq!(g.holding(), 2);
+    g.release().await.expect("released");
+    servers[0].resume();
+    // What waited in the frozen server's socket is given back when it runs.
+    let free = support::eventually(Duration::from_secs(5), || {
+        servers
+            .iter()
+            .all(|s| !support::exists(s, "contended:frozen"))
+    })
+    .await;
+    assert!(free, "a hold was left behind");
+}

@@ -14,7 +14,10 @@
 //! - cluster: three masters with a replica each: a manual failover, the slot of a
 //!   held lock resharded to another master, a master SIGKILLed;
 //! - redlock: three independent servers (`run --redlock`): one SIGKILLed, one
-//!   frozen (SIGSTOP) for 3 s, the killed one back without its data.
+//!   frozen (SIGSTOP) for 3 s, the killed one back without its data; then the
+//!   third frozen 5 s with all up (the acquisitions queued in its socket run when
+//!   it resumes) and the first killed again, which makes a majority need the
+//!   third: a hold left there by a process that went on shows as blind time.
 //!
 //! Knobs: `LOCKWARDEN_CHAOS_WORKERS` (6), `LOCKWARDEN_CHAOS_LOCKS` (2),
 //! `LOCKWARDEN_CHAOS_LEASE` (watchdog lease in s, 30, the default of the command),

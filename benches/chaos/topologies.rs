@@ -301,6 +301,27 @@ pub fn redlock(settings: &Settings) -> Vec<Row> {
         fault("the killed server back, data lost", quiet, |_: &Fleet| {
             servers[0].borrow_mut().restart()
         }),
+        // All three up: the fleet goes on with the other two while the
+        // acquisitions sent to the frozen one wait in its socket, and run when
+        // it resumes, for processes that went on or exited (issue 37). Each is
+        // followed by its give-back; left without one, they held the lock there
+        // for a whole lease.
+        fault(
+            "third server frozen 5 s, all up (queued grants land on resume)",
+            quiet,
+            |_: &Fleet| {
+                servers[2].borrow_mut().pause();
+                std::thread::sleep(Duration::from_secs(5));
+                servers[2].borrow_mut().resume();
+            },
+        ),
+        // Within the lease of anything the resume left behind: a majority now
+        // needs the third server, so a hold left there shows as blind time.
+        fault(
+            "first server SIGKILLed after that resume",
+            quiet,
+            |_: &Fleet| servers[0].borrow_mut().kill(),
+        ),
     ];
     run_with(
         "redlock",

@@ -3,24 +3,30 @@
 //!
 //! In a round every node is asked at once, each answer bounded by a short per-node
 //! wait, so a node that is down, frozen or slow never holds up the others for
-//! longer than that. The lock is granted when a majority (N/2 + 1) said yes **and**
-//! the time the round took leaves the lease most of its length (validity = lease -
-//! elapsed - a drift allowance); otherwise every node that said yes is released at
-//! once. Before the next round the client waits on one node only, the *anchor*:
-//! the first node, in the order given, that answered. There it queues like any
-//! waiter and is woken by the node's unlock message (at most a second, then a new
-//! round asks everyone again); once it holds the anchor, the next round asks the
-//! others. Waiting on every node at once would split the votes under contention
-//! (each client holding one node while waiting for one that another client
-//! holds, until the per-node waits run out); with every client queued on the same
-//! anchor, whoever wins it finds the others free. Clients should therefore list
-//! the nodes in the same order; another order is still safe, only slower under
-//! contention. With no node answering, the round is tried again after a short
-//! random pause, until the wait budget runs out.
+//! longer than that; and a round ends as soon as its outcome is known (a majority
+//! out of reach, or won with every node that answered its last try heard), so a
+//! node that stopped answering costs one per-node wait, not one per round. The
+//! tries a round leaves unanswered are dropped, and each node's lock actor sends a
+//! give-back right behind such a try, so a frozen node that runs them when it
+//! resumes is left holding nothing. The lock is granted when a majority (N/2 + 1)
+//! said yes **and** the time the round took leaves the lease most of its length
+//! (validity = lease - elapsed - a drift allowance); otherwise every node that said
+//! yes is released at once (waited for at most the per-node wait). Before the next
+//! round the client waits on one node only, the *anchor*: the first node, in the
+//! order given, that answered. There it queues like any waiter and is woken by the
+//! node's unlock message (at most a second, then a new round asks everyone again);
+//! once it holds the anchor, the next round asks the others. Waiting on every node
+//! at once would split the votes under contention (each client holding one node
+//! while waiting for one that another client holds, until the per-node waits run
+//! out); with every client queued on the same anchor, whoever wins it finds the
+//! others free. Clients should therefore list the nodes in the same order; another
+//! order is still safe, only slower under contention. With no node answering, the
+//! round is tried again after a short random pause, until the wait budget runs out.
 //!
 //! In watchdog mode every node's hold is renewed by its own manager, as any lock
 //! is; [`RedGuard::lost`] resolves once fewer than a majority of the holds are
-//! left, which is when the lock stops being a RedLock.
+//! left, which is when the lock stops being a RedLock; the holds still left then
+//! are given back at once.
 //!
 //! Fencing: the nodes' counters are independent, so their tokens are not
 //! comparable and there is no one token for the whole lock. The guard offers each
@@ -33,11 +39,10 @@ use std::time::{Duration, Instant};
 use actix::{Addr, Handler, Message, ResponseFuture};
 use futures::future::join_all;
 use futures::stream::{FuturesUnordered, StreamExt};
-use tracing::info;
+use tracing::{debug, info, warn};
 
 use super::handle::{Handle, LockHandle};
 use super::manager::LockManager;
-use super::multi::release_all;
 use crate::error::{LockError, LostReason};
 use crate::guard::LockGuard;
 use crate::keys::Owner;
@@ -158,27 +163,20 @@ impl RedLock {
         // with the moment its lease may have started.
         let mut carried: Option<(usize, LockGuard, Instant)> = None;
         let mut last_error = None;
+        // Per node: its last try went unanswered (frozen, or slower than the
+        // others); a round does not wait for it once the others decided.
+        let mut silent = vec![false; handles.len()];
         loop {
             let began = carried.as_ref().map_or_else(Instant::now, |c| c.2);
             let carried_node = carried.as_ref().map(|c| c.0);
             let asked: Vec<usize> = (0..handles.len())
                 .filter(|&i| Some(i) != carried_node)
                 .collect();
-            let answers = join_all(asked.iter().map(|&i| self.try_node(&handles[i], owner))).await;
-            let mut won: Vec<(usize, LockGuard)> =
+            let won: Vec<(usize, LockGuard)> =
                 carried.take().map(|(i, g, _)| (i, g)).into_iter().collect();
-            // Nodes that answered this round (granted or held elsewhere), in list order.
-            let mut answered: Vec<usize> = won.iter().map(|(i, _)| *i).collect();
-            for (&node, answer) in asked.iter().zip(answers) {
-                match answer {
-                    Ok(Some(guard)) => {
-                        won.push((node, guard));
-                        answered.push(node);
-                    }
-                    Ok(None) => answered.push(node),
-                    Err(e) => last_error = Some(e),
-                }
-            }
+            let (mut won, mut answered) = self
+                .round(&handles, owner, &asked, won, &mut silent, &mut last_error)
+                .await;
             let valid = lease
                 .checked_sub(began.elapsed() + drift)
                 .is_some_and(|v| !v.is_zero());
@@ -191,7 +189,7 @@ impl RedLock {
                     quorum,
                 });
             }
-            release_all(won.into_iter().map(|(_, g)| g).collect()).await;
+            self.give_back(won).await;
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 return Err(last_error.unwrap_or(LockError::Timeout {
@@ -216,7 +214,9 @@ impl RedLock {
                             None => a,
                         }
                     });
-                    match tokio::time::timeout(wait + self.node_wait, attempt).await {
+                    let waited = tokio::time::timeout(wait + self.node_wait, attempt).await;
+                    silent[anchor] = waited.is_err();
+                    match waited {
                         Ok(Ok(guard)) => {
                             // Its lease started at most one answer ago.
                             let at = Instant::now();
@@ -240,13 +240,74 @@ impl RedLock {
         }
     }
 
-    /// One node's answer for one round: granted, held elsewhere (`None`), or an
-    /// error, within the per-node wait.
-    async fn try_node(
+    /// One round: asks the nodes `asked` at once (`won` holds what the round
+    /// starts with, a grant carried from the anchor) and reads their answers
+    /// until the outcome is known: a majority won and every node that answered
+    /// its last try has answered this one too, or a majority is out of reach
+    /// even if every node still silent said yes, or every node answered or ran
+    /// out of its per-node wait. A node silent in an earlier round (frozen, say)
+    /// is still asked and counts if it answers in time, but nobody waits for it:
+    /// waiting for it on every round held the nodes already won (keeping out
+    /// the others, who then kept missing a majority) and made whoever needed it
+    /// lose every race to processes that did not (issue 37). The tries left
+    /// unanswered are dropped, which makes each lock actor give back whatever it
+    /// may yet be granted. Answers the grants, sorted later, and the nodes that
+    /// answered (granted or held elsewhere), in list order of answering.
+    async fn round(
         &self,
-        handle: &LockHandle,
+        handles: &[LockHandle],
         owner: Owner,
-    ) -> Result<Option<LockGuard>, LockError> {
+        asked: &[usize],
+        mut won: Vec<(usize, LockGuard)>,
+        silent: &mut [bool],
+        last_error: &mut Option<LockError>,
+    ) -> (Vec<(usize, LockGuard)>, Vec<usize>) {
+        let quorum = self.quorum();
+        let mut answered: Vec<usize> = won.iter().map(|(i, _)| *i).collect();
+        let mut waiting: Vec<usize> = asked.to_vec();
+        let mut tries: FuturesUnordered<_> = asked
+            .iter()
+            .map(|&i| async move { (i, self.try_node(&handles[i], owner).await) })
+            .collect();
+        while let Some((node, answer)) = tries.next().await {
+            waiting.retain(|&i| i != node);
+            silent[node] = matches!(answer, Answer::Silent);
+            match answer {
+                Answer::Granted(guard) => {
+                    won.push((node, guard));
+                    answered.push(node);
+                }
+                Answer::Held => answered.push(node),
+                Answer::Failed(e) => *last_error = Some(e),
+                Answer::Silent => *last_error = Some(self.unanswered()),
+            }
+            let loud = waiting.iter().filter(|&&i| !silent[i]).count();
+            if won.len() + waiting.len() < quorum || (won.len() >= quorum && loud == 0) {
+                break;
+            }
+        }
+        // Left before they answered: silent until they answer a later try.
+        for i in waiting {
+            silent[i] = true;
+        }
+        (won, answered)
+    }
+
+    /// Gives back the grants of a round that did not win, waiting for the
+    /// answers at most the per-node wait: the other clients should find them
+    /// free by the next round, but a node that froze meanwhile must not hold
+    /// this client up (awaited in full, such a release held the next round
+    /// back until its retries gave up with the lease; issue 37). What is not
+    /// answered by then goes on in the node's lock actor.
+    async fn give_back(&self, won: Vec<(usize, LockGuard)>) {
+        let releases: Vec<_> = won.iter().filter_map(|(_, g)| g.give_back()).collect();
+        // Marked given back: dropping them sends nothing more.
+        drop(won);
+        let _ = tokio::time::timeout(self.node_wait, join_all(releases)).await;
+    }
+
+    /// One node's answer for one round, within the per-node wait.
+    async fn try_node(&self, handle: &LockHandle, owner: Owner) -> Answer {
         let attempt = handle.acquire_with(|a| {
             let a = a.owner(owner).wait(Duration::ZERO);
             match self.lease {
@@ -255,10 +316,10 @@ impl RedLock {
             }
         });
         match tokio::time::timeout(self.node_wait, attempt).await {
-            Ok(Ok(guard)) => Ok(Some(guard)),
-            Ok(Err(LockError::Timeout { .. })) => Ok(None),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(self.unanswered()),
+            Ok(Ok(guard)) => Answer::Granted(guard),
+            Ok(Err(LockError::Timeout { .. })) => Answer::Held,
+            Ok(Err(e)) => Answer::Failed(e),
+            Err(_) => Answer::Silent,
         }
     }
 
@@ -302,6 +363,19 @@ impl RedLock {
     }
 }
 
+/// One node's answer to one try of a round.
+#[derive(Debug)]
+enum Answer {
+    /// It granted the lock.
+    Granted(LockGuard),
+    /// It is held elsewhere.
+    Held,
+    /// It answered with an error.
+    Failed(LockError),
+    /// No answer within the per-node wait.
+    Silent,
+}
+
 /// Proof of holding a [`RedLock`] on a majority of its nodes. Dropping it releases
 /// every node's hold in the background.
 #[derive(Debug)]
@@ -316,9 +390,13 @@ pub struct RedGuard {
 }
 
 impl RedGuard {
-    /// How many nodes hold it now (granted and not lost since).
+    /// How many nodes hold it now (granted and not lost since, nor given back
+    /// after the RedLock was lost).
     pub fn holding(&self) -> usize {
-        self.guards.iter().filter(|g| g.is_lost().is_none()).count()
+        self.guards
+            .iter()
+            .filter(|g| g.is_lost().is_none() && !g.is_released())
+            .count()
     }
 
     /// Each granting node's fencing token. They are not comparable with each other
@@ -342,18 +420,60 @@ impl RedGuard {
     }
 
     /// Resolves when fewer than a majority of the nodes still hold the lock, with
-    /// the reason of the loss that tipped it.
+    /// the reason of the loss that tipped it. The holds still left then are
+    /// worth nothing but keep others out (no majority is possible while they
+    /// last), so they are given back at that moment, each owner-checked, in the
+    /// background; a failure is logged, and that hold ends with its lease. A
+    /// process about to exit sends each node's manager
+    /// [`Settle`](crate::Settle) to let them finish.
     pub async fn lost(&self) -> LostReason {
         let mut left = self.guards.len();
         let mut losses: FuturesUnordered<_> = self.guards.iter().map(|g| g.lost()).collect();
         while let Some(reason) = losses.next().await {
             left -= 1;
             if left < self.quorum {
+                self.give_back_held(&reason);
                 return reason;
             }
         }
         // Every hold ended without being lost: only after a release.
         std::future::pending().await
+    }
+
+    /// Gives back every hold not lost yet (the RedLock is lost, `reason` tipped
+    /// it): the releases are queued now, and their answers logged in the
+    /// background. A hold given back already is left alone.
+    fn give_back_held(&self, reason: &LostReason) {
+        let releases: Vec<_> = self
+            .nodes
+            .iter()
+            .zip(&self.guards)
+            .filter(|(_, g)| g.is_lost().is_none())
+            .filter_map(|(&node, g)| Some((node, g.name().to_owned(), g.give_back()?)))
+            .collect();
+        if releases.is_empty() {
+            return;
+        }
+        warn!(
+            lock = %releases[0].1,
+            %reason,
+            giving_back = releases.len(),
+            "RedLock lost: fewer than a majority of its nodes still hold it; giving back the \
+             holds that are left"
+        );
+        tokio::spawn(join_all(releases.into_iter().map(
+            |(node, lock, release)| async move {
+                match release.await {
+                    Ok(_) => debug!(%lock, node, "gave back a lost RedLock's hold"),
+                    Err(e) => warn!(
+                        %lock,
+                        node,
+                        error = %e,
+                        "could not give back a lost RedLock's hold; it ends with its lease"
+                    ),
+                }
+            },
+        )));
     }
 
     /// Releases every node's hold at once. Answers `Ok` as soon as a majority of
@@ -366,8 +486,14 @@ impl RedGuard {
     /// it).
     pub async fn release(self) -> Result<(), LockError> {
         let quorum = self.quorum;
-        let mut pending: FuturesUnordered<_> =
-            self.guards.into_iter().map(LockGuard::release).collect();
+        // Holds given back when the RedLock was lost are not sent again; the
+        // lost ones answer why.
+        let mut pending: FuturesUnordered<_> = self
+            .guards
+            .into_iter()
+            .filter(|g| !g.is_released())
+            .map(LockGuard::release)
+            .collect();
         let (mut released, mut first_error) = (0, None);
         while let Some(outcome) = pending.next().await {
             match outcome {

@@ -50,14 +50,31 @@ pub(crate) struct Lua {
     plain: Script,
     /// With `SPUBLISH`.
     sharded: Script,
+    /// The text of `plain`, for a call that must not depend on the server's
+    /// script cache ([`Lua::code`]).
+    plain_code: String,
+    /// The text of `sharded`.
+    sharded_code: String,
 }
 
 impl Lua {
     /// Compiles `code` (the text of `lua/`, preludes included) in both forms.
     pub(crate) fn new(code: &str) -> Lua {
+        let sharded_code = sharded(code);
         Lua {
             plain: Script::new(code),
-            sharded: Script::new(&sharded(code)),
+            sharded: Script::new(&sharded_code),
+            plain_code: code.to_owned(),
+            sharded_code,
+        }
+    }
+
+    /// The text of the form for `publish`: what `EVAL` sends when a call must
+    /// run as one command, never resent after a NOSCRIPT (`call_once`).
+    pub(crate) fn code(&self, publish: Publish) -> &str {
+        match publish {
+            Publish::Plain => &self.plain_code,
+            Publish::Sharded => &self.sharded_code,
         }
     }
 

@@ -189,6 +189,26 @@ pub(crate) async fn call<S: ScriptCall, C: ScriptConn>(
     call.parse(into_result(call.invocation().run(conn).await?)?)
 }
 
+/// Runs `call` as one `EVAL` carrying the script's text, sent once and never
+/// again: for a give-back sent right behind the acquisition it undoes
+/// (`actors/lock/acquire.rs`), which must run next to it whatever the server's
+/// script cache holds (a server restarted empty answers NOSCRIPT to an EVALSHA,
+/// and a resend after loading could land behind a later acquisition of the same
+/// owner, or never go out if the process is gone by then). No replica is asked.
+pub(crate) async fn call_once<S: ScriptCall, C: ScriptConn>(
+    conn: &mut C,
+    call: &S,
+) -> RedisResult<S::Reply> {
+    let invocation = call.invocation();
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(invocation.script.code(conn.publish()))
+        .arg(invocation.keys.len())
+        .arg(&invocation.keys)
+        .arg(&invocation.args);
+    let reply = conn.req_packed_command(&cmd).await?;
+    call.parse(into_result(reply)?)
+}
+
 /// An error reply as an error, anything else as it is.
 pub(crate) fn into_result(reply: Value) -> RedisResult<Value> {
     match reply {

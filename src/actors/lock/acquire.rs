@@ -9,7 +9,10 @@
 //! An attempt whose reply was lost has an unknown outcome: before anyone tries
 //! again, the actor reads the owner's hold count and gives back a hold the lost
 //! attempt may have taken, so that nobody is told "acquired" on a count that does
-//! not match its guards.
+//! not match its guards. A waiter that leaves while its attempt is in flight has
+//! that attempt given back at once, by a release sent right behind it on the same
+//! connection ([`LockActor::abandon`]), so that Redis undoes a late grant even if
+//! this process is gone by the time Redis runs it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,13 +20,14 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{debug, warn};
 
-use super::attempts::InFlight;
+use super::attempts::{InFlight, Unresolved};
 use super::holding::Claim;
 use super::kinds::{self, Giveback};
 use super::LockActor;
 use crate::actors::listen::{self, Alarm};
 use crate::durations::millis;
 use crate::error::{redis_is_protocol_error, redis_is_transient, replica_shortfall, LockError};
+use crate::kind::Kind;
 use crate::wire::{self, AcquireReply};
 
 /// How long an attempt may go unanswered before a waiter whose deadline passes is
@@ -46,7 +50,9 @@ impl LockActor {
             self.settle(ctx);
             return;
         }
-        let gone = self.queue.remove_gone();
+        // The waiter whose attempt is in flight stays until its `Cancel` comes,
+        // which gives that attempt back at once (`abandon`).
+        let gone = self.queue.remove_gone(self.attempts.in_flight());
         self.leave_fair_queue(gone.queued, ctx);
         let per_waiter = self.rules().per_waiter();
         let picked = if per_waiter {
@@ -58,6 +64,7 @@ impl LockActor {
             self.settle(ctx);
             return;
         };
+        self.attempts.sent_acquisition();
         let sent = Instant::now();
         let fut = self.rules().acquire(&self.shared, call);
         ctx.spawn(
@@ -133,8 +140,21 @@ impl LockActor {
         res: redis::RedisResult<AcquireReply>,
         ctx: &mut Context<Self>,
     ) {
+        let abandoned = self.attempts.was_abandoned();
         let woken = self.attempts.answered();
         match res {
+            Ok(AcquireReply::Acquired { token, .. }) if abandoned => {
+                // Its waiter left while it was in flight, and the give-back sent
+                // right behind it on the same connection has undone it: nobody
+                // is granted this. The owner's hold count is still checked
+                // before the next attempt, as for a lost reply, in case the
+                // give-back went out first (an acquisition still queued in the
+                // coalescer when the waiter left).
+                self.attempts.redis_answered(true);
+                debug!(lock = %self.name, token, "granted to a waiter that left; given back behind it");
+                self.attempts.lost(attempt);
+                self.pump(ctx);
+            }
             Ok(AcquireReply::Acquired { token, holds }) => {
                 self.attempts.redis_answered(true);
                 self.attempts.restart_spin();
@@ -225,6 +245,63 @@ impl LockActor {
                 self.settle(ctx);
             }
         }
+    }
+
+    /// The waiter `w` left (its caller dropped the wait). If its acquisition is
+    /// the one in flight, an owner-checked release of its field is sent now,
+    /// right behind it on the same connection, so that Redis runs it next
+    /// whenever it runs the acquisition: a grant that lands after the waiter
+    /// left is undone even if this process exits before the answer comes (a
+    /// frozen server runs both when it resumes). Waiting for the answer to give
+    /// it back, as before, left the hold for its whole lease when the process
+    /// was gone by then (issue 37). It is one `EVAL` carrying the script, never
+    /// resent ([`wire::call_once`]), so that it needs nothing from the server's
+    /// script cache and cannot land behind a later attempt. Only for the
+    /// exclusive and spin locks, whose acquisition one release undoes exactly
+    /// whatever it found (granted or re-entered: one hold more, then one less;
+    /// held elsewhere: nothing, then nothing); a non-reentrant one only while
+    /// its owner holds nothing here (its refused re-entry followed by a release
+    /// would take the hold it had). The other kinds give back a late grant when
+    /// its answer comes, as before.
+    pub(super) fn abandon(&mut self, w: &super::Waiter, ctx: &mut Context<Self>) {
+        let holds = self
+            .holdings
+            .of(w.req.owner, w.req.kind)
+            .is_some_and(|h| h.guards > 0);
+        let exact =
+            matches!(self.kind, Kind::Exclusive | Kind::Spin) && (w.req.reentrant || !holds);
+        if !exact || !self.attempts.abandon(w.req.id) {
+            return;
+        }
+        let lease_ms = millis(w.req.lease.unwrap_or(self.shared.config.watchdog_lease));
+        let latch_ttl_ms = millis(self.shared.config.latch_ttl);
+        let (name, field) = (self.name.clone(), w.req.field.clone());
+        let request_id = crate::random::request_id();
+        let mut conn = self.shared.node.conn();
+        let unsettled = Unresolved::of(w);
+        let fut = async move {
+            let call = wire::Release {
+                name: &name,
+                field: &field,
+                lease_ms,
+                request_id: &request_id,
+                latch_ttl_ms,
+                retry: false,
+            };
+            wire::call_once(&mut conn, &call).await
+        };
+        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| match res {
+            Ok(reply) => {
+                debug!(lock = %act.name, ?reply, "gave back the attempt of a waiter that left")
+            }
+            Err(e) => {
+                // Not known to have run: what the attempt did is checked by the
+                // owner's hold count, as for a lost reply.
+                warn!(lock = %act.name, error = %e, "could not give back the attempt of a waiter that left; checking it");
+                act.attempts.unsettled(unsettled);
+                act.pump(ctx);
+            }
+        }));
     }
 
     /// The lock could not be taken: answer try-once waiters, then make sure the

@@ -76,6 +76,13 @@ pub(super) struct Attempts {
     /// check): a new owner's first attempt may then skip the re-entry check
     /// (`acquire.lua`'s new-owner flag).
     saw_lock: bool,
+    /// The attempt in flight is an acquisition script (not a handover), so an
+    /// owner-checked release of its field undoes whatever it did.
+    acquiring: bool,
+    /// Its waiter left while it was in flight and a give-back was sent right
+    /// behind it ([`Attempts::abandon`]): a grant it answers is undone already,
+    /// and is granted to nobody.
+    abandoned: bool,
 }
 
 impl Attempts {
@@ -114,12 +121,36 @@ impl Attempts {
     pub(super) fn sent(&mut self, id: u64) {
         self.in_flight = Some(id);
         self.woken_meanwhile = false;
+        self.acquiring = false;
+        self.abandoned = false;
+    }
+
+    /// The attempt just sent is an acquisition script (a handover is not).
+    pub(super) fn sent_acquisition(&mut self) {
+        self.acquiring = true;
+    }
+
+    /// The waiter `id` left: answers whether its acquisition is the one in
+    /// flight and not given back yet, and if so counts it given back (the
+    /// caller sends the give-back).
+    pub(super) fn abandon(&mut self, id: u64) -> bool {
+        let now = self.in_flight == Some(id) && self.acquiring && !self.abandoned;
+        self.abandoned |= now;
+        now
+    }
+
+    /// Whether the attempt in flight was given back after its waiter left;
+    /// asked once its answer is in, before [`Attempts::answered`].
+    pub(super) fn was_abandoned(&self) -> bool {
+        self.abandoned
     }
 
     /// The attempt in flight is over (answered, or decided by a handover);
     /// answers whether something woke the lock meanwhile.
     pub(super) fn answered(&mut self) -> bool {
         self.in_flight = None;
+        self.acquiring = false;
+        self.abandoned = false;
         std::mem::take(&mut self.woken_meanwhile)
     }
 
@@ -152,6 +183,12 @@ impl Attempts {
             owner: attempt.owner,
             field: attempt.field,
         }));
+    }
+
+    /// A give-back sent behind an abandoned attempt failed: what that attempt
+    /// did is checked as for a lost reply, once nothing is in flight.
+    pub(super) fn unsettled(&mut self, what: Box<Unresolved>) {
+        self.unresolved = Some(what);
     }
 
     /// Redis failed the attempt or its check with `e`.
@@ -199,6 +236,8 @@ impl Attempts {
         if let Some(id) = self.in_flight.take() {
             self.unresolved = lost_of(id);
         }
+        self.acquiring = false;
+        self.abandoned = false;
         self.woken_meanwhile = false;
         self.checking = false;
     }

@@ -492,6 +492,7 @@ impl Handler<Cancel> for LockActor {
             if w.queued {
                 self.leave_fair_queue(vec![w.req.field.clone()], ctx);
             }
+            self.abandon(&w, ctx);
         }
         self.pump(ctx);
     }

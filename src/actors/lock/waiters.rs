@@ -202,11 +202,12 @@ impl WaiterQueue {
         self.items.iter_mut().find(|w| w.req.id == id)
     }
 
-    /// Drops waiters whose caller stopped listening.
-    pub(crate) fn remove_gone(&mut self) -> Gone {
+    /// Drops waiters whose caller stopped listening, but `keep` (the one whose
+    /// attempt is in flight: its `Cancel` deals with it).
+    pub(crate) fn remove_gone(&mut self, keep: Option<u64>) -> Gone {
         let mut gone = Gone::default();
         self.items.retain(|w| {
-            let closed = w.req.reply.is_closed();
+            let closed = w.req.reply.is_closed() && Some(w.req.id) != keep;
             if closed {
                 gone.add(w);
             }

@@ -15,7 +15,11 @@
 //! bounded by `--node-wait` per server, a random pause between them, within
 //! `--wait`); this module races it against the signals, as `acquire.rs` does for
 //! a single lock. Dropping the pending round is how its waiters leave: each
-//! server's lock actor gives back a grant that raced the drop.
+//! server's lock actor sends an owner-checked give-back right behind an attempt
+//! still in flight, on the same connection, so a grant that lands later (a
+//! frozen server runs the queued attempts when it resumes) is undone even after
+//! this process is gone; on the way out without the lock the managers get
+//! `Settle` to put those on the wire.
 
 use std::time::{Duration, Instant};
 
@@ -97,6 +101,7 @@ pub async fn acquire(
             got = lock.acquire().fuse() => got,
             sig = signals.recv().fuse() => {
                 note(format!("interrupted while waiting for lock \"{}\"; left the queue", args.name));
+                settle_quietly(&places).await;
                 return Ok(RedWaited::Interrupted(sig));
             }
             (place, manager) = late.select_next_some() => {
@@ -123,6 +128,7 @@ pub async fn acquire(
             // At the deadline the last round's failure comes back: a lock held
             // elsewhere, or a server's error; either way --wait ran out.
             Err(e) if args.acquire.wait.is_some_and(|w| began.elapsed() >= w) => {
+                settle_quietly(&places).await;
                 let why = match e {
                     LockError::Timeout { .. } => String::new(),
                     other => format!(" (last error: {other})"),
@@ -135,10 +141,13 @@ pub async fn acquire(
                 ));
                 Ok(RedWaited::TimedOut)
             }
-            Err(e) => Err(Failure::from_lock(
-                &format!("acquiring \"{}\"", args.name),
-                e,
-            )),
+            Err(e) => {
+                settle_quietly(&places).await;
+                Err(Failure::from_lock(
+                    &format!("acquiring \"{}\"", args.name),
+                    e,
+                ))
+            }
         };
     }
 }
@@ -251,9 +260,7 @@ async fn again(place: usize, config: Config) -> (usize, Addr<LockManager>) {
 /// flight [`STRAGGLERS`] to finish before the process exits, and says on stderr
 /// how many servers were left to their lease.
 pub async fn settle(managers: &[Addr<LockManager>]) {
-    let asked = managers.iter().map(|m| m.send(Settle::within(STRAGGLERS)));
-    let settled = join_all(asked).await;
-    let left = settled.iter().filter(|s| !matches!(s, Ok(true))).count();
+    let left = unsettled(managers).await;
     if left > 0 {
         note(format!(
             "released on a majority; {left} server(s) did not confirm within {}: \
@@ -261,4 +268,44 @@ pub async fn settle(managers: &[Addr<LockManager>]) {
             human(STRAGGLERS)
         ));
     }
+}
+
+/// After the RedLock was lost: the library gave back the holds still left
+/// ([`RedGuard::lost`]); this gives those releases [`STRAGGLERS`] to finish
+/// before the process exits (before, they were cut short and the hold lasted
+/// its lease, keeping every majority out; issue 37), and says how many servers
+/// did not confirm.
+pub async fn settle_lost(managers: &[Addr<LockManager>]) {
+    let left = unsettled(managers).await;
+    if left > 0 {
+        note(format!(
+            "{left} server(s) did not confirm giving back the hold left there within {}: \
+             it ends with its lease",
+            human(STRAGGLERS)
+        ));
+    }
+}
+
+/// On the way out without the lock (timed out, interrupted): each server's lock
+/// actor sent a give-back right behind an attempt whose waiter left, and this
+/// gives them [`STRAGGLERS`] to go out on the wire, or answer, before the
+/// process exits. A frozen server runs the attempt and its give-back together
+/// when it resumes, so nothing is left there either way; a server that answers
+/// settles at once.
+async fn settle_quietly(places: &Places) {
+    let managers: Vec<Addr<LockManager>> = places.iter().flatten().cloned().collect();
+    let left = unsettled(&managers).await;
+    if left > 0 {
+        debug!(
+            servers = left,
+            "attempts still unanswered on the way out; given back behind them"
+        );
+    }
+}
+
+/// Asks every manager to settle within [`STRAGGLERS`]; answers how many did not.
+async fn unsettled(managers: &[Addr<LockManager>]) -> usize {
+    let asked = managers.iter().map(|m| m.send(Settle::within(STRAGGLERS)));
+    let settled = join_all(asked).await;
+    settled.iter().filter(|s| !matches!(s, Ok(true))).count()
 }

@@ -400,6 +400,12 @@ async fn finish(guard: Held, args: &RunArgs, lost: Option<LostReason>, code: i32
         OnLost::Warn => code,
     };
     if lost.is_some() {
+        if let Held::Red(guard, _, managers) = guard {
+            // The holds left were given back when the loss was seen; dropping
+            // the guard sends nothing more for them.
+            drop(guard);
+            redlock::settle_lost(&managers).await;
+        }
         return lost_code;
     }
     // The library retries a release caught by a failover until the lease would
