@@ -86,6 +86,11 @@ async fn start_without_the_password_a_server_wants_fails_naming_the_fix() {
     assert!(said.contains("NOAUTH"), "{said}");
     assert!(said.contains("put the password in the URL"), "{said}");
     assert!(said.contains("redis://:PASSWORD@host:port/"), "{said}");
+    assert_eq!(
+        said.matches("put the password").count(),
+        1,
+        "said twice: {said}"
+    );
     // With the password in the URL, it starts and locks.
     let fixed = Config::from_url(&format!("redis://:secret@127.0.0.1:{}/", server.port()));
     let m = LockManager::start(fixed.expect("URL"))
@@ -136,7 +141,13 @@ async fn start_with_tls_against_a_plain_server_says_so_at_once() {
     // With a password, the plain answer is NOAUTH: still Redis.
     let guarded = guarded_server();
     let (err, _) = refused_start(&format!("rediss://:secret@127.0.0.1:{}/", guarded.port())).await;
-    assert!(err.to_string().contains("speaks plain Redis"), "{err}");
+    let said = err.to_string();
+    assert!(said.contains("speaks plain Redis"), "{said}");
+    // Its NOAUTH is quoted as the proof, not read as a missing password.
+    assert!(
+        said.contains("-NOAUTH") && !said.contains("put the password"),
+        "{said}"
+    );
 }
 
 /// A TCP listener on a free port that answers every connection with `answer`

@@ -279,8 +279,14 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
                 format!("could not connect to Redis within the connection timeout ({bound:?})"),
             ))
         })?;
-        // A cluster's slots asked without the password it wants: say where it goes.
-        found.map_err(|e| diagnose::no_password(config, &e).unwrap_or(e))
+        // A Sentinel's master or a cluster's slots asked without the password they
+        // want: say where it goes (a standalone server's error is named already).
+        found.map_err(
+            |e| match config.sentinel.is_some() || config.cluster.is_some() {
+                true => diagnose::no_password(config, &e).unwrap_or(e),
+                false => e,
+            },
+        )
     };
     // A failover in progress is waited out within `Config::start_wait` (start.rs).
     let link = start::until_found(config, first).await?;
