@@ -194,6 +194,91 @@ async fn start_against_a_port_that_is_not_redis_says_so_at_once() {
     assert!(said.contains("rediss://"), "{said}");
 }
 
+/// Asks `m` for a round trip until it answers one, for at most `limit`.
+async fn until_reachable(m: &actix::Addr<LockManager>, limit: Duration) -> Duration {
+    use lockwarden::Locks;
+    let began = Instant::now();
+    loop {
+        match m.ping(Duration::from_millis(300)).await {
+            Ok(rtt) => return rtt,
+            Err(e) if began.elapsed() < limit => {
+                assert!(e.is_retryable(), "{e:?}");
+                actix_rt::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("still unreachable after {limit:?}: {e}"),
+        }
+    }
+}
+
+/// The readiness call: `ping` answers the round trip while Redis is up, an
+/// error within its bound while Redis is frozen or down (saying so, worth
+/// retrying), and a round trip again once it is back.
+#[actix_rt::test]
+async fn ping_says_whether_the_manager_reaches_redis_now() {
+    use lockwarden::Locks;
+    let mut redis = RedisServer::start();
+    let m = manager(&redis, |c| c).await;
+    let bound = Duration::from_millis(300);
+    let rtt = m.ping(bound).await.expect("connected");
+    assert!(rtt < bound, "{rtt:?}");
+
+    redis.pause();
+    let began = Instant::now();
+    let frozen = m.ping(bound).await;
+    let took = began.elapsed();
+    redis.resume();
+    let err = frozen.expect_err("Redis is frozen");
+    eprintln!("frozen: {took:?}: {err}");
+    assert!(
+        err.to_string()
+            .contains("did not answer a PING within 300ms"),
+        "{err}"
+    );
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(
+        took >= bound && took < bound + Duration::from_millis(500),
+        "{took:?}"
+    );
+    until_reachable(&m, Duration::from_secs(5)).await;
+
+    redis.kill();
+    let began = Instant::now();
+    let err = m.ping(bound).await.expect_err("Redis is down");
+    let took = began.elapsed();
+    eprintln!("down: {took:?}: {err}");
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(took < bound + Duration::from_millis(500), "{took:?}");
+    redis.restart();
+    let rtt = until_reachable(&m, Duration::from_secs(10)).await;
+    eprintln!("back: round trip {rtt:?}");
+}
+
+/// A least-privilege user without `+ping` starts a manager (its first look's
+/// PING is refused NOPERM, an answer all the same) and reads as connected.
+#[actix_rt::test]
+async fn a_user_without_ping_starts_and_reads_as_connected() {
+    use lockwarden::Locks;
+    let redis = RedisServer::start();
+    let _: () = support::raw(
+        &redis,
+        &[
+            "ACL", "SETUSER", "noping", "on", ">pw", "~*", "&*", "+@all", "-ping",
+        ],
+    );
+    let url = format!("redis://noping:pw@127.0.0.1:{}/", redis.port());
+    let m = LockManager::start(Config::from_url(&url).expect("URL"))
+        .await
+        .unwrap_or_else(|e| panic!("a user without +ping: {e}"));
+    m.ping(Duration::from_millis(300))
+        .await
+        .expect("NOPERM is an answer");
+    hold(&m, "no-ping", |a| a)
+        .await
+        .release()
+        .await
+        .expect("released");
+}
+
 /// With Redis frozen (no answer at all), a waiter whose deadline passes is told
 /// that Redis did not answer, not that someone holds the lock (nobody does).
 #[actix_rt::test]
