@@ -161,7 +161,7 @@ async fn named(config: &Config, e: RedisError) -> RedisError {
             "not a Redis server",
             format!(
                 "{host}:{port} does not answer in the Redis protocol (is it a Redis server? \
-                 check the port): to a PING it answered {:?}",
+                 check the port): it said {:?}",
                 first_chars(&line, 60)
             ),
         )),
