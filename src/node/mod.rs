@@ -281,12 +281,11 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
         })?;
         // A Sentinel's master or a cluster's slots asked without the password they
         // want: say where it goes (a standalone server's error is named already).
-        found.map_err(
-            |e| match config.sentinel.is_some() || config.cluster.is_some() {
-                true => diagnose::no_password(config, &e).unwrap_or(e),
-                false => e,
-            },
-        )
+        let standalone = config.sentinel.is_none() && config.cluster.is_none();
+        found.map_err(|e| match standalone {
+            true => e,
+            false => diagnose::no_password(config, &e).unwrap_or(e),
+        })
     };
     // A failover in progress is waited out within `Config::start_wait` (start.rs).
     let link = start::until_found(config, first).await?;
