@@ -132,6 +132,7 @@ pub use front::locks::Locks;
 pub use front::manager::{GetStats, LockManager};
 pub use front::multi::{MultiGuard, MultiLock};
 pub use front::permit_semaphore::{PermitGuard, PermitSemaphore, PermitSemaphoreHandle};
+pub use front::ping::Ping;
 pub use front::redlock::{RedGuard, RedLock};
 pub use front::semaphore::{Semaphore, SemaphoreGuard, SemaphoreHandle};
 pub use front::settle::Settle;

@@ -34,6 +34,251 @@ async fn start_against_a_closed_port_says_refused_at_once() {
     );
 }
 
+/// Starts a manager on `url` with every setting at its default (a 2 s connection
+/// timeout), expects it to fail, and answers its error and how long it took;
+/// panics if it took half a second or more: the cause is known at once, and a
+/// start that waits out the connection timeout has not named it.
+async fn refused_start(url: &str) -> (LockError, Duration) {
+    let config = Config::from_url(url).expect("URL");
+    let began = Instant::now();
+    let err = LockManager::start(config)
+        .await
+        .expect_err("these settings cannot work");
+    let took = began.elapsed();
+    eprintln!("{url}: refused after {took:?}: {err}");
+    assert!(
+        took < Duration::from_millis(1000),
+        "start took {took:?} (the connection timeout?): {err}"
+    );
+    (err, took)
+}
+
+/// A server with a password (`requirepass secret`), set once it is up (the test
+/// support's own PING has none).
+fn guarded_server() -> RedisServer {
+    let server = RedisServer::start();
+    let _: () = support::raw(&server, &["CONFIG", "SET", "requirepass", "secret"]);
+    server
+}
+
+/// A wrong password fails start at once, in the server's words (WRONGPASS),
+/// saying the pair is wrong; it waited out the connection timeout.
+#[actix_rt::test]
+async fn start_with_a_wrong_password_says_so_at_once() {
+    let server = guarded_server();
+    let (err, _) = refused_start(&format!("redis://:wrong@127.0.0.1:{}/", server.port())).await;
+    let said = err.to_string();
+    assert!(said.contains("refused the credentials"), "{said}");
+    assert!(
+        said.contains("WRONGPASS") && said.contains("password is wrong"),
+        "{said}"
+    );
+}
+
+/// No password for a server that wants one fails start (it started, and the
+/// first lock failed with NOAUTH or "broken pipe"), saying where the password
+/// goes.
+#[actix_rt::test]
+async fn start_without_the_password_a_server_wants_fails_naming_the_fix() {
+    let server = guarded_server();
+    let (err, _) = refused_start(&format!("redis://127.0.0.1:{}/", server.port())).await;
+    let said = err.to_string();
+    assert!(said.contains("NOAUTH"), "{said}");
+    assert!(said.contains("put the password in the URL"), "{said}");
+    assert!(said.contains("redis://:PASSWORD@host:port/"), "{said}");
+    assert_eq!(
+        said.matches("put the password").count(),
+        1,
+        "said twice: {said}"
+    );
+    // With the password in the URL, it starts and locks.
+    let fixed = Config::from_url(&format!("redis://:secret@127.0.0.1:{}/", server.port()));
+    let m = LockManager::start(fixed.expect("URL"))
+        .await
+        .unwrap_or_else(|e| panic!("with the password: {e}"));
+    hold(&m, "with-the-password", |a| a)
+        .await
+        .release()
+        .await
+        .expect("released");
+}
+
+/// A database the server does not have fails start at once, naming the URL's
+/// number and how many a server has.
+#[actix_rt::test]
+async fn start_with_a_database_the_server_lacks_says_so_at_once() {
+    let server = RedisServer::start();
+    let (err, _) = refused_start(&format!("redis://127.0.0.1:{}/99", server.port())).await;
+    let said = err.to_string();
+    assert!(said.contains("database 99"), "{said}");
+    assert!(said.contains("DB index is out of range"), "{said}");
+    assert!(said.contains("0 to 15"), "{said}");
+}
+
+/// A host name that does not resolve (`.invalid` never does) fails start at
+/// once, naming the host.
+#[actix_rt::test]
+async fn start_with_a_host_name_that_does_not_resolve_says_so_at_once() {
+    let (err, _) = refused_start("redis://no-such-host.invalid:6379/").await;
+    let said = err.to_string();
+    assert!(said.contains("does not resolve"), "{said}");
+    assert!(said.contains("'no-such-host.invalid'"), "{said}");
+    assert!(said.contains("check its spelling"), "{said}");
+}
+
+/// TLS (`rediss://`) against a port that speaks plain Redis: the server never
+/// answers the TLS greeting (it waits for the end of a command), and start used
+/// to wait out the connection timeout. It is named within a tenth of a second
+/// or so, with the fix.
+#[actix_rt::test]
+async fn start_with_tls_against_a_plain_server_says_so_at_once() {
+    let server = RedisServer::start();
+    let (err, _) = refused_start(&format!("rediss://127.0.0.1:{}/", server.port())).await;
+    let said = err.to_string();
+    assert!(said.contains("does not speak TLS"), "{said}");
+    assert!(said.contains("speaks plain Redis"), "{said}");
+    assert!(said.contains("use redis://"), "{said}");
+    // With a password, the plain answer is NOAUTH: still Redis.
+    let guarded = guarded_server();
+    let (err, _) = refused_start(&format!("rediss://:secret@127.0.0.1:{}/", guarded.port())).await;
+    let said = err.to_string();
+    assert!(said.contains("speaks plain Redis"), "{said}");
+    // Its NOAUTH is quoted as the proof, not read as a missing password.
+    assert!(
+        said.contains("-NOAUTH") && !said.contains("put the password"),
+        "{said}"
+    );
+}
+
+/// A TCP listener on a free port that answers every connection with `answer`
+/// (after reading what the client sends, as an HTTP server does) or, if it is
+/// empty, closes it at once; its port.
+fn not_redis(answer: &'static [u8]) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            if !answer.is_empty() {
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(answer);
+            }
+        }
+    });
+    port
+}
+
+/// A port that is not Redis fails start at once: one that answers (an HTTP
+/// server) is quoted, one that closes the connection is said to, with the
+/// TLS-only port as the other reading.
+#[actix_rt::test]
+async fn start_against_a_port_that_is_not_redis_says_so_at_once() {
+    let http = not_redis(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+    let (err, _) = refused_start(&format!("redis://127.0.0.1:{http}/")).await;
+    let said = err.to_string();
+    assert!(said.contains("not a Redis server"), "{said}");
+    assert!(said.contains("Redis protocol"), "{said}");
+    assert!(said.contains("HTTP/1.1 400 Bad Request"), "{said}");
+    assert!(!said.contains('\n'), "one line: {said:?}");
+
+    let closes = not_redis(b"");
+    let (err, _) = refused_start(&format!("redis://127.0.0.1:{closes}/")).await;
+    let said = err.to_string();
+    assert!(
+        said.contains("closed the connection without a word"),
+        "{said}"
+    );
+    assert!(said.contains(&format!("127.0.0.1:{closes}")), "{said}");
+    assert!(said.contains("rediss://"), "{said}");
+}
+
+/// Asks `m` for a round trip until it answers one, for at most `limit`.
+async fn until_reachable(m: &actix::Addr<LockManager>, limit: Duration) -> Duration {
+    use lockwarden::Locks;
+    let began = Instant::now();
+    loop {
+        match m.ping(Duration::from_millis(300)).await {
+            Ok(rtt) => return rtt,
+            Err(e) if began.elapsed() < limit => {
+                assert!(e.is_retryable(), "{e:?}");
+                actix_rt::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("still unreachable after {limit:?}: {e}"),
+        }
+    }
+}
+
+/// The readiness call: `ping` answers the round trip while Redis is up, an
+/// error within its bound while Redis is frozen or down (saying so, worth
+/// retrying), and a round trip again once it is back.
+#[actix_rt::test]
+async fn ping_says_whether_the_manager_reaches_redis_now() {
+    use lockwarden::Locks;
+    let mut redis = RedisServer::start();
+    let m = manager(&redis, |c| c).await;
+    let bound = Duration::from_millis(300);
+    let rtt = m.ping(bound).await.expect("connected");
+    assert!(rtt < bound, "{rtt:?}");
+
+    redis.pause();
+    let began = Instant::now();
+    let frozen = m.ping(bound).await;
+    let took = began.elapsed();
+    redis.resume();
+    let err = frozen.expect_err("Redis is frozen");
+    eprintln!("frozen: {took:?}: {err}");
+    assert!(
+        err.to_string()
+            .contains("did not answer a PING within 300ms"),
+        "{err}"
+    );
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(
+        took >= bound && took < bound + Duration::from_millis(500),
+        "{took:?}"
+    );
+    until_reachable(&m, Duration::from_secs(5)).await;
+
+    redis.kill();
+    let began = Instant::now();
+    let err = m.ping(bound).await.expect_err("Redis is down");
+    let took = began.elapsed();
+    eprintln!("down: {took:?}: {err}");
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(took < bound + Duration::from_millis(500), "{took:?}");
+    redis.restart();
+    let rtt = until_reachable(&m, Duration::from_secs(10)).await;
+    eprintln!("back: round trip {rtt:?}");
+}
+
+/// A least-privilege user without `+ping` starts a manager (its first look's
+/// PING is refused NOPERM, an answer all the same) and reads as connected.
+#[actix_rt::test]
+async fn a_user_without_ping_starts_and_reads_as_connected() {
+    use lockwarden::Locks;
+    let redis = RedisServer::start();
+    let _: () = support::raw(
+        &redis,
+        &[
+            "ACL", "SETUSER", "noping", "on", ">pw", "~*", "&*", "+@all", "-ping",
+        ],
+    );
+    let url = format!("redis://noping:pw@127.0.0.1:{}/", redis.port());
+    let m = LockManager::start(Config::from_url(&url).expect("URL"))
+        .await
+        .unwrap_or_else(|e| panic!("a user without +ping: {e}"));
+    m.ping(Duration::from_millis(300))
+        .await
+        .expect("NOPERM is an answer");
+    hold(&m, "no-ping", |a| a)
+        .await
+        .release()
+        .await
+        .expect("released");
+}
+
 /// With Redis frozen (no answer at all), a waiter whose deadline passes is told
 /// that Redis did not answer, not that someone holds the lock (nobody does).
 #[actix_rt::test]

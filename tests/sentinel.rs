@@ -275,6 +275,11 @@ async fn sentinels_and_a_master_with_passwords() {
         .expect_err("started without the master's password")
         .to_string();
     assert!(why.to_lowercase().contains("auth"), "{why}");
+    // Named with the setting the master's password goes in, not a URL.
+    assert!(
+        why.contains("NOAUTH") && why.contains("master_credentials"),
+        "{why}"
+    );
     let wrong = [sentinels[0].url().replace("spw", "nope")];
     let wrong_sentinel = Config::sentinel(MASTER_NAME, wrong.iter().map(String::as_str))
         .expect("config")

@@ -8,6 +8,7 @@
 //! forms stay first-class: these methods only send them.
 
 use std::future::Future;
+use std::time::Duration;
 
 use actix::Addr;
 
@@ -15,6 +16,7 @@ use super::acquire::Acquire;
 use super::handle::{Handle, LockHandle};
 use super::latch::{Latch, LatchHandle};
 use super::manager::LockManager;
+use super::ping::Ping;
 use super::semaphore::{Semaphore, SemaphoreHandle};
 use crate::error::LockError;
 use crate::guard::LockGuard;
@@ -53,6 +55,10 @@ pub trait Locks {
         &self,
         name: impl Into<String>,
     ) -> impl Future<Output = Result<LatchHandle, LockError>>;
+
+    /// Whether the manager reaches Redis now: the round trip of one `PING` on its
+    /// command connection, or why there was none within `within` (see [`Ping`]).
+    fn ping(&self, within: Duration) -> impl Future<Output = Result<Duration, LockError>>;
 }
 
 impl Locks for Addr<LockManager> {
@@ -82,6 +88,11 @@ impl Locks for Addr<LockManager> {
         name: impl Into<String>,
     ) -> impl Future<Output = Result<LatchHandle, LockError>> {
         let sent = self.send(Latch::new(name));
+        async move { sent.await? }
+    }
+
+    fn ping(&self, within: Duration) -> impl Future<Output = Result<Duration, LockError>> {
+        let sent = self.send(Ping::new().within(within));
         async move { sent.await? }
     }
 }

@@ -55,7 +55,11 @@ impl LockManager {
     /// plain tokio runtime (`#[tokio::main]`) they run on an actix system of their
     /// own, on one thread kept for the life of the process. Fails if the
     /// configuration is inconsistent or Redis cannot be reached within the
-    /// connection timeout.
+    /// connection timeout; a standalone server that answers but cannot be used (a
+    /// wrong or missing password, a database or host name that does not exist, TLS
+    /// against a plain port, a port that is not Redis) fails it at once, with a
+    /// [`LockError::Redis`] that names the cause and the fix (docs/operations.md,
+    /// "Start-up errors", lists them).
     pub async fn start(config: Config) -> Result<Addr<LockManager>, LockError> {
         if actix_rt::System::try_current().is_none() {
             return Self::start_on_own_system(config).await;

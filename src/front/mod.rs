@@ -25,6 +25,8 @@
 //!   and [`WhoLeads`](leader::WhoLeads);
 //! - `settle`: [`Settle`](settle::Settle), for a process on its way out: waits
 //!   until nothing the manager sent to Redis is left unsettled;
+//! - `ping`: [`Ping`](ping::Ping), whether the manager reaches Redis now (for a
+//!   readiness endpoint);
 //! - `admin`: [`Admin`](admin::Admin), the operator's read-only views, which need no
 //!   manager.
 //!
@@ -42,6 +44,7 @@ pub(crate) mod locks;
 pub(crate) mod manager;
 pub(crate) mod multi;
 pub(crate) mod permit_semaphore;
+pub(crate) mod ping;
 pub(crate) mod redlock;
 pub(crate) mod semaphore;
 pub(crate) mod settle;

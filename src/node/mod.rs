@@ -264,21 +264,28 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
                 }
                 (Some(_), None) => Link::Sentinel(Follower::connect(config, cm.clone()).await?),
                 (None, None) => {
-                    if let Some(refused) = start::refused_port(config).await {
-                        return Err(refused);
-                    }
+                    // One plain attempt first, whose failure is named at once: the
+                    // connection manager would retry it for the whole timeout.
+                    diagnose::first_look(config).await?;
                     Link::Standalone(
                         ConnectionManager::new_with_config(client.clone(), cm.clone()).await?,
                     )
                 }
             })
         };
-        tokio::time::timeout(bound, found).await.map_err(|_| {
+        let found = tokio::time::timeout(bound, found).await.map_err(|_| {
             redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 format!("could not connect to Redis within the connection timeout ({bound:?})"),
             ))
-        })?
+        })?;
+        // A Sentinel's master or a cluster's slots asked without the password they
+        // want: say where it goes (a standalone server's error is named already).
+        let standalone = config.sentinel.is_none() && config.cluster.is_none();
+        found.map_err(|e| match standalone {
+            true => e,
+            false => diagnose::no_password(config, &e).unwrap_or(e),
+        })
     };
     // A failover in progress is waited out within `Config::start_wait` (start.rs).
     let link = start::until_found(config, first).await?;
@@ -302,10 +309,25 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
         link,
         confirmation: None,
     };
-    match purpose {
-        Purpose::Operator => {
-            let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+    // A server that wants a password the URL does not give takes the connection
+    // and refuses every command (NOAUTH): refused here, not at the first lock. A
+    // lock manager's least-privilege user may lack PING (NOPERM): that is an
+    // answer too; an operator's needs it. A cluster was asked for its slots on
+    // connecting (a NOAUTH failed that), and a PING there goes to every master.
+    let ping = match (&conn.link, purpose) {
+        (_, Purpose::Operator) | (Link::Sentinel(_), Purpose::Locks) => true,
+        // Standalone: `diagnose::first_look` has asked.
+        (Link::Standalone(_) | Link::Cluster(..), Purpose::Locks) => false,
+    };
+    if ping {
+        match redis::cmd("PING").query_async::<()>(&mut conn).await {
+            Ok(()) => {}
+            Err(e) if purpose == Purpose::Locks && crate::error::is_noperm(&e) => {}
+            Err(e) => return Err(diagnose::no_password(config, &e).unwrap_or(e).into()),
         }
+    }
+    match purpose {
+        Purpose::Operator => {}
         Purpose::Locks => {
             if let Link::Sentinel(follower) = &conn.link {
                 follower.listen_for_switches(

@@ -6,9 +6,9 @@
 //! with the same words a mistyped master name gets. Starting is part of the
 //! caller's wait (`Config::start_wait`): a condition that passes by itself is
 //! waited out, said once in the log, and a condition a person must fix is refused
-//! at once with words that say which. A refused connection to a standalone server
-//! stays an error at once: it is what a wrong port looks like too, and nothing
-//! tells the two apart.
+//! at once with words that say which. A standalone server is not waited for: its
+//! first connection is named at once (`diagnose.rs`), a refused one included,
+//! since a restart and a wrong port look the same.
 
 use std::time::{Duration, Instant};
 
@@ -60,37 +60,7 @@ pub(super) async fn judge(config: &Config, e: &RedisError) -> Verdict {
              slot yet, waiting ({e})"
         ));
     }
-    // A standalone server that refused with a reason redis-rs did not pass on.
-    if config.sentinel.is_none() && config.cluster.is_none() {
-        if let Some(said) = super::diagnose::explained(config, e).await {
-            return Verdict::Refuse(LockError::Redis(said));
-        }
-    }
     Verdict::Fail
-}
-
-/// A standalone server's port that refuses connections, as an error to answer at
-/// once: the connection manager would retry it for the whole connection timeout
-/// (2 s by default) and then say only that time ran out, where the refusal is the
-/// useful fact (a wrong port, a server not started). One plain TCP connect, no
-/// Redis handshake; `None` when it connects, times out otherwise, or the address
-/// is a socket path (the connection manager then says what it finds).
-pub(super) async fn refused_port(config: &Config) -> Option<RedisError> {
-    let (host, port) = match config.client.get_connection_info().addr() {
-        redis::ConnectionAddr::Tcp(host, port) => (host.clone(), *port),
-        redis::ConnectionAddr::TcpTls { host, port, .. } => (host.clone(), *port),
-        _ => return None,
-    };
-    let dial = tokio::net::TcpStream::connect((host.as_str(), port));
-    match tokio::time::timeout(config.connection_timeout, dial).await {
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-            Some(RedisError::from(std::io::Error::new(
-                e.kind(),
-                format!("{host}:{port} refused the connection: {e}"),
-            )))
-        }
-        _ => None,
-    }
 }
 
 /// Tries `attempt` until it succeeds, or fails in a way not worth waiting out, or

@@ -160,18 +160,6 @@ pub fn field(text: &str) -> String {
     out
 }
 
-/// What went wrong when connecting, in one line: a server that does not speak the
-/// Redis protocol (an HTTP server, a wrong port) is named as such instead of
-/// redis-rs's multi-line parse report.
-pub fn connect_error(e: &LockError) -> String {
-    match e {
-        LockError::Redis(r) if r.kind() == redis::ErrorKind::Parse => {
-            "the server did not answer in the Redis protocol (is it a Redis server?)".into()
-        }
-        _ => e.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

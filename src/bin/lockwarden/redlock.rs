@@ -34,7 +34,7 @@ use tracing::debug;
 use crate::acquire::Signals;
 use crate::cli::RunArgs;
 use crate::duration::human;
-use crate::outcome::{connect_error, note, Failure};
+use crate::outcome::{note, Failure};
 use crate::session::Session;
 
 /// How waiting for a RedLock ended.
@@ -198,8 +198,7 @@ async fn start(
                 note(format!(
                     "cannot reach Redis at {}: {}; going on without it (trying it again \
                      in the background)",
-                    nodes[place].0,
-                    connect_error(&e)
+                    nodes[place].0, e
                 ));
                 failed[place] = true;
                 late.push(again(place, nodes[place].1.clone()).boxed());

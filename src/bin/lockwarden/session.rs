@@ -349,10 +349,9 @@ impl Session {
             // Reached, but not what the settings need, or a master name no
             // Sentinel monitors: say that, not "cannot reach".
             LockError::InvalidConfig(_) => Failure::usage(format!("{}: {e}", self.shown_url)),
-            e => {
-                let why = crate::outcome::connect_error(&e);
-                Failure::usage(format!("cannot reach Redis at {}: {why}", self.shown_url))
-            }
+            // The seam names the cause and the fix (node/diagnose.rs), as it does
+            // for the library.
+            e => Failure::usage(format!("cannot reach Redis at {}: {e}", self.shown_url)),
         }
     }
 
