@@ -162,7 +162,10 @@ fn work(w: usize, plan: &Plan, stop: &AtomicBool, running: &Running) -> Vec<Run>
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(
+                std::fs::File::create(file.with_extension("err"))
+                    .map_or_else(|_| Stdio::null(), Stdio::from),
+            )
             .spawn();
         let Ok(mut child) = child else {
             std::thread::sleep(Duration::from_millis(100));
@@ -183,6 +186,12 @@ fn work(w: usize, plan: &Plan, stop: &AtomicBool, running: &Running) -> Vec<Run>
             .ok()
             .and_then(|t| Section::parse(&t));
         let _ = std::fs::remove_file(&file);
+        // An exit the history does not explain (not 0, 75 or 76): say why.
+        let said = std::fs::read_to_string(file.with_extension("err")).unwrap_or_default();
+        let _ = std::fs::remove_file(file.with_extension("err"));
+        if exit.is_some_and(|c| !matches!(c, 0 | 75 | 76 | 128..)) {
+            eprintln!("chaos: worker {w} exited {exit:?}: {}", said.trim());
+        }
         runs.push(Run {
             lock,
             asked,
