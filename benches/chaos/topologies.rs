@@ -268,6 +268,21 @@ pub fn cluster(settings: &Settings) -> Vec<Row> {
                 cluster.borrow_mut().nodes[owner].pause();
                 std::thread::sleep(Duration::from_secs(3));
                 cluster.borrow_mut().nodes[owner].resume();
+                // The next fault kills the lock's master, whose replica is now
+                // the resumed node: let it finish its sync first, or that shard
+                // cannot fail over (a run once lost the shard for the rest).
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                while std::time::Instant::now() < deadline {
+                    let info: String = redis::cmd("INFO")
+                        .arg("replication")
+                        .query(&mut cluster.borrow().nodes[owner].conn())
+                        .unwrap_or_default();
+                    if info.contains("master_link_status:up") {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                cluster.borrow().wait_ok(Duration::from_secs(30));
             },
         ),
         fault("master SIGKILLed", quiet, |_: &Fleet| {

@@ -37,7 +37,19 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
     // The default sections hold server, persistence and replication alike.
     let info: String = match redis::cmd("INFO").query_async(conn).await {
         Ok(info) => info,
-        Err(e) if default && e.kind() != redis::ErrorKind::Io => {
+        Err(e) if e.is_timeout() || e.is_io_error() || e.is_connection_dropped() => {
+            // A slow or cut link at start is no reason to fail it, nor to turn
+            // confirmation off: assume the replicas asked for until
+            // `node/replicas.rs` counts them (a second later).
+            warn!(
+                error = %e,
+                assumed = sync.min,
+                "could not read the master's INFO at start; lock changes wait for the replicas \
+                 asked for until they are counted"
+            );
+            return Ok(Some((Confirm::Wait, sync.min)));
+        }
+        Err(e) if default => {
             warn!(
                 error = %e,
                 "replica confirmation is off: the server will not answer INFO, which counts the \

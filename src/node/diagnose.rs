@@ -101,6 +101,24 @@ pub(super) async fn first_look(config: &Config) -> Result<(), RedisError> {
     }
 }
 
+/// Whether `e`, from [`first_look`], names a cause a person must fix (a
+/// password, a database, a host name, a scheme, a port that is not Redis), as
+/// opposed to one that may pass in a moment (a refusal or a dropped connection
+/// while the server restarts, a timeout on a slow or cut link): those get the
+/// connection manager's own retries within the connection timeout, as before
+/// the first look existed, and the look's words only if those fail too.
+pub(super) fn settled(e: &RedisError) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::AuthenticationFailed | ErrorKind::InvalidClientConfig | ErrorKind::Parse
+    ) || e.to_string().contains("host name does not resolve")
+        // A refusal is answered at once too, as before the first look: nothing
+        // listens there (a restart refuses for a moment; `start_wait` and the
+        // caller's retry are for that).
+        || e.to_string().contains("refused the connection")
+        || e.code() == Some("NOAUTH")
+}
+
 /// The error to answer for `e`, a failed first connection or PING, naming its
 /// cause and what to change; `e` itself when nothing better is known.
 async fn named(config: &Config, e: RedisError) -> RedisError {

@@ -264,12 +264,34 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
                 }
                 (Some(_), None) => Link::Sentinel(Follower::connect(config, cm.clone()).await?),
                 (None, None) => {
-                    // One plain attempt first, whose failure is named at once: the
-                    // connection manager would retry it for the whole timeout.
-                    diagnose::first_look(config).await?;
-                    Link::Standalone(
-                        ConnectionManager::new_with_config(client.clone(), cm.clone()).await?,
-                    )
+                    // One plain attempt first, whose failure is named at once when
+                    // a person must fix it: the connection manager would retry it
+                    // for the whole timeout. A failure that may pass (a restart, a
+                    // slow link) gets the manager's retries, then the look's words.
+                    let began = std::time::Instant::now();
+                    let looked = diagnose::first_look(config).await;
+                    let looked = match looked {
+                        Err(e) if diagnose::settled(&e) => return Err(e),
+                        looked => looked.err(),
+                    };
+                    let made = ConnectionManager::new_with_config(client.clone(), cm.clone());
+                    // Within the start's bound, leaving a moment to answer the
+                    // look's words rather than the bound's.
+                    let left = bound
+                        .saturating_sub(began.elapsed())
+                        .saturating_sub(std::time::Duration::from_millis(50));
+                    match tokio::time::timeout(left, made).await {
+                        Ok(Ok(conn)) => Link::Standalone(conn),
+                        Ok(Err(e)) => return Err(looked.unwrap_or(e)),
+                        Err(_) => {
+                            return Err(looked.unwrap_or_else(|| {
+                                redis::RedisError::from(std::io::Error::new(
+                                    std::io::ErrorKind::TimedOut,
+                                    "no connection within the connection timeout",
+                                ))
+                            }))
+                        }
+                    }
                 }
             })
         };
