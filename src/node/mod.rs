@@ -361,7 +361,10 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
             if let Some(sync) = config.replica_sync() {
                 let found =
                     checks::replicas_can_confirm(&mut conn, sync, config.sync_is_default()).await?;
-                if let Some((confirm, live)) = found {
+                if let Some((confirm, mut live)) = found {
+                    if let Link::Sentinel(follower) = &conn.link {
+                        live = replicas::trusted_at_start(follower, live, sync.min).await;
+                    }
                     let confirmation = Arc::new(Confirmation::new(
                         sync,
                         config.response_timeout,

@@ -312,6 +312,21 @@ impl Watcher {
     }
 }
 
+/// The count a new connection under Sentinel starts with: `live` as the master
+/// reports it, unless that is fewer than `min` and the Sentinels do not still
+/// name this master with no failover under way. A process that starts while a
+/// master frozen through a failover resumes finds it without its replica (the
+/// replica is the new master) and, trusting that, had a grant of the demoted
+/// master handed to it as held (the chaos suite's "untold loss"). Then `min`
+/// is assumed: its changes stay unconfirmed while the Follower moves on.
+pub(super) async fn trusted_at_start(follower: &Arc<Follower>, live: u32, min: u32) -> u32 {
+    if live >= min || trusted(follower).await {
+        live
+    } else {
+        min
+    }
+}
+
 /// Whether the Sentinels still name `follower`'s master with no failover under
 /// way, so that its lost replicas are a replica's trouble, not a demotion. If
 /// not, the follower looks for the new master.
