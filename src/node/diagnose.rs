@@ -60,9 +60,13 @@ const GREETING_WAIT: Duration = Duration::from_millis(20);
 /// credentials, which is what is asked.
 pub(super) async fn first_look(config: &Config) -> Result<(), RedisError> {
     let attempt = async {
+        // Half the connection timeout at most: on a slow or cut link the look
+        // must leave the connection manager's own attempt time to connect
+        // (settled() lets a timeout through to it).
+        let half = config.connection_timeout / 2;
         let settings = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(config.connection_timeout))
-            .set_response_timeout(Some(config.response_timeout));
+            .set_connection_timeout(Some(half))
+            .set_response_timeout(Some(config.response_timeout.min(half)));
         let mut conn = config
             .client
             .get_multiplexed_async_connection_with_config(&settings)
