@@ -37,6 +37,13 @@ pub enum Impl {
     /// lockwarden on a three-master Redis Cluster (scenario K only), one manager
     /// given every master as a seed.
     LockwardenCluster,
+    /// lockwarden with replica confirmation off (`Config::no_replica_sync`),
+    /// scenario Y only.
+    LockwardenNoSync,
+    /// lockwarden confirming with one replica within 300 ms
+    /// (`Config::sync_replicas(1, 300 ms)`: a budget of 4 `WAIT`s in flight
+    /// against the default's 1), scenario Y only.
+    LockwardenWait300,
 }
 
 impl Impl {
@@ -54,6 +61,14 @@ impl Impl {
     /// (rslock is one, with either retry setting).
     pub const REDLOCK: [Impl; 3] = [Impl::RedLock, Impl::Rslock, Impl::RslockTuned];
 
+    /// Scenario Y's implementations: lockwarden with replica confirmation at its
+    /// default, off, and with a 300 ms timeout.
+    pub const REPLICATED: [Impl; 3] = [
+        Impl::Lockwarden,
+        Impl::LockwardenNoSync,
+        Impl::LockwardenWait300,
+    ];
+
     /// The name used in tables, JSON and `LOCKWARDEN_BENCH_IMPLS`.
     pub fn name(self) -> &'static str {
         match self {
@@ -65,6 +80,8 @@ impl Impl {
             Impl::Naive => "naive",
             Impl::RedLock => "lockwarden-redlock",
             Impl::LockwardenCluster => "lockwarden-cluster",
+            Impl::LockwardenNoSync => "lockwarden-nosync",
+            Impl::LockwardenWait300 => "lockwarden-wait300ms",
         }
     }
 
@@ -97,7 +114,9 @@ impl Impl {
             | Impl::Raw
             | Impl::LockwardenSpin
             | Impl::RedLock
-            | Impl::LockwardenCluster => SCRIPTED,
+            | Impl::LockwardenCluster
+            | Impl::LockwardenNoSync
+            | Impl::LockwardenWait300 => SCRIPTED,
             Impl::Rslock | Impl::RslockTuned | Impl::Naive => PLAIN,
         }
     }
@@ -145,8 +164,13 @@ impl Client {
                 let config = Config::from_url(url).expect("redis url");
                 Client::LockwardenSpin(LockManager::start(config).await.expect("lockwarden start"))
             }
-            Impl::Lockwarden => {
+            Impl::Lockwarden | Impl::LockwardenNoSync | Impl::LockwardenWait300 => {
                 let mut config = Config::from_url(url).expect("redis url");
+                config = match which {
+                    Impl::LockwardenNoSync => config.no_replica_sync(),
+                    Impl::LockwardenWait300 => config.sync_replicas(1, Duration::from_millis(300)),
+                    _ => config,
+                };
                 // LOCKWARDEN_BENCH_BATCHING="max_ops,in_flight" tries other coalescing
                 // settings than the library's defaults.
                 if let Ok(spec) = std::env::var("LOCKWARDEN_BENCH_BATCHING") {

@@ -295,6 +295,8 @@ pub struct Merged {
     pub top_level: u64,
     /// Redis CPU seconds.
     pub cpu: f64,
+    /// `WAIT` calls over all rounds.
+    pub waits: u64,
     /// Acquisitions a second of each round.
     pub per_round: Vec<f64>,
 }
@@ -319,6 +321,7 @@ impl Merged {
         self.commands += cell.redis.commands;
         self.top_level += cell.redis.top_level;
         self.cpu += cell.redis.cpu;
+        self.waits += cell.redis.waits;
     }
 
     /// Acquisitions a second.

@@ -12,7 +12,9 @@
 //! C many held locks (`many.rs`), R contended RedLock over three servers (scenario
 //! B's loop with RedLock clients, on servers of its own), P a fleet (scenario B's
 //! loop with every client a process of its own, `fleet.rs`), K scenarios A and B
-//! once more on a three-master Redis Cluster (`lockwarden-cluster` rows); settings in
+//! once more on a three-master Redis Cluster (`lockwarden-cluster` rows), Y A's and
+//! B's loops on a master with one replica, replica confirmation on against off
+//! (`lockwarden-nosync`); settings in
 //! `settings.rs`; how to read the output in `docs/performance.md`.
 
 #[path = "../../tests/support/mod.rs"]
@@ -76,6 +78,14 @@ fn main() {
     let cluster = (settings.scenarios.contains(&'K') && settings.impls.contains(&Impl::Lockwarden))
         .then(|| support::Cluster::start(3, 0));
     let cluster_url = cluster.as_ref().map(|c| c.seeds().join(","));
+    // Scenario Y's master and its one replica, only when it runs: the other
+    // scenarios keep a server without replicas, where no WAIT is ever sent.
+    let replicated = settings.scenarios.contains(&'Y').then(|| {
+        let master = support::RedisServer::start();
+        let replica = support::RedisServer::start_replica_of(&master);
+        (master, replica)
+    });
+    let replicated_url = replicated.as_ref().map(|(m, _)| m.url());
     let started = Instant::now();
     let mut results = Results::default();
     for round in 0..settings.rounds {
@@ -198,6 +208,44 @@ fn main() {
                 }
             }
         }
+        if let Some(at) = &replicated_url {
+            let mut order = Impl::REPLICATED.to_vec();
+            order.rotate_left(round % Impl::REPLICATED.len());
+            for &c in settings.replicated_holders() {
+                for &which in &order {
+                    probe::flush(at);
+                    let tag = format!("r{round}-y-c{c}-{}", which.name());
+                    let cell = uncontended::run(which, at, c, settings.cell, &tag);
+                    progress(format!(
+                        "Y C={c} {}: {:.0} pairs/s, {} WAITs",
+                        which.name(),
+                        cell.pairs as f64 / cell.elapsed.as_secs_f64(),
+                        cell.redis.waits
+                    ));
+                    results.y_a.entry((c, which)).or_default().add(cell);
+                }
+            }
+            for &w in settings.replicated_waiters() {
+                for &which in &order {
+                    probe::flush(at);
+                    let shape = contended::Shape {
+                        waiters: w,
+                        clients: 1,
+                        hold: settings.hold,
+                        pause: settings.pause,
+                    };
+                    let tag = format!("r{round}-y-w{w}-{}", which.name());
+                    let cell = contended::run(which, at, shape, settings.cell, &tag);
+                    progress(format!(
+                        "Y W={w} {}: {} acquisitions, {} WAITs",
+                        which.name(),
+                        cell.acquisitions,
+                        cell.redis.waits
+                    ));
+                    results.y_b.entry((w, which)).or_default().add(cell);
+                }
+            }
+        }
         if settings.scenarios.contains(&'C') {
             for &k in &settings.lock_counts {
                 probe::flush(&url);
@@ -248,6 +296,7 @@ fn main() {
     report::fleet(&results);
     report::slot_purity(&results);
     report::redlock(&results);
+    report::replicated(&results);
     targets::check(&results, &settings);
     if !results.b.is_empty() {
         match chart::draw(&results, &settings, &settings.chart) {

@@ -49,6 +49,8 @@ pub struct Delta {
     pub memory: i64,
     /// Wall time between the snapshots.
     pub wall: Duration,
+    /// `WAIT` calls (replica confirmations, scenario Y).
+    pub waits: u64,
 }
 
 impl Delta {
@@ -135,6 +137,7 @@ impl Snapshot {
             cpu: later.cpu - self.cpu,
             memory: later.memory as i64 - self.memory as i64,
             wall: later.at - self.at,
+            waits: grown("wait"),
         }
     }
 }

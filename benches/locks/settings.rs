@@ -21,7 +21,7 @@ pub struct Settings {
     pub rounds: usize,
     /// Lock counts of scenario C.
     pub lock_counts: Vec<usize>,
-    /// Which scenarios to run (`A`, `B`, `C`, `R`, `P`, `K`).
+    /// Which scenarios to run (`A`, `B`, `C`, `R`, `P`, `K`, `Y`).
     pub scenarios: Vec<char>,
     /// Which implementations to run in scenarios A and B.
     pub impls: Vec<Impl>,
@@ -91,7 +91,7 @@ impl Settings {
             scenarios: env_or("LOCKWARDEN_BENCH_SCENARIOS", "ABPKCR".to_string())
                 .to_uppercase()
                 .chars()
-                .filter(|c| matches!(c, 'A' | 'B' | 'C' | 'R' | 'P' | 'K'))
+                .filter(|c| matches!(c, 'A' | 'B' | 'C' | 'R' | 'P' | 'K' | 'Y'))
                 .collect(),
             impls,
             hold: Duration::from_micros(env_or("LOCKWARDEN_BENCH_HOLD_US", 1000)),
@@ -132,6 +132,16 @@ impl Settings {
     /// waiter a client of its own, as separate processes would be).
     pub fn redlock_waiters(&self) -> &'static [usize] {
         &[2, 8]
+    }
+
+    /// Holders of scenario Y's uncontended loop (replica confirmation on/off).
+    pub fn replicated_holders(&self) -> &'static [usize] {
+        &[16, 64]
+    }
+
+    /// Waiters of scenario Y's contended loop, all in one manager.
+    pub fn replicated_waiters(&self) -> &'static [usize] {
+        &[8]
     }
 
     /// Fleets of scenario P, each process a client of its own: lockwarden and
@@ -178,6 +188,10 @@ impl Settings {
         }
         if self.scenarios.contains(&'R') {
             cells += (self.redlock_waiters().len() * Impl::REDLOCK.len()) as u32;
+        }
+        if self.scenarios.contains(&'Y') {
+            cells += ((self.replicated_holders().len() + self.replicated_waiters().len())
+                * Impl::REPLICATED.len()) as u32;
         }
         let mut total = per_cell * cells;
         if self.scenarios.contains(&'K') && self.impls.contains(&Impl::Lockwarden) {

@@ -94,6 +94,8 @@ pub struct Merged {
     pub top_level: u64,
     /// Redis CPU seconds over all rounds.
     pub cpu: f64,
+    /// `WAIT` calls over all rounds.
+    pub waits: u64,
     /// Client CPU seconds over all rounds.
     pub client_cpu: f64,
     /// Pairs a second of each round, to show the spread.
@@ -111,6 +113,7 @@ impl Merged {
         self.commands += cell.redis.commands;
         self.top_level += cell.redis.top_level;
         self.cpu += cell.redis.cpu;
+        self.waits += cell.redis.waits;
         self.client_cpu += cell.client_cpu;
     }
 
