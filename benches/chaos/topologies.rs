@@ -140,15 +140,13 @@ pub fn sentinel(settings: &Settings) -> Vec<Row> {
     connect.extend(["--master-name".to_string(), MASTER_NAME.to_string()]);
     let quiet = settings.quiet;
     let second_port = second.borrow().port();
-    let promoted = |port: u16| {
+    // Waits (at most 30 s) until the master the Sentinels name is (`true`) or
+    // is not (`false`) the server at `port`.
+    let named = |port: u16, is: bool| {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while sentinels[0].master_port() != Some(port) && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
-    let promoted_away = |port: u16| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while sentinels[0].master_port() == Some(port) && std::time::Instant::now() < deadline {
+        while (sentinels[0].master_port() == Some(port)) != is
+            && std::time::Instant::now() < deadline
+        {
             std::thread::sleep(Duration::from_millis(50));
         }
     };
@@ -167,7 +165,7 @@ pub fn sentinel(settings: &Settings) -> Vec<Row> {
             first.borrow_mut().kill()
         }),
         fault("old master back (as a replica)", quiet, |_: &Fleet| {
-            promoted(second_port);
+            named(second_port, true);
             first.borrow_mut().restart();
         }),
         fault(
@@ -213,7 +211,7 @@ pub fn sentinel(settings: &Settings) -> Vec<Row> {
             |_: &Fleet| {
                 // Once the Sentinels moved away from it, it is the new master's
                 // only replica.
-                promoted_away(frozen.get());
+                named(frozen.get(), false);
                 for server in [&first, &second] {
                     if server.borrow().port() == frozen.get() {
                         server.borrow_mut().kill();

@@ -387,7 +387,9 @@ impl RedisServer {
         let online = format!("port={},state=online", replica.port());
         let ready = |info: &str| {
             info.lines().any(|l| {
-                l.contains(&online) && l.trim_end().ends_with(",lag=0") && !l.contains(",offset=0,")
+                // Valkey adds fields after lag (`type=replica`): look at each.
+                let fields: Vec<&str> = l.trim_end().split([':', ',']).collect();
+                l.contains(&online) && fields.contains(&"lag=0") && !fields.contains(&"offset=0")
             })
         };
         // Something to acknowledge, that leaves no key behind (PUBLISH is
