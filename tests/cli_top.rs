@@ -140,7 +140,9 @@ async fn on_a_terminal_the_screen_follows_the_locks() {
     let mut buf = [0u8; 4096];
     let read_until = |seen: &String, what: &str| seen.contains(what);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !read_until(&seen, "top:rw") {
+    // The whole first screen: the semaphore's row comes after the locks', and
+    // may arrive in a later read than "top:rw" (it failed CI once that way).
+    while !(read_until(&seen, "top:rw") && read_until(&seen, "permits available)")) {
         let n = tokio::time::timeout_at(deadline, stdout.read(&mut buf))
             .await
             .expect("the first screen within 10 s")
