@@ -387,16 +387,7 @@ async fn a_majority_released_is_a_release_with_one_server_frozen() {
     servers[2].pause();
     let frozen = Instant::now();
     std::fs::write(&go, b"").expect("tell the command to end");
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        assert!(
-            frozen.elapsed() < Duration::from_secs(20),
-            "still releasing after 20 s"
-        );
-        actix_rt::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status = exit_within(&mut child, frozen, "still releasing after 20 s").await;
     let took = frozen.elapsed();
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
@@ -509,16 +500,7 @@ async fn a_lost_redlock_gives_back_the_hold_it_still_has() {
         let _: i64 = raw(s, &["DEL", "gone"]);
     }
     let deleted = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        assert!(
-            deleted.elapsed() < Duration::from_secs(20),
-            "not told lost within 20 s"
-        );
-        actix_rt::time::sleep(Duration::from_millis(20)).await;
-    };
+    let status = exit_within(&mut child, deleted, "not told lost within 20 s").await;
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
         .expect("stderr");
@@ -646,4 +628,21 @@ async fn a_frozen_server_is_not_waited_for_in_every_round() {
     })
     .await;
     assert!(free, "a hold was left behind");
+}
+
+/// Waits for `child` to exit, polling (tokio's reaper can miss the exit of a
+/// child that was stopped and continued); panics with `what` if it has not
+/// within 20 s of `since`.
+async fn exit_within(
+    child: &mut std::process::Child,
+    since: Instant,
+    what: &str,
+) -> std::process::ExitStatus {
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        assert!(since.elapsed() < Duration::from_secs(20), "{what}");
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    }
 }
