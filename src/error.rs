@@ -267,7 +267,9 @@ pub(crate) const FAILOVER_IN_PROGRESS: &str = "failover in progress";
 pub(crate) fn redis_is_transient(e: &redis::RedisError) -> bool {
     !matches!(e.retry_method(), redis::RetryMethod::NoRetry)
         || e.is_timeout()
-        || matches!(e.code(), Some("BUSY" | "OOM" | "LOADING"))
+        // UNBLOCKED: a blocking command (a WAIT) ended because its master
+        // turned replica, a failover under way.
+        || matches!(e.code(), Some("BUSY" | "OOM" | "LOADING" | "UNBLOCKED"))
         || replica_shortfall(e).is_some()
 }
 

@@ -1,6 +1,7 @@
 //! Failovers inside a Redis Cluster, on one cluster of three masters with a replica
 //! each (a cluster takes seconds to form): a manual failover, then a SIGKILLed
-//! master, each while locks are held and waited for on the master that goes.
+//! master, each while locks are held and waited for on the master that goes, then
+//! a master frozen through its failover while a release is on the wire.
 //!
 //! Waiters are given a fallback retry interval far longer than the bounds the
 //! tests wait for, so a waiter answered in time was woken by a sharded unlock
@@ -34,6 +35,8 @@ async fn failovers_with_locks_held_and_waited_for() {
     a_manual_failover_keeps_locks_and_wakes_waiters(&mut cluster).await;
     cluster.wait_ok(Duration::from_secs(30));
     a_master_killed_with_locks_held_and_waited_for(&mut cluster).await;
+    cluster.wait_ok(Duration::from_secs(30));
+    a_release_answered_by_a_demoted_master_is_redone_on_the_new_one(&mut cluster).await;
 }
 
 /// The replica of the master serving `key`'s slot (an index into `nodes`).
@@ -270,5 +273,102 @@ async fn a_master_killed_with_locks_held_and_waited_for(cluster: &mut Cluster) {
         .expect("granted after the failover");
     eprintln!("waiter woken {:?} after the release", released.elapsed());
     assert!(next.fencing_token() > token, "tokens never go backwards");
+    next.release().await.expect("released");
+}
+
+/// Replica confirmation is on by default on a cluster too: a grant is confirmed
+/// by its master's replica (a `WAIT` behind it). A master frozen the moment its
+/// holder's release is on the wire, and resumed once its replica was promoted,
+/// answers that release from its stale copy; no replica confirms it, so it is
+/// redone, owner-checked, and MOVED takes it to the promoted master: another
+/// manager gets the lock within moments of the resume, not at the end of the
+/// 30 s lease (which is what happened with confirmation off on a cluster: the
+/// chaos suite showed 14 s blind), and it holds it on the promoted master.
+async fn a_release_answered_by_a_demoted_master_is_redone_on_the_new_one(cluster: &mut Cluster) {
+    let (log, _logging) = support::Captured::install();
+    // A shard whose master still has a running replica (the previous failover
+    // left one shard without).
+    let name = (0..)
+        .map(|i| format!("demoted:{i}"))
+        .find(|n| {
+            let master = cluster.owner_of(n);
+            let port = format!("master_port:{}", cluster.nodes[master].port());
+            (0..cluster.nodes.len()).any(|i| {
+                i != master
+                    && cluster.nodes[i].pid().is_some()
+                    && cluster.nodes[i].info("replication").contains(&port)
+            })
+        })
+        .expect("a shard with a replica");
+    let name = name.as_str();
+    // A response timeout longer than the failover keeps the release in flight
+    // on the frozen master until it resumes and answers it.
+    let a = manager(cluster, |c| c.response_timeout(Duration::from_secs(8))).await;
+    let b = manager(cluster, |c| c).await;
+    let from = cluster.owner_of(name);
+    let replica = replica_serving(cluster, name);
+    let waits = cluster.calls("wait");
+    let held = a
+        .send(Acquire::new(name))
+        .await
+        .expect("running")
+        .expect("granted");
+    assert!(
+        cluster.calls("wait") > waits,
+        "the grant was confirmed with WAIT\n{}",
+        log.text()
+    );
+    let on_replica = |node: &support::RedisServer| -> Option<String> {
+        // READONLY: a cluster replica answers MOVED to reads otherwise.
+        let (fields,): (Vec<String>,) = redis::pipe()
+            .cmd("READONLY")
+            .ignore()
+            .cmd("HKEYS")
+            .arg(name)
+            .query(&mut node.conn())
+            .unwrap_or_default();
+        fields.into_iter().find(|f| f.contains(':'))
+    };
+    let first = on_replica(&cluster.nodes[replica]).expect("the grant is on the replica");
+    let token = held.fencing_token();
+
+    cluster.nodes[from].pause();
+    let release = actix_rt::spawn(held.release());
+    let began = Instant::now();
+    let promoted = support::eventually(Duration::from_secs(30), || {
+        cluster.nodes[replica]
+            .info("replication")
+            .contains("role:master")
+    })
+    .await;
+    assert!(promoted, "the replica was promoted within 30 s");
+    eprintln!("promoted {:?} after the freeze", began.elapsed());
+    cluster.nodes[from].resume();
+    let resumed = Instant::now();
+    let next = b
+        .send(Acquire::new(name).wait(Duration::from_secs(10)))
+        .await
+        .expect("running")
+        .unwrap_or_else(|e| {
+            panic!(
+                "the promoted master kept the released lock: {e}\n{}",
+                log.text()
+            )
+        });
+    let blind = resumed.elapsed();
+    let now = on_replica(&cluster.nodes[replica]);
+    assert!(
+        now.as_ref().is_some_and(|field| *field != first),
+        "B holds the lock, but the promoted master has {now:?} (A's hold: {first})\n{}",
+        log.text()
+    );
+    assert!(next.fencing_token() > token, "tokens never go backwards");
+    let released = release.await.expect("task");
+    assert!(released.is_ok(), "{released:?}");
+    assert!(
+        blind < Duration::from_secs(5),
+        "the lock was blind {blind:?} after the old master resumed"
+    );
+    eprintln!("free on the new master {blind:?} after the old master resumed");
     next.release().await.expect("released");
 }

@@ -12,8 +12,8 @@
 //! only the policy: how many replicas (at most those that can answer) and how
 //! long the master waits for them.
 //!
-//! Not on a Redis Cluster yet: there the default is off and an explicit setting
-//! is refused, as each master's replicas would need a count of their own.
+//! On a Redis Cluster each master's replicas are counted apart
+//! (`node/cluster_replicas.rs`).
 
 use std::time::Duration;
 
@@ -42,8 +42,7 @@ pub(crate) struct ReplicaSync {
 /// The setting as the user left it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum SyncSetting {
-    /// Not said: one replica within 1 s (shorter when the response timeout is),
-    /// off on a cluster.
+    /// Not said: one replica within 1 s (shorter when the response timeout is).
     Default,
     /// [`Config::no_replica_sync`].
     Off,
@@ -61,7 +60,9 @@ impl Config {
     /// costs about one `timeout`, and a master without replicas no `WAIT` at all.
     /// Under Sentinel, a master whose replicas all left is asked about first: if
     /// the Sentinels name another master (this one was demoted), nothing it
-    /// answers is trusted and the manager follows the new one.
+    /// answers is trusted and the manager follows the new one. On a Redis
+    /// Cluster each master's replicas are counted apart, and a master's count
+    /// only goes down while the other masters name it a healthy master.
     ///
     /// A grant no replica confirmed within `timeout` is undone and retried until
     /// the caller's wait runs out, then answered [`LockError::NotReplicated`]; a
@@ -73,10 +74,9 @@ impl Config {
     /// a hard floor of replicas, use the server's own `min-replicas-to-write`.
     ///
     /// `min` is at least 1; `timeout` is at least 1 ms, and `timeout` + 100 ms
-    /// (how late Redis may end a `WAIT`) is below the response timeout. Not on a
-    /// Redis Cluster yet ([`LockError::InvalidConfig`]). Defaults to on: 1
-    /// replica within 1 s (or the response timeout less 200 ms, when that is
-    /// shorter), as Redisson's `checkLockSyncedSlaves`; off on a Redis Cluster.
+    /// (how late Redis may end a `WAIT`) is below the response timeout.
+    /// Defaults to on: 1 replica within 1 s (or the response timeout less
+    /// 200 ms, when that is shorter), as Redisson's `checkLockSyncedSlaves`.
     pub fn sync_replicas(mut self, min: u32, timeout: Duration) -> Config {
         self.sync = SyncSetting::Set(ReplicaSync { min, timeout });
         self
@@ -100,7 +100,6 @@ impl Config {
         match self.sync {
             SyncSetting::Off => None,
             SyncSetting::Set(sync) => Some(sync),
-            SyncSetting::Default if self.cluster.is_some() => None,
             SyncSetting::Default => {
                 // A WAIT and the call behind it must fit in the response timeout.
                 let timeout =
@@ -134,9 +133,6 @@ impl Config {
                 self.response_timeout
             ));
         }
-        if self.cluster.is_some() {
-            return bad("sync_replicas is not supported on a Redis Cluster yet".into());
-        }
         Ok(())
     }
 }
@@ -146,7 +142,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn on_by_default_within_the_response_timeout_and_off_on_a_cluster() {
+    fn on_by_default_within_the_response_timeout_on_every_deployment() {
         let config = Config::from_url("redis://127.0.0.1:1").expect("url");
         assert_eq!(
             config.replica_sync(),
@@ -163,7 +159,9 @@ mod tests {
         assert!(short.validate().is_ok());
         assert_eq!(config.clone().no_replica_sync().replica_sync(), None);
         let cluster = Config::cluster(["redis://127.0.0.1:1"]).expect("url");
-        assert_eq!(cluster.replica_sync(), None);
+        assert_eq!(cluster.replica_sync(), config.replica_sync());
         assert!(cluster.validate().is_ok());
+        let explicit = cluster.sync_replicas(1, Duration::from_millis(500));
+        assert!(explicit.validate().is_ok());
     }
 }

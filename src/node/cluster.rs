@@ -26,7 +26,7 @@ use crate::config::Config;
 use crate::wire::Publish;
 
 /// Number of hash slots of a Redis Cluster.
-const SLOTS: u16 = 16384;
+pub(crate) const SLOTS: u16 = 16384;
 
 /// The hash slot of `key`: CRC16 (XMODEM) of its hash tag, or of the whole key
 /// when it has none, modulo 16384, as the cluster specification defines it.
@@ -97,6 +97,16 @@ async fn probe_sharded(conn: &mut ClusterConnection) -> Publish {
             Publish::Plain
         }
     }
+}
+
+/// A cluster connection of its own for the task that counts each master's
+/// replicas (`cluster_replicas.rs`): questions on the command connection would
+/// wait behind the very `WAIT`s that ran out.
+pub(crate) async fn connect_watcher(
+    seeds: &[String],
+    config: &Config,
+) -> RedisResult<ClusterConnection> {
+    builder(seeds, config).build()?.get_async_connection().await
 }
 
 /// A cluster connection for the subscriber: RESP3, so that messages, server-side

@@ -29,6 +29,7 @@
 
 mod checks;
 mod cluster;
+mod cluster_replicas;
 mod coalescer;
 mod diagnose;
 mod pubsub;
@@ -94,7 +95,16 @@ pub(crate) struct Conn {
     link: Link,
     /// Replicas to wait for behind every lock-changing script, and the budget
     /// of `WAIT`s on this connection (`wire/replicas.rs`); shared by its clones.
-    confirmation: Option<Arc<Confirmation>>,
+    confirmation: Option<Confirmer>,
+}
+
+/// Where a connection's confirmation comes from.
+#[derive(Clone, Debug)]
+enum Confirmer {
+    /// One master (a single server, or the one Sentinel names).
+    One(Arc<Confirmation>),
+    /// A cluster: the master serving the key's slot (`cluster_replicas.rs`).
+    PerMaster(Arc<cluster_replicas::PerMaster>),
 }
 
 /// The connection of each deployment.
@@ -157,8 +167,11 @@ impl ScriptConn for Conn {
         }
     }
 
-    fn confirmation(&self) -> Option<Arc<Confirmation>> {
-        self.confirmation.clone()
+    fn confirmation(&self, key: Option<&str>) -> Option<Arc<Confirmation>> {
+        match self.confirmation.as_ref()? {
+            Confirmer::One(c) => Some(Arc::clone(c)),
+            Confirmer::PerMaster(per) => Some(per.for_key(key)),
+        }
     }
 }
 
@@ -359,26 +372,7 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
             }
             checks::warn_if_locks_can_be_evicted(&mut conn).await;
             if let Some(sync) = config.replica_sync() {
-                let found =
-                    checks::replicas_can_confirm(&mut conn, sync, config.sync_is_default()).await?;
-                if let Some((confirm, mut live)) = found {
-                    if let Link::Sentinel(follower) = &conn.link {
-                        live = replicas::trusted_at_start(follower, live, sync.min).await;
-                    }
-                    let confirmation = Arc::new(Confirmation::new(
-                        sync,
-                        config.response_timeout,
-                        confirm,
-                        live,
-                    ));
-                    replicas::watch(
-                        &conn.link,
-                        &config.client,
-                        &confirmation,
-                        (config.connection_timeout, config.response_timeout),
-                    );
-                    conn.confirmation = Some(confirmation);
-                }
+                conn.confirmation = confirmer(&conn, config, sync).await?;
             }
         }
     }
@@ -387,4 +381,53 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
         topology,
         pubsub: PubSubSource::new(target, config.connection_timeout),
     })
+}
+
+/// Replica confirmation for the manager's connection `conn`, by `sync`: `None`
+/// when the default setting meets a server that cannot confirm (logged).
+async fn confirmer(
+    conn: &Conn,
+    config: &Config,
+    sync: crate::config::ReplicaSync,
+) -> Result<Option<Confirmer>, LockError> {
+    if let (Link::Cluster(..), Some(seeds)) = (&conn.link, &config.cluster) {
+        let counted = async {
+            let own = cluster::connect_watcher(seeds, config).await?;
+            cluster_replicas::start(own, sync, config.response_timeout).await
+        };
+        return match counted.await {
+            Ok(per) => Ok(Some(Confirmer::PerMaster(per))),
+            Err(e) if config.sync_is_default() => {
+                tracing::warn!(
+                    error = %e,
+                    "replica confirmation is off: the cluster will not answer CLUSTER NODES and \
+                     INFO, which count each master's replicas (give the user +cluster|nodes \
+                     +info +wait, or turn it off with no_replica_sync / --sync-replicas 0)"
+                );
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        };
+    }
+    let mut probe = conn.clone();
+    let found = checks::replicas_can_confirm(&mut probe, sync, config.sync_is_default()).await?;
+    let Some((confirm, mut live)) = found else {
+        return Ok(None);
+    };
+    if let Link::Sentinel(follower) = &conn.link {
+        live = replicas::trusted_at_start(follower, live, sync.min).await;
+    }
+    let confirmation = Arc::new(Confirmation::new(
+        sync,
+        config.response_timeout,
+        confirm,
+        live,
+    ));
+    replicas::watch(
+        &conn.link,
+        &config.client,
+        &confirmation,
+        (config.connection_timeout, config.response_timeout),
+    );
+    Ok(Some(Confirmer::One(confirmation)))
 }

@@ -35,10 +35,11 @@ pub(crate) trait ScriptConn: ConnectionLike {
     /// The publish command of this connection's deployment.
     fn publish(&self) -> Publish;
 
-    /// How many replicas must confirm a lock change, how long to wait for them,
-    /// and how many `WAIT`s may block the connection at once (`replicas.rs`);
-    /// `None`, the default, asks none.
-    fn confirmation(&self) -> Option<Arc<Confirmation>> {
+    /// How many replicas must confirm a change of `key` (a script's first key,
+    /// which a cluster routes it by), how long to wait for them, and how many
+    /// `WAIT`s may block the connection at once (`replicas.rs`); `None`, the
+    /// default, asks none.
+    fn confirmation(&self, _key: Option<&str>) -> Option<Arc<Confirmation>> {
         None
     }
 }

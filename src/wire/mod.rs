@@ -158,7 +158,7 @@ impl Invocation {
     ) -> RedisResult<(Value, Confirmed)> {
         let publish = conn.publish();
         let cmd = self.command(publish);
-        let confirmation = conn.confirmation();
+        let confirmation = conn.confirmation(self.routing_key());
         match replicas::send(conn, confirmation.clone(), &cmd, self.need).await? {
             (Value::ServerError(e), _) if e.kind() == Some(ServerErrorKind::NoScript) => {
                 self.script.get(publish).load_async(conn).await?;

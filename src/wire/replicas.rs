@@ -177,6 +177,14 @@ impl Confirmation {
         }
     }
 
+    /// The same, but a short `WAIT` tells `look` instead of a notifier of its
+    /// own: on a cluster one task counts the replicas of every master
+    /// (`node/cluster_replicas.rs`), each with a confirmation of its own.
+    pub(crate) fn sharing_look(mut self, look: Arc<Notify>) -> Confirmation {
+        self.look = look;
+        self
+    }
+
     /// How many replicas a `WAIT` asks for now.
     fn required(&self) -> u32 {
         self.sync.min.min(self.live.load(Ordering::Acquire))
@@ -338,6 +346,11 @@ pub(crate) async fn send<C: ConnectionLike>(
     }
     let _place = match confirmation.way(need).await {
         Way::Wait(place) => place,
+        // No replica can answer any more (counted while this call waited for
+        // its way): nothing to wait for.
+        Way::Alone | Way::Refused if confirmation.required() == 0 && !confirmation.aof => {
+            return Ok((conn.req_packed_command(cmd).await?, Confirmed::NotAsked));
+        }
         Way::Alone => {
             let reply = conn.req_packed_command(cmd).await?;
             let (acked, wanted) = confirmation.shortfall();
@@ -420,6 +433,13 @@ fn counted(wait: Value, sync: ReplicaSync) -> Confirmed {
                 }
             }
         }
+        // The master turned replica while the WAIT blocked (a demoted master
+        // that resumed learns it then): the change was not confirmed, and a
+        // release must be redone where the deployment now points.
+        Value::ServerError(e) if e.code() == "UNBLOCKED" => Confirmed::Short {
+            acked: 0,
+            wanted: sync.min,
+        },
         Value::ServerError(e) => Confirmed::Failed(e.into()),
         _ => Confirmed::Failed(super::unexpected("WAIT returned an unknown shape")),
     }

@@ -1,0 +1,596 @@
+//! Replica confirmation on a Redis Cluster: a count of replicas for each master,
+//! and no trust in a master the rest of the cluster has demoted.
+//!
+//! On one server or under Sentinel a connection has one master, so one
+//! [`Confirmation`] (`node/replicas.rs` keeps its count). A cluster connection
+//! talks to every master, each with replicas of its own and its own socket for
+//! a `WAIT` to block, so here each master gets a `Confirmation` of its own, and a
+//! script call takes the one of the master that serves its key's slot
+//! ([`PerMaster::for_key`]). redis-rs sends the script and its `WAIT` there in
+//! one pipeline (its pipeline routing follows the script's key and ignores the
+//! keyless `WAIT`), and follows MOVED when the slot has moved meanwhile.
+//!
+//! Once a second, and at once when a `WAIT` came back short, a task asks every
+//! master, on a cluster connection of its own (the shared one queues behind the
+//! very `WAIT`s that ran out), for its view of the cluster (`CLUSTER NODES`) and
+//! its replication (`INFO`). From the views it keeps which master serves which
+//! slot (the claim with the highest config epoch wins, as in the cluster
+//! itself) and whether the *other* masters agree that a master is one, with no
+//! failure flag. A master's count of replicas that can answer is read and kept
+//! as on a single server (`replicas::Doubts`), with one rule added, the one
+//! Sentinel gets from `Follower::still_master`: the count only goes down while
+//! the other masters agree. A master frozen through a failover and resumed still
+//! believes it serves its slots and answers the calls queued in its socket, a
+//! release among them; its replica, promoted, no longer confirms anything, and
+//! had the count simply dropped to zero its answers would have been trusted
+//! without a `WAIT`, and the promoted master would keep the lock for the rest
+//! of its lease (the chaos suite saw 14 s). Kept, the release is not confirmed,
+//! so it is redone, owner-checked, and redis-rs's MOVED takes it to the new
+//! master. A slot no look has placed yet, and a master first seen while the
+//! others do not vouch for it, start from the replicas asked for.
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock, Weak};
+use std::time::Duration;
+
+use futures::future::{join_all, select};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::SingleNodeRoutingInfo;
+use redis::{RedisResult, Value};
+use tokio::sync::Notify;
+use tracing::{debug, info, warn};
+
+use super::cluster::{at, slot, SLOTS};
+use super::replicas::{parse, Doubts, Replication};
+use crate::config::ReplicaSync;
+use crate::wire::{confirm_with, Confirm, Confirmation};
+
+/// How often the masters are asked when no `WAIT` came back short.
+const EVERY: Duration = Duration::from_secs(1);
+
+/// Longest a look waits for one master: a frozen one must not hold up the
+/// counts of the others for a whole response timeout.
+const ASK_BOUND: Duration = Duration::from_secs(1);
+
+/// The confirmations of a cluster's masters, by the slots they serve.
+#[derive(Debug)]
+pub(crate) struct PerMaster {
+    /// How many replicas must confirm, and how long a master waits for them.
+    sync: ReplicaSync,
+    /// The command connection's response timeout (each `WAIT` budget fits it).
+    response_timeout: Duration,
+    /// Told by any master's `Confirmation` when its `WAIT` came back short.
+    look: Arc<Notify>,
+    /// Which master serves which slot, as last looked.
+    map: RwLock<SlotMap>,
+    /// For a key of a slot no look has placed: the replicas asked for.
+    unplaced: Arc<Confirmation>,
+}
+
+/// Ranges of slots and the confirmation of the master serving them.
+#[derive(Debug, Default)]
+struct SlotMap {
+    /// `(first, last, master)` by first slot, not overlapping.
+    ranges: Vec<(u16, u16, Arc<Confirmation>)>,
+}
+
+impl PerMaster {
+    /// The confirmation a script on `key` is judged by: that of the master
+    /// serving its slot, as last looked.
+    pub(crate) fn for_key(&self, key: Option<&str>) -> Arc<Confirmation> {
+        let Some(key) = key else {
+            return Arc::clone(&self.unplaced);
+        };
+        let slot = slot(key);
+        let map = self.map.read().unwrap_or_else(PoisonError::into_inner);
+        let at = map.ranges.partition_point(|(first, _, _)| *first <= slot);
+        match at.checked_sub(1).map(|i| &map.ranges[i]) {
+            Some((_, last, confirmation)) if slot <= *last => Arc::clone(confirmation),
+            _ => Arc::clone(&self.unplaced),
+        }
+    }
+
+    /// A new master's confirmation, with `live` replicas that can answer.
+    fn confirmation(&self, confirm: Confirm, live: u32) -> Arc<Confirmation> {
+        Arc::new(
+            Confirmation::new(self.sync, self.response_timeout, confirm, live)
+                .sharing_look(Arc::clone(&self.look)),
+        )
+    }
+}
+
+/// One node as a `CLUSTER NODES` line shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    /// `host:port` (the client port).
+    address: String,
+    /// Flags hold `master`.
+    master: bool,
+    /// Flags hold `fail`, `fail?` or `noaddr`.
+    failing: bool,
+    /// Flags hold `myself`: the line of the node that answered.
+    myself: bool,
+    /// Its config epoch: the newest claim on a slot wins.
+    epoch: u64,
+    /// The slot ranges it serves (migrating and importing marks left out).
+    slots: Vec<(u16, u16)>,
+}
+
+/// Reads a `CLUSTER NODES` reply: `<id> <ip:port@cport[,host]> <flags>
+/// <master> <ping> <pong> <epoch> <link> <slot>...`.
+fn parse_nodes(text: &str) -> Vec<Seen> {
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let address = fields.get(1)?.split('@').next()?.to_string();
+            let flags: Vec<&str> = fields.get(2)?.split(',').collect();
+            let slots = fields
+                .iter()
+                .skip(8)
+                .filter(|s| !s.starts_with('['))
+                .filter_map(|range| {
+                    let (first, last) = range.split_once('-').unwrap_or((range, range));
+                    Some((first.parse().ok()?, last.parse().ok()?))
+                })
+                .collect();
+            Some(Seen {
+                address,
+                master: flags.contains(&"master"),
+                failing: flags
+                    .iter()
+                    .any(|f| matches!(*f, "fail" | "fail?" | "noaddr")),
+                myself: flags.contains(&"myself"),
+                epoch: fields.get(6)?.parse().ok()?,
+                slots,
+            })
+        })
+        .collect()
+}
+
+/// What one master answered: its view of the cluster and its `INFO`.
+#[derive(Debug)]
+struct Answer {
+    /// The master asked.
+    address: String,
+    /// Its `CLUSTER NODES`, read.
+    view: Vec<Seen>,
+    /// Its `INFO` (default sections: replication, version, persistence).
+    info: String,
+}
+
+/// Whether every other master that answered and still serves slots (`voters`)
+/// names `address` a master with no failure flag (and at least one did, unless
+/// it is the only one). A master whose slots a newer claim took (demoted while
+/// frozen, not told yet) still calls itself master and its successor a replica
+/// or failed: its word does not count.
+fn agreed(address: &str, answers: &[Answer], voters: &[&str]) -> bool {
+    let others: Vec<&Answer> = answers
+        .iter()
+        .filter(|a| a.address != address && voters.contains(&a.address.as_str()))
+        .collect();
+    if others.is_empty() {
+        return voters == [address];
+    }
+    others.iter().all(|a| {
+        a.view
+            .iter()
+            .find(|s| s.address == address)
+            .is_some_and(|s| s.master && !s.failing)
+    })
+}
+
+/// The master serving each slot by the answered views: the newest claim.
+fn owners(answers: &[Answer]) -> Vec<(u16, u16, String)> {
+    let mut claims: Vec<Option<(u64, &str)>> = vec![None; usize::from(SLOTS)];
+    for seen in answers.iter().flat_map(|a| &a.view) {
+        if !seen.master {
+            continue;
+        }
+        for &(first, last) in &seen.slots {
+            for s in first..=last.min(SLOTS - 1) {
+                let claim = &mut claims[usize::from(s)];
+                if claim.is_none_or(|(epoch, _)| seen.epoch > epoch) {
+                    *claim = Some((seen.epoch, &seen.address));
+                }
+            }
+        }
+    }
+    let mut ranges: Vec<(u16, u16, String)> = Vec::new();
+    for (s, claim) in (0..SLOTS).zip(claims) {
+        let Some((_, address)) = claim else { continue };
+        match ranges.last_mut() {
+            Some((_, last, owner)) if *last + 1 == s && owner == address => *last = s,
+            _ => ranges.push((s, s, address.to_string())),
+        }
+    }
+    ranges
+}
+
+/// The view and `INFO` of the master at `address`: `None` when it did not
+/// answer within [`ASK_BOUND`] or is no master by its own account, an error
+/// only when it refuses the commands (an ACL without them).
+async fn ask_one(mut conn: ClusterConnection, address: String) -> RedisResult<Option<Answer>> {
+    let Some((host, port)) = address.rsplit_once(':') else {
+        return Ok(None);
+    };
+    let Ok(port) = port.parse() else {
+        return Ok(None);
+    };
+    let route = SingleNodeRoutingInfo::ByAddress {
+        host: host.to_string(),
+        port,
+    };
+    let mut pipe = redis::pipe();
+    pipe.cmd("CLUSTER").arg("NODES").cmd("INFO");
+    let asked = conn.route_pipeline(pipe, 0, 2, route);
+    let replies = match tokio::time::timeout(ASK_BOUND, asked).await {
+        Ok(Ok(replies)) => replies,
+        Ok(Err(e)) if crate::error::is_noperm(&e) => return Err(e),
+        Ok(Err(e)) => {
+            debug!(master = %address, error = %e, "a master did not answer the look");
+            return Ok(None);
+        }
+        Err(_) => {
+            debug!(master = %address, "a master did not answer the look in time");
+            return Ok(None);
+        }
+    };
+    let text = |v: Option<&Value>| redis::from_redis_value::<String>(v?.clone()).ok();
+    let (Some(view), Some(info)) = (text(replies.first()), text(replies.get(1))) else {
+        return Ok(None);
+    };
+    let view = parse_nodes(&view);
+    // Only a node that is a master by its own account is one to count.
+    Ok(view.iter().any(|s| s.myself && s.master).then_some(Answer {
+        address,
+        view,
+        info,
+    }))
+}
+
+/// The error of a look that heard from no node in time.
+fn timed_out() -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "no cluster node answered CLUSTER NODES in time",
+    ))
+}
+
+/// The task's state between looks.
+struct Watcher {
+    /// A cluster connection of its own.
+    conn: ClusterConnection,
+    /// Each master's confirmation, by address, kept across looks.
+    masters: HashMap<String, Arc<Confirmation>>,
+    /// Each master's doubted replicas.
+    doubts: HashMap<String, Doubts>,
+    /// Masters whose count a disagreement kept up (logged once each).
+    held: HashMap<String, u32>,
+    /// The last look failed (logged once until one succeeds).
+    failing: bool,
+}
+
+/// Starts replica confirmation on a cluster: the first look now (so the first
+/// lock change knows its master's replicas), then a look every second and after
+/// every short `WAIT`, for as long as the manager's connection keeps the
+/// returned [`PerMaster`]. `conn` is a cluster connection for the task alone.
+/// Fails when no master can be asked (an ACL without `CLUSTER` or `INFO`).
+pub(super) async fn start(
+    conn: ClusterConnection,
+    sync: ReplicaSync,
+    response_timeout: Duration,
+) -> RedisResult<Arc<PerMaster>> {
+    let look = Arc::new(Notify::new());
+    let per = Arc::new(PerMaster {
+        sync,
+        response_timeout,
+        unplaced: Arc::new(
+            Confirmation::new(sync, response_timeout, Confirm::Wait, sync.min)
+                .sharing_look(Arc::clone(&look)),
+        ),
+        look,
+        map: RwLock::new(SlotMap::default()),
+    });
+    let mut watcher = Watcher {
+        conn,
+        masters: HashMap::new(),
+        doubts: HashMap::new(),
+        held: HashMap::new(),
+        failing: false,
+    };
+    match watcher.look(&per).await {
+        Ok(()) => {}
+        // No right to ask: the caller decides (off with a warning by default).
+        Err(e) if crate::error::is_noperm(&e) => return Err(e),
+        // A node slow or cut at start is no reason to fail it: every slot
+        // assumes the replicas asked for until a look places it.
+        Err(e) => {
+            warn!(error = %e, assumed = sync.min, "could not count the cluster masters' replicas at start; lock changes wait for the replicas asked for until they are counted");
+            watcher.failing = true;
+        }
+    }
+    let weak = Arc::downgrade(&per);
+    tokio::spawn(async move {
+        loop {
+            let Some(asked) = weak.upgrade().map(|p| Arc::clone(&p.look).notified_owned()) else {
+                return;
+            };
+            let tick = std::pin::pin!(tokio::time::sleep(EVERY));
+            let _ = select(tick, std::pin::pin!(asked)).await;
+            if !watcher.look_again(&weak).await {
+                return;
+            }
+        }
+    });
+    Ok(per)
+}
+
+impl Watcher {
+    /// One look from the task; false when the manager's connection is gone.
+    async fn look_again(&mut self, weak: &Weak<PerMaster>) -> bool {
+        let Some(per) = weak.upgrade() else {
+            return false;
+        };
+        match self.look(&per).await {
+            Ok(()) if std::mem::take(&mut self.failing) => {
+                info!("counting the cluster masters' replicas again");
+            }
+            Ok(()) => {}
+            Err(e) => {
+                if !std::mem::replace(&mut self.failing, true) {
+                    warn!(error = %e, "cannot count the cluster masters' replicas; keeping the last counts");
+                }
+            }
+        }
+        true
+    }
+
+    /// Asks the masters, then places slots and counts replicas.
+    async fn look(&mut self, per: &PerMaster) -> RedisResult<()> {
+        let answers = self.ask().await?;
+        let owned = owners(&answers);
+        let mut voters: Vec<&str> = owned.iter().map(|(_, _, a)| a.as_str()).collect();
+        voters.sort_unstable();
+        voters.dedup();
+        let mut ranges = Vec::new();
+        for (first, last, address) in &owned {
+            let (first, last, address) = (*first, *last, address.clone());
+            let confirmation = match self.masters.get(&address) {
+                Some(c) => Arc::clone(c),
+                None => {
+                    let c = self.meet(per, &address, &answers, &voters).await;
+                    self.masters.insert(address.clone(), Arc::clone(&c));
+                    c
+                }
+            };
+            ranges.push((first, last, confirmation));
+        }
+        for answer in &answers {
+            if let Some(confirmation) = self.masters.get(&answer.address).cloned() {
+                self.count(&answer.address, &confirmation, answer, &answers, &voters);
+            }
+        }
+        // Masters that serve nothing any more are forgotten: a new claim
+        // starts over with a fresh count and fresh doubts.
+        self.masters
+            .retain(|_, c| ranges.iter().any(|(_, _, r)| Arc::ptr_eq(c, r)));
+        let masters = &self.masters;
+        self.doubts
+            .retain(|address, _| masters.contains_key(address));
+        self.held.retain(|address, _| masters.contains_key(address));
+        *per.map.write().unwrap_or_else(PoisonError::into_inner) = SlotMap { ranges };
+        Ok(())
+    }
+
+    /// Each master's view and `INFO`, asked at once; masters that do not
+    /// answer within [`ASK_BOUND`] are left out. The masters asked are those
+    /// a view from any node names (so a cluster that failed over is followed).
+    async fn ask(&mut self) -> RedisResult<Vec<Answer>> {
+        let cmd = redis::cmd("CLUSTER").arg("NODES").clone();
+        let asked = cmd.query_async::<String>(&mut self.conn);
+        let named = match tokio::time::timeout(ASK_BOUND, asked).await {
+            Ok(Ok(nodes)) => parse_nodes(&nodes),
+            // The masters known from the last look are asked anyway.
+            Ok(Err(e)) if self.masters.is_empty() || crate::error::is_noperm(&e) => return Err(e),
+            Ok(Err(_)) | Err(_) if !self.masters.is_empty() => Vec::new(),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(timed_out()),
+        };
+        let mut addresses: Vec<String> = named
+            .into_iter()
+            .filter(|s| s.master && !s.address.starts_with(':'))
+            .map(|s| s.address)
+            .chain(self.masters.keys().cloned())
+            .collect();
+        addresses.sort();
+        addresses.dedup();
+        let asks = addresses.into_iter().map(|address| {
+            let conn = self.conn.clone();
+            ask_one(conn, address)
+        });
+        let mut answers = Vec::new();
+        for answer in join_all(asks).await {
+            if let Some(answer) = answer? {
+                answers.push(answer);
+            }
+        }
+        Ok(answers)
+    }
+
+    /// The confirmation of a master first seen serving slots: with the
+    /// commands its `INFO` calls for, and its count of replicas if the other
+    /// masters vouch for it, else the replicas asked for.
+    async fn meet(
+        &mut self,
+        per: &PerMaster,
+        address: &str,
+        answers: &[Answer],
+        voters: &[&str],
+    ) -> Arc<Confirmation> {
+        let Some(answer) = answers.iter().find(|a| a.address == address) else {
+            // It did not answer (frozen, or just gone): assume the replicas
+            // asked for, and the commands of a master without AOF.
+            return per.confirmation(Confirm::Wait, per.sync.min);
+        };
+        let field = |name: &str| {
+            answer
+                .info
+                .lines()
+                .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+                .map(str::to_owned)
+        };
+        let version = field("redis_version").unwrap_or_default();
+        let aof = field("aof_enabled").as_deref() == Some("1");
+        let appendfsync = match aof {
+            true => self.appendfsync(address).await,
+            false => None,
+        };
+        let confirm = confirm_with(&version, aof, appendfsync.as_deref());
+        let replication = parse(&answer.info);
+        let doubts = self.doubts.entry(address.to_string()).or_default();
+        let mut live = doubts.count(&replication, None);
+        if live < per.sync.min && !agreed(address, answers, voters) {
+            live = per.sync.min;
+        }
+        info!(
+            master = address,
+            live,
+            ?confirm,
+            "replica confirmation on a cluster master"
+        );
+        per.confirmation(confirm, live)
+    }
+
+    /// The `appendfsync` of the master at `address`, if it will say.
+    async fn appendfsync(&mut self, address: &str) -> Option<String> {
+        let (host, port) = address.rsplit_once(':')?;
+        let cmd = redis::cmd("CONFIG").arg("GET").arg("appendfsync").clone();
+        let reply = self
+            .conn
+            .route_command(cmd, at(host, port.parse().ok()?))
+            .await;
+        let pairs: Vec<String> = redis::from_redis_value(reply.ok()?).ok()?;
+        pairs.get(1).cloned()
+    }
+
+    /// Counts the replicas of the master of `answer` that can answer, and
+    /// lowers its confirmation's count only while the other masters agree it
+    /// is one.
+    fn count(
+        &mut self,
+        address: &str,
+        confirmation: &Confirmation,
+        answer: &Answer,
+        answers: &[Answer],
+        voters: &[&str],
+    ) {
+        let replication: Replication = parse(&answer.info);
+        let doubts = self.doubts.entry(address.to_string()).or_default();
+        let live = doubts.count(&replication, confirmation.short_by());
+        let was = confirmation.live();
+        if live < was && !agreed(address, answers, voters) {
+            if self.held.insert(address.to_string(), was) != Some(was) {
+                warn!(
+                    master = address,
+                    was,
+                    now = live,
+                    "a cluster master lost replicas while the other masters do not name it a \
+                     healthy master (a failover?): its answers stay unconfirmed"
+                );
+            }
+            return;
+        }
+        self.held.remove(address);
+        if live != was {
+            info!(
+                master = address,
+                was,
+                now = live,
+                replicas = ?replication.replicas,
+                "replicas that can confirm lock changes on a cluster master"
+            );
+            confirmation.set_live(live);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Node a (epoch 1) was frozen and still claims 0-5460; its replica d was
+    /// promoted with epoch 7 and claims the same slots.
+    const STALE_A: &str = "\
+a 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460
+b 127.0.0.1:7002@17002 master - 0 0 2 connected 5461-10922
+c 127.0.0.1:7003@17003 master - 0 0 3 connected 10923-16383
+d 127.0.0.1:7004@17004 slave a 0 0 1 connected
+";
+    const FROM_B: &str = "\
+a 127.0.0.1:7001@17001 master,fail - 0 0 1 connected
+b 127.0.0.1:7002@17002 myself,master - 0 0 2 connected 5461-10922 [5461->-x]
+c 127.0.0.1:7003@17003 master - 0 0 3 connected 10923-16383
+d 127.0.0.1:7004@17004 master - 0 0 7 connected 0-5460
+";
+
+    fn answer(address: &str, view: &str) -> Answer {
+        Answer {
+            address: address.into(),
+            view: parse_nodes(view),
+            info: String::new(),
+        }
+    }
+
+    #[test]
+    fn nodes_are_read_with_flags_epochs_and_slots() {
+        let seen = parse_nodes(FROM_B);
+        assert_eq!(seen.len(), 4);
+        assert!(seen[0].master && seen[0].failing && seen[0].slots.is_empty());
+        assert!(seen[1].myself && seen[1].slots == [(5461, 10922)]);
+        assert_eq!(seen[3].epoch, 7);
+        assert_eq!(seen[3].address, "127.0.0.1:7004");
+    }
+
+    #[test]
+    fn the_newest_claim_serves_a_slot() {
+        let answers = [
+            answer("127.0.0.1:7001", STALE_A),
+            answer("127.0.0.1:7002", FROM_B),
+        ];
+        let owned = owners(&answers);
+        assert_eq!(
+            owned,
+            vec![
+                (0, 5460, "127.0.0.1:7004".to_string()),
+                (5461, 10922, "127.0.0.1:7002".to_string()),
+                (10923, 16383, "127.0.0.1:7003".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_demoted_master_neither_is_vouched_for_nor_vouches() {
+        let answers = [
+            answer("127.0.0.1:7001", STALE_A),
+            answer("127.0.0.1:7002", FROM_B),
+            answer(
+                "127.0.0.1:7004",
+                &FROM_B.replace("myself,", "").replace(
+                    "d 127.0.0.1:7004@17004 master",
+                    "d 127.0.0.1:7004@17004 myself,master",
+                ),
+            ),
+        ];
+        let voters = ["127.0.0.1:7002", "127.0.0.1:7003", "127.0.0.1:7004"];
+        assert!(!agreed("127.0.0.1:7001", &answers, &voters));
+        // a calls d a replica, but a serves nothing any more: d is vouched for.
+        assert!(agreed("127.0.0.1:7004", &answers, &voters));
+        assert!(agreed("127.0.0.1:7002", &answers, &voters));
+        // With a still among the voters (before the promotion), d is not.
+        let before = ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"];
+        assert!(!agreed("127.0.0.1:7004", &answers, &before));
+        // A lone master vouches for itself.
+        let alone = [answer("127.0.0.1:7001", STALE_A)];
+        assert!(agreed("127.0.0.1:7001", &alone, &["127.0.0.1:7001"]));
+    }
+}
