@@ -3,39 +3,9 @@
 //! orphan rules forbid an application to implement actix-web's trait for
 //! lockwarden's error, so every team wrote the same newtype (issue 38).
 //!
-//! Each variant gets the status that tells a client, or the load balancer in
-//! front of it, what to do next:
-//!
-//! | Error | Status | Why |
-//! |---|---|---|
-//! | `Timeout` (a wait that ran out) | 503, `Retry-After` | held elsewhere: the same request may pass later |
-//! | `NotReplicated` | 503, `Retry-After` | replicas behind: a later attempt may be confirmed |
-//! | `Redis` that may pass (a dropped connection, a timeout, a failover, BUSY, LOADING, OOM) | 503, `Retry-After` | Redis is unreachable or busy for now |
-//! | `Stopped` (the manager is gone: a deploy, the mailbox closed) | 503, `Retry-After` | another instance, or this one restarted, can serve it |
-//! | `Lost` (any reason) | 503, `Retry-After` | this process lost its lock (paused, cut off, stopping): the request may be tried again |
-//! | `StaleToken`, `NotHeld` | 409 | a later holder of the lock took over; the fenced write was refused, nothing was written |
-//! | `ReentryRefused` | 409 | the owner holds the lock already: a concurrent request of the same owner (a double submit) |
-//! | `InvalidName`, `InvalidLease`, `InvalidConfig`, `InvalidRequest`, `InvalidAmount`, `ReservedKey`, `UpgradeRefused`, `TokenTooHigh` | 500 | the application asked for something that cannot work: a bug, which a retry repeats |
-//! | `NoPermission`, `NotANumber`, `DamagedFence`, any other `Redis` | 500 | the deployment needs an operator (ACL rights, a key someone else wrote) |
-//!
-//! Bad input is 500, not 400, because lockwarden cannot know where a name or an
-//! amount came from: one the application built is its own bug. A handler that
-//! builds a lock name from the request checks it first with
-//! [`check_lock_name`](crate::check_lock_name) and answers 400 itself.
-//!
-//! `Retry-After` is in whole seconds. No variant that answers 503 knows how long
-//! the holder will keep its lock (a `Timeout` knows only how long the caller
-//! waited), so it is [`RETRY_AFTER`], 1 s: long enough not to spin, short next to
-//! a typical request's wait for a lock.
-//!
-//! The body is one short plain-text line per kind of answer ("busy: the lock is
-//! held elsewhere; try again later"), never the error's `Display`: that one names
-//! keys, tokens, Redis users, a key's content and, in a `Redis` error, addresses,
-//! which an outside client has no use for. The whole error stays on the response
-//! (`HttpResponse::error()`, which actix-web's `Logger` prints at debug level and a
-//! middleware can read), and every 500 is logged here at error level with it,
-//! since it needs someone to act. A service whose clients should see the message
-//! maps the error itself (`map_err(|e| ErrorConflict(e.to_string()))`).
+//! Each variant's status, `Retry-After` and body are chosen in `answer`, one
+//! exhaustive match; the table and the reasons are on the `ResponseError` impl
+//! (below), where a user reads them with [`LockError`]'s documentation.
 
 use std::time::Duration;
 
@@ -47,7 +17,7 @@ use tracing::{debug, error};
 use crate::error::LockError;
 
 /// The `Retry-After` of every 503: no error that answers it knows when the lock
-/// or Redis will be free (see the module's documentation).
+/// or Redis will be free (the impl's documentation says why 1 s).
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// How a [`LockError`] answers a request: its status, the line of its body, and
@@ -132,8 +102,41 @@ fn answer(e: &LockError) -> Answer {
 }
 
 /// With the `actix-web` feature: a handler that returns `Result<_, LockError>` (or
-/// `actix_web::Error`) answers a lock error with the status of the module's table,
-/// a one-line plain-text body and, for a 503, `Retry-After: 1`.
+/// `actix_web::Error`) answers a lock error with a status that tells a client, or
+/// the load balancer in front of it, what to do next, a one-line plain-text body
+/// and, for a 503, `Retry-After`:
+///
+/// | Error | Status | Why |
+/// |---|---|---|
+/// | `Timeout` (a wait that ran out) | 503, `Retry-After` | held elsewhere: the same request may pass later |
+/// | `NotReplicated` | 503, `Retry-After` | replicas behind: a later attempt may be confirmed |
+/// | `Redis` that may pass (a dropped connection, a timeout, a failover, BUSY, LOADING, OOM) | 503, `Retry-After` | Redis is unreachable or busy for now |
+/// | `Stopped` (the manager is gone: a deploy, the mailbox closed) | 503, `Retry-After` | another instance, or this one restarted, can serve it |
+/// | `Lost` (any reason) | 503, `Retry-After` | this process lost its lock (paused, cut off, stopping): the request may be tried again |
+/// | `StaleToken`, `NotHeld` | 409 | a later holder of the lock took over; a fenced write was refused, nothing was written |
+/// | `ReentryRefused` | 409 | the owner holds the lock already: a concurrent request of the same owner (a double submit) |
+/// | `InvalidName`, `InvalidLease`, `InvalidConfig`, `InvalidRequest`, `InvalidAmount`, `ReservedKey`, `UpgradeRefused`, `TokenTooHigh` | 500 | the application asked for something that cannot work: a bug, which a retry repeats |
+/// | `NoPermission`, `NotANumber`, `DamagedFence`, any other `Redis` | 500 | the deployment needs an operator (ACL rights, a key someone else wrote) |
+///
+/// Bad input is 500, not 400, because lockwarden cannot know where a name or an
+/// amount came from: one the application built is its own bug. A handler that
+/// builds a lock name from the request checks it first with
+/// [`check_lock_name`](crate::check_lock_name) and answers 400 itself.
+///
+/// `Retry-After` is in whole seconds. No error that answers 503 knows how long
+/// the holder will keep its lock (a `Timeout` knows only how long the caller
+/// waited), so it is always 1 s: long enough not to spin, short next to a
+/// typical request's wait for a lock.
+///
+/// The body is one short plain-text line per kind of answer ("busy: the lock is
+/// held elsewhere; try again later"), never the error's `Display`: that one names
+/// keys, tokens, Redis users, a key's content and, in a `Redis` error, addresses,
+/// which an outside client has no use for. The whole error stays on the response
+/// (`HttpResponse::error()`, which actix-web's `Logger` prints at debug level and
+/// a middleware can read), and every 500 is logged at error level with it
+/// (tracing), since it needs someone to act. A service whose clients should see
+/// the message maps the error itself, keeping the status:
+/// `map_err(|e| InternalError::new(e.to_string(), e.status_code()))`.
 impl ResponseError for LockError {
     fn status_code(&self) -> StatusCode {
         answer(self).status
