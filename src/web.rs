@@ -81,7 +81,7 @@ fn answer(e: &LockError) -> Answer {
             "unavailable: the lock was lost before the request finished; try again later",
         ),
         LockError::StaleToken { .. } | LockError::NotHeld => Answer::conflict(
-            "conflict: another holder of the lock took over first; this request's write was refused",
+            "conflict: another holder of the lock took over before this request finished",
         ),
         LockError::ReentryRefused => {
             Answer::conflict("conflict: this owner holds the lock already (a request in progress)")
@@ -113,7 +113,7 @@ fn answer(e: &LockError) -> Answer {
 /// | `Redis` that may pass (a dropped connection, a timeout, a failover, BUSY, LOADING, OOM) | 503, `Retry-After` | Redis is unreachable or busy for now |
 /// | `Stopped` (the manager is gone: a deploy, the mailbox closed) | 503, `Retry-After` | another instance, or this one restarted, can serve it |
 /// | `Lost` (any reason) | 503, `Retry-After` | this process lost its lock (paused, cut off, stopping): the request may be tried again |
-/// | `StaleToken`, `NotHeld` | 409 | a later holder of the lock took over; a fenced write was refused, nothing was written |
+/// | `StaleToken`, `NotHeld` | 409 | a later holder of the lock took over first (a fenced write that meets it is refused and writes nothing) |
 /// | `ReentryRefused` | 409 | the owner holds the lock already: a concurrent request of the same owner (a double submit) |
 /// | `InvalidName`, `InvalidLease`, `InvalidConfig`, `InvalidRequest`, `InvalidAmount`, `ReservedKey`, `UpgradeRefused`, `TokenTooHigh` | 500 | the application asked for something that cannot work: a bug, which a retry repeats |
 /// | `NoPermission`, `NotANumber`, `DamagedFence`, any other `Redis` | 500 | the deployment needs an operator (ACL rights, a key someone else wrote) |
