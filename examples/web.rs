@@ -2,9 +2,9 @@
 //! them on one Redis and they share the locks:
 //!
 //! - `POST /jobs/{key}` runs one job at a time per key across every instance: the
-//!   handler takes the lock `web:job:{key}` by message (`Acquire`), does the work,
-//!   and stores the result with the lock's fencing token (`FencedWrite`), so a
-//!   holder that lost its lock mid-job cannot overwrite a newer result;
+//!   handler takes the lock `web:job:{key}` (`Locks::acquire`), does the work,
+//!   and stores the result with the lock's fencing token (`Locks::fenced_write`),
+//!   so a holder that lost its lock mid-job cannot overwrite a newer result;
 //! - `GET /partner` calls a (pretend) partner API that allows two calls at once,
 //!   fleet-wide: a semaphore of 2 permits around the call;
 //! - a scheduler ticks only on the elected leader (`Leader`): `GET /role` says
@@ -15,6 +15,11 @@
 //! can look: a job that finds another job of its key running sets
 //! `web:overlap:{key}`, a partner call that finds more than two calls running sets
 //! `web:partner:over`. Neither key should ever exist.
+//!
+//! Every lockwarden call in a handler ends in `?`, with no wrapper type: with the
+//! `actix-web` feature a `LockError` is an actix-web `ResponseError`, so a wait
+//! that ran out answers 503 with `Retry-After`, a stale fencing token 409, a
+//! stopped manager 503 (the README's "With actix-web" has the whole table).
 //!
 //! Run with `cargo run --example web` (`PORT`, default 8080; `INSTANCE`, a name for
 //! this process, default `web-<pid>`; Redis as the other examples find it, from
@@ -112,28 +117,17 @@ impl Handler<Leads> for Scheduler {
     }
 }
 
-/// A lock error as an HTTP answer: a wait that ran out is 503 (try again), the
-/// rest 500.
-fn failed(what: &str, e: LockError) -> HttpResponse {
-    match e {
-        LockError::Timeout { .. } => {
-            HttpResponse::ServiceUnavailable().body(format!("{what}: busy\n"))
-        }
-        e => HttpResponse::InternalServerError().body(format!("{what}: {e}\n")),
-    }
-}
-
 /// `POST /jobs/{key}`: one job per key at a time, its result fenced.
-async fn run_job(shared: web::Data<Shared>, key: web::Path<String>) -> HttpResponse {
+async fn run_job(
+    shared: web::Data<Shared>,
+    key: web::Path<String>,
+) -> Result<HttpResponse, LockError> {
     let key = key.into_inner();
-    let guard = match shared
+    // 503 with Retry-After if another job of this key holds it past WAIT.
+    let guard = shared
         .manager
         .acquire(Acquire::new(format!("web:job:{key}")).wait(WAIT))
-        .await
-    {
-        Ok(guard) => guard,
-        Err(e) => return failed("job", e),
-    };
+        .await?;
     let mut redis = shared.redis.clone();
     // The work, which checks that it runs alone.
     let inside: i64 = redis
@@ -146,29 +140,22 @@ async fn run_job(shared: web::Data<Shared>, key: web::Path<String>) -> HttpRespo
     actix_rt::time::sleep(Duration::from_millis(30)).await;
     let _: Result<i64, _> = redis.decr(format!("web:inside:{key}"), 1).await;
     let token = guard.fencing_token();
-    let stored = shared
+    // 409 if a later holder of the lock wrote first (this one's lease ran out
+    // mid-job); the guard dropped on that path is released in the background.
+    shared
         .manager
-        .send(
+        .fenced_write(
             FencedWrite::new(&guard, format!("web:result:{key}"), "SET")
                 .arg(format!("{} {token}", shared.instance)),
         )
-        .await;
-    let released = guard.release().await;
-    match (stored, released) {
-        (Ok(Ok(_)), Ok(_)) => {
-            HttpResponse::Ok().body(format!("done {key} on {} token {token}\n", shared.instance))
-        }
-        (Ok(Err(e)), _) | (_, Err(e)) => failed("job", e),
-        (Err(_), _) => failed("job", LockError::Stopped),
-    }
+        .await?;
+    guard.release().await?;
+    Ok(HttpResponse::Ok().body(format!("done {key} on {} token {token}\n", shared.instance)))
 }
 
 /// `GET /partner`: at most two calls at once, fleet-wide.
-async fn call_partner(shared: web::Data<Shared>) -> HttpResponse {
-    let permit = match shared.partner.acquire_within(1, WAIT).await {
-        Ok(permit) => permit,
-        Err(e) => return failed("partner", e),
-    };
+async fn call_partner(shared: web::Data<Shared>) -> Result<HttpResponse, LockError> {
+    let permit = shared.partner.acquire_within(1, WAIT).await?;
     let mut redis = shared.redis.clone();
     let inside: i64 = redis.incr("web:partner:inside", 1).await.unwrap_or(0);
     if inside > i64::from(PARTNER_PERMITS) {
@@ -176,19 +163,19 @@ async fn call_partner(shared: web::Data<Shared>) -> HttpResponse {
     }
     actix_rt::time::sleep(Duration::from_millis(30)).await;
     let _: Result<i64, _> = redis.decr("web:partner:inside", 1).await;
-    match permit.release().await {
-        Ok(()) => HttpResponse::Ok().body(format!("called on {}\n", shared.instance)),
-        Err(e) => failed("partner", e),
-    }
+    permit.release().await?;
+    Ok(HttpResponse::Ok().body(format!("called on {}\n", shared.instance)))
 }
 
-/// `GET /role`: `leader` or `follower`.
-async fn role(shared: web::Data<Shared>) -> HttpResponse {
-    match shared.scheduler.send(Leads).await {
-        Ok(true) => HttpResponse::Ok().body("leader\n"),
-        Ok(false) => HttpResponse::Ok().body("follower\n"),
-        Err(_) => HttpResponse::InternalServerError().body("scheduler stopped\n"),
-    }
+/// `GET /role`: `leader` or `follower`. The scheduler is this example's own
+/// actor, so its mailbox error is the application's to map.
+async fn role(shared: web::Data<Shared>) -> actix_web::Result<HttpResponse> {
+    let leads = shared
+        .scheduler
+        .send(Leads)
+        .await
+        .map_err(actix_web::error::ErrorServiceUnavailable)?;
+    Ok(HttpResponse::Ok().body(if leads { "leader\n" } else { "follower\n" }))
 }
 
 /// `GET /health`.

@@ -91,6 +91,11 @@ impl fmt::Display for LostReason {
 }
 
 /// Everything that can go wrong with a lock.
+///
+/// With the `actix-web` feature it is an actix-web `ResponseError`, so a
+/// handler's `?` answers it with a status (503 with `Retry-After` for a wait that
+/// ran out, 409 for a stale fencing token, ...): the table is in the
+/// documentation of that impl, below.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum LockError {

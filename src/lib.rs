@@ -90,6 +90,10 @@
 //!   [`LockHandle`], [`Inspect`], [`ForceUnlock`], [`GetStats`]); [`MultiLock`] and
 //!   [`RedLock`] over one or several managers; [`Admin`] for operators (locks,
 //!   semaphores and latches by kind: [`LockSummary`], [`SynchronizerSummary`]).
+//! - `web` (the `actix-web` feature): [`LockError`] as an actix-web
+//!   `ResponseError`, so that a handler's `?` answers a lock error with its
+//!   status (a wait that ran out 503 with `Retry-After`, a stale fencing token
+//!   409; the README's "With actix-web" has the table).
 //!
 //! `docs/architecture.md` draws the layers and says where a new lock kind or a new
 //! Redis deployment goes.
@@ -116,6 +120,8 @@ mod stats;
 mod sync_view;
 mod tls;
 mod view;
+#[cfg(feature = "actix-web")]
+mod web;
 mod wire;
 
 pub use client::{ClientInfo, UNKNOWN_CLIENT};

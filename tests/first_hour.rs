@@ -1,5 +1,7 @@
 //! What a new user meets in their first hour: the documented settings are the
-//! bounds they say they are.
+//! bounds they say they are, and an actix-web handler that writes `?` on every
+//! lockwarden call answers each lock error with its status (the `actix-web`
+//! feature).
 
 mod support;
 
@@ -487,4 +489,148 @@ async fn a_dropped_manager_closes_its_connections() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Handlers as an actix-web service writes them, `?` on every lockwarden call and
+/// no wrapper type (the `actix-web` feature), for the HTTP tests below.
+mod handlers {
+    use std::time::Duration;
+
+    use actix::Addr;
+    use actix_web::{web, HttpResponse};
+    use lockwarden::{Acquire, FencedWrite, LockError, LockManager, Locks};
+
+    /// `POST /take/{name}`: takes the lock within 100 ms, and gives it back.
+    pub async fn take(
+        manager: web::Data<Addr<LockManager>>,
+        name: web::Path<String>,
+    ) -> Result<HttpResponse, LockError> {
+        let wait = Duration::from_millis(100);
+        let guard = manager
+            .acquire(Acquire::new(name.into_inner()).wait(wait))
+            .await?;
+        guard.release().await?;
+        Ok(HttpResponse::Ok().finish())
+    }
+
+    /// `POST /write/{key}/{token}`: a fenced `SET` of the key with that token (as
+    /// a holder that carried its token along would make it).
+    pub async fn write(
+        manager: web::Data<Addr<LockManager>>,
+        path: web::Path<(String, u64)>,
+    ) -> Result<HttpResponse, LockError> {
+        let (key, token) = path.into_inner();
+        manager
+            .fenced_write(FencedWrite::with_token(token, key, "SET").arg("from http"))
+            .await?;
+        Ok(HttpResponse::Ok().finish())
+    }
+
+    /// The service with both routes, on `manager`.
+    pub fn app(
+        manager: Addr<LockManager>,
+    ) -> actix_web::App<
+        impl actix_web::dev::ServiceFactory<
+            actix_web::dev::ServiceRequest,
+            Config = (),
+            Response = actix_web::dev::ServiceResponse,
+            Error = actix_web::Error,
+            InitError = (),
+        >,
+    > {
+        actix_web::App::new()
+            .app_data(web::Data::new(manager))
+            .route("/take/{name}", web::post().to(take))
+            .route("/write/{key}/{token}", web::post().to(write))
+    }
+}
+
+/// One POST to `$uri` of `$app`, answered with its status, `Retry-After` and
+/// body.
+macro_rules! post {
+    ($app:expr, $uri:expr) => {{
+        let request = actix_web::test::TestRequest::post().uri($uri).to_request();
+        let response = actix_web::test::call_service($app, request).await;
+        let retry_after = response
+            .headers()
+            .get(actix_web::http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let status = response.status().as_u16();
+        let body = actix_web::test::read_body(response).await;
+        (
+            status,
+            retry_after,
+            String::from_utf8_lossy(&body).into_owned(),
+        )
+    }};
+}
+
+/// A handler whose wait for a lock held elsewhere runs out answers 503 with
+/// `Retry-After: 1`; once the lock is free, 200.
+#[actix_rt::test]
+async fn http_a_wait_that_runs_out_is_503_with_retry_after() {
+    let server = RedisServer::start();
+    let m = manager(&server, |c| c).await;
+    let app = actix_web::test::init_service(handlers::app(m.clone())).await;
+    let held = hold(&m, "http:busy", |a| a).await;
+    let (status, retry_after, body) = post!(&app, "/take/http:busy");
+    assert_eq!((status, retry_after.as_deref()), (503, Some("1")), "{body}");
+    assert!(body.starts_with("busy:"), "{body}");
+    held.release().await.expect("released");
+    let (status, _, body) = post!(&app, "/take/http:busy");
+    assert_eq!(status, 200, "{body}");
+}
+
+/// A fenced write whose token is below the one a later holder wrote with
+/// answers 409, and the data stays the later holder's.
+#[actix_rt::test]
+async fn http_a_stale_fenced_write_is_409() {
+    use lockwarden::{FencedWrite, Locks};
+    let server = RedisServer::start();
+    let m = manager(&server, |c| c).await;
+    let app = actix_web::test::init_service(handlers::app(m.clone())).await;
+    let first = hold(&m, "http:account", |a| a).await;
+    let stale = first.fencing_token();
+    first.release().await.expect("released");
+    let later = hold(&m, "http:account", |a| a).await;
+    m.fenced_write(FencedWrite::new(&later, "http:balance", "SET").arg("later"))
+        .await
+        .expect("the later holder writes");
+    let uri = format!("/write/http:balance/{stale}");
+    let (status, retry_after, body) = post!(&app, &uri);
+    assert_eq!((status, retry_after), (409, None), "{body}");
+    // The body says what happened, not the tokens (the error's Display would).
+    assert!(body.starts_with("conflict:"), "{body}");
+    assert!(!body.contains(&stale.to_string()), "{body}");
+    assert_eq!(
+        support::raw::<String>(&server, &["GET", "http:balance"]),
+        "later"
+    );
+    later.release().await.expect("released");
+}
+
+/// A handler whose lock manager is gone (its actix system stopped: the
+/// mailbox is closed) answers 503 with `Retry-After: 1`, not 500.
+#[actix_rt::test]
+async fn http_a_manager_that_is_gone_is_503() {
+    let server = RedisServer::start();
+    let config = support::config(&server);
+    // The manager runs on a system of its own thread, which is then stopped.
+    let (sent, received) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let system = actix_rt::System::new();
+        let m = system
+            .block_on(LockManager::start(config))
+            .expect("manager started");
+        let _ = sent.send((m, actix_rt::System::current()));
+        let _ = system.run();
+    });
+    let (m, system) = received.recv().expect("the manager's address");
+    system.stop();
+    thread.join().expect("the manager's system stopped");
+    let app = actix_web::test::init_service(handlers::app(m)).await;
+    let (status, retry_after, body) = post!(&app, "/take/http:gone");
+    assert_eq!((status, retry_after.as_deref()), (503, Some("1")), "{body}");
+    assert!(body.contains("not running"), "{body}");
 }

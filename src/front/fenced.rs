@@ -54,8 +54,8 @@ use crate::wire::{self, FencedReply};
 /// let guard = manager.acquire(Acquire::new("account:7")).await?;
 /// // ... a long pause here (GC, a stopped VM) may let the lease run out ...
 /// manager
-///     .send(FencedWrite::new(&guard, "account:7:balance", "SET").arg(120))
-///     .await??; // Err(StaleToken) if a later holder wrote meanwhile
+///     .fenced_write(FencedWrite::new(&guard, "account:7:balance", "SET").arg(120))
+///     .await?; // Err(StaleToken) if a later holder wrote meanwhile
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```

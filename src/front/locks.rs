@@ -13,6 +13,7 @@ use std::time::Duration;
 use actix::Addr;
 
 use super::acquire::Acquire;
+use super::fenced::FencedWrite;
 use super::handle::{Handle, LockHandle};
 use super::latch::{Latch, LatchHandle};
 use super::manager::LockManager;
@@ -34,6 +35,11 @@ use crate::guard::LockGuard;
 /// let orders = manager.handle("orders:42").await?;
 /// # Ok(()) }
 /// ```
+///
+/// With the `actix-web` feature a [`LockError`] is an actix-web `ResponseError`,
+/// so in a handler the same `?` answers the request with its status (503 for a
+/// wait that ran out, 409 for a stale fencing token ...: the table is in the
+/// README, "With actix-web", and `examples/web.rs` shows the handlers).
 pub trait Locks {
     /// Sends `request` and answers with its guard or the one error that stopped it.
     fn acquire(&self, request: Acquire) -> impl Future<Output = Result<LockGuard, LockError>>;
@@ -59,6 +65,14 @@ pub trait Locks {
     /// Whether the manager reaches Redis now: the round trip of one `PING` on its
     /// command connection, or why there was none within `within` (see [`Ping`]).
     fn ping(&self, within: Duration) -> impl Future<Output = Result<Duration, LockError>>;
+
+    /// Sends `write` and answers the command's reply, or why it was refused
+    /// ([`LockError::StaleToken`] when a later holder wrote first; see
+    /// [`FencedWrite`]).
+    fn fenced_write(
+        &self,
+        write: FencedWrite,
+    ) -> impl Future<Output = Result<redis::Value, LockError>>;
 }
 
 impl Locks for Addr<LockManager> {
@@ -93,6 +107,14 @@ impl Locks for Addr<LockManager> {
 
     fn ping(&self, within: Duration) -> impl Future<Output = Result<Duration, LockError>> {
         let sent = self.send(Ping::new().within(within));
+        async move { sent.await? }
+    }
+
+    fn fenced_write(
+        &self,
+        write: FencedWrite,
+    ) -> impl Future<Output = Result<redis::Value, LockError>> {
+        let sent = self.send(write);
         async move { sent.await? }
     }
 }
