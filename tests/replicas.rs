@@ -216,11 +216,17 @@ async fn bad_sync_settings_are_refused_at_start() {
             ),
         }
     }
-    let cluster = Config::cluster(["redis://127.0.0.1:1"])
-        .expect("url")
-        .sync_replicas(1, Duration::from_millis(100));
+    // On a cluster the same rules hold (each master's replicas are counted
+    // apart, tests/cluster_failover.rs): a good setting passes, a bad one not.
+    let cluster = || Config::cluster(["redis://127.0.0.1:1"]).expect("url");
+    assert!(cluster()
+        .sync_replicas(1, Duration::from_millis(100))
+        .validate()
+        .is_ok());
     assert!(matches!(
-        cluster.validate(),
+        cluster()
+            .sync_replicas(0, Duration::from_millis(100))
+            .validate(),
         Err(LockError::InvalidConfig(_))
     ));
     let keys = support::data_key_count(&master);
@@ -607,4 +613,41 @@ async fn a_release_answered_by_a_demoted_master_is_redone_on_the_new_one() {
         "the lock was blind {blind:?} after the old master resumed"
     );
     eprintln!("free on the new master {blind:?} after the old master resumed");
+}
+
+/// A replica slower than the fast path's short WAIT (its link to the master
+/// delayed 40 ms each way) still confirms every change: the short WAIT runs
+/// out, the call asks again with `CLIENT ID` and the whole timeout on the same
+/// connection, and the grant is on the replica when it returns. None is
+/// refused or left unconfirmed, and the slowness doubts no replica.
+#[actix_rt::test]
+async fn a_replica_slower_than_the_short_wait_still_confirms() {
+    let master = RedisServer::start();
+    let link = support::Proxy::start(master.port());
+    let replica = RedisServer::start_replica_through(&master, link.port());
+    let m = LockManager::start(Config::from_url(&master.url()).expect("url"))
+        .await
+        .expect("started");
+    link.set(support::Mode::Delay(Duration::from_millis(40)));
+    let waits = master.commandstats().get("wait").copied().unwrap_or(0);
+    for i in 0..5 {
+        let name = format!("slow:{i}");
+        let guard = m
+            .send(Acquire::new(&name).wait(Duration::ZERO))
+            .await
+            .expect("running")
+            .unwrap_or_else(|e| panic!("{name}: a slow replica refused a grant: {e}"));
+        assert!(
+            holder_on(&replica, &name).is_some(),
+            "{name} is not on the replica when the grant returns"
+        );
+        guard.release().await.expect("released");
+    }
+    let asked = master.commandstats().get("wait").copied().unwrap_or(0) - waits;
+    // A short WAIT and a whole one for (nearly) each of the 10 changes: the
+    // 80 ms round trip to the replica outlasts the 50 ms short WAIT.
+    assert!(
+        asked > 15,
+        "{asked} WAITs for 10 changes: the short WAIT was not asked again"
+    );
 }

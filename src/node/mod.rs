@@ -417,12 +417,31 @@ async fn confirmer(
     if let Link::Sentinel(follower) = &conn.link {
         live = replicas::trusted_at_start(follower, live, sync.min).await;
     }
-    let confirmation = Arc::new(Confirmation::new(
-        sync,
-        config.response_timeout,
-        confirm,
-        live,
-    ));
+    // One server behind the connection: the fast path (short WAITs, several
+    // at once) can tell a reconnect by CLIENT ID (a standalone reconnect lands
+    // on the same server, whose client ids only grow) and a Sentinel move by
+    // the Follower's generation.
+    let generation = match &conn.link {
+        Link::Sentinel(follower) => follower.generation(),
+        _ => Arc::default(),
+    };
+    let mut confirmation = Confirmation::new(sync, config.response_timeout, confirm, live);
+    // The fast path tells connections apart by `CLIENT ID`: a user without it
+    // keeps one whole WAIT behind every script, within the budget.
+    match redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async::<i64>(&mut probe)
+        .await
+    {
+        Ok(_) => confirmation = confirmation.fast(generation, config.response_timeout),
+        Err(e) => tracing::warn!(
+            error = %e,
+            "lock changes are confirmed one whole WAIT at a time (slower under load): the \
+             server will not answer CLIENT ID, which the fast path needs (give the user \
+             +client|id)"
+        ),
+    }
+    let confirmation = Arc::new(confirmation);
     replicas::watch(
         &conn.link,
         &config.client,

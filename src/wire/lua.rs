@@ -31,7 +31,7 @@ pub(crate) enum Publish {
 
 /// A connection scripts run on: redis-rs's `ConnectionLike`, plus the publish
 /// command its deployment's waiters listen to.
-pub(crate) trait ScriptConn: ConnectionLike {
+pub(crate) trait ScriptConn: ConnectionLike + Clone + Send + 'static {
     /// The publish command of this connection's deployment.
     fn publish(&self) -> Publish;
 

@@ -360,7 +360,13 @@ impl RedisServer {
     /// Starts a replica of `master` (speaking TLS if it does) and waits until
     /// its first sync is done.
     pub fn start_replica_of(master: &RedisServer) -> RedisServer {
-        let port = master.port().to_string();
+        Self::start_replica_through(master, master.port())
+    }
+
+    /// As [`RedisServer::start_replica_of`], but the replica reaches its master
+    /// at `port` (a proxy in front of it, to slow or cut the replication link).
+    pub fn start_replica_through(master: &RedisServer, port: u16) -> RedisServer {
+        let port = port.to_string();
         // Redis waits 5 s for more replicas before a diskless full sync.
         let _: () = redis::cmd("CONFIG")
             .arg(&["SET", "repl-diskless-sync-delay", "0"])

@@ -19,7 +19,7 @@
 mod dial;
 mod switch;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -46,6 +46,11 @@ pub(crate) struct Follower {
     master_client: RwLock<Client>,
     /// A lookup is under way (one at a time).
     looking: AtomicBool,
+    /// Bumped before each move to a new master, so that grouped replica
+    /// confirmation (`wire/replicas.rs`) never counts a `WAIT` on the new
+    /// master as covering a script the old one ran (client ids of two servers
+    /// may be equal).
+    generation: Arc<AtomicU64>,
     /// Told when the connection moves to a new master: calls still waiting on
     /// the old one give up at once (they would wait out the old connection's
     /// reconnect attempts, seconds) so that their callers retry on the new one.
@@ -85,6 +90,7 @@ impl Follower {
             current: RwLock::new((conn, address)),
             master_client: RwLock::new(master),
             looking: AtomicBool::new(false),
+            generation: Arc::default(),
             moved: Arc::new(tokio::sync::Notify::new()),
             settings,
             name: config
@@ -254,6 +260,12 @@ impl Follower {
         });
     }
 
+    /// The count of moves to a new master, shared with the connection's
+    /// replica confirmation.
+    pub(crate) fn generation(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.generation)
+    }
+
     /// Asks the Sentinels and, if the master moved, connects to the new one.
     /// Answers whether the master in use now answers (it moved, or the same one
     /// answers a PING).
@@ -277,6 +289,7 @@ impl Follower {
             .master_client
             .write()
             .unwrap_or_else(|e| e.into_inner()) = master;
+        self.generation.fetch_add(1, Ordering::AcqRel);
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = (conn, address);
         self.moved.notify_waiters();
         Ok(true)
