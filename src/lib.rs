@@ -136,6 +136,7 @@ pub use front::ping::Ping;
 pub use front::redlock::{RedGuard, RedLock};
 pub use front::semaphore::{Semaphore, SemaphoreGuard, SemaphoreHandle};
 pub use front::settle::Settle;
+pub use front::shutdown::Shutdown;
 pub use guard::{LockGuard, LockLost, ReleaseOutcome};
 pub use keys::Owner;
 pub use kind::AcquireKind;

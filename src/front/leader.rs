@@ -165,6 +165,11 @@ impl Leader {
                     fencing_token,
                 });
             }
+            Ok(Err(LockError::ShuttingDown)) => {
+                info!(election = %act.name, "the lock manager is shutting down; the campaign ends");
+                act.resigned = true;
+                ctx.stop();
+            }
             Ok(Err(e)) => {
                 let pause = crate::durations::backoff(
                     Duration::from_millis(50),
@@ -223,6 +228,15 @@ impl Handler<LockLost> for Leader {
             .as_ref()
             .is_some_and(|g| g.owner_field() == msg.owner_field);
         if !ours {
+            return;
+        }
+        if msg.reason == LostReason::ShutDown {
+            // The manager shuts down and gives the lock back: step down, and end
+            // the campaign (the manager would refuse it anyway).
+            info!(election = %self.name, "the lock manager is shutting down; stepping down");
+            self.resigned = true;
+            self.step_down(DeposedReason::Lost(msg.reason));
+            ctx.stop();
             return;
         }
         warn!(election = %self.name, reason = %msg.reason, "leadership lost");

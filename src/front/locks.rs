@@ -18,6 +18,7 @@ use super::latch::{Latch, LatchHandle};
 use super::manager::LockManager;
 use super::ping::Ping;
 use super::semaphore::{Semaphore, SemaphoreHandle};
+use super::shutdown::Shutdown;
 use crate::error::LockError;
 use crate::guard::LockGuard;
 
@@ -59,6 +60,16 @@ pub trait Locks {
     /// Whether the manager reaches Redis now: the round trip of one `PING` on its
     /// command connection, or why there was none within `within` (see [`Ping`]).
     fn ping(&self, within: Duration) -> impl Future<Output = Result<Duration, LockError>>;
+
+    /// Hands over before the process exits: waiters are answered
+    /// [`LockError::ShuttingDown`], held locks are given back in Redis and
+    /// leaders deposed, within
+    /// [`Config::shutdown_timeout`](crate::Config::shutdown_timeout) (3 s by
+    /// default); answers whether all of it was done in time (see [`Shutdown`]:
+    /// a guard held past it no longer holds its lock). Call it after
+    /// actix-web's `HttpServer::run().await`. `false` also when the manager is
+    /// gone already.
+    fn shutdown(&self) -> impl Future<Output = bool>;
 }
 
 impl Locks for Addr<LockManager> {
@@ -94,5 +105,10 @@ impl Locks for Addr<LockManager> {
     fn ping(&self, within: Duration) -> impl Future<Output = Result<Duration, LockError>> {
         let sent = self.send(Ping::new().within(within));
         async move { sent.await? }
+    }
+
+    fn shutdown(&self) -> impl Future<Output = bool> {
+        let sent = self.send(Shutdown::new());
+        async move { sent.await.unwrap_or(false) }
     }
 }
