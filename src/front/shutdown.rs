@@ -10,7 +10,7 @@
 //! tells each held lock's guards and [`Leader`](crate::Leader)s that the lock is
 //! gone ([`LostReason::ShutDown`](crate::LostReason::ShutDown)), gives every hold back with the usual release
 //! scripts (owner-checked, confirmed by replicas as configured), and waits until
-//! nothing it sent to Redis is unsettled ([`Settle`](crate::Settle)), all within
+//! nothing it sent to Redis is unsettled ([`Settle`]), all within
 //! one budget ([`Config::shutdown_timeout`](crate::Config::shutdown_timeout)).
 //!
 //! Why an explicit, awaited message rather than a hook on the system's stop: an
