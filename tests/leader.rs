@@ -213,8 +213,8 @@ async fn a_bad_name_is_refused() {
 /// A manager that holds a lock and leads shuts down (issue 38): its leader is
 /// deposed with `Lost(ShutDown)`, the other manager gets the lock and leads
 /// within 1 s (not a lease later), a waiter of the shut-down manager gets
-/// `ShuttingDown`, its guard learns the lock is gone and releasing it touches
-/// nothing, and it refuses new waiters.
+/// `ShuttingDown` (a semaphore waiter too), its guard learns the lock is gone
+/// and releasing it touches nothing, and it refuses new waiters.
 #[actix_rt::test]
 async fn a_shutdown_hands_the_lock_and_the_leadership_over_at_once() {
     let server = RedisServer::start();
@@ -229,6 +229,14 @@ async fn a_shutdown_hands_the_lock_and_the_leadership_over_at_once() {
     let waiting = actix_rt::spawn(old.send(Acquire::new("busy").wait(Duration::from_secs(30))));
     let next_holder =
         actix_rt::spawn(other.send(Acquire::new("job").wait(Duration::from_secs(30))));
+    // And a semaphore waiter: one permit, taken.
+    let slots = old.semaphore("slots").await.expect("handle");
+    slots.try_set_permits(1).await.expect("sized");
+    let slot = slots.acquire(1).await.expect("the one permit");
+    let queued = actix_rt::spawn({
+        let slots = slots.clone();
+        async move { slots.acquire_within(1, Duration::from_secs(30)).await }
+    });
     tokio::time::sleep(Duration::from_millis(100)).await;
 
     let started = std::time::Instant::now();
@@ -241,6 +249,12 @@ async fn a_shutdown_hands_the_lock_and_the_leadership_over_at_once() {
     assert!(
         matches!(refused, Err(LockError::ShuttingDown)),
         "{refused:?}"
+    );
+    let refused = queued.await.expect("task");
+    assert!(
+        matches!(refused, Err(LockError::ShuttingDown)),
+        "{:?}",
+        refused.err()
     );
     assert_eq!(job.lost().await, LostReason::ShutDown);
     let taken = tokio::time::timeout(Duration::from_secs(1), next_holder)
@@ -280,5 +294,7 @@ async fn a_shutdown_hands_the_lock_and_the_leadership_over_at_once() {
         .send(Shutdown::within(Duration::from_secs(1)))
         .await
         .expect("running"));
+    // A permit held by code is its guard's to give back, as usual.
+    slot.release().await.expect("permit given back");
     drop((taken, blocker));
 }
