@@ -77,7 +77,7 @@ pub enum ReleaseOutcome {
 /// A guard held past its manager's [`Shutdown`](crate::Shutdown) no longer holds
 /// its lock: the shutdown gave it back in Redis (another process may hold it
 /// now), [`lost`](LockGuard::lost) resolves with
-/// [`LostReason::ShutDown`](crate::LostReason::ShutDown), and releasing or
+/// [`LostReason::ShutDown`], and releasing or
 /// dropping the guard changes nothing. Stop the work a guard protects before
 /// shutting down.
 ///
