@@ -298,3 +298,30 @@ async fn a_shutdown_hands_the_lock_and_the_leadership_over_at_once() {
     slot.release().await.expect("permit given back");
     drop((taken, blocker));
 }
+
+/// A shutdown while Redis does not answer (frozen) answers `false` at its budget,
+/// not later, and the lock is not left for long: the release goes on trying, so
+/// another manager holds it soon after Redis resumes (within the lease).
+#[actix_rt::test]
+async fn a_shutdown_against_a_frozen_redis_answers_at_its_budget() {
+    let mut server = RedisServer::start();
+    let quick = |c: lockwarden::Config| c.watchdog_lease(Duration::from_millis(1500));
+    let old = manager(&server, quick).await;
+    let other = manager(&server, quick).await;
+    let _held = hold(&old, "frozen-deploy", |a| a).await;
+    server.pause();
+    let asked = std::time::Instant::now();
+    let done = old
+        .send(Shutdown::within(Duration::from_millis(300)))
+        .await
+        .expect("running");
+    let took = asked.elapsed();
+    server.resume();
+    assert!(!done, "nothing can be given back to a frozen Redis");
+    assert!(took < Duration::from_millis(800), "answered after {took:?}");
+    let taken = other
+        .acquire(Acquire::new("frozen-deploy").wait(Duration::from_secs(5)))
+        .await
+        .expect("the lock frees once Redis answers again");
+    drop(taken);
+}
