@@ -234,6 +234,7 @@ async fn main() -> std::io::Result<()> {
         redis,
     });
     println!("{instance}: listening on 127.0.0.1:{port}");
+    let running = shared.clone();
     HttpServer::new(move || {
         App::new()
             .app_data(shared.clone())
@@ -245,5 +246,15 @@ async fn main() -> std::io::Result<()> {
     .workers(1)
     .bind(("127.0.0.1", port))?
     .run()
-    .await
+    .await?;
+    // SIGTERM (or Ctrl-C) ended the server's graceful shutdown; the actix system
+    // still runs. Hand over before exiting: waiters are answered, held locks are
+    // given back and the scheduler steps down, so the other instance leads at
+    // once instead of a lease (~30 s) later. Bounded by Config::shutdown_timeout.
+    let handed_over = running.manager.shutdown().await;
+    println!(
+        "{}: shut down (handed over: {handed_over})",
+        running.instance
+    );
+    Ok(())
 }

@@ -52,6 +52,8 @@ pub struct Config {
     pub(crate) start_wait: Duration,
     /// How long a lock actor with nothing to do lingers before it stops.
     pub(crate) idle_timeout: Duration,
+    /// Longest `Shutdown` waits for the manager's locks to be given back.
+    pub(crate) shutdown_timeout: Duration,
     /// Longest a waiter goes without asking Redis again when no unlock message comes.
     pub(crate) max_retry_interval: Duration,
     /// How long a lock whose lease ran out unreleased stays taken; zero for none.
@@ -126,6 +128,7 @@ impl Config {
             connection_timeout: Duration::from_secs(2),
             start_wait: Duration::ZERO,
             idle_timeout: Duration::from_secs(10),
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             max_retry_interval: Duration::from_secs(5),
             lock_delay: Duration::ZERO,
             spin_first: Duration::from_millis(1),
@@ -229,6 +232,19 @@ impl Config {
     /// and leaves the registry. Defaults to 10 seconds.
     pub fn idle_timeout(mut self, idle: Duration) -> Config {
         self.idle_timeout = idle;
+        self
+    }
+
+    /// Longest [`Shutdown`](crate::Shutdown) (and
+    /// [`Locks::shutdown`](crate::Locks::shutdown)) waits for the manager's held
+    /// locks to be given back in Redis and its leaders to step down, before it
+    /// answers anyway: a deploy's stop must not hang on a Redis that is gone
+    /// (what is not given back by then frees when its lease runs out, as after a
+    /// crash). Zero sends the releases and answers without waiting for them.
+    /// Defaults to 3 seconds: well inside the 10 s a container runtime usually
+    /// grants after SIGTERM, and many times a release's round trip.
+    pub fn shutdown_timeout(mut self, budget: Duration) -> Config {
+        self.shutdown_timeout = budget;
         self
     }
 
@@ -497,3 +513,6 @@ impl Config {
 /// Shortest watchdog lease accepted: renewed every third of it, a lease must leave
 /// a renewal a few network round trips and a renewer tick to answer.
 const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(100);
+
+/// [`Config::shutdown_timeout`]'s default.
+const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(3);

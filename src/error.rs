@@ -8,6 +8,14 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::view::Holder;
+
+/// Longest a wait that ran out spends reading who holds the lock
+/// ([`LockError::Timeout`]'s `holder`): the caller's time is up already, and a
+/// slow or frozen Redis must not make the answer much later. Two round trips
+/// (the lock, then its holder's registry entry) fit in it many times over.
+pub(crate) const HOLDER_READ_LIMIT: Duration = Duration::from_millis(100);
+
 /// Why a lock name was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -61,6 +69,9 @@ pub enum LostReason {
     /// The lock manager (or its runtime) stopped while the lock was held, so nothing
     /// renews it any more.
     ManagerStopped,
+    /// The lock manager shut down ([`Shutdown`](crate::Shutdown)) and gave the
+    /// lock back in Redis: whoever waits for it may hold it now.
+    ShutDown,
     /// This process did not run (it was stopped, its VM paused, or the thread of
     /// the watchdog was blocked) for a whole renewal period or more, and the lease
     /// ran out meanwhile: the renewals were never sent, whether or not Redis could
@@ -78,6 +89,7 @@ impl fmt::Display for LostReason {
             LostReason::LeaseExpired => "the lease ran out",
             LostReason::Unreachable => "Redis could not be reached before the lease ran out",
             LostReason::ManagerStopped => "the lock manager stopped",
+            LostReason::ShutDown => "the lock manager shut down and gave the lock back",
             LostReason::Paused { stalled } => {
                 return write!(
                     f,
@@ -117,6 +129,14 @@ pub enum LockError {
     Timeout {
         /// How long the caller waited.
         waited: Duration,
+        /// Who held the lock when the wait ran out, as Redis and the client
+        /// registry say (owner field, host, pid, label: [`Holder::describe`]).
+        /// Read only when a wait with a deadline runs out, within
+        /// 100 ms (so the answer is at most that late); `None` for
+        /// a zero wait (one attempt, kept one round trip), for semaphores, when
+        /// the lock was free by then, or when Redis did not answer in time.
+        /// Boxed, so that the error stays small.
+        holder: Option<Box<Holder>>,
     },
     /// The release found that this owner does not hold the lock: its lease ran out
     /// or it was force-unlocked, and someone else may hold it now. Nothing changed.
@@ -138,6 +158,10 @@ pub enum LockError {
     },
     /// The lock manager or the lock's actor is no longer running.
     Stopped,
+    /// The lock manager is shutting down ([`Shutdown`](crate::Shutdown)): it
+    /// takes no new waiter, and every waiter it had was answered with this.
+    /// Nothing was acquired; trying again on this manager will not help.
+    ShuttingDown,
     /// The owner asked for the write lock of a read-write lock while it holds read
     /// holds of it (and not the write lock): waiting would wait for its own reads
     /// to end, so it is refused at once. Release the read holds first. Nothing
@@ -379,11 +403,15 @@ impl fmt::Display for LockError {
                 write!(f, "invalid lease {lease:?}: {reason}")
             }
             LockError::InvalidConfig(why) => write!(f, "invalid configuration: {why}"),
-            LockError::Timeout { waited } => {
+            LockError::Timeout { waited, holder } => {
                 write!(
                     f,
                     "lock not acquired: held elsewhere after waiting {waited:?}"
-                )
+                )?;
+                match holder {
+                    Some(h) => write!(f, "; held by {}", h.describe()),
+                    None => Ok(()),
+                }
             }
             LockError::NotHeld => f.write_str("lock is not held by this owner"),
             LockError::Lost(reason) => write!(f, "lock was lost while held: {reason}"),
@@ -393,6 +421,9 @@ impl fmt::Display for LockError {
                 "no permission: the Redis user may not run {command} ({detail}); nothing was changed"
             ),
             LockError::Stopped => f.write_str("the lock manager is not running"),
+            LockError::ShuttingDown => f.write_str(
+                "the lock manager is shutting down: it takes no new waiters (nothing was acquired)",
+            ),
             LockError::UpgradeRefused => f.write_str(
                 "write lock refused: this owner holds read holds of it (an upgrade would deadlock)",
             ),

@@ -74,6 +74,13 @@ pub enum ReleaseOutcome {
 /// its owner there: a read guard can only give back a read hold, a fair guard only
 /// a hold of the fair lock.
 ///
+/// A guard held past its manager's [`Shutdown`](crate::Shutdown) no longer holds
+/// its lock: the shutdown gave it back in Redis (another process may hold it
+/// now), [`lost`](LockGuard::lost) resolves with
+/// [`LostReason::ShutDown`], and releasing or
+/// dropping the guard changes nothing. Stop the work a guard protects before
+/// shutting down.
+///
 /// A guard that is not kept is released at once, so the compiler warns about one
 /// left unused:
 ///

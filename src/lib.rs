@@ -69,34 +69,27 @@
 //!   is released at once.
 //! - Bad input is refused with a typed error before anything reaches Redis.
 //!
-//! # Layout
-//! The crate is built in layers; each imports only the ones below it.
-//! - Words every layer uses: `config` ([`Config`]), `error` ([`LockError`],
-//!   [`NameError`], [`LostReason`]), `keys` (Redis key, channel and owner-field
-//!   naming; [`Owner`]), `kind` ([`AcquireKind`]), `view` (the read model of a lock:
-//!   [`LockInfo`], [`Holder`], [`QueuedWaiter`], [`LockKind`]), `guard`
-//!   ([`LockGuard`], [`ReleaseOutcome`], [`LockLost`]), `signal` (how a holding
-//!   tells its guards it was lost), `stats` ([`Stats`], and the metrics recorded
-//!   through the `metrics` facade), `client` (a manager's registry entry:
-//!   [`ClientInfo`]).
-//! - `wire`: the Lua scripts of `lua/` as typed calls, one struct per script, over
-//!   any redis-rs connection; knows no actor and no deployment.
-//! - `node`: the Redis seam, the only code that knows the deployment: it connects,
-//!   hands out the command connection, the pub/sub source and the key groups that
-//!   batches follow; the coalescer that merges script calls.
-//! - `actors`: the lock actor (one file per kind of lock under `lock/kinds/`), the
-//!   subscriber that routes unlock messages, the renewer (the watchdog).
-//! - `front`: the [`LockManager`] and its messages ([`Acquire`], [`Handle`] /
-//!   [`LockHandle`], [`Inspect`], [`ForceUnlock`], [`GetStats`]); [`MultiLock`] and
-//!   [`RedLock`] over one or several managers; [`Admin`] for operators (locks,
-//!   semaphores and latches by kind: [`LockSummary`], [`SynchronizerSummary`]).
-//! - `web` (the `actix-web` feature): [`LockError`] as an actix-web
+//! # Where to start
+//! - [`LockManager::start`] with a [`Config`] (every setter says its default);
+//!   [`Locks`] gives the everyday calls on the manager's address with one error
+//!   type, [`LockError`] ([`LockError::is_retryable`] answers "try again?").
+//! - Locks: [`Acquire`] (a message) or [`LockHandle`] (a handle on one name);
+//!   the guard, [`LockGuard`], releases on [`release`](LockGuard::release) or
+//!   drop and tells of a loss through [`lost`](LockGuard::lost) ([`LostReason`]).
+//! - Looking: [`Inspect`] (who holds a lock: [`LockInfo`], [`Holder`] with its
+//!   [`ClientInfo`]), [`WhoLeads`], [`GetStats`] ([`Stats`]); [`Admin`] for
+//!   operators, without a manager.
+//! - Readiness and deploys: [`Ping`] (is Redis reachable now), [`Shutdown`]
+//!   (hand locks and leadership over before the process exits: call it after
+//!   actix-web's `run().await`), [`Settle`].
+//! - With actix-web (the `actix-web` feature): [`LockError`] is a
 //!   `ResponseError`, so that a handler's `?` answers a lock error with its
 //!   status (a wait that ran out 503 with `Retry-After`, a stale fencing token
-//!   409; the README's "With actix-web" has the table).
+//!   409; the README's "With actix-web" has the table), and [`Locks`] has
+//!   [`fenced_write`](Locks::fenced_write).
 //!
-//! `docs/architecture.md` draws the layers and says where a new lock kind or a new
-//! Redis deployment goes.
+//! `docs/architecture.md` describes how the crate is built inside (its layers,
+//! where a new lock kind or a new Redis deployment goes).
 //!
 //! The examples in this documentation are compiled but not run (`no_run`): they need
 //! a Redis server. The same flows run against real servers in `tests/`, which start
@@ -142,6 +135,7 @@ pub use front::ping::Ping;
 pub use front::redlock::{RedGuard, RedLock};
 pub use front::semaphore::{Semaphore, SemaphoreGuard, SemaphoreHandle};
 pub use front::settle::Settle;
+pub use front::shutdown::Shutdown;
 pub use guard::{LockGuard, LockLost, ReleaseOutcome};
 pub use keys::Owner;
 pub use kind::AcquireKind;

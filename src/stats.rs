@@ -176,6 +176,9 @@ pub(crate) mod record {
             LostReason::Paused { .. } => {
                 metrics::counter!("lockwarden_locks_lost_total", "reason" => "paused")
             }
+            // A shutdown gives its locks back: counted as releases, not here
+            // (the lock actor never reports it as a loss).
+            LostReason::ShutDown => return,
         }
         .increment(1);
     }
@@ -188,6 +191,7 @@ pub(crate) mod record {
             LostReason::Unreachable => "unreachable",
             LostReason::ManagerStopped => "manager_stopped",
             LostReason::Paused { .. } => "paused",
+            LostReason::ShutDown => "shut_down",
         }
     }
 

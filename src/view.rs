@@ -89,6 +89,23 @@ impl Holder {
             None => UNKNOWN_CLIENT.to_string(),
         }
     }
+
+    /// The holder in one phrase, as the library's timeout and the `lockwarden`
+    /// command name it: `<owner field> on host web-3 pid 4211 label "billing"
+    /// (billing-svc, lockwarden 0.1.0), 2 holds` (no "on ..." part when its
+    /// manager has no registry entry).
+    pub fn describe(&self) -> String {
+        let on = match &self.client {
+            Some(c) => format!(" on {}", c.describe()),
+            None => String::new(),
+        };
+        let plural = if self.holds == 1 { "" } else { "s" };
+        format!(
+            "{}{on}, {} hold{plural}",
+            crate::client::escape(&self.owner_field),
+            self.holds
+        )
+    }
 }
 
 /// Fills in [`Holder::client`] of `holders` from the registry entries `found`

@@ -74,7 +74,7 @@ fn answer(e: &LockError) -> Answer {
         LockError::Redis(_) if e.is_retryable() || e.is_failover_in_progress() => {
             Answer::unavailable("unavailable: the lock service cannot reach Redis; try again later")
         }
-        LockError::Stopped => {
+        LockError::Stopped | LockError::ShuttingDown => {
             Answer::unavailable("unavailable: the lock service is not running; try again later")
         }
         LockError::Lost(_) => Answer::unavailable(
@@ -111,7 +111,7 @@ fn answer(e: &LockError) -> Answer {
 /// | `Timeout` (a wait that ran out) | 503, `Retry-After` | held elsewhere: the same request may pass later |
 /// | `NotReplicated` | 503, `Retry-After` | replicas behind: a later attempt may be confirmed |
 /// | `Redis` that may pass (a dropped connection, a timeout, a failover, BUSY, LOADING, OOM) | 503, `Retry-After` | Redis is unreachable or busy for now |
-/// | `Stopped` (the manager is gone: a deploy, the mailbox closed) | 503, `Retry-After` | another instance, or this one restarted, can serve it |
+/// | `Stopped`, `ShuttingDown` (the manager is gone or handing over: a deploy, the mailbox closed) | 503, `Retry-After` | another instance, or this one restarted, can serve it |
 /// | `Lost` (any reason) | 503, `Retry-After` | this process lost its lock (paused, cut off, stopping): the request may be tried again |
 /// | `StaleToken`, `NotHeld` | 409 | a later holder of the lock took over first (a fenced write that meets it is refused and writes nothing) |
 /// | `ReentryRefused` | 409 | the owner holds the lock already: a concurrent request of the same owner (a double submit) |
@@ -189,6 +189,7 @@ mod tests {
             LockError::Redis(_) => "Redis",
             LockError::NoPermission { .. } => "NoPermission",
             LockError::Stopped => "Stopped",
+            LockError::ShuttingDown => "ShuttingDown",
             LockError::UpgradeRefused => "UpgradeRefused",
             LockError::ReentryRefused => "ReentryRefused",
             LockError::InvalidRequest(_) => "InvalidRequest",
@@ -222,6 +223,7 @@ mod tests {
             (
                 LockError::Timeout {
                     waited: Duration::from_secs(10),
+                    holder: None,
                 },
                 503,
             ),
@@ -234,6 +236,8 @@ mod tests {
             ),
             (LockError::Redis(transient), 503),
             (LockError::Stopped, 503),
+            (LockError::ShuttingDown, 503),
+            (LockError::Lost(LostReason::ShutDown), 503),
             (LockError::Lost(LostReason::OwnerGone), 503),
             (LockError::Lost(LostReason::LeaseExpired), 503),
             (LockError::Lost(LostReason::Unreachable), 503),

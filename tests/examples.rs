@@ -321,3 +321,104 @@ fn web_example_shares_locks_between_two_instances() {
     }
     assert_eq!(ticked(1 - leader), None, "the follower's scheduler ticked");
 }
+
+/// A rolling restart of the actix-web example (issue 38): SIGTERM to the leading
+/// instance ends its server gracefully, and the `shutdown` call after `run()`
+/// gives its scheduler lock back, so the other instance leads within 1 s (it took
+/// a whole lease, ~27-29 s, before) and the lock is free of the old leader
+/// within 1 s of the signal; the stopped process exits on its own.
+#[test]
+fn web_example_hands_over_on_sigterm() {
+    let server = RedisServer::start();
+    let ports = [free_port(), free_port()];
+    let mut instances: Vec<Option<Running>> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, port)| {
+            let child = Command::new(example("web"))
+                .env("REDIS_URL", server.url())
+                .env("PORT", port.to_string())
+                .env("INSTANCE", format!("web-{i}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("cannot start the web example");
+            Some(Running(child))
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for port in ports {
+        while http(port, "GET", "/health").map(|(s, _)| s) != Some(200) {
+            assert!(
+                Instant::now() < deadline,
+                "instance on {port} never answered"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let leads =
+        |i: usize| http(ports[i], "GET", "/role").is_some_and(|(_, b)| b.trim() == "leader");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let leader = loop {
+        if let Some(i) = (0..2).find(|&i| leads(i)) {
+            break i;
+        }
+        assert!(Instant::now() < deadline, "nobody was elected");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let follower = 1 - leader;
+    // The leader's owner field in the election's lock hash.
+    let fields: Vec<String> = raw(&server, &["HKEYS", "web:scheduler"]);
+    assert_eq!(fields.len(), 1, "one holder of the election: {fields:?}");
+    let old_field = fields[0].clone();
+
+    let running = instances[leader].take().expect("the leader runs");
+    let pid = running.0.id().to_string();
+    let sent = Instant::now();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("cannot run kill");
+    assert!(killed.success());
+    let (mut freed, mut led) = (None, None);
+    let limit = sent + Duration::from_secs(10);
+    while (freed.is_none() || led.is_none()) && Instant::now() < limit {
+        if freed.is_none() && raw::<i64>(&server, &["HEXISTS", "web:scheduler", &old_field]) == 0 {
+            freed = Some(sent.elapsed());
+        }
+        if led.is_none() && leads(follower) {
+            led = Some(sent.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    eprintln!("after SIGTERM: lock free of the old leader in {freed:?}, the other instance leads in {led:?}");
+    let freed = freed.expect("the old leader's lock was never given back (within 10 s)");
+    let led = led.expect("the other instance was not elected within 10 s");
+    assert!(
+        freed < Duration::from_secs(1),
+        "lock given back {freed:?} after SIGTERM"
+    );
+    assert!(
+        led < Duration::from_secs(1),
+        "the other instance led {led:?} after SIGTERM"
+    );
+
+    // The stopped instance exits by itself, and with success.
+    let mut child = running;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.0.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stopped instance did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        status.success(),
+        "the stopped instance exited with {status:?}"
+    );
+    drop(instances);
+}

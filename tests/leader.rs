@@ -1,8 +1,9 @@
 //! Leader election (issue 14, part 4) on a real Redis: leadership ends exactly
 //! when the lock is lost and the message says why (force unlock: `OwnerGone`;
 //! Redis frozen past the lease: `Unreachable`), the next candidate takes over
-//! with a larger token, observers see who leads, a bad name is refused. The
-//! handover after a crashed leader's system is `examples/leader.rs`, run by
+//! with a larger token, observers see who leads, a bad name is refused, a
+//! manager's shutdown hands its lock and its leadership over at once (issue 38).
+//! The handover after a crashed leader's system is `examples/leader.rs`, run by
 //! tests/examples.rs.
 
 mod support;
@@ -11,10 +12,10 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use lockwarden::{
-    Deposed, DeposedReason, Elected, ForceUnlock, Leader, LockError, LostReason, NameError, Resign,
-    WhoLeads,
+    Acquire, Deposed, DeposedReason, Elected, ForceUnlock, Leader, LockError, Locks, LostReason,
+    NameError, Resign, Shutdown, WhoLeads,
 };
-use support::{manager, raw, RedisServer};
+use support::{hold, manager, raw, RedisServer};
 use tokio::sync::mpsc;
 
 /// What a candidate's application actor heard.
@@ -207,4 +208,120 @@ async fn a_bad_name_is_refused() {
     ));
     // Every manager keeps its registry entry (who holds what); nothing else.
     assert_eq!(support::data_key_count(&server), 0);
+}
+
+/// A manager that holds a lock and leads shuts down (issue 38): its leader is
+/// deposed with `Lost(ShutDown)`, the other manager gets the lock and leads
+/// within 1 s (not a lease later), a waiter of the shut-down manager gets
+/// `ShuttingDown` (a semaphore waiter too), its guard learns the lock is gone
+/// and releasing it touches nothing, and it refuses new waiters.
+#[actix_rt::test]
+async fn a_shutdown_hands_the_lock_and_the_leadership_over_at_once() {
+    let server = RedisServer::start();
+    let (managers, _leaders, mut heard) = candidates(&server, "deploy", 2).await;
+    let (first, Heard::Elected(t1)) = next(&mut heard).await else {
+        panic!("expected an election first")
+    };
+    let (old, other) = (&managers[first], &managers[1 - first]);
+    let job = hold(old, "job", |a| a).await;
+    let blocker = hold(other, "busy", |a| a).await;
+    // A waiter in the manager that shuts down, and one in the other, for the job.
+    let waiting = actix_rt::spawn(old.send(Acquire::new("busy").wait(Duration::from_secs(30))));
+    let next_holder =
+        actix_rt::spawn(other.send(Acquire::new("job").wait(Duration::from_secs(30))));
+    // And a semaphore waiter: one permit, taken.
+    let slots = old.semaphore("slots").await.expect("handle");
+    slots.try_set_permits(1).await.expect("sized");
+    let slot = slots.acquire(1).await.expect("the one permit");
+    let queued = actix_rt::spawn({
+        let slots = slots.clone();
+        async move { slots.acquire_within(1, Duration::from_secs(30)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let started = std::time::Instant::now();
+    assert!(
+        old.send(Shutdown::new()).await.expect("running"),
+        "handed over within the budget"
+    );
+    let shut = started.elapsed();
+    let refused = waiting.await.expect("task").expect("running");
+    assert!(
+        matches!(refused, Err(LockError::ShuttingDown)),
+        "{refused:?}"
+    );
+    let refused = queued.await.expect("task");
+    assert!(
+        matches!(refused, Err(LockError::ShuttingDown)),
+        "{:?}",
+        refused.err()
+    );
+    assert_eq!(job.lost().await, LostReason::ShutDown);
+    let taken = tokio::time::timeout(Duration::from_secs(1), next_holder)
+        .await
+        .expect("the other manager got the lock within 1 s")
+        .expect("task")
+        .expect("running")
+        .expect("acquired");
+    let mut deposed = false;
+    while !deposed {
+        match tokio::time::timeout(Duration::from_secs(1), heard.recv()).await {
+            Ok(Some((id, Heard::Deposed(reason)))) => {
+                assert_eq!(id, first);
+                assert_eq!(reason, DeposedReason::Lost(LostReason::ShutDown));
+                deposed = true;
+            }
+            Ok(Some(other)) => panic!("elected before the old leader was deposed: {other:?}"),
+            _ => panic!("the old leader was not deposed within 1 s"),
+        }
+    }
+    match tokio::time::timeout(Duration::from_secs(1), heard.recv()).await {
+        Ok(Some((id, Heard::Elected(t2)))) => {
+            assert_eq!(id, 1 - first);
+            assert!(t2 > t1, "token {t2} not above {t1}");
+        }
+        other => panic!("the other candidate did not lead within 1 s: {other:?}"),
+    }
+    eprintln!("shutdown answered in {shut:?}; the other manager leads");
+    // The old guard no longer holds anything: its release changes nothing.
+    assert!(matches!(
+        job.release().await,
+        Err(LockError::Lost(LostReason::ShutDown))
+    ));
+    let again = old.acquire(Acquire::new("later")).await;
+    assert!(matches!(again, Err(LockError::ShuttingDown)), "{again:?}");
+    assert!(other
+        .send(Shutdown::within(Duration::from_secs(1)))
+        .await
+        .expect("running"));
+    // A permit held by code is its guard's to give back, as usual.
+    slot.release().await.expect("permit given back");
+    drop((taken, blocker));
+}
+
+/// A shutdown while Redis does not answer (frozen) answers `false` at its budget,
+/// not later, and the lock is not left for long: the release goes on trying, so
+/// another manager holds it soon after Redis resumes (within the lease).
+#[actix_rt::test]
+async fn a_shutdown_against_a_frozen_redis_answers_at_its_budget() {
+    let mut server = RedisServer::start();
+    let quick = |c: lockwarden::Config| c.watchdog_lease(Duration::from_millis(1500));
+    let old = manager(&server, quick).await;
+    let other = manager(&server, quick).await;
+    let _held = hold(&old, "frozen-deploy", |a| a).await;
+    server.pause();
+    let asked = std::time::Instant::now();
+    let done = old
+        .send(Shutdown::within(Duration::from_millis(300)))
+        .await
+        .expect("running");
+    let took = asked.elapsed();
+    server.resume();
+    assert!(!done, "nothing can be given back to a frozen Redis");
+    assert!(took < Duration::from_millis(800), "answered after {took:?}");
+    let taken = other
+        .acquire(Acquire::new("frozen-deploy").wait(Duration::from_secs(5)))
+        .await
+        .expect("the lock frees once Redis answers again");
+    drop(taken);
 }

@@ -1,13 +1,14 @@
 //! Who holds a lock: every manager registers host, pid, program, label, start time
 //! and version under its client id (`lockwarden:client:{<client id>}`), kept alive
 //! with a TTL of one watchdog lease; `Inspect` and `Admin` name each holder by it,
-//! and show a Redisson holder, a gone manager or a malformed entry as unknown.
+//! and show a Redisson holder, a gone manager or a malformed entry as unknown;
+//! a wait that runs out names the holder the same way (`LockError::Timeout`).
 
 mod support;
 
 use std::time::Duration;
 
-use lockwarden::{Acquire, Admin, ClientInfo, Inspect, LockInfo, UNKNOWN_CLIENT};
+use lockwarden::{Acquire, Admin, ClientInfo, Inspect, LockError, LockInfo, UNKNOWN_CLIENT};
 use support::{config, eventually, exists, hold, manager, raw, Captured, RedisServer};
 
 /// The registry key of the manager that holds `info`'s only holder.
@@ -341,4 +342,56 @@ async fn an_overlong_label_is_refused() {
     ));
     assert!(registry_keys(&server).is_empty());
     assert!(config(&server).label("x".repeat(256)).validate().is_ok());
+}
+
+/// A wait that runs out names who holds the lock (issue 38): the error carries
+/// the holder with its host, pid and label, its text says them as the command
+/// does, and reading them delays the answer by a round trip at most (bounded at
+/// 100 ms); a zero wait (one attempt) reads nothing.
+#[actix_rt::test]
+async fn a_timeout_names_the_holder() {
+    let server = RedisServer::start();
+    let holder = manager(&server, |c| c.label("nightly-report")).await;
+    let waiter = manager(&server, |c| c).await;
+    let _g = hold(&holder, "named", |a| a).await;
+
+    let asked = std::time::Instant::now();
+    let err = waiter
+        .send(Acquire::new("named").wait(Duration::from_millis(300)))
+        .await
+        .expect("running")
+        .expect_err("held elsewhere");
+    let answered = asked.elapsed();
+    let LockError::Timeout {
+        waited,
+        holder: Some(named),
+    } = &err
+    else {
+        panic!("a timeout naming the holder: {err:?}");
+    };
+    assert!(*waited >= Duration::from_millis(300), "{waited:?}");
+    assert!(
+        answered < Duration::from_millis(300 + 250),
+        "answered after {answered:?}"
+    );
+    let client = named.client.as_ref().expect("the holder's registry entry");
+    assert_eq!(client.label.as_deref(), Some("nightly-report"));
+    assert_eq!(client.pid, std::process::id());
+    assert!(!named.this_manager);
+    let text = err.to_string();
+    assert!(text.contains("label \"nightly-report\""), "{text}");
+    assert!(
+        text.contains(&format!("pid {}", std::process::id())),
+        "{text}"
+    );
+    assert!(text.contains(&named.owner_field), "{text}");
+
+    let tried = waiter
+        .send(Acquire::new("named").wait(Duration::ZERO))
+        .await
+        .expect("running");
+    assert!(
+        matches!(tried, Err(LockError::Timeout { holder: None, .. })),
+        "{tried:?}"
+    );
 }

@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 use tracing::warn;
 
 use super::listen::{self, Alarm, Channel, Listener};
-use super::shared::{until_first, Shared};
+use super::shared::{until_first, Shared, ShutDown};
 use super::subscriber::{Resync, Unlocked};
 use crate::durations::backoff;
 use crate::error::{redis_is_transient, LockError};
@@ -199,10 +199,27 @@ impl Actor for LatchActor {
     }
 }
 
+/// The manager shuts down: every waiter is answered `ShuttingDown` (new ones
+/// are refused by `AwaitZero`).
+impl Handler<ShutDown> for LatchActor {
+    type Result = usize;
+
+    fn handle(&mut self, _msg: ShutDown, ctx: &mut Context<Self>) -> usize {
+        for w in self.waiters.drain(..) {
+            let _ = w.tx.send(Err(LockError::ShuttingDown));
+        }
+        self.timer.cancel(ctx);
+        0
+    }
+}
+
 impl Handler<AwaitZero> for LatchActor {
     type Result = ResponseFuture<Result<bool, LockError>>;
 
     fn handle(&mut self, msg: AwaitZero, ctx: &mut Context<Self>) -> Self::Result {
+        if self.shared.is_shutting_down() {
+            return Box::pin(async { Err(LockError::ShuttingDown) });
+        }
         let (tx, rx) = oneshot::channel();
         self.waiters.push(Waiter {
             deadline: msg.wait.and_then(|w| Instant::now().checked_add(w)),

@@ -6,10 +6,11 @@
 //! to be released); the renewer holds only the table, weakly, so it stops once the
 //! manager and every lock actor are gone.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::Addr;
+use actix::{Addr, Message};
 
 use super::renewer::RenewTable;
 use super::subscriber::Subscriber;
@@ -37,7 +38,27 @@ pub(crate) struct Shared {
     pub(crate) renewals: Arc<RenewTable>,
     /// Dropped with the last holder of this: tells the subscriber to stop.
     pub(crate) _alive: tokio::sync::watch::Sender<()>,
+    /// Set once, by the manager's `Shutdown`: from then on every actor of this
+    /// manager refuses new waiters with `LockError::ShuttingDown` (an atomic
+    /// rather than a message, so that a request racing the shutdown is refused
+    /// wherever it lands).
+    pub(crate) shutting_down: AtomicBool,
 }
+
+impl Shared {
+    /// Whether the manager is shutting down (see `shutting_down`).
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
+    }
+}
+
+/// The manager is shutting down: a lock, semaphore or latch actor answers every
+/// waiter with `LockError::ShuttingDown`, and a lock actor gives back what its
+/// owners hold (the release scripts, owner-checked and confirmed as usual).
+/// Answers the number of holdings given back once their releases are answered.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "usize")]
+pub(crate) struct ShutDown;
 
 /// `delay`, or less if one of `deadlines` comes sooner: when an actor whose
 /// waiters have deadlines (the synchronizers') must look again.

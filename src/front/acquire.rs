@@ -139,6 +139,9 @@ impl Handler<Acquire> for LockManager {
         if !msg.reentrant && matches!(msg.kind, AcquireKind::Read | AcquireKind::Write) {
             return AcquireResponse::Ready(Err(LockError::InvalidRequest(RW_ALWAYS_REENTRANT)));
         }
+        if self.shared().is_shutting_down() {
+            return AcquireResponse::Ready(Err(LockError::ShuttingDown));
+        }
         let new_owner = msg.owner.is_none();
         let owner = msg.owner.unwrap_or_default();
         let since = Instant::now();

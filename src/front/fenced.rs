@@ -39,7 +39,10 @@ use crate::wire::{self, FencedReply};
 /// without one), which has no expiry: it must outlive every holder that could
 /// still write with an old token. When the data goes for good, delete the fence
 /// with it, in one command: `DEL account:7:balance
-/// lockwarden_fence:{account:7:balance}:account:7:balance`.
+/// lockwarden_fence:{account:7:balance}:account:7:balance` (both keys share a
+/// slot, so this works on a cluster too). A data key that expires, or that a
+/// fenced `DEL` removes, leaves its fence behind (it still refuses the old
+/// tokens, as it should); one small string per data key ever written.
 ///
 /// Refused with nothing written, besides a stale token: a key that lockwarden or
 /// Redisson keep for a lock ([`LockError::ReservedKey`]: the guard's own lock, a

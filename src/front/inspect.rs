@@ -12,7 +12,7 @@ use tracing::info;
 
 use super::manager::LockManager;
 use crate::error::LockError;
-use crate::view::{attach_clients, Holder, LockInfo};
+use crate::view::LockInfo;
 use crate::wire::{self, ForceRelease};
 
 /// Delete a lock whoever holds it, whatever its kind, waking its waiters (one of an
@@ -73,15 +73,8 @@ impl Handler<Inspect> for LockManager {
         let ours = format!("{}:", self.shared().client_id);
         Box::pin(async move {
             checked?;
-            let found = wire::call(&mut conn, &wire::Inspect { name: &msg.name }).await?;
-            let mut info = found.into_info(&msg.name, Some(&ours));
-            // Who the holders are: their managers' registry entries, in a second
-            // round trip (on a cluster they live in other slots than the lock).
-            let ids: Vec<&str> = info.holders.iter().filter_map(Holder::client_id).collect();
-            if !ids.is_empty() {
-                let clients = wire::read_clients(&conn, &ids).await?;
-                attach_clients(&mut info.holders, &clients);
-            }
+            // The lock, then who its holders are (their managers' registry entries).
+            let info = wire::inspect_lock(&mut conn, &msg.name, Some(&ours)).await?;
             Ok(info)
         })
     }

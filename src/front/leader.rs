@@ -12,7 +12,10 @@
 //! stopping), `Deposed { reason: Lost(ManagerStopped) }` is sent as it is dropped:
 //! nothing renews its lock any more, and another candidate is elected once the
 //! lease runs out, so the old leader has always been told first. [`Resign`] gives
-//! the lock back (waking the next candidate at once) and ends the campaign.
+//! the lock back (waking the next candidate at once) and ends the campaign. The
+//! manager's `Shutdown` gives the lock back too: its `LockLost` says `ShutDown`,
+//! which becomes `Deposed { reason: Lost(ShutDown) }` and ends the campaign, as
+//! does a follower's acquisition refused with `ShuttingDown`.
 //!
 //! Observers ask [`WhoLeads`]: the holder's owner field and the last fencing token
 //! issued for the name, read from Redis.
@@ -52,9 +55,23 @@ pub enum DeposedReason {
     Lost(LostReason),
 }
 
-/// Sent to a candidate's recipient when it stops being leader, before any other
-/// candidate can be elected in its place (except after a force unlock, which
-/// frees the lock before the holder can learn of it).
+/// Sent to a candidate's recipient when it stops being leader.
+///
+/// It arrives before any other candidate can be elected in its place when the
+/// term ends in the leader's own process: a [`Resign`], a
+/// [`Shutdown`](crate::Shutdown) (told before the lock is given back), or
+/// renewals that cannot reach Redis (the lease is counted from the send of the
+/// last renewal, on this process's clock, so it runs out here before it does in
+/// Redis). Not when the lock ends without the leader's process acting: a force
+/// unlock, Redis losing its data (a restart without persistence, a failover to a
+/// replica that had not received the lock), or the process not running past its
+/// lease (`Lost(Paused)`). The leader then learns at its next renewal (up to a
+/// third of the lease later) or when it runs again, while a waiting candidate
+/// may be elected at once: after a Redis restart that lost the data, the old
+/// leader was measured hearing it 225 ms *after* the new leader was elected
+/// (issue 38), two leaders at once for that long. Fence what a leader writes
+/// with its token ([`FencedWrite`](crate::FencedWrite)) where that overlap
+/// matters.
 #[derive(Message, Clone, Debug, PartialEq, Eq)]
 #[rtype(result = "()")]
 #[non_exhaustive]
@@ -72,7 +89,25 @@ pub struct Deposed {
 #[rtype(result = "Result<(), LockError>")]
 pub struct Resign;
 
-/// A candidate in the election `name`; see the module documentation.
+/// A candidate in an election: leader election on the exclusive lock of the
+/// election's name, as an actor that tells an actor of yours when it is
+/// [`Elected`] and when it is [`Deposed`].
+///
+/// Leadership *is* holding that lock, renewed by the watchdog: a candidate
+/// queues for it like any waiter (woken by the holder's unlock message), and
+/// when it is granted your actor gets `Elected { fencing_token }` (pass the
+/// token to whatever the leader writes to, so a deposed leader's late writes can
+/// be refused: [`FencedWrite`](crate::FencedWrite)). It stays leader while the
+/// lock is held and stops when it is lost: your actor gets
+/// `Deposed { reason: Lost(..) }` (a force unlock, Redis losing its data, or
+/// renewals that could not reach Redis before the lease ran out) and the
+/// candidate queues again. [`Resign`] gives the lock back (the next candidate
+/// anywhere is elected at once) and ends the campaign, as does the manager's
+/// [`Shutdown`](crate::Shutdown) (`Lost(ShutDown)`). If its actix system stops
+/// without either (the process exits), `Deposed { reason:
+/// Lost(ManagerStopped) }` is sent as the candidate is dropped; nothing renews
+/// the lock any more, and another candidate is elected once its lease (30 s by
+/// default) runs out. [`WhoLeads`] asks Redis who leads now.
 ///
 /// ```no_run
 /// # use actix::prelude::*;
@@ -165,6 +200,11 @@ impl Leader {
                     fencing_token,
                 });
             }
+            Ok(Err(LockError::ShuttingDown)) => {
+                info!(election = %act.name, "the lock manager is shutting down; the campaign ends");
+                act.resigned = true;
+                ctx.stop();
+            }
             Ok(Err(e)) => {
                 let pause = crate::durations::backoff(
                     Duration::from_millis(50),
@@ -223,6 +263,15 @@ impl Handler<LockLost> for Leader {
             .as_ref()
             .is_some_and(|g| g.owner_field() == msg.owner_field);
         if !ours {
+            return;
+        }
+        if msg.reason == LostReason::ShutDown {
+            // The manager shuts down and gives the lock back: step down, and end
+            // the campaign (the manager would refuse it anyway).
+            info!(election = %self.name, "the lock manager is shutting down; stepping down");
+            self.resigned = true;
+            self.step_down(DeposedReason::Lost(msg.reason));
+            ctx.stop();
             return;
         }
         warn!(election = %self.name, reason = %msg.reason, "leadership lost");

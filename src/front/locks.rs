@@ -19,6 +19,7 @@ use super::latch::{Latch, LatchHandle};
 use super::manager::LockManager;
 use super::ping::Ping;
 use super::semaphore::{Semaphore, SemaphoreHandle};
+use super::shutdown::Shutdown;
 use crate::error::LockError;
 use crate::guard::LockGuard;
 
@@ -73,6 +74,16 @@ pub trait Locks {
         &self,
         write: FencedWrite,
     ) -> impl Future<Output = Result<redis::Value, LockError>>;
+
+    /// Hands over before the process exits: waiters are answered
+    /// [`LockError::ShuttingDown`], held locks are given back in Redis and
+    /// leaders deposed, within
+    /// [`Config::shutdown_timeout`](crate::Config::shutdown_timeout) (3 s by
+    /// default); answers whether all of it was done in time (see [`Shutdown`]:
+    /// a guard held past it no longer holds its lock). Call it after
+    /// actix-web's `HttpServer::run().await`. `false` also when the manager is
+    /// gone already.
+    fn shutdown(&self) -> impl Future<Output = bool>;
 }
 
 impl Locks for Addr<LockManager> {
@@ -116,5 +127,10 @@ impl Locks for Addr<LockManager> {
     ) -> impl Future<Output = Result<redis::Value, LockError>> {
         let sent = self.send(write);
         async move { sent.await? }
+    }
+
+    fn shutdown(&self) -> impl Future<Output = bool> {
+        let sent = self.send(Shutdown::new());
+        async move { sent.await.unwrap_or(false) }
     }
 }

@@ -145,6 +145,7 @@ impl LockManager {
             counters,
             renewals,
             _alive: alive,
+            shutting_down: Default::default(),
         });
         Ok(LockManager {
             shared,

@@ -25,6 +25,9 @@
 //!   and [`WhoLeads`](leader::WhoLeads);
 //! - `settle`: [`Settle`](settle::Settle), for a process on its way out: waits
 //!   until nothing the manager sent to Redis is left unsettled;
+//! - `shutdown`: [`Shutdown`](shutdown::Shutdown), for a process on its way out:
+//!   answers the waiters, gives every held lock back and deposes its leaders, so
+//!   that another process takes over at once;
 //! - `ping`: [`Ping`](ping::Ping), whether the manager reaches Redis now (for a
 //!   readiness endpoint);
 //! - `admin`: [`Admin`](admin::Admin), the operator's read-only views, which need no
@@ -48,4 +51,5 @@ pub(crate) mod ping;
 pub(crate) mod redlock;
 pub(crate) mod semaphore;
 pub(crate) mod settle;
+pub(crate) mod shutdown;
 pub(crate) mod synchronizers;

@@ -194,6 +194,7 @@ impl RedLock {
             if deadline.is_some_and(|d| now >= d) {
                 return Err(last_error.unwrap_or(LockError::Timeout {
                     waited: self.wait.unwrap_or_default(),
+                    holder: None,
                 }));
             }
             let left = deadline.map(|d| d.saturating_duration_since(now));
@@ -327,6 +328,7 @@ impl RedLock {
     fn unanswered(&self) -> LockError {
         LockError::Timeout {
             waited: self.node_wait,
+            holder: None,
         }
     }
 

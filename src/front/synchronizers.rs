@@ -11,11 +11,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use actix::{Actor, Addr, WeakAddr};
+use actix::{Actor, Addr, Recipient, WeakAddr};
 
 use crate::actors::latch::LatchActor;
 use crate::actors::semaphore::SemaphoreActor;
-use crate::actors::shared::Shared;
+use crate::actors::shared::{Shared, ShutDown};
 
 /// See the module documentation.
 #[derive(Debug, Default)]
@@ -40,6 +40,15 @@ impl Synchronizers {
         find_or_start(&mut self.expirable, name, |name| {
             SemaphoreActor::new(name, shared.clone(), true).start()
         })
+    }
+
+    /// Every synchronizer actor still running, to tell it of a shutdown.
+    pub(crate) fn running(&self) -> Vec<Recipient<ShutDown>> {
+        let semaphores = self.semaphores.values().chain(self.expirable.values());
+        let semaphores = semaphores.filter_map(|w| w.upgrade().map(Addr::recipient));
+        let latches = self.latches.values();
+        let latches = latches.filter_map(|w| w.upgrade().map(Addr::recipient));
+        semaphores.chain(latches).collect()
     }
 
     /// The running actor of latch `name`, started if there is none.

@@ -1,16 +1,18 @@
 //! The scripts that serve every kind of lock by name: one consistent look at a
 //! lock's keys (`lua/inspect.lua`) and the operator's force release
-//! (`lua/force_release.lua`).
+//! (`lua/force_release.lua`); [`inspect_lock`], that look with who each holder
+//! is (for `Inspect`, and for a wait that ran out).
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::{RedisResult, Value};
 
-use super::lua::Lua;
+use super::lua::{Lua, ScriptConn};
+use super::registry::read_clients;
 use super::{ttl_from_pttl, unexpected, Invocation, ScriptCall};
 use crate::keys;
-use crate::view::{Inspected, QueuedWaiter};
+use crate::view::{attach_clients, Holder, Inspected, LockInfo, QueuedWaiter};
 
 static FORCE_RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
@@ -105,4 +107,24 @@ fn queued_waiters(flat: &Value) -> RedisResult<Vec<QueuedWaiter>> {
             })
         })
         .collect()
+}
+
+/// One look at the lock `name` ([`Inspect`]), its holders' registry entries
+/// attached ([`Holder::client`]) from a second round trip (on a cluster they live
+/// in other slots than the lock). `ours` is this manager's `<client id>:`, to
+/// mark its own holders. What the manager's `Inspect` answers, and what a lock
+/// actor reads when a wait runs out (the holder its timeout names).
+pub(crate) async fn inspect_lock<C: ScriptConn + Clone>(
+    conn: &mut C,
+    name: &str,
+    ours: Option<&str>,
+) -> RedisResult<LockInfo> {
+    let found = super::call(conn, &Inspect { name }).await?;
+    let mut info = found.into_info(name, ours);
+    let ids: Vec<&str> = info.holders.iter().filter_map(Holder::client_id).collect();
+    if !ids.is_empty() {
+        let clients = read_clients(conn, &ids).await?;
+        attach_clients(&mut info.holders, &clients);
+    }
+    Ok(info)
 }

@@ -47,7 +47,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisError, RedisResult, ServerErrorKind, Value};
 
 pub(crate) use batch::{batch_invocation, split_batch_reply, BatchOp};
-pub(crate) use by_name::{ForceRelease, Inspect};
+pub(crate) use by_name::{inspect_lock, ForceRelease, Inspect};
 pub(crate) use exclusive::{Acquire, Release, RenewHashes, Transfer, TransferReply};
 pub(crate) use expirable::{ExpirableAcquire, ExpirableRelease, ExpirableRenew, ExpirableTake};
 pub(crate) use fair::{FairAcquire, FairLeave, FairRefresh, FairRelease, Place};

@@ -131,7 +131,7 @@ pub async fn waiter_times_out_at_its_deadline(t: &Target) {
         .expect("running");
     let took = start.elapsed();
     match res {
-        Err(LockError::Timeout { waited }) => {
+        Err(LockError::Timeout { waited, .. }) => {
             assert!(waited >= Duration::from_millis(300), "waited {waited:?}")
         }
         other => panic!("expected Timeout, got {other:?}"),

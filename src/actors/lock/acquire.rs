@@ -418,7 +418,12 @@ impl LockActor {
                 let now = Instant::now();
                 let silence = act.silence(now);
                 let cause = act.attempts.last_error().or(silence.as_ref());
-                let expired = act.queue.expire(now, cause);
+                let who = || super::waiters::WhoHolds {
+                    conn: act.shared.node.conn(),
+                    name: act.name.clone(),
+                    ours: format!("{}:", act.shared.client_id),
+                };
+                let expired = act.queue.expire(now, cause, who);
                 for _ in 0..expired.count {
                     act.shared.counters.timeout();
                 }

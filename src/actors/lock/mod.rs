@@ -17,7 +17,8 @@
 //! (`kinds/fair.rs`). The queue, attempts, timers, holdings and supervision are the
 //! same code for all: `waiters` (the queue), `attempts` (the attempt state and its
 //! books), `acquire` (when to try and what answers mean), `holding` (grant,
-//! expiry, loss), `release` (the whole release path), `turn` (runs of local holds,
+//! expiry, loss), `release` (the whole release path), `shutdown` (the manager's
+//! shutdown: waiters answered, holds given back), `turn` (runs of local holds,
 //! and how a waiter wakes after another process's release) and this file
 //! (lifecycle and supervision).
 
@@ -26,6 +27,7 @@ mod attempts;
 mod holding;
 mod kinds;
 mod release;
+mod shutdown;
 mod subs;
 #[cfg(test)]
 mod tests;
@@ -419,6 +421,12 @@ impl Handler<Enqueue> for LockActor {
     fn handle(&mut self, Enqueue(request): Enqueue, ctx: &mut Context<Self>) {
         let waiter = Waiter::new(request);
         self.received += 1;
+        if self.shared.is_shutting_down() {
+            // Sent before the manager's shutdown reached it: refused like the rest.
+            waiter.fail(LockError::ShuttingDown);
+            self.settle(ctx);
+            return;
+        }
         if self.holdings.is_upgrade(waiter.req.owner, waiter.req.kind) {
             // It would wait for its own read holds: refused now, not queued.
             waiter.fail(LockError::UpgradeRefused);

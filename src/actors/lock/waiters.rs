@@ -8,6 +8,10 @@
 //! A fair-lock waiter also has a place in the Redis queue once its first attempt is
 //! sent (`queued`): whoever removes it from this queue gets its owner field back in
 //! [`Gone`], so that the lock actor can take it out of the Redis queue too.
+//!
+//! A wait that runs out names who kept it out ([`WhoHolds`]): the holder is read
+//! once per sweep of expired waiters, bounded, and only then, so a wait that
+//! succeeds costs nothing more.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -16,10 +20,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tracing::Span;
 
-use crate::error::LockError;
+use crate::error::{LockError, HOLDER_READ_LIMIT};
 use crate::guard::LockGuard;
 use crate::keys::Owner;
 use crate::kind::AcquireKind;
+use crate::node::Conn;
+use crate::view::Holder;
 
 /// One pending acquisition: the request as the manager sent it, and the lock
 /// actor's bookkeeping of it.
@@ -103,13 +109,57 @@ impl Waiter {
         let _ = self.req.reply.send(Err(err));
     }
 
-    /// Answers "timed out" with the time waited.
-    pub(crate) fn time_out(self) {
-        let waited = self.req.since.elapsed();
+    /// Answers "timed out" with the time waited and who held the lock then.
+    fn time_out(self, waited: Duration, holder: Option<Box<Holder>>) {
         self.req
             .span
             .in_scope(|| tracing::debug!(?waited, "gave up waiting"));
-        self.fail(LockError::Timeout { waited });
+        self.fail(LockError::Timeout { waited, holder });
+    }
+}
+
+/// How waiters whose wait ran out learn who held the lock: one look at it
+/// ([`crate::wire::inspect_lock`]) on the manager's connection, at most
+/// [`HOLDER_READ_LIMIT`] long. Their wait is measured when it ran out, not when
+/// the answer leaves.
+#[derive(Debug)]
+pub(crate) struct WhoHolds {
+    /// The manager's command connection.
+    pub(crate) conn: Conn,
+    /// The lock name.
+    pub(crate) name: Arc<str>,
+    /// `<client id>:` of this manager, to mark its own holders.
+    pub(crate) ours: String,
+}
+
+impl WhoHolds {
+    /// Answers `timed_out` (waiters and the time each waited), after one bounded
+    /// read of the holder (a writer first: it is what a read-write lock's waiter
+    /// waits for). On the caller's actix arbiter; an unanswered read names none.
+    fn answer(self, timed_out: Vec<(Waiter, Duration)>) {
+        actix::spawn(async move {
+            let WhoHolds {
+                mut conn,
+                name,
+                ours,
+            } = self;
+            let read = crate::wire::inspect_lock(&mut conn, &name, Some(&ours));
+            let holder = match tokio::time::timeout(HOLDER_READ_LIMIT, read).await {
+                Ok(Ok(info)) => {
+                    let mut holders = info.holders;
+                    let at = holders.iter().position(Holder::is_writer).unwrap_or(0);
+                    (at < holders.len()).then(|| Box::new(holders.swap_remove(at)))
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(lock = %name, error = %e, "could not read who holds the lock for a timeout");
+                    None
+                }
+                Err(_) => None,
+            };
+            for (w, waited) in timed_out {
+                w.time_out(waited, holder.clone());
+            }
+        });
     }
 }
 
@@ -217,29 +267,37 @@ impl WaiterQueue {
     }
 
     /// Answers every waiter whose deadline is at or before `now`: with `cause`, the
-    /// Redis error the last attempt met (it says why), or else "timed out".
-    pub(crate) fn expire(&mut self, now: Instant, cause: Option<&redis::RedisError>) -> Gone {
-        self.answer_where(|w| w.deadline.is_some_and(|d| d <= now), cause)
+    /// Redis error the last attempt met (it says why), or else "timed out", naming
+    /// the holder `who` reads.
+    pub(crate) fn expire(
+        &mut self,
+        now: Instant,
+        cause: Option<&redis::RedisError>,
+        who: impl FnOnce() -> WhoHolds,
+    ) -> Gone {
+        self.answer_where(|w| w.deadline.is_some_and(|d| d <= now), cause, Some(who))
     }
 
     /// Answers the try-once waiters that `pick` accepts, whose one attempt was just
     /// made: with `cause` if it failed with a Redis error, else "timed out" (the lock
-    /// was held).
+    /// was held; no holder is read, so that a try stays one round trip).
     pub(crate) fn fail_try_once(
         &mut self,
         pick: impl Fn(&Waiter) -> bool,
         cause: Option<&redis::RedisError>,
     ) -> Gone {
-        self.answer_where(|w| w.try_once && pick(w), cause)
+        self.answer_where(|w| w.try_once && pick(w), cause, None::<fn() -> WhoHolds>)
     }
 
     fn answer_where(
         &mut self,
         pick: impl Fn(&Waiter) -> bool,
         cause: Option<&redis::RedisError>,
+        who: Option<impl FnOnce() -> WhoHolds>,
     ) -> Gone {
         let mut gone = Gone::default();
         let mut kept = VecDeque::with_capacity(self.items.len());
+        let mut timed_out = Vec::new();
         for w in self.items.drain(..) {
             if !pick(&w) {
                 kept.push_back(w);
@@ -248,10 +306,19 @@ impl WaiterQueue {
             gone.add(&w);
             match cause {
                 Some(e) => w.fail(LockError::from(e.clone())),
-                None => w.time_out(),
+                None => {
+                    let waited = w.req.since.elapsed();
+                    timed_out.push((w, waited));
+                }
             }
         }
         self.items = kept;
+        match who {
+            Some(who) if !timed_out.is_empty() => who().answer(timed_out),
+            _ => timed_out
+                .into_iter()
+                .for_each(|(w, waited)| w.time_out(waited, None)),
+        }
         gone
     }
 

@@ -35,7 +35,7 @@ use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
 use crate::actors::listen::{self, Alarm, Channel, Listener};
-use crate::actors::shared::{until_first, Shared};
+use crate::actors::shared::{until_first, Shared, ShutDown};
 use crate::actors::subscriber::{Resync, Unlocked};
 use crate::durations::{backoff, millis};
 use crate::error::{redis_is_transient, LockError};
@@ -157,6 +157,7 @@ impl SemaphoreActor {
             if !w.once && w.deadline.is_some_and(|d| d <= now) {
                 let err = w.last_error.take().unwrap_or(LockError::Timeout {
                     waited: now - w.since,
+                    holder: None,
                 });
                 let _ = w.tx.send(Err(err));
                 continue;
@@ -293,7 +294,10 @@ impl SemaphoreActor {
                 if head.once {
                     if let Some(w) = self.waiters.pop_front() {
                         let waited = w.since.elapsed();
-                        let _ = w.tx.send(Err(LockError::Timeout { waited }));
+                        let _ = w.tx.send(Err(LockError::Timeout {
+                            waited,
+                            holder: None,
+                        }));
                     }
                     self.pump(ctx);
                 } else if self.again {
@@ -366,10 +370,28 @@ impl Actor for SemaphoreActor {
     }
 }
 
+/// The manager shuts down: every waiter is answered `ShuttingDown` (new ones
+/// are refused by `TakePermits`). Permits held stay with their guards, which
+/// give them back as usual.
+impl Handler<ShutDown> for SemaphoreActor {
+    type Result = usize;
+
+    fn handle(&mut self, _msg: ShutDown, ctx: &mut Context<Self>) -> usize {
+        for w in self.waiters.drain(..) {
+            let _ = w.tx.send(Err(LockError::ShuttingDown));
+        }
+        self.timer.cancel(ctx);
+        0
+    }
+}
+
 impl Handler<TakePermits> for SemaphoreActor {
     type Result = ResponseFuture<Result<Grant, LockError>>;
 
     fn handle(&mut self, msg: TakePermits, ctx: &mut Context<Self>) -> Self::Result {
+        if self.shared.is_shutting_down() {
+            return Box::pin(async { Err(LockError::ShuttingDown) });
+        }
         let (tx, rx) = oneshot::channel();
         let now = Instant::now();
         let once = msg.wait == Some(Duration::ZERO);
@@ -377,6 +399,7 @@ impl Handler<TakePermits> for SemaphoreActor {
             // What frees up is promised to the waiters already queued here.
             let _ = tx.send(Err(LockError::Timeout {
                 waited: Duration::ZERO,
+                holder: None,
             }));
         } else {
             let first = self.waiters.is_empty();

@@ -144,7 +144,7 @@ pub async fn acquire(
             guard,
             waited: started.elapsed(),
         }),
-        Some(Ok(Err(LockError::Timeout { waited }))) => {
+        Some(Ok(Err(LockError::Timeout { waited, .. }))) => {
             // Counted from the command's start: finding the master was waiting too.
             let waited = opts.began.map_or(waited, |b| b.elapsed());
             settle(manager, name).await;
@@ -203,15 +203,12 @@ pub fn describe_holders(holders: &[Holder], ttl: Option<Duration>) -> String {
     if holders.is_empty() {
         return "it is free now".into();
     }
+    // Each holder as the library's timeout error names it (one phrase, one
+    // implementation: `Holder::describe`).
     let mut text = String::from("held by ");
     for (i, h) in holders.iter().enumerate() {
         let sep = if i == 0 { "" } else { "; " };
-        let plural = if h.holds == 1 { "" } else { "s" };
-        let _ = write!(text, "{sep}{}", h.owner_field);
-        if let Some(client) = &h.client {
-            let _ = write!(text, " on {}", client.describe());
-        }
-        let _ = write!(text, ", {} hold{plural}", h.holds);
+        let _ = write!(text, "{sep}{}", h.describe());
     }
     match ttl {
         Some(ttl) => {

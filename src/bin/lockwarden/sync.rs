@@ -132,7 +132,7 @@ async fn take<G>(
     futures::select! {
         got = taking.fuse() => match got {
             Ok(guard) => Ok(Took::Guard(guard)),
-            Err(LockError::Timeout { waited }) => {
+            Err(LockError::Timeout { waited, .. }) => {
                 let available = available.await.unwrap_or(0);
                 Ok(Took::Exit(timed_out(args, waited, available)))
             }
