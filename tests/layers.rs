@@ -9,6 +9,7 @@
 //! rustdoc's `-D warnings` cannot see markdown. Run it alone with
 //! `cargo test --test layers`.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// The layers from the bottom; a top-level module not listed is a word.
@@ -195,14 +196,52 @@ struct Index {
     /// Names in a defining place: after `struct`, `enum`, `trait`, `type`,
     /// `fn`, `const`, `static`, `mod`, `macro_rules!`; a variant (a line
     /// directly inside an `enum` body); a field (`name: ...` first on a
-    /// line); a module's file or folder name.
-    defined: std::collections::HashSet<String>,
+    /// line); a module's file or folder name. Each with the files that
+    /// define it.
+    defined: HashMap<String, HashSet<String>>,
+    /// The files where a type is defined or has an `impl`, or a module is
+    /// declared: where `Type::name` must find `name`.
+    homes: HashMap<String, HashSet<String>>,
+    /// A macro called on a type at the start of a line (`impl_kind_setters!(Acquire,
+    /// ...)`), as (macro, type): the macro's file is a home of the type too.
+    macro_uses: Vec<(String, String)>,
     /// Every identifier-like word anywhere in the code, strings and Lua
     /// scripts included: what a bare `snake_case` span must be one of.
-    words: std::collections::HashSet<String>,
+    words: HashSet<String>,
     /// Every file and folder of the repository (folders end in `/`),
     /// relative to its root, `target/` and `.git/` left out.
     files: Vec<String>,
+}
+
+/// The type an `impl` line is for: `impl<T> Handler<M> for Foo<T> {` ->
+/// `Foo`, `impl Bar {` -> `Bar`.
+fn impl_target(code: &str) -> Option<&str> {
+    let code = code.trim_start();
+    let rest = code
+        .strip_prefix("impl")
+        .or_else(|| code.strip_prefix("unsafe impl"))?;
+    if !rest.starts_with([' ', '<']) {
+        return None;
+    }
+    let rest = rest.rsplit(" for ").next().unwrap_or(rest).trim_start();
+    // Leading generics of the impl itself: `<T: Trait> Foo<T>`.
+    let rest = match rest.strip_prefix('<') {
+        Some(inner) => {
+            let mut depth = 1;
+            let end = inner.find(|c| {
+                depth += match c {
+                    '<' => 1,
+                    '>' => -1,
+                    _ => 0,
+                };
+                depth == 0
+            })?;
+            inner[end + 1..].trim_start()
+        }
+        None => rest,
+    };
+    let path = rest.split(['<', ' ', '{']).next()?;
+    path.rsplit("::").next().filter(|name| !name.is_empty())
 }
 
 /// The identifier-like words of a line.
@@ -212,8 +251,14 @@ fn words_of(line: &str) -> impl Iterator<Item = &str> {
 }
 
 impl Index {
-    /// Adds what one Rust source file defines and says.
-    fn add_source(&mut self, text: &str) {
+    /// Notes that `file` defines `name`.
+    fn define(&mut self, name: &str, file: &str) {
+        let files = self.defined.entry(name.to_string()).or_default();
+        files.insert(file.to_string());
+    }
+
+    /// Adds what one Rust source file, `file` from the root, defines and says.
+    fn add_source(&mut self, file: &str, text: &str) {
         const KEYWORDS: &[&str] = &[
             "struct",
             "enum",
@@ -235,8 +280,22 @@ impl Index {
             let words: Vec<&str> = words_of(code).collect();
             for pair in words.windows(2) {
                 if KEYWORDS.contains(&pair[0]) {
-                    self.defined.insert(pair[1].to_string());
+                    self.define(pair[1], file);
+                    let homes = self.homes.entry(pair[1].to_string()).or_default();
+                    homes.insert(file.to_string());
                 }
+            }
+            if let Some((called, on)) = code.trim_start().split_once("!(") {
+                let on = words_of(on).next().unwrap_or_default();
+                let is_name =
+                    |w: &str| !w.is_empty() && w.chars().all(|c| c.is_alphanumeric() || c == '_');
+                if is_name(called) && on.starts_with(char::is_uppercase) {
+                    self.macro_uses.push((called.to_string(), on.to_string()));
+                }
+            }
+            if let Some(implemented) = impl_target(code) {
+                let homes = self.homes.entry(implemented.to_string()).or_default();
+                homes.insert(file.to_string());
             }
             let bare = code.trim_start();
             let bare = bare
@@ -255,7 +314,7 @@ impl Index {
                     && (after.is_empty()
                         || [",", " {", "(", " ="].iter().any(|a| after.starts_with(a)));
                 if is_field || is_variant {
-                    self.defined.insert(name.to_string());
+                    self.define(name, file);
                 }
             }
             let before = depth;
@@ -285,7 +344,7 @@ impl Index {
                 let stem = path.file_stem().map(|s| s.to_string_lossy().to_string());
                 if path.is_dir() {
                     index.files.push(format!("{relative}/"));
-                    index.defined.extend(stem);
+                    index.define(stem.as_deref().unwrap_or_default(), &relative);
                     stack.push(path);
                     continue;
                 }
@@ -295,9 +354,9 @@ impl Index {
                     .any(|top| relative.starts_with(top));
                 let ext = path.extension().map(|e| e.to_string_lossy().to_string());
                 if is_code && ext.as_deref() == Some("rs") {
-                    index.defined.extend(stem);
+                    index.define(stem.as_deref().unwrap_or_default(), &relative);
                     let text = std::fs::read_to_string(&path).expect("read a source");
-                    index.add_source(&text);
+                    index.add_source(&relative, &text);
                 } else if is_code && ext.as_deref() == Some("lua") {
                     let text = std::fs::read_to_string(&path).expect("read a script");
                     index.words.extend(words_of(&text).map(str::to_string));
@@ -305,6 +364,31 @@ impl Index {
             }
         }
         index
+    }
+
+    /// Where `owner` lives, when `name` is defined but not there: the files
+    /// that define or implement the type `owner`, or of the module `owner`.
+    /// `None` when either is undefined (that is reported on its own).
+    fn outside(&self, owner: &str, name: &str) -> Option<String> {
+        let defining = self.defined.get(name)?;
+        let mut homes: Vec<&String> = self.homes.get(owner).into_iter().flatten().collect();
+        for (called, on) in &self.macro_uses {
+            if on == owner {
+                homes.extend(self.defined.get(called).into_iter().flatten());
+            }
+        }
+        let module_file = format!("/{owner}.rs");
+        let module_folder = format!("/{owner}/");
+        homes.extend(self.files.iter().filter(|file| {
+            file.ends_with(&module_file) || (file.contains(&module_folder) && !file.ends_with('/'))
+        }));
+        if homes.is_empty() || homes.iter().any(|home| defining.contains(*home)) {
+            return None;
+        }
+        homes.sort();
+        homes.dedup();
+        let shown: Vec<&str> = homes.iter().take(3).map(|h| h.as_str()).collect();
+        Some(shown.join(", ") + if homes.len() > 3 { ", ..." } else { "" })
     }
 
     /// Whether `path`, as a doc names it, is a file or folder here: from the
@@ -381,13 +465,14 @@ fn is_path(span: &str) -> bool {
 ///   of [`ALLOWED`], or holding a Java-shaped name (`getLock`: lower camel
 ///   case; `RLock`, `RedissonSemaphore`: Redisson's prefixes) is not ours;
 /// - every name of a `::` path is checked (`Need::BestEffort`: `Need` and
-///   `BestEffort`); after a `.`, only a call (`guard.lost()`: `lost`);
+///   `BestEffort`, the latter where `Need` is defined or implemented); after
+///   a `.`, only a call (`guard.lost()`: `lost`);
 /// - alone, a `CamelCase` name or a call (`release()`) is checked; a bare
 ///   `snake_case` or `SCREAMING_CASE` name with an underscore (`with_latch`,
 ///   a script's, a metric's or a variable's name) must appear in the code
 ///   (strings and `lua/` count); a lone word without one (`read`, `WAIT`)
 ///   is English or Redis and is not checked.
-fn rust_names(span: &str) -> Option<Vec<(String, bool)>> {
+fn rust_names(span: &str) -> Option<Vec<Claim>> {
     // The span with every bracketed group emptied: `a::b(x, y)` -> `a::b()`.
     let mut shape = String::new();
     let mut open = Vec::new();
@@ -470,18 +555,33 @@ fn rust_names(span: &str) -> Option<Vec<(String, bool)>> {
         parts.remove(0);
     }
     let is_path = parts.iter().any(|(separator, ..)| *separator == "::");
-    let mut names = Vec::new();
+    let mut claims = Vec::new();
     for (at, (separator, name, called)) in parts.iter().enumerate() {
         let in_path = *separator == "::" || (at == 0 && is_path && *separator != ".");
         let camel = name.starts_with(char::is_uppercase) && name.contains(char::is_lowercase);
         let alone = parts.len() == 1;
         if in_path || *called || (alone && camel) {
-            names.push((name.to_string(), true));
+            claims.push(Claim::Defined(name.to_string()));
         } else if alone && name.contains('_') && *separator != "." {
-            names.push((name.to_string(), false));
+            claims.push(Claim::Appears(name.to_string()));
+        }
+        if *separator == "::" && at > 0 {
+            claims.push(Claim::Within(parts[at - 1].1.to_string(), name.to_string()));
         }
     }
-    Some(names)
+    Some(claims)
+}
+
+/// What a span says about the code.
+#[derive(Debug, PartialEq)]
+enum Claim {
+    /// This name is defined (a type, fn, const, module, variant or field).
+    Defined(String),
+    /// This name appears in the code or a script.
+    Appears(String),
+    /// `Owner::name`: the name is defined where the owner is defined or
+    /// implemented (a type), or in the owner's files (a module).
+    Within(String, String),
 }
 
 /// The inline code spans of a markdown text, with the line each starts on;
@@ -615,19 +715,15 @@ fn drift(span: &str, index: &Index) -> Option<String> {
     }
     let missing: Vec<String> = rust_names(span)?
         .into_iter()
-        .filter(|(name, strict)| {
-            if *strict {
-                !index.defined.contains(name)
-            } else {
-                !index.words.contains(name)
-            }
-        })
-        .map(|(name, strict)| {
-            if strict {
+        .filter_map(|claim| match claim {
+            Claim::Defined(name) => (!index.defined.contains_key(&name)).then(|| {
                 format!("`{name}` is defined nowhere in src/, tests/, benches/, examples/")
-            } else {
-                format!("`{name}` appears nowhere in the code or lua/")
-            }
+            }),
+            Claim::Appears(name) => (!index.words.contains(&name))
+                .then(|| format!("`{name}` appears nowhere in the code or lua/")),
+            Claim::Within(owner, name) => index
+                .outside(&owner, &name)
+                .map(|homes| format!("`{name}` is defined, but not where `{owner}` is ({homes})")),
         })
         .collect();
     (!missing.is_empty()).then(|| missing.join("; "))
@@ -694,7 +790,9 @@ fn the_docs_name_only_what_exists() {
 #[test]
 fn a_drifted_name_is_seen() {
     let mut index = Index::default();
+    index.add_source("src/other.rs", "pub struct Other;\n");
     index.add_source(
+        "src/need.rs",
         "pub enum Need {\n    Must,\n    BestEffort { why: u8 },\n}\n\
          impl Need { pub fn settle(&self) {} }\nconst KEEP: u8 = 3;\n",
     );
@@ -735,6 +833,7 @@ fn a_drifted_name_is_seen() {
         "src/replicas.rs",
         "src/wire/<kind>.rs",
         "KEEP_GONE",
+        "Other::settle",
         "cargo test --test gone",
         "cargo test --test layers -- hope",
     ] {
