@@ -85,12 +85,12 @@ impl LatchActor {
         for w in self.waiters.drain(..) {
             let _ = w.tx.send(Ok(true));
         }
-        self.settle(ctx);
+        self.reconcile(ctx);
     }
 
     /// Answers waiters that left or whose deadline passed; drops the subscription
     /// and the timer when nobody is left.
-    fn settle(&mut self, ctx: &mut Context<Self>) {
+    fn reconcile(&mut self, ctx: &mut Context<Self>) {
         let now = Instant::now();
         let last = self.last_error.as_ref();
         let mut kept = Vec::with_capacity(self.waiters.len());
@@ -118,7 +118,7 @@ impl LatchActor {
 
     /// Reads the count (subscribing first if needed).
     fn check(&mut self, ctx: &mut Context<Self>) {
-        self.settle(ctx);
+        self.reconcile(ctx);
         if self.waiters.is_empty() {
             return;
         }
@@ -176,7 +176,7 @@ impl LatchActor {
                             let err = act.last_error.clone().map(LockError::from);
                             let _ = w.tx.send(Err(err.unwrap_or(LockError::Stopped)));
                         }
-                        act.settle(ctx);
+                        act.reconcile(ctx);
                     }
                 }
             }

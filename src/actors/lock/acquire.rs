@@ -36,7 +36,8 @@ const SILENCE: Duration = Duration::from_millis(100);
 
 impl LockActor {
     /// Lets the waiter whose turn it is try (the kind decides who), if nothing
-    /// forbids it; otherwise settles timers.
+    /// forbids it; otherwise brings timers and subscriptions in line
+    /// ([`LockActor::reconcile`]).
     pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
         if self.attempts.in_progress() {
             return;
@@ -47,7 +48,7 @@ impl LockActor {
             if self.releases.none() {
                 self.resolve(ctx);
             }
-            self.settle(ctx);
+            self.reconcile(ctx);
             return;
         }
         // The waiter whose attempt is in flight stays until its `Cancel` comes,
@@ -61,7 +62,7 @@ impl LockActor {
             self.pick_head(ctx)
         };
         let Some((attempt, call)) = picked.and_then(|id| self.start_attempt(id)) else {
-            self.settle(ctx);
+            self.reconcile(ctx);
             return;
         };
         self.attempts.sent_acquisition();
@@ -71,7 +72,7 @@ impl LockActor {
             fut.into_actor(self)
                 .map(move |res, act, ctx| act.on_attempt(attempt, sent, res, ctx)),
         );
-        self.settle(ctx);
+        self.reconcile(ctx);
     }
 
     /// Makes the waiter `id` the one whose attempt is in flight and lays out that
@@ -242,7 +243,7 @@ impl LockActor {
                 warn!(lock = %self.name, error = %e, "acquire attempt refused by Redis");
                 let gone = self.queue.fail_all(|| LockError::from(e.clone()));
                 self.leave_fair_queue(gone.queued, ctx);
-                self.settle(ctx);
+                self.reconcile(ctx);
             }
         }
     }
@@ -339,7 +340,7 @@ impl LockActor {
             self.leave_fair_queue(gone.queued, ctx);
         }
         if self.queue.is_empty() {
-            self.settle(ctx);
+            self.reconcile(ctx);
             return;
         }
         if woken && !fair {

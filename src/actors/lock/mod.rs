@@ -178,7 +178,8 @@ impl LockActor {
     /// Brings timers and subscriptions in line with what is left to do: keeps a
     /// deadline timer while waiters wait, unsubscribes channels no waiter listens
     /// on, and starts the idle countdown when nothing at all is going on.
-    fn settle(&mut self, ctx: &mut Context<Self>) {
+    /// (Not "settle": that word is the `Settle` message's, nothing on the wire.)
+    fn reconcile(&mut self, ctx: &mut Context<Self>) {
         if self.queue.is_empty() {
             self.wake_timer.cancel(ctx);
         } else if !self.wake_timer.is_set() {
@@ -310,7 +311,7 @@ impl LockActor {
                 debug!(lock = %act.name, "idle lock actor stopped");
                 ctx.stop();
             } else {
-                act.settle(ctx);
+                act.reconcile(ctx);
             }
         }));
     }
@@ -323,7 +324,7 @@ impl Actor for LockActor {
         if std::mem::take(&mut self.restarted) {
             self.verify_after_restart(ctx);
         } else {
-            self.settle(ctx);
+            self.reconcile(ctx);
         }
     }
 
@@ -430,7 +431,7 @@ impl Handler<Enqueue> for LockActor {
         if self.holdings.is_upgrade(waiter.req.owner, waiter.req.kind) {
             // It would wait for its own read holds: refused now, not queued.
             waiter.fail(LockError::UpgradeRefused);
-            self.settle(ctx);
+            self.reconcile(ctx);
             return;
         }
         let reentrant = self.holdings.reenters(waiter.req.owner, waiter.req.kind);
@@ -438,7 +439,7 @@ impl Handler<Enqueue> for LockActor {
             // A non-reentrant lock its owner holds: refused now, not queued (a
             // hold taken meanwhile is refused by the acquire script instead).
             waiter.fail(LockError::ReentryRefused);
-            self.settle(ctx);
+            self.reconcile(ctx);
             return;
         }
         if waiter.deadline.is_none()

@@ -60,7 +60,7 @@ impl Handler<Release> for LockActor {
     fn handle(&mut self, msg: Release, ctx: &mut Context<Self>) {
         let Release { epoch, reply } = msg;
         if let Some(reason) = self.lost.release_one(epoch) {
-            self.settle(ctx);
+            self.reconcile(ctx);
             reply.send(Err(LockError::Lost(reason)));
             return;
         }

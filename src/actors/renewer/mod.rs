@@ -236,7 +236,7 @@ impl Renewer {
         // again at the next tick, not a whole period later, when the lease may
         // have run out.
         let soon = matches!(&answer, Err(e) if redis_is_transient(e));
-        let gone = table.settle(ids, sent, self.lease, &answer, soon);
+        let gone = table.apply_answer(ids, sent, self.lease, &answer, soon);
         match &answer {
             Ok(_) => record::renewals(ids.len() - gone.len(), gone.len(), 0),
             Err(_) => record::renewals(0, 0, ids.len()),

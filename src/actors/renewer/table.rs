@@ -198,7 +198,7 @@ impl RenewTable {
     /// still held is valid until `sent + lease`; one Redis says is gone is
     /// answered (the caller takes it out and reports it); after a failed call,
     /// with `soon`, each moves to the next tick's slot.
-    pub(super) fn settle(
+    pub(super) fn apply_answer(
         &self,
         ids: &[u64],
         sent: Instant,

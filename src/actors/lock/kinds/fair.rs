@@ -232,7 +232,7 @@ impl LockActor {
                     // The places lapse if this keeps failing; the waiters then take
                     // new ones once Redis answers again.
                     warn!(lock = %act.name, error = %e, "refreshing the waiters' places failed");
-                    act.settle(ctx);
+                    act.reconcile(ctx);
                 }
             }
         }));
@@ -270,7 +270,7 @@ impl LockActor {
                 // Not refreshed any more, the place lapses by itself.
                 warn!(lock = %act.name, error = %e, "leaving the fair queue failed; the place will lapse");
             }
-            act.settle(ctx);
+            act.reconcile(ctx);
         }));
     }
 }
