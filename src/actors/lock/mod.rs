@@ -425,7 +425,7 @@ impl Handler<Enqueue> for LockActor {
         if self.shared.is_shutting_down() {
             // Sent before the manager's shutdown reached it: refused like the rest.
             waiter.fail(LockError::ShuttingDown);
-            self.settle(ctx);
+            self.reconcile(ctx);
             return;
         }
         if self.holdings.is_upgrade(waiter.req.owner, waiter.req.kind) {

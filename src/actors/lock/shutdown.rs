@@ -149,7 +149,7 @@ impl Handler<ShutDown> for LockActor {
             for _ in 0..count {
                 act.releases.done();
             }
-            act.settle(ctx);
+            act.reconcile(ctx);
             released.into_iter().filter(|r| *r).count()
         }))
     }
