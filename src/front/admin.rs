@@ -73,9 +73,9 @@ pub struct LockSummary {
 #[derive(Clone, Debug)]
 pub struct Admin {
     /// The command connection.
-    conn: Conn,
+    pub(super) conn: Conn,
     /// Longest accepted lock name, from the config.
-    max_name_len: usize,
+    pub(super) max_name_len: usize,
 }
 
 impl Admin {
@@ -101,9 +101,12 @@ impl Admin {
         Ok(lock)
     }
 
-    /// The semaphore or count-down latch `name`: its kind, number, TTL and how
-    /// many wait on it (`sync_view.rs` says how the kind is told). `None` when
-    /// there is no such key or it holds no integer (a lock's hash, say).
+    /// The semaphore or count-down latch `name`: its kind, number, TTL, how
+    /// many wait on it and who (`sync_view.rs` says how the kind is told).
+    /// With no key, a summary marked
+    /// [`key_missing`](SynchronizerSummary::key_missing) when waiters are
+    /// recorded on it, else `None`; `None` too when the key holds no integer (a
+    /// lock's hash, say).
     pub async fn synchronizer(&self, name: &str) -> Result<Option<SynchronizerSummary>, LockError> {
         keys::validate_name(name, self.max_name_len)?;
         // TYPE first: a lock's name needs no rights to a synchronizer's other
@@ -112,10 +115,14 @@ impl Admin {
             .arg(name)
             .query_async(&mut self.conn.clone())
             .await?;
+        if kind == "none" {
+            return self.missing(name).await;
+        }
         if kind != "string" {
             return Ok(None);
         }
-        let found = self.look_at_counters(vec![name.to_string()]).await?;
+        let mut found = self.look_at_counters(vec![name.to_string()]).await?;
+        self.attach_waiters(&mut found).await?;
         Ok(found.into_iter().next())
     }
 
@@ -125,7 +132,9 @@ impl Admin {
     /// semaphore, while it has permits out. Integer strings with none of these
     /// ([`SynchronizerKind::Counter`]: an idle Redisson semaphore or latch, or
     /// an application's counter) are left out; [`synchronizer`](Self::synchronizer)
-    /// still shows one by name. Fails with [`LockError::NoPermission`] for a user
+    /// still shows one by name. Names with waiters recorded but no key (a
+    /// semaphore deleted or lost with Redis's data) are in the list too, marked
+    /// [`key_missing`](SynchronizerSummary::key_missing). Fails with [`LockError::NoPermission`] for a user
     /// whose ACL does not cover the keys it reads (`~lockwarden_kind:*` among them,
     /// docs/operations.md).
     pub async fn synchronizers(
@@ -141,8 +150,10 @@ impl Admin {
                 Ok(known.collect())
             })
             .await?;
+        found.extend(self.missing_keys(pattern).await?);
         found.sort_by(|a, b| a.name.cmp(&b.name));
         found.dedup_by(|a, b| a.name == b.name);
+        self.attach_waiters(&mut found).await?;
         Ok(found)
     }
 
@@ -253,7 +264,7 @@ impl Admin {
     /// How many connections listen on each of `channels`: one `PUBSUB NUMSUB`
     /// (`SHARDNUMSUB` on a cluster with sharded pub/sub, summed over the nodes by
     /// redis-rs) for all of them.
-    async fn listeners(&self, channels: &[String]) -> Result<Vec<u64>, LockError> {
+    pub(super) async fn listeners(&self, channels: &[String]) -> Result<Vec<u64>, LockError> {
         if channels.is_empty() {
             return Ok(Vec::new());
         }
@@ -275,7 +286,7 @@ impl Admin {
     /// names to `look`, keeping what it answers. SCAN may give a key twice: the
     /// callers sort and dedup. A binary key is skipped: lock and synchronizer
     /// names are text.
-    async fn scan_each<T>(
+    pub(super) async fn scan_each<T>(
         &self,
         pattern: &str,
         kind: &str,

@@ -35,6 +35,7 @@
 
 pub(crate) mod acquire;
 pub(crate) mod admin;
+mod admin_waiters;
 pub(crate) mod fenced;
 pub(crate) mod handle;
 pub(crate) mod inspect;

@@ -37,6 +37,7 @@ use tracing::{debug, warn};
 use crate::actors::listen::{self, Alarm, Channel, Listener};
 use crate::actors::shared::{until_first, Shared};
 use crate::actors::subscriber::{Resync, Unlocked};
+use crate::actors::waiting::{self, Waiting, Waits};
 use crate::durations::{backoff, millis};
 use crate::error::{redis_is_transient, LockError};
 use crate::keys;
@@ -49,7 +50,11 @@ enum Attempt {
     /// Taken; this many left.
     Taken { left: u64 },
     /// Too few; a permit with a lease expires in `retry_in`, if any.
-    Short { retry_in: Option<Duration> },
+    /// `missing`: the key does not exist at all.
+    Short {
+        retry_in: Option<Duration>,
+        missing: bool,
+    },
 }
 
 /// Take `permits` of the semaphore, waiting up to `wait` (`None`: until taken;
@@ -66,6 +71,15 @@ pub(crate) struct TakePermits {
     pub(crate) lease: Option<Duration>,
 }
 
+/// The kind of a semaphore that is (or is not) permit-expirable.
+fn kind_of(expirable: bool) -> SynchronizerKind {
+    if expirable {
+        SynchronizerKind::PermitSemaphore
+    } else {
+        SynchronizerKind::Semaphore
+    }
+}
+
 /// What a take gave: nothing more for a plain semaphore; the permits' ids and
 /// their holding for a permit-expirable one (`permits.rs`).
 #[derive(Debug)]
@@ -77,6 +91,8 @@ pub(crate) struct Grant {
 /// One waiting caller.
 #[derive(Debug)]
 struct Waiter {
+    /// Its id in the waiting records (`actors/waiting.rs`).
+    id: u64,
     /// Permits it wants.
     permits: u32,
     /// When it gives up (`None`: never).
@@ -118,11 +134,14 @@ pub(crate) struct SemaphoreActor {
     idle: Alarm,
     /// Transient failures in a row, for the backoff.
     failures: u32,
+    /// The waiting records and the missing-key warning (`actors/waiting.rs`).
+    waiting: Waiting,
 }
 
 impl SemaphoreActor {
     pub(crate) fn new(name: Arc<str>, shared: Arc<Shared>, expirable: bool) -> SemaphoreActor {
         SemaphoreActor {
+            waiting: Waiting::new(name.clone(), kind_of(expirable)),
             expirable,
             holdings: Default::default(),
             channel: Channel::new(keys::semaphore_channel(&name)),
@@ -139,11 +158,7 @@ impl SemaphoreActor {
 
     /// Which kind it serves, as its key's label names it.
     pub(super) fn kind(&self) -> SynchronizerKind {
-        if self.expirable {
-            SynchronizerKind::PermitSemaphore
-        } else {
-            SynchronizerKind::Semaphore
-        }
+        kind_of(self.expirable)
     }
 
     /// Answers the waiters whose caller left or whose deadline passed.
@@ -212,8 +227,13 @@ impl SemaphoreActor {
                 };
                 wire::call(&mut conn, &call).await.map(|t| match t {
                     ExpirableTake::Taken { left } => Attempt::Taken { left },
-                    ExpirableTake::Short { expires_in_ms, .. } => Attempt::Short {
+                    ExpirableTake::Short {
+                        expires_in_ms,
+                        missing,
+                        ..
+                    } => Attempt::Short {
                         retry_in: expires_in_ms.map(Duration::from_millis),
+                        missing,
                     },
                 })
             } else {
@@ -223,7 +243,10 @@ impl SemaphoreActor {
                 };
                 wire::call(&mut conn, &call).await.map(|t| match t {
                     SemTake::Taken { left } => Attempt::Taken { left },
-                    SemTake::Short { .. } => Attempt::Short { retry_in: None },
+                    SemTake::Short { missing, .. } => Attempt::Short {
+                        retry_in: None,
+                        missing,
+                    },
                 })
             };
             (res, ids)
@@ -259,6 +282,7 @@ impl SemaphoreActor {
         match res {
             Ok(Attempt::Taken { left }) => {
                 self.failures = 0;
+                self.waiting.key_found();
                 let Some(w) = self.waiters.pop_front() else {
                     return;
                 };
@@ -288,8 +312,18 @@ impl SemaphoreActor {
                     self.arm(ctx, self.shared.config.max_retry_interval);
                 }
             }
-            Ok(Attempt::Short { retry_in }) => {
+            Ok(Attempt::Short { retry_in, missing }) => {
                 self.failures = 0;
+                if !missing {
+                    self.waiting.key_found();
+                } else if !head.once {
+                    let waited = head.since.elapsed();
+                    let waiting = self.waiters.iter().filter(|w| !w.once).count();
+                    self.waiting.key_missing(waiting, waited);
+                }
+                let Some(head) = self.waiters.front_mut() else {
+                    return;
+                };
                 if head.once {
                     if let Some(w) = self.waiters.pop_front() {
                         let waited = w.since.elapsed();
@@ -366,6 +400,23 @@ impl Actor for SemaphoreActor {
     }
 }
 
+impl Waits for SemaphoreActor {
+    fn waiting(&mut self) -> &mut Waiting {
+        &mut self.waiting
+    }
+
+    fn waiters_now(&self) -> Vec<(u64, Instant, u64)> {
+        let waits = self.waiters.iter().filter(|w| !w.once && !w.tx.is_closed());
+        waits
+            .map(|w| (w.id, w.since, u64::from(w.permits)))
+            .collect()
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
 impl Handler<TakePermits> for SemaphoreActor {
     type Result = ResponseFuture<Result<Grant, LockError>>;
 
@@ -381,6 +432,7 @@ impl Handler<TakePermits> for SemaphoreActor {
         } else {
             let first = self.waiters.is_empty();
             self.waiters.push_back(Waiter {
+                id: Waiting::next_id(),
                 permits: msg.permits,
                 deadline: msg.wait.and_then(|w| now.checked_add(w)),
                 once,
@@ -389,6 +441,9 @@ impl Handler<TakePermits> for SemaphoreActor {
                 last_error: None,
                 tx,
             });
+            if !once {
+                waiting::watch(self, ctx);
+            }
             if first && !self.trying {
                 self.pump(ctx);
             } else if msg.wait.is_some() {
