@@ -48,14 +48,13 @@ mod unlock;
 use std::io::Write;
 
 use clap::error::ErrorKind;
-use clap::Parser;
 
 use crate::cli::{Cli, Command, HoldArgs, RunArgs};
 use crate::outcome::{note, Failure};
 use crate::session::Session;
 
 fn main() {
-    let cli = match Cli::try_parse() {
+    let cli = match cli::parse_from(std::env::args_os()) {
         Ok(cli) => cli,
         Err(e) => refuse(e),
     };
@@ -302,6 +301,7 @@ fn init_tracing(verbose: u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
 
     fn hint(args: &[&str]) -> Option<String> {
         let mut argv = vec!["lockwarden"];
