@@ -205,6 +205,14 @@ impl SemaphoreHandle {
         })
     }
 
+    /// Whether the semaphore's key exists: `false` for one never set, deleted,
+    /// or lost with Redis's data, on which [`acquire`](Self::acquire) would wait
+    /// until someone adds permits.
+    pub async fn exists(&self) -> Result<bool, LockError> {
+        let mut conn = self.shared.node.conn();
+        Ok(wire::key_exists(&mut conn, &self.name).await?)
+    }
+
     /// How many permits are available now (0 for a semaphore never set).
     pub async fn available(&self) -> Result<u64, LockError> {
         let mut conn = self.shared.node.conn();

@@ -100,11 +100,19 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
     match cli.command {
         Command::Run(args) => {
             session.check_new_name(&args.name)?;
-            if args.semaphore {
-                sync::run_semaphore(&session, args).await
+            let (name, json, semaphore) = (args.name.clone(), args.json, args.semaphore);
+            let ran = if semaphore {
+                match sync::run_semaphore(&session, args).await {
+                    Err(f) => Err(sync::named_wrong_type(&session, &name, "semaphore", f).await),
+                    done => done,
+                }
             } else {
                 run::run(&session, args).await
+            };
+            if json {
+                run::say_finished(&name, semaphore, &ran);
             }
+            ran
         }
         Command::Hold(args) => {
             session.check_new_name(&args.name)?;
