@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use crate::cli_help::parse_from;
+pub use crate::cli_ops::{ListArgs, StatusArgs, TopArgs, UnlockArgs};
 pub use crate::cli_sync::{LatchAction, LatchArgs, SemaphoreAction, SemaphoreArgs};
 use crate::duration::{parse_duration, parse_lease, parse_timeout};
 
@@ -260,71 +262,6 @@ Exit: 0; set: 1 as above; 2 if the key is not a semaphore (nothing changed).")]
     Semaphore(SemaphoreArgs),
 }
 
-/// The global options a subcommand's help leaves to `lockwarden --help`: the
-/// Sentinel, Cluster, replica and start-up options, nine long paragraphs that
-/// made `run --help` three screens long. They still work in every position.
-const DEPLOYMENT_OPTIONS: [&str; 8] = [
-    "sentinels",
-    "cluster",
-    "master_name",
-    "master_password",
-    "master_tls",
-    "sync_replicas",
-    "sync_timeout",
-    "connect_timeout",
-];
-
-/// The line each subcommand's help ends with instead of those options.
-const DEPLOYMENT_NOTE: &str =
-    "Sentinel, Cluster and start-up options (--sentinel, --master-name, --master-password,
---master-tls, --cluster, --sync-replicas, --sync-timeout, --connect-timeout): see
-`lockwarden --help`; they may be given before or after the subcommand.";
-
-/// The command line as clap sees it, with [`DEPLOYMENT_OPTIONS`] hidden from each
-/// subcommand's help (shown once, in the top-level help). A global option is
-/// copied into each subcommand when clap builds the command, unless the
-/// subcommand has it already; giving each a hidden copy (still global, so its
-/// value reaches [`Common`] wherever it is typed) keeps them working after the
-/// subcommand and out of its help.
-pub fn command() -> clap::Command {
-    use clap::CommandFactory;
-    let top = Cli::command();
-    let hidden: Vec<clap::Arg> = top
-        .get_arguments()
-        .filter(|a| DEPLOYMENT_OPTIONS.contains(&a.get_id().as_str()))
-        .map(|a| a.clone().hide(true))
-        .collect();
-    let mut cmd = top;
-    let names: Vec<String> = cmd
-        .get_subcommands()
-        .map(|c| c.get_name().to_string())
-        .collect();
-    for name in names {
-        cmd = cmd.mut_subcommand(name, |sc| {
-            let after = match sc.get_after_help() {
-                Some(text) => format!("{text}\n{DEPLOYMENT_NOTE}"),
-                None => DEPLOYMENT_NOTE.to_string(),
-            };
-            hidden
-                .iter()
-                .fold(sc, |sc, a| sc.arg(a.clone()))
-                .after_help(after)
-        });
-    }
-    cmd
-}
-
-/// Parses `args` (the program's name first) with [`command`].
-pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
-where
-    I: IntoIterator<Item = T>,
-    T: Into<OsString> + Clone,
-{
-    use clap::FromArgMatches;
-    let matches = command().try_get_matches_from(args)?;
-    Cli::from_arg_matches(&matches)
-}
-
 /// How to acquire: shared by `run` and `hold`.
 #[derive(Debug, Clone, Args)]
 pub struct AcquireOpts {
@@ -494,72 +431,6 @@ pub struct HoldArgs {
     pub json: bool,
 }
 
-/// `lockwarden status`.
-#[derive(Debug, Args)]
-pub struct StatusArgs {
-    /// The lock name.
-    pub name: String,
-
-    /// Print one JSON object on stdout.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// `lockwarden unlock`.
-#[derive(Debug, Args)]
-pub struct UnlockArgs {
-    /// Required: this releases the lock whoever holds it.
-    #[arg(long, required = true)]
-    pub force: bool,
-
-    /// The lock name.
-    pub name: String,
-
-    /// Do not ask for confirmation (needed when stdin is not a terminal).
-    #[arg(long, short)]
-    pub yes: bool,
-
-    /// Print one JSON object on stdout: {"name","unlocked","holders"}.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// `lockwarden top`.
-#[derive(Debug, Args)]
-pub struct TopArgs {
-    /// Only locks whose names match this glob (Redis MATCH syntax).
-    #[arg(long, default_value = "*")]
-    pub pattern: String,
-
-    /// Time between refreshes.
-    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_lease)]
-    pub interval: Duration,
-
-    /// Stop after this many refreshes (runs until Ctrl-C without it).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub iterations: Option<u64>,
-
-    /// On a terminal, show at most this many locks.
-    #[arg(long, default_value = "40", value_name = "N")]
-    pub limit: usize,
-
-    /// One JSON object per refresh on stdout.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// `lockwarden list`.
-#[derive(Debug, Args)]
-pub struct ListArgs {
-    /// Only locks whose names match this glob (Redis MATCH syntax).
-    #[arg(long, default_value = "*")]
-    pub pattern: String,
-
-    /// Print one JSON object per lock on stdout.
-    #[arg(long)]
-    pub json: bool,
-}
-
 /// `yes` or `no` (and, quietly, the usual spellings of either), for a flag whose
 /// help says `yes|no`: clap's boolean parser would list `true, false` and answer
 /// "value was not a boolean".
@@ -618,59 +489,6 @@ mod tests {
                 .is_err(),
             "--node-wait needs --redlock"
         );
-    }
-
-    /// `run --help` leaves the Sentinel and Cluster options to the top-level
-    /// help, which shows them; they still work after the subcommand.
-    #[test]
-    fn deployment_options_are_shown_once_and_work_anywhere() {
-        let help = |args: &[&str]| {
-            let mut argv = vec!["lockwarden"];
-            argv.extend_from_slice(args);
-            parse_from(argv).expect_err("help").to_string()
-        };
-        let run = help(&["run", "--help"]);
-        assert!(!run.contains("--master-password <PASSWORD>"), "{run}");
-        assert!(run.contains("lockwarden --help"), "{run}");
-        assert!(run.contains("--redis <URL>"), "{run}");
-        let top = help(&["--help"]);
-        assert!(top.contains("--master-password <PASSWORD>"), "{top}");
-        assert!(run.lines().count() * 3 < top.lines().count() * 4, "{run}");
-        for argv in [
-            &[
-                "lockwarden",
-                "--sentinel",
-                "redis://s:26379",
-                "--master-name",
-                "m",
-                "status",
-                "a",
-            ][..],
-            &[
-                "lockwarden",
-                "status",
-                "a",
-                "--sentinel",
-                "redis://s:26379",
-                "--master-name",
-                "m",
-            ][..],
-        ] {
-            let cli = parse_from(argv).expect("parses");
-            assert_eq!(cli.common.sentinels, ["redis://s:26379"], "{argv:?}");
-            assert_eq!(cli.common.master_name.as_deref(), Some("m"), "{argv:?}");
-        }
-        let cli = parse_from([
-            "lockwarden",
-            "list",
-            "--cluster",
-            "redis://a:1,redis://b:2",
-            "--connect-timeout",
-            "3s",
-        ])
-        .expect("parses");
-        assert_eq!(cli.common.cluster.len(), 2);
-        assert_eq!(cli.common.connect_timeout, Some(Duration::from_secs(3)));
     }
 
     #[test]

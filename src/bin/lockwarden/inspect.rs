@@ -341,6 +341,33 @@ pub fn not_a_lock(doing: &str, name: &str) -> Failure {
     ))
 }
 
+/// `failure` as it reads when Redis answered WRONGTYPE: says what `name` is
+/// instead (a lock of some kind, or another type of key) and that it is not a
+/// `kind`. Exit 2: the name was wrong, and nothing was changed.
+pub async fn named_wrong_type(
+    session: &Session,
+    name: &str,
+    kind: &str,
+    failure: Failure,
+) -> Failure {
+    if !failure.wrong_type {
+        return failure;
+    }
+    let what = match session.admin().await {
+        Ok(admin) => match admin.describe(name).await {
+            Ok(Some(lock)) if lock.kind != LockKind::NotALock => match lock.kind {
+                LockKind::Exclusive => "an exclusive lock".to_string(),
+                other => format!("a {} lock", other.as_str()),
+            },
+            _ => "a key of another type".to_string(),
+        },
+        Err(_) => "a key of another type".to_string(),
+    };
+    Failure::usage(format!(
+        "\"{name}\" is not a {kind}: the key exists and is {what}; nothing was changed"
+    ))
+}
+
 /// "expires in 29.7s" or "no expiry".
 pub fn ttl_text(ttl: Option<std::time::Duration>) -> String {
     match ttl {

@@ -33,6 +33,8 @@ macro_rules! say {
 mod acquire;
 mod child;
 mod cli;
+mod cli_help;
+mod cli_ops;
 mod cli_sync;
 mod duration;
 mod hold;
@@ -103,7 +105,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
             let (name, json, semaphore) = (args.name.clone(), args.json, args.semaphore);
             let ran = if semaphore {
                 match sync::run_semaphore(&session, args).await {
-                    Err(f) => Err(sync::named_wrong_type(&session, &name, "semaphore", f).await),
+                    Err(f) => Err(inspect::named_wrong_type(&session, &name, "semaphore", f).await),
                     done => done,
                 }
             } else {

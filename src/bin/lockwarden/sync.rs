@@ -18,7 +18,7 @@ use std::io::{ErrorKind, IsTerminal};
 use std::time::Duration;
 
 use futures::FutureExt;
-use lockwarden::{LockError, LockKind, Locks, PermitSemaphore, SemaphoreGuard};
+use lockwarden::{LockError, Locks, PermitSemaphore, SemaphoreGuard};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use serde_json::json;
@@ -296,7 +296,9 @@ pub async fn latch(session: &Session, args: LatchArgs) -> Result<i32, Failure> {
     };
     session.check_new_name(&name)?;
     match latch_action(session, &name, args).await {
-        Err(f) => Err(named_wrong_type(session, &name, "count-down latch", f).await),
+        Err(f) => {
+            Err(crate::inspect::named_wrong_type(session, &name, "count-down latch", f).await)
+        }
         done => done,
     }
 }
@@ -400,7 +402,7 @@ pub async fn semaphore(session: &Session, args: SemaphoreArgs) -> Result<i32, Fa
     };
     session.check_new_name(&name)?;
     match semaphore_action(session, &name, args).await {
-        Err(f) => Err(named_wrong_type(session, &name, "semaphore", f).await),
+        Err(f) => Err(crate::inspect::named_wrong_type(session, &name, "semaphore", f).await),
         done => done,
     }
 }
@@ -480,31 +482,4 @@ async fn semaphore_action(
         say!("{text}");
     }
     Ok(code)
-}
-
-/// `failure` as it reads when Redis answered WRONGTYPE: says what `name` is
-/// instead (a lock of some kind, or another type of key) and that it is not a
-/// `kind`. Exit 2: the name was wrong, and nothing was changed.
-pub async fn named_wrong_type(
-    session: &Session,
-    name: &str,
-    kind: &str,
-    failure: Failure,
-) -> Failure {
-    if !failure.wrong_type {
-        return failure;
-    }
-    let what = match session.admin().await {
-        Ok(admin) => match admin.describe(name).await {
-            Ok(Some(lock)) if lock.kind != LockKind::NotALock => match lock.kind {
-                LockKind::Exclusive => "an exclusive lock".to_string(),
-                other => format!("a {} lock", other.as_str()),
-            },
-            _ => "a key of another type".to_string(),
-        },
-        Err(_) => "a key of another type".to_string(),
-    };
-    Failure::usage(format!(
-        "\"{name}\" is not a {kind}: the key exists and is {what}; nothing was changed"
-    ))
 }
