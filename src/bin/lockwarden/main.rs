@@ -9,7 +9,9 @@
 //! operator sees and which exit code means what.
 //!
 //! - `cli`: the command line (clap), help texts and the exit-code table; `cli_sync`:
-//!   the `latch` and `semaphore` subcommands' shapes.
+//!   the `latch` and `semaphore` subcommands' shapes; `cli_ops`: `status`,
+//!   `unlock`, `list` and `top`'s; `cli_help`: the command as parsed, with the
+//!   Sentinel and Cluster options shown once in `lockwarden --help`.
 //! - `duration`: `30s`-style durations.
 //! - `outcome`: exit codes and the error type.
 //! - `session`: URL, name and kind checks, connecting.
