@@ -104,14 +104,15 @@ pub struct SynchronizerSummary {
     pub key_missing: bool,
 }
 
-/// One waiter of a semaphore or latch, from its waiting record.
+/// One waiter of a lock, semaphore or latch, from its waiting record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RecordedWaiter {
     /// `<client id>:<n>`: the waiting manager's client id and the wait's number
-    /// in that process.
+    /// in that process; for a lock's waiter, the owner field it will hold the
+    /// lock under (`:write` after it for a writer).
     pub owner_field: String,
-    /// Permits it wants (1 for a latch's waiter).
+    /// Permits it wants (1 for a lock's or a latch's waiter).
     pub wants: u64,
     /// When it started waiting (the waiter's clock).
     pub since: SystemTime,

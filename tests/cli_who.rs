@@ -294,3 +294,63 @@ async fn a_waiter_on_a_lost_semaphore_is_logged_and_shown() {
     .await;
     drop((got, held));
 }
+
+/// A lock's waiter that has waited a second is recorded with the owner field it
+/// will hold the lock under: `status --json` and `top` name it (host, pid,
+/// label), and its record goes once it has the lock.
+#[actix_rt::test]
+async fn a_locks_waiter_is_named_with_its_owner_field() {
+    let server = RedisServer::start();
+    let holder = support::manager(&server, |c| c).await;
+    let waiting = support::manager(&server, |c| c.label("queue-b")).await;
+    let held = support::hold(&holder, "who:job", |a| a).await;
+    let waiter =
+        actix_rt::spawn(async move { waiting.send(lockwarden::Acquire::new("who:job")).await });
+    let v = until(
+        Duration::from_secs(10),
+        "no recorded lock waiter",
+        || async {
+            let out = output(&server, &["status", "who:job", "--json"]).await;
+            let v: Value = serde_json::from_str(&out).expect("JSON");
+            (v["waiters"].as_array().map(Vec::len) == Some(1)).then_some(v)
+        },
+    )
+    .await;
+    let w = &v["waiters"][0];
+    assert_eq!(w["client"]["label"], "queue-b", "{v}");
+    let owner = w["owner"].as_str().expect("owner").to_string();
+    assert_ne!(
+        owner,
+        v["holders"][0]["owner"].as_str().unwrap_or(""),
+        "{v}"
+    );
+    let top = output(&server, &["top", "--iterations", "1"]).await;
+    let row = top
+        .lines()
+        .find(|l| l.starts_with("who:job\t"))
+        .unwrap_or_else(|| panic!("{top}"));
+    assert!(
+        row.contains("waiters=host ") && row.contains("queue-b"),
+        "{row}"
+    );
+
+    held.release().await.expect("released");
+    let got = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter gets the lock")
+        .expect("task")
+        .expect("running")
+        .expect("acquired");
+    assert_eq!(
+        got.owner_field(),
+        owner,
+        "the record named the owner field it holds under"
+    );
+    until(Duration::from_secs(5), "the record stays", || async {
+        let out = output(&server, &["status", "who:job", "--json"]).await;
+        let v: Value = serde_json::from_str(&out).expect("JSON");
+        (v["waiters"].as_array().map(Vec::len) == Some(0)).then_some(())
+    })
+    .await;
+    got.release().await.expect("released");
+}

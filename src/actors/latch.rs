@@ -25,12 +25,13 @@ use tracing::warn;
 use super::listen::{self, Alarm, Channel, Listener};
 use super::shared::{until_first, Shared};
 use super::subscriber::{Resync, Unlocked};
-use super::waiting::{self, Waiting, Waits};
+use super::waiting::{self, Waited, Waiting, Waits};
 use crate::durations::backoff;
 use crate::error::{redis_is_transient, LockError};
 use crate::keys;
 use crate::sync_view::SynchronizerKind;
 use crate::wire;
+use crate::wire::waiting::WaitKind;
 
 /// Wait until the latch's count is zero, up to `wait` (`None`: for ever). Answers
 /// `true` once it is, `false` when the wait ran out first.
@@ -81,7 +82,7 @@ pub(crate) struct LatchActor {
 impl LatchActor {
     pub(crate) fn new(name: Arc<str>, shared: Arc<Shared>) -> LatchActor {
         LatchActor {
-            waiting: Waiting::new(name.clone(), SynchronizerKind::Latch),
+            waiting: Waiting::new(name.clone(), WaitKind::Sync(SynchronizerKind::Latch)),
             channel: Channel::new(keys::latch_channel(&name)),
             name,
             shared,
@@ -218,9 +219,16 @@ impl Waits for LatchActor {
         &mut self.waiting
     }
 
-    fn waiters_now(&self) -> Vec<(u64, Instant, u64)> {
+    fn waiters_now(&self) -> Vec<Waited> {
         let waits = self.waiters.iter().filter(|w| !w.tx.is_closed());
-        waits.map(|w| (w.id, w.since, 1)).collect()
+        waits
+            .map(|w| Waited {
+                id: w.id,
+                since: w.since,
+                wants: 1,
+                owner_field: None,
+            })
+            .collect()
     }
 
     fn shared(&self) -> &Arc<Shared> {

@@ -3,17 +3,22 @@
 //! warning for a semaphore whose key does not exist, on which a waiter would
 //! wait unseen for ever. The semaphore and latch actors each own one
 //! [`Waiting`] and implement [`Waits`] so that [`tick`] can read their
-//! waiters.
+//! waiters; so does the lock actor, whose records carry the owner field each
+//! waiter will hold the lock under (who waits for what, by name: what deadlock
+//! detection across processes needs).
 //!
 //! A wait is recorded once it has lasted [`RECORD_AFTER`]; shorter waits (nearly
 //! all of them under normal load) cost nothing in Redis. While anyone waits the
 //! actor ticks once per [`TICK`]: a tick writes the records of waits that just
 //! crossed the threshold, removes those of waits that ended, and refreshes the
 //! rest every third of the records' TTL, all in one pipeline, and only when
-//! there is something to write. A write that fails is logged (NOPERM once: the
-//! ACL predates these keys) and never fails a wait.
+//! there is something to write. A write that fails is logged (NOPERM once per
+//! process: the ACL predates these keys) and never fails a wait. A lock actor
+//! starts ticking when it arms a waiter's wake timer (a refused attempt, a
+//! deadline), not at every enqueue, so a lock granted at once costs nothing here.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -23,8 +28,7 @@ use tracing::{debug, warn};
 use super::shared::Shared;
 use crate::error::is_noperm;
 use crate::keys;
-use crate::sync_view::SynchronizerKind;
-use crate::wire::waiting::{self, Record, RECORD_TTL};
+use crate::wire::waiting::{self, Record, WaitKind, RECORD_TTL};
 
 /// How long a wait lasts before it is recorded in Redis. A second: long enough
 /// that the waits of a busy, healthy service (milliseconds) never pay a write,
@@ -36,6 +40,9 @@ pub(crate) const RECORD_AFTER: Duration = Duration::from_secs(1);
 /// to flood it.
 pub(crate) const MISSING_WARN_EVERY: Duration = Duration::from_secs(30);
 
+/// Whether a refusal of the records (NOPERM) was logged at warn already.
+static REFUSAL_SAID: AtomicBool = AtomicBool::new(false);
+
 /// How often an actor with waiters looks at them (no Redis unless something
 /// changed or a refresh is due).
 const TICK: Duration = Duration::from_secs(1);
@@ -44,10 +51,23 @@ const TICK: Duration = Duration::from_secs(1);
 pub(crate) trait Waits: Actor<Context = Context<Self>> {
     /// Its records' state.
     fn waiting(&mut self) -> &mut Waiting;
-    /// Its waiters now: id, since when, permits wanted.
-    fn waiters_now(&self) -> Vec<(u64, Instant, u64)>;
+    /// Its waiters now.
+    fn waiters_now(&self) -> Vec<Waited>;
     /// The manager's connection and client id.
     fn shared(&self) -> &Arc<Shared>;
+}
+
+/// One waiter as [`tick`] sees it.
+#[derive(Debug)]
+pub(crate) struct Waited {
+    /// Its id, unique in the process.
+    pub(crate) id: u64,
+    /// When it began to wait.
+    pub(crate) since: Instant,
+    /// Permits it wants (1 for a lock or a latch).
+    pub(crate) wants: u64,
+    /// A lock waiter's owner field; `None`: `<client id>:<id>`.
+    pub(crate) owner_field: Option<Arc<str>>,
 }
 
 /// One actor's waiting records and missing-key warnings.
@@ -56,7 +76,7 @@ pub(crate) struct Waiting {
     /// The name waited on.
     name: Arc<str>,
     /// What it is, written into each record.
-    kind: SynchronizerKind,
+    kind: WaitKind,
     /// Waiter id -> its member, for the waits recorded.
     recorded: HashMap<u64, String>,
     /// When the records were last written in full.
@@ -73,7 +93,7 @@ pub(crate) struct Waiting {
 
 impl Waiting {
     /// Nothing recorded yet for `name`.
-    pub(crate) fn new(name: Arc<str>, kind: SynchronizerKind) -> Waiting {
+    pub(crate) fn new(name: Arc<str>, kind: WaitKind) -> Waiting {
         Waiting {
             name,
             kind,
@@ -115,6 +135,14 @@ impl Waiting {
         }
     }
 
+    /// After an actor's restart: its timer and write belonged to the old
+    /// context and are gone; the records are rewritten at the next tick.
+    pub(crate) fn forget(&mut self) {
+        self.ticker = None;
+        self.writing = false;
+        self.refreshed = None;
+    }
+
     /// The key exists (again): the next miss warns at once.
     pub(crate) fn key_found(&mut self) {
         self.missing_since_warned = None;
@@ -152,7 +180,13 @@ fn tick<A: Waits>(act: &mut A, ctx: &mut Context<A>) {
     let mut live = Vec::new();
     let mut fresh = false;
     let mut kept = HashMap::new();
-    for (id, since, wants) in now {
+    for Waited {
+        id,
+        since,
+        wants,
+        owner_field,
+    } in now
+    {
         let waited = since.elapsed();
         if waited < RECORD_AFTER {
             continue;
@@ -166,7 +200,8 @@ fn tick<A: Waits>(act: &mut A, ctx: &mut Context<A>) {
                     .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
                     .map_or(0, |d| d.as_millis() as u64);
                 Record {
-                    owner_field: format!("{client_id}:{id}"),
+                    owner_field: owner_field
+                        .map_or_else(|| format!("{client_id}:{id}"), |f| f.to_string()),
                     since_ms,
                     wants,
                     kind: w.kind,
@@ -197,12 +232,18 @@ fn tick<A: Waits>(act: &mut A, ctx: &mut Context<A>) {
             Ok(()) => {}
             Err(e) if is_noperm(&e) => {
                 w.refused = true;
+                // Once per process: a service whose ACL predates the records
+                // would otherwise say it once per lock name.
+                if REFUSAL_SAID.swap(true, Ordering::Relaxed) {
+                    debug!(name = %w.name, error = %e, "waiting records refused");
+                    return;
+                }
                 warn!(
                     name = %w.name,
                     error = %e,
                     "could not record who waits (the ACL lacks ~lockwarden_waiters:* or \
                      ZADD/ZREM/ZREMRANGEBYSCORE/PEXPIRE, docs/operations.md): operators will \
-                     not see this process's waiters"
+                     not see this process's waiters (said once per process)"
                 );
             }
             Err(e) => {

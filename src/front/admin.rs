@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::error::LockError;
 use crate::keys;
 use crate::node::{self, Conn, Purpose};
-use crate::sync_view::{Looked, SynchronizerKind, SynchronizerSummary};
+use crate::sync_view::{Looked, RecordedWaiter, SynchronizerKind, SynchronizerSummary};
 use crate::view::{attach_clients, Holder, Inspected, LockKind, QueuedWaiter};
 use crate::wire::{self, Inspect, Publish, ScriptConn, SyncInspect};
 
@@ -63,6 +63,11 @@ pub struct LockSummary {
     pub ttl: Option<Duration>,
     /// A fair lock's waiters, head first, with the time left on their places.
     pub queue: Vec<QueuedWaiter>,
+    /// The waiters recorded in Redis (any kind of lock: those that have waited
+    /// a second, of managers recent enough to record them), oldest first, with
+    /// the owner field each will hold the lock under and who it is; empty when
+    /// none are or the Redis user may not read the records.
+    pub waiters: Vec<RecordedWaiter>,
 }
 
 /// Read-only access to the locks, semaphores and latches of one Redis deployment,
@@ -98,6 +103,7 @@ impl Admin {
         let found = wire::call(&mut self.conn.clone(), &Inspect { name }).await?;
         let mut lock = found.exists.then(|| summarize(name, found));
         self.attach_clients(lock.as_mut_slice()).await?;
+        self.attach_lock_waiters(lock.as_mut_slice()).await?;
         Ok(lock)
     }
 
@@ -206,6 +212,7 @@ impl Admin {
         locks.sort_by(|a, b| a.name.cmp(&b.name));
         locks.dedup_by(|a, b| a.name == b.name);
         self.attach_clients(&mut locks).await?;
+        self.attach_lock_waiters(&mut locks).await?;
         Ok(locks)
     }
 
@@ -336,5 +343,6 @@ fn summarize(name: &str, found: Inspected) -> LockSummary {
         holders: info.holders,
         ttl: info.ttl,
         queue: info.queue,
+        waiters: Vec::new(),
     }
 }

@@ -1,5 +1,5 @@
 //! What [`Admin`] reads of the waiting records (`wire/waiting.rs`): who waits on
-//! each synchronizer it shows, and the semaphores whose key is gone while
+//! each lock and synchronizer it shows, and the semaphores whose key is gone while
 //! waiters wait on them, which a SCAN for integer strings cannot find (there is
 //! no key) and which are the ones an operator most needs to see.
 //!
@@ -11,11 +11,12 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use futures::future::join_all;
 
-use super::admin::Admin;
+use super::admin::{Admin, LockSummary};
 use crate::error::{is_noperm, LockError};
 use crate::keys;
 use crate::sync_view::{RecordedWaiter, SynchronizerKind, SynchronizerSummary};
-use crate::wire::{self, waiting};
+use crate::wire;
+use crate::wire::waiting::{self, WaitKind};
 
 impl Admin {
     /// The recorded waiters of each of `names`, with who each is (registry).
@@ -75,6 +76,19 @@ impl Admin {
         Ok(())
     }
 
+    /// Fills in the recorded waiters of `locks`.
+    pub(super) async fn attach_lock_waiters(
+        &self,
+        locks: &mut [LockSummary],
+    ) -> Result<(), LockError> {
+        let names: Vec<&str> = locks.iter().map(|l| l.name.as_str()).collect();
+        let found = self.recorded_waiters(&names).await?;
+        for (lock, waiters) in locks.iter_mut().zip(found) {
+            lock.waiters = waiters;
+        }
+        Ok(())
+    }
+
     /// `name` has no key but recorded waiters: the summary that says so (kind
     /// from the records, value 0, `key_missing`); `None` when nobody waits.
     pub(super) async fn missing(
@@ -86,7 +100,10 @@ impl Admin {
         if waiters.is_empty() {
             return Ok(None);
         }
-        let kinds = self.records_kinds(name).await;
+        let Some(kinds) = self.records_kinds(name).await else {
+            // A lock's waiters on a free lock: one of them is about to take it.
+            return Ok(None);
+        };
         let channel = match kinds {
             SynchronizerKind::Latch => keys::latch_channel(name),
             _ => keys::semaphore_channel(name),
@@ -105,12 +122,15 @@ impl Admin {
         }))
     }
 
-    /// The kind the records of `name` name (the first readable one's).
-    async fn records_kinds(&self, name: &str) -> SynchronizerKind {
+    /// The synchronizer kind the records of `name` name (the first readable
+    /// one's); `None` when they are a lock's.
+    async fn records_kinds(&self, name: &str) -> Option<SynchronizerKind> {
         let read = waiting::read(&mut self.conn.clone(), name).await;
-        read.ok()
-            .and_then(|r| r.first().map(|(r, _)| r.kind))
-            .unwrap_or(SynchronizerKind::Semaphore)
+        match read.ok().and_then(|r| r.first().map(|(r, _)| r.kind)) {
+            Some(WaitKind::Lock) => None,
+            Some(WaitKind::Sync(kind)) => Some(kind),
+            None => Some(SynchronizerKind::Semaphore),
+        }
     }
 
     /// The names matching `pattern` that have waiting records but no key: one

@@ -8,8 +8,9 @@
 //! waiter, `<owner field>|<since ms>|<wants>|<kind>`: the owner field
 //! (`<client id>:<n>`, so the client registry names its host, pid and label),
 //! when it started waiting (Unix ms, the waiter's clock), how many permits it
-//! wants (1 for a latch), and the kind letter (`s` semaphore, `p`
-//! permit-expirable semaphore, `l` latch). The score is when the record expires
+//! wants (1 for a latch or a lock), and the kind letter (`x` lock, `s`
+//! semaphore, `p` permit-expirable semaphore, `l` latch). A lock's waiter
+//! records the owner field it will hold the lock under. The score is when the record expires
 //! (Unix ms, the waiter's clock): the waiter refreshes it while it waits and
 //! removes it when the wait ends, so a process that dies leaves records that
 //! readers ignore after their expiry and the next writer prunes. The key's own
@@ -33,6 +34,38 @@ use crate::sync_view::SynchronizerKind;
 /// refresh does not make a live waiter vanish from `status`.
 pub(crate) const RECORD_TTL: Duration = Duration::from_secs(30);
 
+/// What a recorded waiter waits on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WaitKind {
+    /// A lock of any kind.
+    Lock,
+    /// A semaphore, a permit-expirable one or a latch.
+    Sync(SynchronizerKind),
+}
+
+impl WaitKind {
+    /// The member's kind letter.
+    fn letter(self) -> char {
+        match self {
+            WaitKind::Lock => 'x',
+            WaitKind::Sync(SynchronizerKind::PermitSemaphore) => 'p',
+            WaitKind::Sync(SynchronizerKind::Latch) => 'l',
+            WaitKind::Sync(_) => 's',
+        }
+    }
+
+    /// The kind a letter names.
+    fn from_letter(letter: &str) -> Option<WaitKind> {
+        Some(match letter {
+            "x" => WaitKind::Lock,
+            "p" => WaitKind::Sync(SynchronizerKind::PermitSemaphore),
+            "l" => WaitKind::Sync(SynchronizerKind::Latch),
+            "s" => WaitKind::Sync(SynchronizerKind::Semaphore),
+            _ => return None,
+        })
+    }
+}
+
 /// One waiter's record, as it is written and read back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Record {
@@ -43,17 +76,13 @@ pub(crate) struct Record {
     /// Permits it wants (1 for a latch).
     pub(crate) wants: u64,
     /// What it waits on.
-    pub(crate) kind: SynchronizerKind,
+    pub(crate) kind: WaitKind,
 }
 
 impl Record {
     /// The zset member for it.
     pub(crate) fn member(&self) -> String {
-        let kind = match self.kind {
-            SynchronizerKind::PermitSemaphore => 'p',
-            SynchronizerKind::Latch => 'l',
-            _ => 's',
-        };
+        let kind = self.kind.letter();
         format!(
             "{}|{}|{}|{kind}",
             self.owner_field, self.since_ms, self.wants
@@ -63,12 +92,7 @@ impl Record {
     /// A member read back; `None` for one lockwarden did not write.
     pub(crate) fn parse(member: &str) -> Option<Record> {
         let mut parts = member.rsplitn(4, '|');
-        let kind = match parts.next()? {
-            "p" => SynchronizerKind::PermitSemaphore,
-            "l" => SynchronizerKind::Latch,
-            "s" => SynchronizerKind::Semaphore,
-            _ => return None,
-        };
+        let kind = WaitKind::from_letter(parts.next()?)?;
         let wants = parts.next()?.parse().ok()?;
         let since_ms = parts.next()?.parse().ok()?;
         let owner_field = parts.next()?.to_string();
@@ -160,13 +184,24 @@ mod tests {
             owner_field: "6f1c1a2e-0000-4000-8000-000000000000:7".into(),
             since_ms: 1_790_000_000_123,
             wants: 2,
-            kind: SynchronizerKind::PermitSemaphore,
+            kind: WaitKind::Sync(SynchronizerKind::PermitSemaphore),
         };
         assert_eq!(Record::parse(&r.member()), Some(r.clone()));
         assert_eq!(
             r.member(),
             "6f1c1a2e-0000-4000-8000-000000000000:7|1790000000123|2|p"
         );
+    }
+
+    #[test]
+    fn a_lock_waiter_keeps_its_owner_field() {
+        let r = Record {
+            owner_field: "6f1c1a2e-0000-4000-8000-000000000000:9:write".into(),
+            since_ms: 5,
+            wants: 1,
+            kind: WaitKind::Lock,
+        };
+        assert_eq!(Record::parse(&r.member()), Some(r.clone()));
     }
 
     #[test]

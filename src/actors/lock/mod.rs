@@ -41,9 +41,11 @@ use tracing::{debug, error, warn};
 use super::listen::{Alarm, Channel, Listener};
 use super::shared::Shared;
 use super::subscriber::{Resync, Unlocked};
+use super::waiting::{Waited, Waiting, Waits};
 use crate::error::{LockError, LostReason};
 use crate::kind::Kind;
 use crate::wire;
+use crate::wire::waiting::WaitKind;
 use subs::Subs;
 
 use attempts::{Attempts, Unresolved};
@@ -142,6 +144,8 @@ pub(crate) struct LockActor {
     restarted: bool,
     /// This process's run of grants, and whether it yields to others (`turn.rs`).
     turn: turn::Turn,
+    /// The waiting records of waits over a second (`actors/waiting.rs`).
+    waiting: Waiting,
 }
 
 impl LockActor {
@@ -152,6 +156,7 @@ impl LockActor {
         manager: WeakRecipient<Idle>,
     ) -> Self {
         LockActor {
+            waiting: Waiting::new(name.clone(), WaitKind::Lock),
             name,
             kind,
             shared,
@@ -388,6 +393,31 @@ impl Handler<QueueLen> for LockActor {
     }
 }
 
+impl Waits for LockActor {
+    fn waiting(&mut self) -> &mut Waiting {
+        &mut self.waiting
+    }
+
+    /// The waiters that wait (not a single attempt), with the owner field each
+    /// will hold the lock under.
+    fn waiters_now(&self) -> Vec<Waited> {
+        let waits = self.queue.iter().filter(|w| !w.try_once);
+        waits
+            .filter(|w| !w.req.reply.is_closed())
+            .map(|w| Waited {
+                id: w.req.id,
+                since: w.req.since,
+                wants: 1,
+                owner_field: Some(w.req.field.clone()),
+            })
+            .collect()
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
 impl Supervised for LockActor {
     fn restarting(&mut self, _ctx: &mut Context<Self>) {
         // Every timer and call in flight belonged to the old context and is gone.
@@ -406,6 +436,7 @@ impl Supervised for LockActor {
         self.wake_timer.forget();
         self.expiry_timer.forget();
         self.idle_timer.forget();
+        self.waiting.forget();
         // Subscribed again at the next busy answer (the route is simply replaced).
         self.subs.clear();
         self.restart_requested = false;

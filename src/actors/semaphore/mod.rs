@@ -37,11 +37,12 @@ use tracing::{debug, warn};
 use crate::actors::listen::{self, Alarm, Channel, Listener};
 use crate::actors::shared::{until_first, Shared};
 use crate::actors::subscriber::{Resync, Unlocked};
-use crate::actors::waiting::{self, Waiting, Waits};
+use crate::actors::waiting::{self, Waited, Waiting, Waits};
 use crate::durations::{backoff, millis};
 use crate::error::{redis_is_transient, LockError};
 use crate::keys;
 use crate::sync_view::SynchronizerKind;
+use crate::wire::waiting::WaitKind;
 use crate::wire::{self, ExpirableAcquire, ExpirableTake, SemAcquire, SemTake};
 
 /// What one attempt found, for either kind of semaphore.
@@ -141,7 +142,7 @@ pub(crate) struct SemaphoreActor {
 impl SemaphoreActor {
     pub(crate) fn new(name: Arc<str>, shared: Arc<Shared>, expirable: bool) -> SemaphoreActor {
         SemaphoreActor {
-            waiting: Waiting::new(name.clone(), kind_of(expirable)),
+            waiting: Waiting::new(name.clone(), WaitKind::Sync(kind_of(expirable))),
             expirable,
             holdings: Default::default(),
             channel: Channel::new(keys::semaphore_channel(&name)),
@@ -405,10 +406,15 @@ impl Waits for SemaphoreActor {
         &mut self.waiting
     }
 
-    fn waiters_now(&self) -> Vec<(u64, Instant, u64)> {
+    fn waiters_now(&self) -> Vec<Waited> {
         let waits = self.waiters.iter().filter(|w| !w.once && !w.tx.is_closed());
         waits
-            .map(|w| (w.id, w.since, u64::from(w.permits)))
+            .map(|w| Waited {
+                id: w.id,
+                since: w.since,
+                wants: u64::from(w.permits),
+                owner_field: None,
+            })
             .collect()
     }
 

@@ -98,6 +98,9 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
             field(&w.owner_field)
         );
     }
+    for w in &lock.waiters {
+        say!("  {}", waiter_text(w));
+    }
     Ok(outcome::OK)
 }
 
@@ -381,7 +384,7 @@ pub fn to_json(name: &str, lock: Option<&LockSummary>) -> Value {
     let Some(lock) = lock else {
         return json!({
             "name": name, "lock": name, "kind": "none", "mode": null, "held": false,
-            "ttl_ms": null, "holders": [], "queue": [],
+            "ttl_ms": null, "holders": [], "queue": [], "waiters": [],
         });
     };
     let holders: Vec<Value> = lock
@@ -406,6 +409,7 @@ pub fn to_json(name: &str, lock: Option<&LockSummary>) -> Value {
         .iter()
         .map(|w| json!({"owner": w.owner_field, "expires_in_ms": w.expires_in.map(millis)}))
         .collect();
+    let waiters: Vec<Value> = lock.waiters.iter().map(waiter_json).collect();
     json!({
         "name": lock.name,
         "lock": lock.name,
@@ -415,6 +419,7 @@ pub fn to_json(name: &str, lock: Option<&LockSummary>) -> Value {
         "ttl_ms": lock.ttl.map(millis),
         "holders": holders,
         "queue": queue,
+        "waiters": waiters,
     })
 }
 

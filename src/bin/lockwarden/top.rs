@@ -12,7 +12,7 @@
 //!   columns so that a refresh never scrolls; each holder as `host/pid/label` when
 //!   its manager is registered, its owner field marked "unknown client" otherwise;
 //!   a synchronizer's permits or count where a lock's holders are, then who
-//!   waits on it (recorded waiters: `host/pid/label`, permits wanted, time so
+//!   waits on the lock or synchronizer (recorded waiters: `host/pid/label`, permits wanted, time so
 //!   far) and `KEY MISSING` for a semaphore whose key is gone under its waiters;
 //! - a pipe or a file: plain lines, a `# <time> <n> locks[, <m> synchronizers]`
 //!   line and then one tab-separated line a row per refresh;
@@ -27,7 +27,7 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::FutureExt;
-use lockwarden::{Admin, LockError, LockSummary, SynchronizerSummary};
+use lockwarden::{Admin, LockError, LockSummary, RecordedWaiter, SynchronizerSummary};
 use serde_json::json;
 
 use crate::acquire::Signals;
@@ -106,7 +106,9 @@ async fn look(admin: &Admin, pattern: &str) -> Frame {
         .into_iter()
         .map(|row| {
             let waiting = match &row {
-                Row::Lock(_) => on_locks.next().unwrap_or(0),
+                // Listeners, or the waiters recorded if more (a fair lock's
+                // waiters listen on channels of their own).
+                Row::Lock(lock) => on_locks.next().unwrap_or(0).max(lock.waiters.len() as u64),
                 Row::Sync(sync) => sync.waiting.max(sync.waiters.len() as u64),
             };
             (row, waiting)
@@ -178,15 +180,14 @@ fn sync_number(sync: &SynchronizerSummary) -> String {
     }
 }
 
-/// Who waits on `sync` (recorded waiters, oldest first): on a screen row
-/// " waits: web-3/4211/api x2 12s, ..." (empty when none); for a plain line
-/// "host web-3 pid 4211 ... x2 12s; ..." (`-` when none).
-fn waiters_text(sync: &SynchronizerSummary, compact: bool) -> String {
-    if sync.waiters.is_empty() {
+/// Who waits on a lock or synchronizer (recorded waiters, oldest first): on a
+/// screen row " waits: web-3/4211/api x2 12s, ..." (empty when none); for a
+/// plain line "host web-3 pid 4211 ... x2 12s; ..." (`-` when none).
+fn waiters_text(waiters: &[RecordedWaiter], compact: bool) -> String {
+    if waiters.is_empty() {
         return if compact { String::new() } else { "-".into() };
     }
-    let each: Vec<String> = sync
-        .waiters
+    let each: Vec<String> = waiters
         .iter()
         .map(|w| {
             let who = match (&w.client, compact) {
@@ -245,13 +246,14 @@ fn screen_frame(url: &str, at: Duration, frame: &Frame, limit: usize) -> String 
             for (row, waiting) in rows.iter().take(limit) {
                 lines.push(match row {
                     Row::Lock(lock) => format!(
-                        "{:<32} {:<16} {:>7} {:>5} {:<18} {}",
+                        "{:<32} {:<16} {:>7} {:>5} {:<18} {}{}",
                         lock.name,
                         lock.kind.as_str(),
                         waiting,
                         lock.queue.len(),
                         ttl_text(lock.ttl),
-                        holders_text(lock, true)
+                        holders_text(lock, true),
+                        waiters_text(&lock.waiters, true)
                     ),
                     Row::Sync(sync) => format!(
                         "{:<32} {:<16} {:>7} {:>5} {:<18} ({}){}",
@@ -261,7 +263,7 @@ fn screen_frame(url: &str, at: Duration, frame: &Frame, limit: usize) -> String 
                         "-",
                         ttl_text(sync.ttl),
                         sync_number(sync),
-                        waiters_text(sync, true)
+                        waiters_text(&sync.waiters, true)
                     ),
                 });
             }
@@ -288,12 +290,13 @@ fn plain_frame(at: Duration, frame: &Frame) -> String {
             for (row, waiting) in rows {
                 lines.push(match row {
                     Row::Lock(lock) => format!(
-                        "{}\t{}\twaiting={waiting}\tqueue={}\t{}\tholders={}",
+                        "{}\t{}\twaiting={waiting}\tqueue={}\t{}\tholders={}\twaiters={}",
                         outcome::field(&lock.name),
                         lock.kind.as_str(),
                         lock.queue.len(),
                         ttl_text(lock.ttl),
                         outcome::field(&holders_text(lock, false)),
+                        outcome::field(&waiters_text(&lock.waiters, false)),
                     ),
                     Row::Sync(sync) => format!(
                         "{}\t{}\twaiting={waiting}\t{}\t{}{}\twaiters={}",
@@ -306,7 +309,7 @@ fn plain_frame(at: Duration, frame: &Frame) -> String {
                         } else {
                             ""
                         },
-                        outcome::field(&waiters_text(sync, false)),
+                        outcome::field(&waiters_text(&sync.waiters, false)),
                     ),
                 });
             }
