@@ -55,6 +55,10 @@ pub(crate) trait Waits: Actor<Context = Context<Self>> {
     fn waiters_now(&self) -> Vec<Waited>;
     /// The manager's connection and client id.
     fn shared(&self) -> &Arc<Shared>;
+    /// Nobody waits and nothing is recorded any more: an actor that keeps its
+    /// [`Waiting`] only while it is needed (the lock actor: a held lock's actor
+    /// stays small) drops it now.
+    fn idle(&mut self) {}
 }
 
 /// One waiter as [`tick`] sees it.
@@ -171,6 +175,7 @@ fn tick<A: Waits>(act: &mut A, ctx: &mut Context<A>) {
             ctx.cancel_future(h);
         }
         w.recorded.clear();
+        act.idle();
         return;
     }
     if w.refused {

@@ -144,8 +144,10 @@ pub(crate) struct LockActor {
     restarted: bool,
     /// This process's run of grants, and whether it yields to others (`turn.rs`).
     turn: turn::Turn,
-    /// The waiting records of waits over a second (`actors/waiting.rs`).
-    waiting: Waiting,
+    /// The waiting records of waits over a second (`actors/waiting.rs`), boxed
+    /// and only while someone waits: a held lock's actor stays as small as it
+    /// was (docs/performance.md, client bytes per held lock).
+    waiting: Option<Box<Waiting>>,
 }
 
 impl LockActor {
@@ -156,7 +158,7 @@ impl LockActor {
         manager: WeakRecipient<Idle>,
     ) -> Self {
         LockActor {
-            waiting: Waiting::new(name.clone(), WaitKind::Lock),
+            waiting: None,
             name,
             kind,
             shared,
@@ -395,7 +397,9 @@ impl Handler<QueueLen> for LockActor {
 
 impl Waits for LockActor {
     fn waiting(&mut self) -> &mut Waiting {
-        &mut self.waiting
+        let name = &self.name;
+        self.waiting
+            .get_or_insert_with(|| Box::new(Waiting::new(name.clone(), WaitKind::Lock)))
     }
 
     /// The waiters that wait (not a single attempt), with the owner field each
@@ -415,6 +419,10 @@ impl Waits for LockActor {
 
     fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    fn idle(&mut self) {
+        self.waiting = None;
     }
 }
 
@@ -436,7 +444,9 @@ impl Supervised for LockActor {
         self.wake_timer.forget();
         self.expiry_timer.forget();
         self.idle_timer.forget();
-        self.waiting.forget();
+        if let Some(w) = &mut self.waiting {
+            w.forget();
+        }
         // Subscribed again at the next busy answer (the route is simply replaced).
         self.subs.clear();
         self.restart_requested = false;
