@@ -117,8 +117,9 @@ impl Waiting {
     }
 
     /// The key was found missing while `waiters` wait: warn now, then at most
-    /// once per [`MISSING_WARN_EVERY`] while it stays missing.
-    pub(crate) fn key_missing(&mut self, waiters: usize, waited: Duration) {
+    /// once per [`MISSING_WARN_EVERY`] while it stays missing. Answers whether
+    /// it warned.
+    pub(crate) fn key_missing(&mut self, waiters: usize, waited: Duration) -> bool {
         let due = self
             .missing_since_warned
             .is_none_or(|at| at.elapsed() >= MISSING_WARN_EVERY);
@@ -136,7 +137,9 @@ impl Waiting {
                  set them (try_set_permits / add_permits, `lockwarden semaphore set`) or give \
                  the wait a deadline"
             );
+            return true;
         }
+        false
     }
 
     /// After an actor's restart: its timer and write belonged to the old
@@ -258,4 +261,26 @@ fn tick<A: Waits>(act: &mut A, ctx: &mut Context<A>) {
             }
         }
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The missing-key warning comes at once, then not again while the key
+    /// stays missing (until [`MISSING_WARN_EVERY`]), and at once after the key
+    /// was seen again.
+    #[test]
+    fn the_missing_key_warning_is_rate_limited() {
+        let kind = WaitKind::Sync(crate::sync_view::SynchronizerKind::Semaphore);
+        let mut w = Waiting::new(Arc::from("s"), kind);
+        assert!(w.key_missing(1, Duration::ZERO));
+        assert!(!w.key_missing(1, Duration::from_secs(5)));
+        assert!(
+            !w.key_missing(0, Duration::ZERO),
+            "nobody waits: nothing to say"
+        );
+        w.key_found();
+        assert!(w.key_missing(2, Duration::ZERO));
+    }
 }

@@ -41,11 +41,10 @@ use tracing::{debug, error, warn};
 use super::listen::{Alarm, Channel, Listener};
 use super::shared::Shared;
 use super::subscriber::{Resync, Unlocked};
-use super::waiting::{Waited, Waiting, Waits};
+use super::waiting::Waiting;
 use crate::error::{LockError, LostReason};
 use crate::kind::Kind;
 use crate::wire;
-use crate::wire::waiting::WaitKind;
 use subs::Subs;
 
 use attempts::{Attempts, Unresolved};
@@ -392,37 +391,6 @@ impl Handler<QueueLen> for LockActor {
 
     fn handle(&mut self, _msg: QueueLen, _ctx: &mut Context<Self>) -> usize {
         self.queue.len()
-    }
-}
-
-impl Waits for LockActor {
-    fn waiting(&mut self) -> &mut Waiting {
-        let name = &self.name;
-        self.waiting
-            .get_or_insert_with(|| Box::new(Waiting::new(name.clone(), WaitKind::Lock)))
-    }
-
-    /// The waiters that wait (not a single attempt), with the owner field each
-    /// will hold the lock under.
-    fn waiters_now(&self) -> Vec<Waited> {
-        let waits = self.queue.iter().filter(|w| !w.try_once);
-        waits
-            .filter(|w| !w.req.reply.is_closed())
-            .map(|w| Waited {
-                id: w.req.id,
-                since: w.req.since,
-                wants: 1,
-                owner_field: Some(w.req.field.clone()),
-            })
-            .collect()
-    }
-
-    fn shared(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-
-    fn idle(&mut self) {
-        self.waiting = None;
     }
 }
 
