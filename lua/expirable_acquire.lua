@@ -15,8 +15,10 @@
 -- ARGV[3]  Redisson's "no expiry" score; a permit with it never expires
 -- ARGV[4..] one permit id per permit, 32 hex digits (stored as 16 bytes)
 --
--- Returns {1, left} when taken (left: available after), or {0, available, wait}:
--- too few available; wait is the ms until the nearest expiry, -1 for none.
+-- Returns {1, left} when taken (left: available after), or {0, available, wait,
+-- missing}: too few available; wait is the ms until the nearest expiry, -1 for
+-- none; missing is 1 when the key does not exist at all (no release will come
+-- but a permit's expiry), else 0.
 -- Every write of the script is asked for before the first (ACL,
 -- acl_prelude.lua), the PUBLISH that a release or a reclaim of these permits
 -- needs among them: a permit taken that cannot be announced back would keep the
@@ -39,7 +41,8 @@ if #lapsed > 0 then
     redis.call('publish', KEYS[3], value)
   end
 end
-local have = tonumber(redis.call('get', KEYS[1]) or '0') or 0
+local raw = redis.call('get', KEYS[1])
+local have = tonumber(raw or '0') or 0
 local want = tonumber(ARGV[1])
 if have >= want then
   local left = have
@@ -63,4 +66,8 @@ local wait = -1
 if first[2] ~= nil and first[2] ~= ARGV[3] then
   wait = math.max(tonumber(first[2]) - now, 0)
 end
-return {0, have, wait}
+local missing = 0
+if not raw then
+  missing = 1
+end
+return {0, have, wait, missing}

@@ -7,13 +7,15 @@
 -- KEYS[2]  its channel, redisson_sc:{<name>}
 -- ARGV[1]  permits to take, >= 1
 --
--- Returns {1, left} when taken (left: what is available now), or {0, available}
--- when fewer than ARGV[1] are available (nothing is changed then).
+-- Returns {1, left} when taken (left: what is available now), or {0, available,
+-- missing} when fewer than ARGV[1] are available (nothing is changed then);
+-- missing is 1 when the key does not exist at all (never set, deleted, or lost
+-- with Redis's data: no release will ever come), 0 when it holds too few.
 --
 -- Plain permits have no lease: one taken by a user that may not give it back
 -- (INCRBY, and the PUBLISH that wakes the waiters) would be gone for good. So the
 -- taker is asked for both before the DECRBY (acl_prelude.lua's `need`).
-local have, refused = number_at_key()
+local have, refused, absent = number_at_key()
 if refused then
   return refused
 end
@@ -26,4 +28,7 @@ if have >= want then
   })
   return {1, redis.call('decrby', KEYS[1], want)}
 end
-return {0, have}
+if absent then
+  return {0, have, 1}
+end
+return {0, have, 0}

@@ -41,6 +41,9 @@ const KIND_PREFIX: &str = "lockwarden_kind";
 /// Prefix of a data key's fence (lockwarden's own, written by
 /// [`FencedWrite`](crate::FencedWrite)).
 const FENCE_PREFIX: &str = "lockwarden_fence";
+/// Prefix of a name's waiting records (lockwarden's own, for operators: who has
+/// waited long on a lock, semaphore or latch; `wire/waiting.rs`).
+const WAITERS_PREFIX: &str = "lockwarden_waiters";
 /// Suffix of a permit-expirable semaphore's zset of taken permits.
 const PERMIT_TIMEOUT_SUFFIX: &str = "timeout";
 
@@ -49,7 +52,7 @@ const PERMIT_TIMEOUT_SUFFIX: &str = "timeout";
 /// [`reserved`] refuses to [`FencedWrite`](crate::FencedWrite). A prefix added
 /// above belongs here too (`every_derived_key_is_reserved` checks each key
 /// builder of this file).
-const RESERVED_PREFIXES: [(&str, &str, &str); 11] = [
+const RESERVED_PREFIXES: [(&str, &str, &str); 12] = [
     (CHANNEL_PREFIX, ":", "a lock's unlock channel"),
     (LATCH_PREFIX, ":", "a lock's unlock latch"),
     (TOKEN_PREFIX, ":", "a lock's fencing token counter"),
@@ -61,6 +64,7 @@ const RESERVED_PREFIXES: [(&str, &str, &str); 11] = [
     (LATCH_CHANNEL_PREFIX, "{", "a count-down latch's channel"),
     (KIND_PREFIX, ":", "a semaphore's or latch's kind label"),
     (FENCE_PREFIX, ":", "a data key's fence"),
+    (WAITERS_PREFIX, ":", "a name's waiting records"),
 ];
 
 /// Message published when a lock frees: wake one waiter.
@@ -179,6 +183,24 @@ pub(crate) fn latch_channel(name: &str) -> String {
 /// (`wire::label`). Without it nobody can tell a semaphore's key from a latch's.
 pub(crate) fn kind_label(name: &str) -> String {
     prefixed(KIND_PREFIX, name)
+}
+
+/// The waiting records of `name`: `lockwarden_waiters:{<name>}`, a zset of
+/// waiter -> expiry (Unix ms) in the name's slot (lockwarden's own; Redisson
+/// neither writes nor reads it). `wire/waiting.rs` says what a member holds.
+pub(crate) fn waiters(name: &str) -> String {
+    prefixed(WAITERS_PREFIX, name)
+}
+
+/// The name whose waiting records live at `key`, when `key` is one
+/// ([`waiters`] read backwards).
+pub(crate) fn name_of_waiters(key: &str) -> Option<&str> {
+    let rest = key.strip_prefix(WAITERS_PREFIX)?.strip_prefix(':')?;
+    // `{<name>}` for a name without braces; the name itself when it has its own.
+    match rest.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
+        Some(inner) if !inner.contains(['{', '}']) => Some(inner),
+        _ => Some(rest),
+    }
 }
 
 /// A permit-expirable semaphore's taken permits: a zset of permit id -> expiry,
@@ -387,6 +409,7 @@ mod tests {
                 semaphore_channel(name),
                 latch_channel(name),
                 kind_label(name),
+                waiters(name),
                 permit_timeouts(name),
                 fair_queue(name),
                 fair_timeouts(name),
@@ -433,6 +456,12 @@ mod tests {
             "redisson_countdownlatch__channel__{{t}:jobs}"
         );
         assert_eq!(permit_timeouts("api"), "{api}:timeout");
+        assert_eq!(waiters("api"), "lockwarden_waiters:{api}");
+        assert_eq!(waiters("{t}:api"), "lockwarden_waiters:{t}:api");
+        for name in ["api", "{t}:api", "a{b}c"] {
+            assert_eq!(name_of_waiters(&waiters(name)), Some(name));
+            assert!(same_slot(name, &waiters(name)), "{name}");
+        }
         assert_eq!(permit_timeouts("{t}:api"), "{t}:api:timeout");
     }
 }

@@ -143,5 +143,5 @@ pub use kind::AcquireKind;
 /// can name it without depending on `redis` themselves.
 pub use redis::RedisError;
 pub use stats::Stats;
-pub use sync_view::{SynchronizerKind, SynchronizerSummary};
+pub use sync_view::{RecordedWaiter, SynchronizerKind, SynchronizerSummary};
 pub use view::{Holder, LockInfo, LockKind, QueuedWaiter};

@@ -10,8 +10,15 @@
 //! waiters on `redisson_sc:{name}`, a latch's on its own channel). A key with none
 //! of these (made by Redisson and idle, or an application's counter) is a
 //! [`SynchronizerKind::Counter`].
+//!
+//! Who waits comes from the waiting records lockwarden keeps beside the key
+//! (`wire/waiting.rs`): a waiter shows there once it has waited a second. They
+//! also show a semaphore whose key is gone while waiters wait on it
+//! ([`SynchronizerSummary::key_missing`]), which the key alone cannot.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+use crate::client::{client_id_of, ClientInfo, UNKNOWN_CLIENT};
 
 /// What kind of synchronizer a key is, as far as Redis shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +94,49 @@ pub struct SynchronizerSummary {
     /// on it (one per process, as with locks). A counter's is the sum of both
     /// channels.
     pub waiting: u64,
+    /// The waiters recorded in Redis (those that have waited at least a second,
+    /// of managers recent enough to record them), oldest first; empty when none
+    /// are, or when the Redis user may not read the records.
+    pub waiters: Vec<RecordedWaiter>,
+    /// The key does not exist, yet waiters are recorded on it: a semaphore
+    /// whose key was deleted or lost with Redis's data. They wait until someone
+    /// adds permits ([`value`](Self::value) reads 0 then).
+    pub key_missing: bool,
+}
+
+/// One waiter of a lock, semaphore or latch, from its waiting record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecordedWaiter {
+    /// `<client id>:<n>`: the waiting manager's client id and the wait's number
+    /// in that process; for a lock's waiter, the owner field it will hold the
+    /// lock under (`:write` after it for a writer).
+    pub owner_field: String,
+    /// Permits it wants (1 for a lock's or a latch's waiter).
+    pub wants: u64,
+    /// When it started waiting (the waiter's clock).
+    pub since: SystemTime,
+    /// Time before the record lapses unless the waiter refreshes it (it does
+    /// every 10 s while it waits).
+    pub expires_in: Duration,
+    /// Who the waiting manager is (host, pid, label...), from its registry
+    /// entry; `None` when there is no valid one.
+    pub client: Option<ClientInfo>,
+}
+
+impl RecordedWaiter {
+    /// The client id part of its owner field.
+    pub fn client_id(&self) -> Option<&str> {
+        client_id_of(&self.owner_field)
+    }
+
+    /// Who waits, for people: [`ClientInfo::describe`] or [`UNKNOWN_CLIENT`].
+    pub fn who(&self) -> String {
+        match &self.client {
+            Some(c) => c.describe(),
+            None => UNKNOWN_CLIENT.to_string(),
+        }
+    }
 }
 
 /// What `lua/sync_inspect.lua` saw at a key.
@@ -138,6 +188,8 @@ impl Looked {
                 .filter(|_| kind == SynchronizerKind::PermitSemaphore),
             ttl: self.ttl,
             waiting,
+            waiters: Vec::new(),
+            key_missing: false,
         })
     }
 }

@@ -719,6 +719,7 @@ async fn force_unlock_asks_before_it_deletes() {
 const SYNC_PATTERNS: &[&str] = &[
     "~{acl:*",
     "~lockwarden_kind:{acl:*",
+    "~lockwarden_waiters:{acl:*",
     "~redisson_sc:{acl:*",
     "&redisson_sc:{acl:*",
     "~redisson_countdownlatch__channel__{acl:*",
@@ -743,6 +744,7 @@ const SYNC_COMMANDS: &[&str] = &[
     "zrem",
     "zrange",
     "zrangebyscore",
+    "zremrangebyscore",
     "zscore",
     "publish",
 ];

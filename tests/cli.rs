@@ -197,7 +197,9 @@ async fn hold_json_prints_the_documented_events() {
         (before..=after).contains(&acquired_at),
         "at_ms is Unix ms now"
     );
-    assert_eq!(acquired.as_object().map(|o| o.len()), Some(6));
+    // `name` and `lock` (the same, `lock` kept for older scripts) and five more.
+    assert_eq!(acquired["name"], "a");
+    assert_eq!(acquired.as_object().map(|o| o.len()), Some(7));
 
     assert_eq!(released["event"], "released");
     assert_eq!(released["lock"], "a");
@@ -206,7 +208,7 @@ async fn hold_json_prints_the_documented_events() {
     assert!(released["held_ms"].as_u64().expect("held_ms is a number") >= 300);
     let released_at = released["at_ms"].as_u64().expect("at_ms is a number");
     assert!(released_at >= acquired_at + 300 && released_at <= after);
-    assert_eq!(released.as_object().map(|o| o.len()), Some(6));
+    assert_eq!(released.as_object().map(|o| o.len()), Some(7));
 
     // Held elsewhere: a timeout event and exit code 75.
     let holder = manager(&server).await;

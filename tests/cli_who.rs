@@ -8,6 +8,7 @@ mod support;
 
 use std::time::Duration;
 
+use lockwarden::Locks;
 use serde_json::Value;
 use support::{eventually, exists, raw, RedisServer};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -175,4 +176,181 @@ fn an_overlong_label_exits_2() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("label"), "{err}");
+}
+
+/// Polls `look` (an async read) every 50 ms until it answers `Some`, for up to
+/// `limit`; answers the value, or panics with `what`.
+async fn until<T, F: std::future::Future<Output = Option<T>>>(
+    limit: Duration,
+    what: &str,
+    mut look: impl FnMut() -> F,
+) -> T {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = look().await {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 38: Redis restarted empty under a semaphore waiter with no deadline.
+/// The waiter's log says so at warn within a second of the restart, and `status`
+/// (text and `--json`), `list` and `top` show the semaphore whose key is gone and
+/// who waits on it (host, pid, label, since when); adding permits lets it in.
+#[actix_rt::test]
+async fn a_waiter_on_a_lost_semaphore_is_logged_and_shown() {
+    let (log, _logging) = support::Captured::install();
+    let mut server = RedisServer::start();
+    let m = support::manager(&server, |c| c.label("partner-calls")).await;
+    let sem = m.semaphore("who:partner").await.expect("handle");
+    assert!(sem.try_set_permits(1).await.expect("set"));
+    let held = sem.acquire(1).await.expect("the only permit");
+    let waiter = actix_rt::spawn({
+        let sem = sem.clone();
+        async move { sem.acquire(1).await }
+    });
+    // Recorded once it has waited a second: status shows who waits.
+    let json = until(Duration::from_secs(10), "no recorded waiter", || async {
+        let v: Value =
+            serde_json::from_str(&output(&server, &["status", "who:partner", "--json"]).await)
+                .expect("JSON");
+        (v["waiters"].as_array().map(Vec::len) == Some(1)).then_some(v)
+    })
+    .await;
+    assert_eq!(json["name"], "who:partner");
+    assert_eq!(json["key_missing"], false);
+    assert_eq!(json["waiters"][0]["client"]["label"], "partner-calls");
+    assert_eq!(json["waiters"][0]["client"]["pid"], std::process::id());
+
+    // SIGKILL and restart empty: the key, the records and the registry are gone.
+    const WARNING: &str = "waiting on a semaphore whose key does not exist";
+    assert!(!log.text().contains(WARNING), "{}", log.text());
+    server.restart();
+    let restarted = std::time::Instant::now();
+    until(Duration::from_secs(10), "no warning", || async {
+        log.text().contains(WARNING).then_some(())
+    })
+    .await;
+    let to_warn = restarted.elapsed();
+    eprintln!("warned {to_warn:?} after the restart");
+    assert!(
+        to_warn < Duration::from_secs(1),
+        "{to_warn:?}\n{}",
+        log.text()
+    );
+    assert!(!exists(&server, "who:partner"));
+
+    let text = until(
+        Duration::from_secs(15),
+        "status shows no lost key",
+        || async {
+            let t = output(&server, &["status", "who:partner"]).await;
+            (t.contains("KEY DOES NOT EXIST") && t.contains("label \"partner-calls\"")).then_some(t)
+        },
+    )
+    .await;
+    assert!(
+        text.contains(&format!("pid {}", std::process::id())),
+        "{text}"
+    );
+    assert!(text.contains(" so far"), "{text}");
+    let v: Value =
+        serde_json::from_str(&output(&server, &["status", "who:partner", "--json"]).await)
+            .expect("JSON");
+    assert_eq!(v["key_missing"], true, "{v}");
+    assert_eq!(v["kind"], "semaphore", "{v}");
+    assert!(v["waiters"][0]["since_ms"].as_u64().is_some(), "{v}");
+    let list = output(&server, &["list"]).await;
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with("who:partner\t") && l.ends_with("KEY-MISSING")),
+        "{list}"
+    );
+    let top = output(&server, &["top", "--iterations", "1"]).await;
+    let row = top
+        .lines()
+        .find(|l| l.starts_with("who:partner\t"))
+        .unwrap_or_else(|| panic!("{top}"));
+    assert!(
+        row.contains("KEY-MISSING") && row.contains("partner-calls"),
+        "{row}"
+    );
+
+    // Permits set again: the waiter gets one, and its record goes.
+    output(&server, &["semaphore", "set", "who:partner", "1"]).await;
+    let got = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter is let in")
+        .expect("task")
+        .expect("a permit");
+    until(Duration::from_secs(5), "the record stays", || async {
+        let v: Value =
+            serde_json::from_str(&output(&server, &["status", "who:partner", "--json"]).await)
+                .expect("JSON");
+        (v["waiters"].as_array().map(Vec::len) == Some(0)).then_some(())
+    })
+    .await;
+    drop((got, held));
+}
+
+/// A lock's waiter that has waited a second is recorded with the owner field it
+/// will hold the lock under: `status --json` and `top` name it (host, pid,
+/// label), and its record goes once it has the lock.
+#[actix_rt::test]
+async fn a_locks_waiter_is_named_with_its_owner_field() {
+    let server = RedisServer::start();
+    let holder = support::manager(&server, |c| c).await;
+    let waiting = support::manager(&server, |c| c.label("queue-b")).await;
+    let held = support::hold(&holder, "who:job", |a| a).await;
+    let waiter =
+        actix_rt::spawn(async move { waiting.send(lockwarden::Acquire::new("who:job")).await });
+    let v = until(
+        Duration::from_secs(10),
+        "no recorded lock waiter",
+        || async {
+            let out = output(&server, &["status", "who:job", "--json"]).await;
+            let v: Value = serde_json::from_str(&out).expect("JSON");
+            (v["waiters"].as_array().map(Vec::len) == Some(1)).then_some(v)
+        },
+    )
+    .await;
+    let w = &v["waiters"][0];
+    assert_eq!(w["client"]["label"], "queue-b", "{v}");
+    let owner = w["owner"].as_str().expect("owner").to_string();
+    assert_ne!(
+        owner,
+        v["holders"][0]["owner"].as_str().unwrap_or(""),
+        "{v}"
+    );
+    let top = output(&server, &["top", "--iterations", "1"]).await;
+    let row = top
+        .lines()
+        .find(|l| l.starts_with("who:job\t"))
+        .unwrap_or_else(|| panic!("{top}"));
+    assert!(
+        row.contains("waiters=host ") && row.contains("queue-b"),
+        "{row}"
+    );
+
+    held.release().await.expect("released");
+    let got = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter gets the lock")
+        .expect("task")
+        .expect("running")
+        .expect("acquired");
+    assert_eq!(
+        got.owner_field(),
+        owner,
+        "the record named the owner field it holds under"
+    );
+    until(Duration::from_secs(5), "the record stays", || async {
+        let out = output(&server, &["status", "who:job", "--json"]).await;
+        let v: Value = serde_json::from_str(&out).expect("JSON");
+        (v["waiters"].as_array().map(Vec::len) == Some(0)).then_some(())
+    })
+    .await;
+    got.release().await.expect("released");
 }

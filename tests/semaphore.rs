@@ -421,3 +421,42 @@ async fn a_semaphore_lockwarden_makes_is_labelled_with_its_kind() {
         .await
         .expect("released");
 }
+
+/// Issue 38: a semaphore key deleted under a waiter (no release will ever come)
+/// is logged at warn at the waiter's next retry (`max_retry_interval`, here
+/// 300 ms); permits added let it in.
+#[actix_rt::test]
+async fn a_key_deleted_under_a_waiter_is_logged_at_its_next_retry() {
+    let (log, _logging) = support::Captured::install();
+    let server = RedisServer::start();
+    let m = manager(&server, |c| {
+        c.max_retry_interval(Duration::from_millis(300))
+    })
+    .await;
+    let sem = m.semaphore("sem:deleted").await.expect("handle");
+    assert!(sem.try_set_permits(1).await.expect("set"));
+    let held = sem.acquire(1).await.expect("the only permit");
+    let waiter = actix_rt::spawn({
+        let sem = sem.clone();
+        async move { sem.acquire(1).await }
+    });
+    assert!(subscribers(&server, "redisson_sc:{sem:deleted}", 1).await);
+    const WARNING: &str = "waiting on a semaphore whose key does not exist";
+    let _: i64 = raw(&server, &["DEL", "sem:deleted"]);
+    let deleted = Instant::now();
+    assert!(
+        eventually(Duration::from_secs(5), || log.text().contains(WARNING)).await,
+        "no warning; log:\n{}",
+        log.text()
+    );
+    let to_warn = deleted.elapsed();
+    eprintln!("warned {to_warn:?} after the DEL");
+    assert!(to_warn < Duration::from_secs(1), "{to_warn:?}");
+    assert_eq!(sem.add_permits(1).await.expect("added"), 1);
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("let in")
+        .expect("task")
+        .expect("a permit");
+    drop((got, held));
+}

@@ -9,6 +9,11 @@
 //! message can be lost (a reconnect, a failover), the count is also read after the
 //! subscription is confirmed, after every [`Resync`] and on the fallback timer
 //! (`Config::max_retry_interval`); one read at a time, however many wait.
+//!
+//! A latch whose key does not exist is open (Redisson's layout: absent means a
+//! count of zero), so a latch waiter cannot hang on a lost key the way a
+//! semaphore waiter can; its waits that last are still recorded for operators
+//! (`actors/waiting.rs`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,10 +25,13 @@ use tracing::warn;
 use super::listen::{self, Alarm, Channel, Listener};
 use super::shared::{until_first, Shared, ShutDown};
 use super::subscriber::{Resync, Unlocked};
+use super::waiting::{self, Waited, Waiting, Waits};
 use crate::durations::backoff;
 use crate::error::{redis_is_transient, LockError};
 use crate::keys;
+use crate::sync_view::SynchronizerKind;
 use crate::wire;
+use crate::wire::waiting::WaitKind;
 
 /// Wait until the latch's count is zero, up to `wait` (`None`: for ever). Answers
 /// `true` once it is, `false` when the wait ran out first.
@@ -37,6 +45,10 @@ pub(crate) struct AwaitZero {
 /// One waiting caller.
 #[derive(Debug)]
 struct Waiter {
+    /// Its id in the waiting records.
+    id: u64,
+    /// When it arrived.
+    since: Instant,
     /// When it gives up.
     deadline: Option<Instant>,
     /// Where its answer goes.
@@ -63,11 +75,14 @@ pub(crate) struct LatchActor {
     last_error: Option<redis::RedisError>,
     /// Failed reads in a row, for the backoff.
     failures: u32,
+    /// The waiting records (`actors/waiting.rs`).
+    waiting: Waiting,
 }
 
 impl LatchActor {
     pub(crate) fn new(name: Arc<str>, shared: Arc<Shared>) -> LatchActor {
         LatchActor {
+            waiting: Waiting::new(name.clone(), WaitKind::Sync(SynchronizerKind::Latch)),
             channel: Channel::new(keys::latch_channel(&name)),
             name,
             shared,
@@ -213,6 +228,28 @@ impl Handler<ShutDown> for LatchActor {
     }
 }
 
+impl Waits for LatchActor {
+    fn waiting(&mut self) -> &mut Waiting {
+        &mut self.waiting
+    }
+
+    fn waiters_now(&self) -> Vec<Waited> {
+        let waits = self.waiters.iter().filter(|w| !w.tx.is_closed());
+        waits
+            .map(|w| Waited {
+                id: w.id,
+                since: w.since,
+                wants: 1,
+                owner_field: None,
+            })
+            .collect()
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
 impl Handler<AwaitZero> for LatchActor {
     type Result = ResponseFuture<Result<bool, LockError>>;
 
@@ -221,10 +258,14 @@ impl Handler<AwaitZero> for LatchActor {
             return Box::pin(async { Err(LockError::ShuttingDown) });
         }
         let (tx, rx) = oneshot::channel();
+        let now = Instant::now();
         self.waiters.push(Waiter {
+            id: Waiting::next_id(),
+            since: now,
             deadline: msg.wait.and_then(|w| Instant::now().checked_add(w)),
             tx,
         });
+        waiting::watch(self, ctx);
         // Listening already, one read answers the newcomer (the count may be zero
         // now) without waiting for the next message; otherwise it subscribes first.
         self.check(ctx);

@@ -28,3 +28,4 @@ pub(crate) mod renewer;
 pub(crate) mod semaphore;
 pub(crate) mod shared;
 pub(crate) mod subscriber;
+pub(crate) mod waiting;

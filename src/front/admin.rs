@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::error::LockError;
 use crate::keys;
 use crate::node::{self, Conn, Purpose};
-use crate::sync_view::{Looked, SynchronizerKind, SynchronizerSummary};
+use crate::sync_view::{Looked, RecordedWaiter, SynchronizerKind, SynchronizerSummary};
 use crate::view::{attach_clients, Holder, Inspected, LockKind, QueuedWaiter};
 use crate::wire::{self, Inspect, Publish, ScriptConn, SyncInspect};
 
@@ -63,6 +63,11 @@ pub struct LockSummary {
     pub ttl: Option<Duration>,
     /// A fair lock's waiters, head first, with the time left on their places.
     pub queue: Vec<QueuedWaiter>,
+    /// The waiters recorded in Redis (any kind of lock: those that have waited
+    /// a second, of managers recent enough to record them), oldest first, with
+    /// the owner field each will hold the lock under and who it is; empty when
+    /// none are or the Redis user may not read the records.
+    pub waiters: Vec<RecordedWaiter>,
 }
 
 /// Read-only access to the locks, semaphores and latches of one Redis deployment,
@@ -73,9 +78,9 @@ pub struct LockSummary {
 #[derive(Clone, Debug)]
 pub struct Admin {
     /// The command connection.
-    conn: Conn,
+    pub(super) conn: Conn,
     /// Longest accepted lock name, from the config.
-    max_name_len: usize,
+    pub(super) max_name_len: usize,
 }
 
 impl Admin {
@@ -98,12 +103,16 @@ impl Admin {
         let found = wire::call(&mut self.conn.clone(), &Inspect { name }).await?;
         let mut lock = found.exists.then(|| summarize(name, found));
         self.attach_clients(lock.as_mut_slice()).await?;
+        self.attach_lock_waiters(lock.as_mut_slice()).await?;
         Ok(lock)
     }
 
-    /// The semaphore or count-down latch `name`: its kind, number, TTL and how
-    /// many wait on it (`sync_view.rs` says how the kind is told). `None` when
-    /// there is no such key or it holds no integer (a lock's hash, say).
+    /// The semaphore or count-down latch `name`: its kind, number, TTL, how
+    /// many wait on it and who (`sync_view.rs` says how the kind is told).
+    /// With no key, a summary marked
+    /// [`key_missing`](SynchronizerSummary::key_missing) when waiters are
+    /// recorded on it, else `None`; `None` too when the key holds no integer (a
+    /// lock's hash, say).
     pub async fn synchronizer(&self, name: &str) -> Result<Option<SynchronizerSummary>, LockError> {
         keys::validate_name(name, self.max_name_len)?;
         // TYPE first: a lock's name needs no rights to a synchronizer's other
@@ -112,10 +121,14 @@ impl Admin {
             .arg(name)
             .query_async(&mut self.conn.clone())
             .await?;
+        if kind == "none" {
+            return self.missing(name).await;
+        }
         if kind != "string" {
             return Ok(None);
         }
-        let found = self.look_at_counters(vec![name.to_string()]).await?;
+        let mut found = self.look_at_counters(vec![name.to_string()]).await?;
+        self.attach_waiters(&mut found).await?;
         Ok(found.into_iter().next())
     }
 
@@ -125,7 +138,9 @@ impl Admin {
     /// semaphore, while it has permits out. Integer strings with none of these
     /// ([`SynchronizerKind::Counter`]: an idle Redisson semaphore or latch, or
     /// an application's counter) are left out; [`synchronizer`](Self::synchronizer)
-    /// still shows one by name. Fails with [`LockError::NoPermission`] for a user
+    /// still shows one by name. Names with waiters recorded but no key (a
+    /// semaphore deleted or lost with Redis's data) are in the list too, marked
+    /// [`key_missing`](SynchronizerSummary::key_missing). Fails with [`LockError::NoPermission`] for a user
     /// whose ACL does not cover the keys it reads (`~lockwarden_kind:*` among them,
     /// docs/operations.md).
     pub async fn synchronizers(
@@ -141,8 +156,10 @@ impl Admin {
                 Ok(known.collect())
             })
             .await?;
+        found.extend(self.missing_keys(pattern).await?);
         found.sort_by(|a, b| a.name.cmp(&b.name));
         found.dedup_by(|a, b| a.name == b.name);
+        self.attach_waiters(&mut found).await?;
         Ok(found)
     }
 
@@ -195,6 +212,7 @@ impl Admin {
         locks.sort_by(|a, b| a.name.cmp(&b.name));
         locks.dedup_by(|a, b| a.name == b.name);
         self.attach_clients(&mut locks).await?;
+        self.attach_lock_waiters(&mut locks).await?;
         Ok(locks)
     }
 
@@ -253,7 +271,7 @@ impl Admin {
     /// How many connections listen on each of `channels`: one `PUBSUB NUMSUB`
     /// (`SHARDNUMSUB` on a cluster with sharded pub/sub, summed over the nodes by
     /// redis-rs) for all of them.
-    async fn listeners(&self, channels: &[String]) -> Result<Vec<u64>, LockError> {
+    pub(super) async fn listeners(&self, channels: &[String]) -> Result<Vec<u64>, LockError> {
         if channels.is_empty() {
             return Ok(Vec::new());
         }
@@ -275,7 +293,7 @@ impl Admin {
     /// names to `look`, keeping what it answers. SCAN may give a key twice: the
     /// callers sort and dedup. A binary key is skipped: lock and synchronizer
     /// names are text.
-    async fn scan_each<T>(
+    pub(super) async fn scan_each<T>(
         &self,
         pattern: &str,
         kind: &str,
@@ -325,5 +343,6 @@ fn summarize(name: &str, found: Inspected) -> LockSummary {
         holders: info.holders,
         ttl: info.ttl,
         queue: info.queue,
+        waiters: Vec::new(),
     }
 }

@@ -38,6 +38,7 @@
 
 pub(crate) mod acquire;
 pub(crate) mod admin;
+mod admin_waiters;
 pub(crate) mod fenced;
 pub(crate) mod handle;
 pub(crate) mod inspect;

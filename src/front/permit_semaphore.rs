@@ -84,6 +84,13 @@ impl PermitSemaphoreHandle {
         add(&self.actor, permits).await
     }
 
+    /// Whether the semaphore's key exists (see
+    /// [`SemaphoreHandle::exists`](crate::SemaphoreHandle::exists)).
+    pub async fn exists(&self) -> Result<bool, LockError> {
+        let mut conn = self.shared.node.conn();
+        Ok(wire::key_exists(&mut conn, &self.name).await?)
+    }
+
     /// How many permits are available now, after giving back every expired one.
     pub async fn available(&self) -> Result<u64, LockError> {
         let mut conn = self.shared.node.conn();

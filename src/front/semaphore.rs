@@ -12,6 +12,7 @@
 //! Permits are not owned: Redisson's layout records no holder, so permits taken by
 //! a process that dies are not given back by anyone (use
 //! `try_set_permits`/`add_permits` to repair, or a lease-bound design).
+//! [`SemaphoreHandle`]'s documentation says what that means for callers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +34,25 @@ super::manager::handle_message! {
 }
 
 /// A handle on one semaphore: cheap to clone, usable from any thread.
+///
+/// **A plain semaphore does not heal.** Nobody owns a permit (Redisson's layout
+/// keeps only a number), so:
+/// - a permit taken by a process that dies (SIGKILL, OOM, a crash before its
+///   guard's release) is gone for good: the semaphore has one permit less until
+///   someone calls [`add_permits`](Self::add_permits);
+/// - a semaphore whose key does not exist (never set, deleted, or lost when
+///   Redis restarted without its data) has no permits, and
+///   [`acquire`](Self::acquire), which has no deadline, waits for ever.
+///
+/// Callers that may die should use the permit-expirable semaphore
+/// ([`PermitSemaphore`](crate::PermitSemaphore)): its permits expire with
+/// their lease, or are renewed by the watchdog while their process lives.
+/// Either way, prefer [`acquire_within`](Self::acquire_within) on a request
+/// path. To make such a wait visible, a waiter that finds the key missing logs
+/// a warning at once (target `lockwarden`, level warn) and again every 30 s
+/// while it waits, and a wait longer than a second is recorded in Redis for
+/// operators (`lockwarden status NAME` names who waits: host, pid, label, since
+/// when; `list` and `top` mark the missing key).
 ///
 /// ```no_run
 /// # async fn demo(manager: actix::Addr<lockwarden::LockManager>) -> Result<(), lockwarden::LockError> {
@@ -139,7 +159,9 @@ impl SemaphoreHandle {
         self.add_permits(permits).await
     }
 
-    /// Takes `permits`, waiting for as long as it takes.
+    /// Takes `permits`, waiting for as long as it takes: for ever if the
+    /// semaphore's key does not exist and nobody adds permits (logged at warn at
+    /// once and every 30 s meanwhile; see the type's documentation).
     pub async fn acquire(&self, permits: u32) -> Result<SemaphoreGuard, LockError> {
         self.take(permits, None).await
     }
@@ -181,6 +203,14 @@ impl SemaphoreHandle {
             name: self.name.clone(),
             permits,
         })
+    }
+
+    /// Whether the semaphore's key exists: `false` for one never set, deleted,
+    /// or lost with Redis's data, on which [`acquire`](Self::acquire) would wait
+    /// until someone adds permits.
+    pub async fn exists(&self) -> Result<bool, LockError> {
+        let mut conn = self.shared.node.conn();
+        Ok(wire::key_exists(&mut conn, &self.name).await?)
     }
 
     /// How many permits are available now (0 for a semaphore never set).

@@ -57,10 +57,11 @@ pub(crate) enum ExpirableTake {
     /// Taken; this many are left available.
     Taken { left: u64 },
     /// Too few available; `expires_in_ms` until the nearest permit expires, if any
-    /// will.
+    /// will; `missing`: the key does not exist at all.
     Short {
         available: u64,
         expires_in_ms: Option<u64>,
+        missing: bool,
     },
 }
 
@@ -87,9 +88,10 @@ impl ScriptCall for ExpirableAcquire<'_> {
         let count = |v: i64| u64::try_from(v).unwrap_or(0);
         match n.as_slice() {
             [1, left] => Ok(ExpirableTake::Taken { left: count(*left) }),
-            [0, available, wait] => Ok(ExpirableTake::Short {
+            [0, available, wait, missing] => Ok(ExpirableTake::Short {
                 available: count(*available),
                 expires_in_ms: u64::try_from(*wait).ok(),
+                missing: *missing == 1,
             }),
             _ => Err(unexpected("permit acquire returned an unknown shape")),
         }

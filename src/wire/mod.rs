@@ -40,6 +40,7 @@ mod registry;
 mod replicas;
 mod rw;
 mod synchronizer;
+pub(crate) mod waiting;
 
 use std::time::Duration;
 

@@ -83,8 +83,9 @@ pub(crate) struct SemAcquire<'a> {
 pub(crate) enum SemTake {
     /// Taken; this many are left available.
     Taken { left: u64 },
-    /// Too few available (this many); nothing changed.
-    Short { available: u64 },
+    /// Too few available (this many); nothing changed. `missing`: the key does
+    /// not exist at all, so no release will come.
+    Short { available: u64, missing: bool },
 }
 
 impl ScriptCall for SemAcquire<'_> {
@@ -99,11 +100,14 @@ impl ScriptCall for SemAcquire<'_> {
     }
 
     fn parse(&self, reply: Value) -> RedisResult<SemTake> {
-        let (taken, n): (i64, i64) = redis::from_redis_value_ref(&reply)?;
-        let n = u64::try_from(n).unwrap_or(0);
-        match taken {
-            1 => Ok(SemTake::Taken { left: n }),
-            0 => Ok(SemTake::Short { available: n }),
+        let got: Vec<i64> = redis::from_redis_value_ref(&reply)?;
+        let count = |v: i64| u64::try_from(v).unwrap_or(0);
+        match got.as_slice() {
+            [1, left] => Ok(SemTake::Taken { left: count(*left) }),
+            [0, available, missing] => Ok(SemTake::Short {
+                available: count(*available),
+                missing: *missing == 1,
+            }),
             _ => Err(unexpected("semaphore acquire returned an unknown shape")),
         }
     }

@@ -407,6 +407,11 @@ impl LockActor {
     /// deadline; with neither, no timer.
     pub(super) fn schedule(&mut self, retry: Option<Duration>, ctx: &mut Context<Self>) {
         self.wake_timer.cancel(ctx);
+        if !self.queue.is_empty() {
+            // Someone waits: a wait that lasts is recorded for operators (only
+            // here, not at every enqueue: a lock granted at once costs nothing).
+            crate::actors::waiting::watch(self, ctx);
+        }
         let now = Instant::now();
         let at = [retry.map(|r| now + r), self.queue.nearest_deadline()]
             .into_iter()

@@ -43,6 +43,7 @@ use tracing::{debug, error, warn};
 use super::listen::{Alarm, Channel, Listener};
 use super::shared::Shared;
 use super::subscriber::{Resync, Unlocked};
+use super::waiting::Waiting;
 use crate::error::{LockError, LostReason};
 use crate::kind::Kind;
 use crate::wire;
@@ -144,6 +145,10 @@ pub(crate) struct LockActor {
     restarted: bool,
     /// This process's run of grants, and whether it yields to others (`turn.rs`).
     turn: turn::Turn,
+    /// The waiting records of waits over a second (`actors/waiting.rs`), boxed
+    /// and only while someone waits: a held lock's actor stays as small as it
+    /// was (docs/performance.md, client bytes per held lock).
+    waiting: Option<Box<Waiting>>,
 }
 
 impl LockActor {
@@ -154,6 +159,7 @@ impl LockActor {
         manager: WeakRecipient<Idle>,
     ) -> Self {
         LockActor {
+            waiting: None,
             name,
             kind,
             shared,
@@ -409,6 +415,9 @@ impl Supervised for LockActor {
         self.wake_timer.forget();
         self.expiry_timer.forget();
         self.idle_timer.forget();
+        if let Some(w) = &mut self.waiting {
+            w.forget();
+        }
         // Subscribed again at the next busy answer (the route is simply replaced).
         self.subs.clear();
         self.restart_requested = false;

@@ -20,12 +20,16 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tracing::Span;
 
+use super::LockActor;
+use crate::actors::shared::Shared;
+use crate::actors::waiting::{Waited, Waiting, Waits};
 use crate::error::{LockError, HOLDER_READ_LIMIT};
 use crate::guard::LockGuard;
 use crate::keys::Owner;
 use crate::kind::AcquireKind;
 use crate::node::Conn;
 use crate::view::Holder;
+use crate::wire::waiting::WaitKind;
 
 /// One pending acquisition: the request as the manager sent it, and the lock
 /// actor's bookkeeping of it.
@@ -335,5 +339,38 @@ impl WaiterQueue {
     /// The earliest deadline of any waiter.
     pub(crate) fn nearest_deadline(&self) -> Option<Instant> {
         self.items.iter().filter_map(|w| w.deadline).min()
+    }
+}
+
+/// The lock's waits that last are recorded for operators (`actors/waiting.rs`),
+/// each with the owner field it will hold the lock under.
+impl Waits for LockActor {
+    fn waiting(&mut self) -> &mut Waiting {
+        let name = &self.name;
+        self.waiting
+            .get_or_insert_with(|| Box::new(Waiting::new(name.clone(), WaitKind::Lock)))
+    }
+
+    /// The waiters that wait (not a single attempt), with the owner field each
+    /// will hold the lock under.
+    fn waiters_now(&self) -> Vec<Waited> {
+        let waits = self.queue.iter().filter(|w| !w.try_once);
+        waits
+            .filter(|w| !w.req.reply.is_closed())
+            .map(|w| Waited {
+                id: w.req.id,
+                since: w.req.since,
+                wants: 1,
+                owner_field: Some(w.req.field.clone()),
+            })
+            .collect()
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    fn idle(&mut self) {
+        self.waiting = None;
     }
 }

@@ -37,10 +37,12 @@ use tracing::{debug, warn};
 use crate::actors::listen::{self, Alarm, Channel, Listener};
 use crate::actors::shared::{until_first, Shared, ShutDown};
 use crate::actors::subscriber::{Resync, Unlocked};
+use crate::actors::waiting::{self, Waited, Waiting, Waits};
 use crate::durations::{backoff, millis};
 use crate::error::{redis_is_transient, LockError};
 use crate::keys;
 use crate::sync_view::SynchronizerKind;
+use crate::wire::waiting::WaitKind;
 use crate::wire::{self, ExpirableAcquire, ExpirableTake, SemAcquire, SemTake};
 
 /// What one attempt found, for either kind of semaphore.
@@ -49,7 +51,11 @@ enum Attempt {
     /// Taken; this many left.
     Taken { left: u64 },
     /// Too few; a permit with a lease expires in `retry_in`, if any.
-    Short { retry_in: Option<Duration> },
+    /// `missing`: the key does not exist at all.
+    Short {
+        retry_in: Option<Duration>,
+        missing: bool,
+    },
 }
 
 /// Take `permits` of the semaphore, waiting up to `wait` (`None`: until taken;
@@ -66,6 +72,15 @@ pub(crate) struct TakePermits {
     pub(crate) lease: Option<Duration>,
 }
 
+/// The kind of a semaphore that is (or is not) permit-expirable.
+fn kind_of(expirable: bool) -> SynchronizerKind {
+    if expirable {
+        SynchronizerKind::PermitSemaphore
+    } else {
+        SynchronizerKind::Semaphore
+    }
+}
+
 /// What a take gave: nothing more for a plain semaphore; the permits' ids and
 /// their holding for a permit-expirable one (`permits.rs`).
 #[derive(Debug)]
@@ -77,6 +92,8 @@ pub(crate) struct Grant {
 /// One waiting caller.
 #[derive(Debug)]
 struct Waiter {
+    /// Its id in the waiting records (`actors/waiting.rs`).
+    id: u64,
     /// Permits it wants.
     permits: u32,
     /// When it gives up (`None`: never).
@@ -118,11 +135,14 @@ pub(crate) struct SemaphoreActor {
     idle: Alarm,
     /// Transient failures in a row, for the backoff.
     failures: u32,
+    /// The waiting records and the missing-key warning (`actors/waiting.rs`).
+    waiting: Waiting,
 }
 
 impl SemaphoreActor {
     pub(crate) fn new(name: Arc<str>, shared: Arc<Shared>, expirable: bool) -> SemaphoreActor {
         SemaphoreActor {
+            waiting: Waiting::new(name.clone(), WaitKind::Sync(kind_of(expirable))),
             expirable,
             holdings: Default::default(),
             channel: Channel::new(keys::semaphore_channel(&name)),
@@ -139,11 +159,7 @@ impl SemaphoreActor {
 
     /// Which kind it serves, as its key's label names it.
     pub(super) fn kind(&self) -> SynchronizerKind {
-        if self.expirable {
-            SynchronizerKind::PermitSemaphore
-        } else {
-            SynchronizerKind::Semaphore
-        }
+        kind_of(self.expirable)
     }
 
     /// Answers the waiters whose caller left or whose deadline passed.
@@ -213,8 +229,13 @@ impl SemaphoreActor {
                 };
                 wire::call(&mut conn, &call).await.map(|t| match t {
                     ExpirableTake::Taken { left } => Attempt::Taken { left },
-                    ExpirableTake::Short { expires_in_ms, .. } => Attempt::Short {
+                    ExpirableTake::Short {
+                        expires_in_ms,
+                        missing,
+                        ..
+                    } => Attempt::Short {
                         retry_in: expires_in_ms.map(Duration::from_millis),
+                        missing,
                     },
                 })
             } else {
@@ -224,7 +245,10 @@ impl SemaphoreActor {
                 };
                 wire::call(&mut conn, &call).await.map(|t| match t {
                     SemTake::Taken { left } => Attempt::Taken { left },
-                    SemTake::Short { .. } => Attempt::Short { retry_in: None },
+                    SemTake::Short { missing, .. } => Attempt::Short {
+                        retry_in: None,
+                        missing,
+                    },
                 })
             };
             (res, ids)
@@ -260,6 +284,7 @@ impl SemaphoreActor {
         match res {
             Ok(Attempt::Taken { left }) => {
                 self.failures = 0;
+                self.waiting.key_found();
                 let Some(w) = self.waiters.pop_front() else {
                     return;
                 };
@@ -289,8 +314,18 @@ impl SemaphoreActor {
                     self.arm(ctx, self.shared.config.max_retry_interval);
                 }
             }
-            Ok(Attempt::Short { retry_in }) => {
+            Ok(Attempt::Short { retry_in, missing }) => {
                 self.failures = 0;
+                if !missing {
+                    self.waiting.key_found();
+                } else if !head.once {
+                    let waited = head.since.elapsed();
+                    let waiting = self.waiters.iter().filter(|w| !w.once).count();
+                    self.waiting.key_missing(waiting, waited);
+                }
+                let Some(head) = self.waiters.front_mut() else {
+                    return;
+                };
                 if head.once {
                     if let Some(w) = self.waiters.pop_front() {
                         let waited = w.since.elapsed();
@@ -385,6 +420,28 @@ impl Handler<ShutDown> for SemaphoreActor {
     }
 }
 
+impl Waits for SemaphoreActor {
+    fn waiting(&mut self) -> &mut Waiting {
+        &mut self.waiting
+    }
+
+    fn waiters_now(&self) -> Vec<Waited> {
+        let waits = self.waiters.iter().filter(|w| !w.once && !w.tx.is_closed());
+        waits
+            .map(|w| Waited {
+                id: w.id,
+                since: w.since,
+                wants: u64::from(w.permits),
+                owner_field: None,
+            })
+            .collect()
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
 impl Handler<TakePermits> for SemaphoreActor {
     type Result = ResponseFuture<Result<Grant, LockError>>;
 
@@ -404,6 +461,7 @@ impl Handler<TakePermits> for SemaphoreActor {
         } else {
             let first = self.waiters.is_empty();
             self.waiters.push_back(Waiter {
+                id: Waiting::next_id(),
                 permits: msg.permits,
                 deadline: msg.wait.and_then(|w| now.checked_add(w)),
                 once,
@@ -412,6 +470,9 @@ impl Handler<TakePermits> for SemaphoreActor {
                 last_error: None,
                 tx,
             });
+            if !once {
+                waiting::watch(self, ctx);
+            }
             if first && !self.trying {
                 self.pump(ctx);
             } else if msg.wait.is_some() {

@@ -22,7 +22,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::AcquireOpts;
 use crate::duration::human;
-use crate::outcome::{note, Failure};
+use crate::outcome::{note, printable, Failure};
 
 /// Longest the command asks Redis anything once `--wait` has run out.
 const AFTER_DEADLINE: Duration = Duration::from_millis(250);
@@ -32,7 +32,8 @@ const PROGRESS_INSPECT_EVERY: Duration = Duration::from_secs(1);
 const PROGRESS_REDRAW_EVERY: Duration = Duration::from_millis(200);
 /// Waits shorter than this show no progress line at all (no flicker).
 const PROGRESS_QUIET_FOR: Duration = Duration::from_millis(300);
-/// Longest progress line, in characters: fits an 80-column terminal.
+/// Longest progress line, in characters, when the terminal's width is unknown:
+/// fits an 80-column terminal.
 const PROGRESS_WIDTH: usize = 79;
 /// After leaving the queue, time given to the in-process actors to cancel the
 /// waiter before the process asks them to settle.
@@ -230,20 +231,108 @@ async fn progress(manager: &Addr<LockManager>, name: &str, started: Instant, sho
     let mut asked: Option<Instant> = None;
     loop {
         if asked.is_none_or(|at| at.elapsed() >= PROGRESS_INSPECT_EVERY) {
-            holder = holder_text(manager, name).await;
+            holder = match manager.send(Inspect::new(name)).await {
+                Ok(Ok(info)) => progress_holders(&info.holders, info.ttl),
+                Ok(Err(e)) => format!("holder unknown ({e})"),
+                Err(_) => "holder unknown (the lock manager stopped)".into(),
+            };
             asked = Some(Instant::now());
         }
+        // Who holds it comes right after the name: a narrow terminal cuts the
+        // end, where the owner field (36 characters of client id) now is.
         let line = format!(
-            "lockwarden: waiting for lock \"{name}\" {} - {holder}",
+            "lockwarden: waiting {} for lock \"{name}\": {holder}",
             human(started.elapsed())
         );
         let mut err = std::io::stderr().lock();
         // \r and "erase to end of line" redraw it in place; a line longer than the
-        // terminal would wrap and break that, so it is cut to fit 80 columns.
-        let _ = write!(err, "\r\x1b[K{}", fit(&line, PROGRESS_WIDTH));
+        // terminal would wrap and break that, so it is cut to the terminal's width.
+        let width = terminal_width().unwrap_or(PROGRESS_WIDTH);
+        let _ = write!(err, "\r\x1b[K{}", fit(&printable(&line), width));
         let _ = err.flush();
         drop(err);
         actix_rt::time::sleep(PROGRESS_REDRAW_EVERY).await;
+    }
+}
+
+/// One holder as the progress line names it: owner field, hold count, and
+/// host, pid and label when its manager is registered.
+type Named<'a> = (&'a str, u32, Option<(&'a str, u32, Option<&'a str>)>);
+
+/// The holders for the progress line, most telling first.
+fn progress_holders(holders: &[Holder], ttl: Option<Duration>) -> String {
+    let named: Vec<Named<'_>> = holders
+        .iter()
+        .map(|h| {
+            let who = h
+                .client
+                .as_ref()
+                .map(|c| (c.host.as_str(), c.pid, c.label.as_deref()));
+            (h.owner_field.as_str(), h.holds, who)
+        })
+        .collect();
+    holders_first(&named, ttl)
+}
+
+/// "held by host web-3 pid 4211 label "billing", 2 holds, expires in 29.7s
+/// (owner <field>)": who first, the owner field (36 characters of client id)
+/// last, where a narrow terminal cuts.
+fn holders_first(holders: &[Named<'_>], ttl: Option<Duration>) -> String {
+    if holders.is_empty() {
+        return "it is free now".into();
+    }
+    let mut text = String::from("held by ");
+    for (i, (owner, holds, who)) in holders.iter().enumerate() {
+        let sep = if i == 0 { "" } else { "; " };
+        match who {
+            Some((host, pid, label)) => {
+                let _ = write!(text, "{sep}host {host} pid {pid}");
+                if let Some(label) = label {
+                    let _ = write!(text, " label \"{label}\"");
+                }
+            }
+            None => {
+                let _ = write!(text, "{sep}{owner} (unknown client)");
+            }
+        }
+        if *holds != 1 {
+            let _ = write!(text, ", {holds} holds");
+        }
+    }
+    match ttl {
+        Some(ttl) => {
+            let _ = write!(text, ", expires in {}", human(ttl));
+        }
+        None => text.push_str(", no expiry"),
+    }
+    let known: Vec<&str> = holders
+        .iter()
+        .filter(|(_, _, who)| who.is_some())
+        .map(|(owner, _, _)| *owner)
+        .collect();
+    if !known.is_empty() {
+        let _ = write!(text, " (owner {})", known.join(", "));
+    }
+    text
+}
+
+/// The width of the terminal on stderr, less one column (a line that fills the
+/// last column wraps on some terminals); `None` when stderr is no terminal.
+fn terminal_width() -> Option<usize> {
+    nix::ioctl_read_bad!(window_size, nix::libc::TIOCGWINSZ, nix::libc::winsize);
+    let mut size = nix::libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ only writes a `winsize` into the one we pass, and fd 2
+    // stays open for the life of the process.
+    #[allow(unsafe_code)]
+    let asked = unsafe { window_size(2, &mut size) };
+    match asked {
+        Ok(_) if size.ws_col >= 20 => Some(usize::from(size.ws_col) - 1),
+        _ => None,
     }
 }
 
@@ -269,6 +358,27 @@ fn clear_progress(shown: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 38: on a 150-column terminal the holder's host, pid and label are
+    /// shown (they came after a 36-character owner field, and were cut).
+    #[test]
+    fn the_progress_line_names_the_holder_first() {
+        let id = "4f1c7c2e-8d8e-4a53-9a3a-0c2d5c1b9e11";
+        let owner = format!("{id}:1");
+        let holder = (
+            owner.as_str(),
+            1,
+            Some(("build-host-17", 4211, Some("nightly-export"))),
+        );
+        let text = holders_first(&[holder], Some(Duration::from_millis(29_700)));
+        let line = format!("lockwarden: waiting 12.0s for lock \"orders:reports:2026-11\": {text}");
+        let shown = fit(&line, 149);
+        assert!(
+            shown.contains("host build-host-17 pid 4211 label \"nightly-export\""),
+            "{shown}"
+        );
+        assert!(shown.contains("expires in"), "{shown}");
+    }
 
     #[test]
     fn progress_lines_fit_the_terminal() {

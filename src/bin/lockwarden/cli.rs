@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use crate::cli_help::parse_from;
+pub use crate::cli_ops::{ListArgs, StatusArgs, TopArgs, UnlockArgs};
 pub use crate::cli_sync::{LatchAction, LatchArgs, SemaphoreAction, SemaphoreArgs};
 use crate::duration::{parse_duration, parse_lease, parse_timeout};
 
@@ -182,10 +184,10 @@ Examples:
   lockwarden hold orders:42 --for 30s
   lockwarden hold orders:42 --wait 0s --json
 With --json, one object per line on stdout for each event:
-  {\"event\":\"acquired\",\"lock\":..,\"owner\":..,\"token\":N,\"waited_ms\":N,\"at_ms\":N}
-  {\"event\":\"released\",\"lock\":..,\"owner\":..,\"token\":N,\"held_ms\":N,\"at_ms\":N}
-  {\"event\":\"lost\",\"lock\":..,\"owner\":..,\"token\":N,\"reason\":..,\"at_ms\":N}
-  {\"event\":\"timeout\",\"lock\":..,\"waited_ms\":N,\"at_ms\":N}
+  {\"event\":\"acquired\",\"name\":..,\"lock\":..,\"owner\":..,\"token\":N,\"waited_ms\":N,\"at_ms\":N}
+  {\"event\":\"released\",\"name\":..,\"lock\":..,\"owner\":..,\"token\":N,\"held_ms\":N,\"at_ms\":N}
+  {\"event\":\"lost\",\"name\":..,\"lock\":..,\"owner\":..,\"token\":N,\"reason\":..,\"at_ms\":N}
+  {\"event\":\"timeout\",\"name\":..,\"lock\":..,\"waited_ms\":N,\"at_ms\":N}
 at_ms is Unix time in milliseconds. Exit: 0, 75 on timeout, 76 if lost.")]
     Hold(HoldArgs),
 
@@ -248,11 +250,15 @@ Exit: 0; wait: 75 if --wait ran out first; set: 1 if a count was already set.")]
     /// Set up or repair a semaphore (Redisson's RSemaphore): set, add, drain.
     #[command(after_help = "\
 Examples:
-  lockwarden semaphore set partner-api 3     (only if it has none; exit 1 if it has)
+  lockwarden semaphore set partner-api 3     (makes it; a second run changes nothing, exit 0)
   lockwarden semaphore add partner-api 1     (prints the permits available)
   lockwarden semaphore drain partner-api     (takes every available permit)
 Taking permits to run a command is `lockwarden run NAME --semaphore --permits N`.
-Exit: 0; set: 1 if the semaphore already had permits.")]
+  lockwarden semaphore available partner-api --json
+`set` on an existing semaphore changes nothing: exit 0 when it has N or fewer available
+(fewer: the rest may be taken; Redis keeps no total), 1 when it has more than N
+available (it was set up with more; `drain` and `set` again to lower it).
+Exit: 0; set: 1 as above; 2 if the key is not a semaphore (nothing changed).")]
     Semaphore(SemaphoreArgs),
 }
 
@@ -367,11 +373,13 @@ pub struct RunArgs {
 
     /// NAME is a semaphore: take permits of it instead of a lock, so that at most
     /// its number of permits of commands run at once.
-    #[arg(long, requires = "permits", conflicts_with_all = ["redlock", "fair", "read", "write", "spin", "lease"])]
+    #[arg(long, conflicts_with_all = ["redlock", "fair", "read", "write", "spin", "lease"])]
     pub semaphore: bool,
 
-    /// With --semaphore: the permits the semaphore is given if it has none yet
-    /// (an existing semaphore keeps its own number).
+    /// With --semaphore: the permits the semaphore is given if it does not exist
+    /// yet; needed then (a wait on a semaphore with no key never ends). An existing
+    /// semaphore keeps its own number: one process's flag does not change the
+    /// fleet's (said on stderr when it plainly differs).
     #[arg(long, requires = "semaphore", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub permits: Option<u32>,
 
@@ -394,6 +402,11 @@ pub struct RunArgs {
     #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
     pub grace: Duration,
 
+    /// Print one JSON object on stdout when done, after the command's own output:
+    /// {"event":"finished","name","kind","exit_code","error","at_ms"}.
+    #[arg(long)]
+    pub json: bool,
+
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -414,68 +427,6 @@ pub struct HoldArgs {
     pub acquire: AcquireOpts,
 
     /// Print one JSON object per event on stdout.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// `lockwarden status`.
-#[derive(Debug, Args)]
-pub struct StatusArgs {
-    /// The lock name.
-    pub name: String,
-
-    /// Print one JSON object on stdout.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// `lockwarden unlock`.
-#[derive(Debug, Args)]
-pub struct UnlockArgs {
-    /// Required: this releases the lock whoever holds it.
-    #[arg(long, required = true)]
-    pub force: bool,
-
-    /// The lock name.
-    pub name: String,
-
-    /// Do not ask for confirmation (needed when stdin is not a terminal).
-    #[arg(long, short)]
-    pub yes: bool,
-}
-
-/// `lockwarden top`.
-#[derive(Debug, Args)]
-pub struct TopArgs {
-    /// Only locks whose names match this glob (Redis MATCH syntax).
-    #[arg(long, default_value = "*")]
-    pub pattern: String,
-
-    /// Time between refreshes.
-    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_lease)]
-    pub interval: Duration,
-
-    /// Stop after this many refreshes (runs until Ctrl-C without it).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub iterations: Option<u64>,
-
-    /// On a terminal, show at most this many locks.
-    #[arg(long, default_value = "40", value_name = "N")]
-    pub limit: usize,
-
-    /// One JSON object per refresh on stdout.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// `lockwarden list`.
-#[derive(Debug, Args)]
-pub struct ListArgs {
-    /// Only locks whose names match this glob (Redis MATCH syntax).
-    #[arg(long, default_value = "*")]
-    pub pattern: String,
-
-    /// Print one JSON object per lock on stdout.
     #[arg(long)]
     pub json: bool,
 }

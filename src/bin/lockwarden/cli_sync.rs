@@ -11,6 +11,10 @@ use crate::duration::parse_duration;
 /// `lockwarden latch`.
 #[derive(Debug, Args)]
 pub struct LatchArgs {
+    /// Print one JSON object on stdout instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+
     /// What to do.
     #[command(subcommand)]
     pub action: LatchAction,
@@ -55,6 +59,10 @@ pub enum LatchAction {
 /// `lockwarden semaphore`.
 #[derive(Debug, Args)]
 pub struct SemaphoreArgs {
+    /// Print one JSON object on stdout instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+
     /// What to do.
     #[command(subcommand)]
     pub action: SemaphoreAction,
@@ -114,8 +122,7 @@ mod tests {
         assert!(run.semaphore);
         assert_eq!((run.permits, run.take), (Some(3), 1));
         for bad in [
-            &["lockwarden", "run", "api", "--semaphore", "--", "ls"][..],
-            &["lockwarden", "run", "api", "--permits", "3", "--", "ls"],
+            &["lockwarden", "run", "api", "--permits", "3", "--", "ls"][..],
             &[
                 "lockwarden",
                 "run",
@@ -153,5 +160,19 @@ mod tests {
             assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} accepted");
         }
         assert!(Cli::try_parse_from(["lockwarden", "latch", "count-down", "b"]).is_ok());
+        // An existing semaphore needs no --permits (issue 38); --json anywhere.
+        assert!(
+            Cli::try_parse_from(["lockwarden", "run", "api", "--semaphore", "--", "ls"]).is_ok()
+        );
+        for argv in [
+            &["lockwarden", "semaphore", "--json", "add", "api", "1"][..],
+            &["lockwarden", "semaphore", "add", "api", "1", "--json"],
+        ] {
+            let cli = Cli::try_parse_from(argv).expect("parses");
+            let Command::Semaphore(sem) = cli.command else {
+                panic!("not semaphore")
+            };
+            assert!(sem.json, "{argv:?}");
+        }
     }
 }

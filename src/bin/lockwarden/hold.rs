@@ -62,6 +62,7 @@ impl Events<'_> {
                 "{}",
                 ordered(&[
                     ("event", json!("acquired")),
+                    ("name", json!(self.lock)),
                     ("lock", json!(self.lock)),
                     ("owner", json!(guard.owner_field())),
                     ("token", json!(guard.fencing_token())),
@@ -89,6 +90,7 @@ impl Events<'_> {
                 "{}",
                 ordered(&[
                     ("event", json!("released")),
+                    ("name", json!(self.lock)),
                     ("lock", json!(self.lock)),
                     ("owner", json!(guard.owner_field())),
                     ("token", json!(guard.fencing_token())),
@@ -111,6 +113,7 @@ impl Events<'_> {
                 "{}",
                 ordered(&[
                     ("event", json!("lost")),
+                    ("name", json!(self.lock)),
                     ("lock", json!(self.lock)),
                     ("owner", json!(guard.owner_field())),
                     ("token", json!(guard.fencing_token())),
@@ -129,6 +132,7 @@ impl Events<'_> {
                 "{}",
                 ordered(&[
                     ("event", json!("timeout")),
+                    ("name", json!(self.lock)),
                     ("lock", json!(self.lock)),
                     ("waited_ms", json!(millis(waited))),
                     ("at_ms", json!(unix_ms())),

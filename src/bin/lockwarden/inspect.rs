@@ -16,7 +16,8 @@
 //! the same text as `who`.
 
 use lockwarden::{
-    Admin, ClientInfo, LockError, LockKind, LockSummary, SynchronizerKind, SynchronizerSummary,
+    Admin, ClientInfo, LockError, LockKind, LockSummary, RecordedWaiter, SynchronizerKind,
+    SynchronizerSummary,
 };
 use serde_json::{json, Value};
 
@@ -38,6 +39,9 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
             say!("{}", sync_json(&sync));
         } else {
             say!("{}: {}", field(&sync.name), sync_text(&sync));
+            for w in &sync.waiters {
+                say!("  {}", waiter_text(w));
+            }
         }
         return Ok(outcome::OK);
     }
@@ -94,6 +98,9 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
             field(&w.owner_field)
         );
     }
+    for w in &lock.waiters {
+        say!("  {}", waiter_text(w));
+    }
     Ok(outcome::OK)
 }
 
@@ -125,12 +132,17 @@ pub async fn list(session: &Session, args: ListArgs) -> Result<i32, Failure> {
             ),
             (Row::Sync(sync), true) => say!("{}", sync_json(sync)),
             (Row::Sync(sync), false) => say!(
-                "{}\t{}\t{}\t{}\twaiting={}",
+                "{}\t{}\t{}\t{}\twaiting={}{}",
                 outcome::field(&sync.name),
                 sync.kind.as_str(),
                 number_text(sync, true),
                 ttl_text(sync.ttl),
-                sync.waiting,
+                sync.waiting.max(sync.waiters.len() as u64),
+                if sync.key_missing {
+                    "\tKEY-MISSING"
+                } else {
+                    ""
+                },
             ),
         }
     }
@@ -190,6 +202,13 @@ pub fn sync_text(sync: &SynchronizerSummary) -> String {
         SynchronizerKind::Latch => "count-down latch",
         _ => "counter",
     };
+    if sync.key_missing {
+        return format!(
+            "{kind} whose KEY DOES NOT EXIST, {} waiting on it (deleted, or lost with Redis's \
+             data): they wait until someone adds permits (`lockwarden semaphore set`)",
+            sync.waiting.max(sync.waiters.len() as u64)
+        );
+    }
     let text = format!(
         "{kind}, {}, {} waiting, {}",
         number_text(sync, false),
@@ -233,10 +252,49 @@ pub fn number_text(sync: &SynchronizerSummary, fields: bool) -> String {
     }
 }
 
-/// The JSON form of a synchronizer: `lock` (its name, the field every row
-/// has), `kind`, `labelled`, `value`, `taken`, `ttl_ms`, `waiting`.
-pub fn sync_json(sync: &SynchronizerSummary) -> Value {
+/// One recorded waiter for people, who first (a narrow terminal cuts the
+/// end): `host web-3 pid 4211 label "api" (...) waits for 2 permits, 12.0s so
+/// far  [<owner field>]`.
+pub fn waiter_text(w: &RecordedWaiter) -> String {
+    let waited = w.since.elapsed().unwrap_or_default();
+    let wants = if w.wants == 1 {
+        String::new()
+    } else {
+        format!(" for {} permits", w.wants)
+    };
+    format!(
+        "{} waits{wants}, {} so far  [{}]",
+        w.who(),
+        human(waited),
+        field(&w.owner_field)
+    )
+}
+
+/// A recorded waiter as JSON.
+fn waiter_json(w: &RecordedWaiter) -> Value {
+    let since_ms = w
+        .since
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(millis)
+        .unwrap_or(0);
     json!({
+        "owner": w.owner_field,
+        "wants": w.wants,
+        "since_ms": since_ms,
+        "waited_ms": w.since.elapsed().map(millis).unwrap_or(0),
+        "client": client_json(w.client.as_ref()),
+        "who": w.who(),
+    })
+}
+
+/// The JSON form of a synchronizer: `name`, `kind`, `labelled`, `value`,
+/// `taken`, `ttl_ms`, `waiting` (listeners), `waiters` (recorded, who each is),
+/// `key_missing`; and `lock`, the same as `name`, kept for scripts written
+/// when every row called its name so (deprecated).
+pub fn sync_json(sync: &SynchronizerSummary) -> Value {
+    let waiters: Vec<Value> = sync.waiters.iter().map(waiter_json).collect();
+    json!({
+        "name": sync.name,
         "lock": sync.name,
         "kind": sync.kind.as_str(),
         "labelled": sync.labelled,
@@ -244,6 +302,8 @@ pub fn sync_json(sync: &SynchronizerSummary) -> Value {
         "taken": sync.taken,
         "ttl_ms": sync.ttl.map(millis),
         "waiting": sync.waiting,
+        "waiters": waiters,
+        "key_missing": sync.key_missing,
     })
 }
 
@@ -284,6 +344,33 @@ pub fn not_a_lock(doing: &str, name: &str) -> Failure {
     ))
 }
 
+/// `failure` as it reads when Redis answered WRONGTYPE: says what `name` is
+/// instead (a lock of some kind, or another type of key) and that it is not a
+/// `kind`. Exit 2: the name was wrong, and nothing was changed.
+pub async fn named_wrong_type(
+    session: &Session,
+    name: &str,
+    kind: &str,
+    failure: Failure,
+) -> Failure {
+    if !failure.wrong_type {
+        return failure;
+    }
+    let what = match session.admin().await {
+        Ok(admin) => match admin.describe(name).await {
+            Ok(Some(lock)) if lock.kind != LockKind::NotALock => match lock.kind {
+                LockKind::Exclusive => "an exclusive lock".to_string(),
+                other => format!("a {} lock", other.as_str()),
+            },
+            _ => "a key of another type".to_string(),
+        },
+        Err(_) => "a key of another type".to_string(),
+    };
+    Failure::usage(format!(
+        "\"{name}\" is not a {kind}: the key exists and is {what}; nothing was changed"
+    ))
+}
+
 /// "expires in 29.7s" or "no expiry".
 pub fn ttl_text(ttl: Option<std::time::Duration>) -> String {
     match ttl {
@@ -296,8 +383,8 @@ pub fn ttl_text(ttl: Option<std::time::Duration>) -> String {
 pub fn to_json(name: &str, lock: Option<&LockSummary>) -> Value {
     let Some(lock) = lock else {
         return json!({
-            "lock": name, "kind": "none", "mode": null, "held": false,
-            "ttl_ms": null, "holders": [], "queue": [],
+            "name": name, "lock": name, "kind": "none", "mode": null, "held": false,
+            "ttl_ms": null, "holders": [], "queue": [], "waiters": [],
         });
     };
     let holders: Vec<Value> = lock
@@ -322,7 +409,9 @@ pub fn to_json(name: &str, lock: Option<&LockSummary>) -> Value {
         .iter()
         .map(|w| json!({"owner": w.owner_field, "expires_in_ms": w.expires_in.map(millis)}))
         .collect();
+    let waiters: Vec<Value> = lock.waiters.iter().map(waiter_json).collect();
     json!({
+        "name": lock.name,
         "lock": lock.name,
         "kind": lock.kind.as_str(),
         "mode": mode,
@@ -330,6 +419,7 @@ pub fn to_json(name: &str, lock: Option<&LockSummary>) -> Value {
         "ttl_ms": lock.ttl.map(millis),
         "holders": holders,
         "queue": queue,
+        "waiters": waiters,
     })
 }
 

@@ -9,7 +9,9 @@
 //! operator sees and which exit code means what.
 //!
 //! - `cli`: the command line (clap), help texts and the exit-code table; `cli_sync`:
-//!   the `latch` and `semaphore` subcommands' shapes.
+//!   the `latch` and `semaphore` subcommands' shapes; `cli_ops`: `status`,
+//!   `unlock`, `list` and `top`'s; `cli_help`: the command as parsed, with the
+//!   Sentinel and Cluster options shown once in `lockwarden --help`.
 //! - `duration`: `30s`-style durations.
 //! - `outcome`: exit codes and the error type.
 //! - `session`: URL, name and kind checks, connecting.
@@ -33,6 +35,8 @@ macro_rules! say {
 mod acquire;
 mod child;
 mod cli;
+mod cli_help;
+mod cli_ops;
 mod cli_sync;
 mod duration;
 mod hold;
@@ -48,14 +52,13 @@ mod unlock;
 use std::io::Write;
 
 use clap::error::ErrorKind;
-use clap::Parser;
 
 use crate::cli::{Cli, Command, HoldArgs, RunArgs};
 use crate::outcome::{note, Failure};
 use crate::session::Session;
 
 fn main() {
-    let cli = match Cli::try_parse() {
+    let cli = match cli::parse_from(std::env::args_os()) {
         Ok(cli) => cli,
         Err(e) => refuse(e),
     };
@@ -101,11 +104,19 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
     match cli.command {
         Command::Run(args) => {
             session.check_new_name(&args.name)?;
-            if args.semaphore {
-                sync::run_semaphore(&session, args).await
+            let (name, json, semaphore) = (args.name.clone(), args.json, args.semaphore);
+            let ran = if semaphore {
+                match sync::run_semaphore(&session, args).await {
+                    Err(f) => Err(inspect::named_wrong_type(&session, &name, "semaphore", f).await),
+                    done => done,
+                }
             } else {
                 run::run(&session, args).await
+            };
+            if json {
+                run::say_finished(&name, semaphore, &ran);
             }
+            ran
         }
         Command::Hold(args) => {
             session.check_new_name(&args.name)?;
@@ -302,6 +313,7 @@ fn init_tracing(verbose: u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
 
     fn hint(args: &[&str]) -> Option<String> {
         let mut argv = vec!["lockwarden"];

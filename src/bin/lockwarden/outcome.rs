@@ -67,6 +67,10 @@ pub struct Failure {
     pub code: i32,
     /// One line, without the `lockwarden: ` prefix.
     pub message: String,
+    /// Redis answered WRONGTYPE: the key holds another type than the
+    /// operation's (a semaphore's command on a lock, say); the caller may name
+    /// what the key is.
+    pub wrong_type: bool,
 }
 
 impl Failure {
@@ -75,6 +79,7 @@ impl Failure {
         Failure {
             code: USAGE,
             message: message.into(),
+            wrong_type: false,
         }
     }
 
@@ -83,6 +88,7 @@ impl Failure {
         Failure {
             code: FAILED,
             message: message.into(),
+            wrong_type: false,
         }
     }
 
@@ -109,7 +115,12 @@ impl Failure {
             }
             _ => format!("{doing}: {e}"),
         };
-        Failure { code, message }
+        let wrong_type = matches!(&e, LockError::Redis(r) if r.code() == Some("WRONGTYPE"));
+        Failure {
+            code,
+            message,
+            wrong_type,
+        }
     }
 }
 

@@ -255,6 +255,29 @@ impl Watch<'_> {
     }
 }
 
+/// `run --json`: the last line on stdout, after whatever the command printed:
+/// `{"event":"finished","name":..,"kind":"lock"|"semaphore","exit_code":N,
+/// "error":null|"..","at_ms":N}` (`error`: why lockwarden itself stopped, also
+/// on stderr).
+pub fn say_finished(name: &str, semaphore: bool, ran: &Result<i32, Failure>) {
+    let (code, error) = match ran {
+        Ok(code) => (*code, None),
+        Err(f) => (f.code, Some(f.message.as_str())),
+    };
+    let at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let value = serde_json::json!({
+        "event": "finished",
+        "name": name,
+        "kind": if semaphore { "semaphore" } else { "lock" },
+        "exit_code": code,
+        "error": error,
+        "at_ms": at_ms,
+    });
+    say!("{value}");
+}
+
 /// `run --semaphore --expirable`: runs the command under permits taken on
 /// `manager`, watched and released as a lock is (watchdog lease, lost while
 /// held, --on-lost).

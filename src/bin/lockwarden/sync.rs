@@ -21,6 +21,7 @@ use futures::FutureExt;
 use lockwarden::{LockError, Locks, PermitSemaphore, SemaphoreGuard};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
+use serde_json::json;
 use tracing::info;
 
 use crate::acquire::Signals;
@@ -41,10 +42,16 @@ pub async fn run_semaphore(session: &Session, args: RunArgs) -> Result<i32, Fail
         .semaphore(&args.name)
         .await
         .map_err(|e| Failure::from_lock(&doing(&args), e))?;
+    set_up(
+        &args,
+        args.permits.map(|p| sem.try_set_permits(p)),
+        sem.exists(),
+        sem.available(),
+    )
+    .await?;
     let mut signals = Signals::install()?;
     let took = take(
         &args,
-        args.permits.map(|p| sem.try_set_permits(p)),
         match args.acquire.wait {
             Some(wait) => sem.acquire_within(args.take, wait).boxed_local(),
             None => sem.acquire(args.take).boxed_local(),
@@ -70,10 +77,16 @@ async fn run_expirable(session: &Session, args: RunArgs) -> Result<i32, Failure>
         .await
         .map_err(|e| failed(e.into()))?
         .map_err(failed)?;
+    set_up(
+        &args,
+        args.permits.map(|p| sem.try_set_permits(p)),
+        sem.exists(),
+        sem.available(),
+    )
+    .await?;
     let mut signals = Signals::install()?;
     let took = take(
         &args,
-        args.permits.map(|p| sem.try_set_permits(p)),
         match args.acquire.wait {
             Some(wait) => sem.acquire_within(args.take, wait, None).boxed_local(),
             None => sem.acquire(args.take, None).boxed_local(),
@@ -103,32 +116,64 @@ fn doing(args: &RunArgs) -> String {
     format!("taking permits of semaphore \"{}\"", args.name)
 }
 
-/// Either kind's wait for permits: gives the semaphore `--permits` if it has
-/// none (`set_up`), then waits for `taking`, as `run` waits for a lock (Ctrl-C
-/// leaves the queue; at the end of `--wait` it says how many are available).
+/// Either kind's set-up before the wait: gives the semaphore `--permits` if it
+/// does not exist; without `--permits` refuses a semaphore that does not exist
+/// (exit 2, nothing changed: the wait would never end). On an existing one
+/// `--permits` changes nothing, by design: every process of a fleet passes the
+/// flag, the number in Redis is the fleet's, and Redis keeps no total to
+/// compare the flag with, only the permits available now. So only a plain
+/// difference is said on stderr (more available than `--permits`: it was set up
+/// with more); otherwise `-v` says the flag was moot.
+async fn set_up(
+    args: &RunArgs,
+    create: Option<impl Future<Output = Result<bool, LockError>>>,
+    exists: impl Future<Output = Result<bool, LockError>>,
+    available: impl Future<Output = Result<u64, LockError>>,
+) -> Result<(), Failure> {
+    let failed = |e| Failure::from_lock(&doing(args), e);
+    let Some(create) = create else {
+        if !exists.await.map_err(failed)? {
+            return Err(Failure::usage(format!(
+                "semaphore \"{}\" does not exist: give --permits N to create it (a wait \
+                 on a semaphore with no key would never end); nothing was changed",
+                args.name
+            )));
+        }
+        return Ok(());
+    };
+    if create.await.map_err(failed)? {
+        info!(semaphore = %args.name, permits = args.permits, "semaphore created");
+        return Ok(());
+    }
+    let now = available.await.map_err(failed)?;
+    let asked = u64::from(args.permits.unwrap_or(0));
+    if now > asked {
+        note(format!(
+            "semaphore \"{}\" exists with {now} permits available, more than --permits \
+             {asked}: it was set up with more; using it as it is (`semaphore drain` and \
+             `semaphore set` change it)",
+            args.name
+        ));
+    } else {
+        info!(
+            semaphore = %args.name,
+            permits = args.permits,
+            available = now,
+            "the semaphore exists: --permits left its permits as they are \
+             (`semaphore add` or `drain` change them)"
+        );
+    }
+    Ok(())
+}
+
+/// Either kind's wait for permits, as `run` waits for a lock (Ctrl-C leaves
+/// the queue; at the end of `--wait` it says how many are available).
 async fn take<G>(
     args: &RunArgs,
-    set_up: Option<impl Future<Output = Result<bool, LockError>>>,
     taking: impl Future<Output = Result<G, LockError>>,
     available: impl Future<Output = Result<u64, LockError>>,
     signals: &mut Signals,
 ) -> Result<Took<G>, Failure> {
-    if let Some(created) = set_up {
-        if created
-            .await
-            .map_err(|e| Failure::from_lock(&doing(args), e))?
-        {
-            info!(semaphore = %args.name, permits = args.permits, "semaphore created");
-        } else {
-            // Every process of a fleet passes --permits; only -v says it was moot.
-            info!(
-                semaphore = %args.name,
-                permits = args.permits,
-                "the semaphore exists: --permits left its permits as they are \
-                 (`semaphore add` or `drain` change them)"
-            );
-        }
-    }
     futures::select! {
         got = taking.fuse() => match got {
             Ok(guard) => Ok(Took::Guard(guard)),
@@ -250,47 +295,78 @@ pub async fn latch(session: &Session, args: LatchArgs) -> Result<i32, Failure> {
         | LatchAction::Count { name } => name.clone(),
     };
     session.check_new_name(&name)?;
+    match latch_action(session, &name, args).await {
+        Err(f) => {
+            Err(crate::inspect::named_wrong_type(session, &name, "count-down latch", f).await)
+        }
+        done => done,
+    }
+}
+
+/// `lockwarden latch ...` once the name is checked. With `--json` one object
+/// on stdout (`name` and what the action found); notes stay on stderr.
+async fn latch_action(session: &Session, name: &str, args: LatchArgs) -> Result<i32, Failure> {
     let doing = format!("latch \"{name}\"");
     let fail = |e| Failure::from_lock(&doing, e);
     let manager = session.manager().await?;
-    let latch = manager.latch(&name).await.map_err(fail)?;
+    let latch = manager.latch(name).await.map_err(fail)?;
+    let json = args.json;
+    let show = |text: String, value: serde_json::Value| {
+        if json {
+            say!("{value}");
+        } else if !text.is_empty() {
+            say!("{text}");
+        }
+    };
     match args.action {
         LatchAction::Set { count, .. } => {
             if latch.try_set_count(count).await.map_err(fail)? {
-                say!("{name}: count set to {count}");
+                show(
+                    format!("{name}: count set to {count}"),
+                    json!({"name": name, "set": true, "count": count}),
+                );
                 Ok(outcome::OK)
             } else {
                 let now = latch.count().await.map_err(fail)?;
                 note(format!(
                     "latch \"{name}\" already has a count ({now}); left as it is"
                 ));
+                show(
+                    String::new(),
+                    json!({"name": name, "set": false, "count": now}),
+                );
                 Ok(outcome::FAILED)
             }
         }
         LatchAction::CountDown { .. } => {
             let left = latch.count_down().await.map_err(fail)?;
-            say!("{left}");
+            show(left.to_string(), json!({"name": name, "count": left}));
             Ok(outcome::OK)
         }
         LatchAction::Count { .. } => {
-            say!("{}", latch.count().await.map_err(fail)?);
+            let now = latch.count().await.map_err(fail)?;
+            show(now.to_string(), json!({"name": name, "count": now}));
             Ok(outcome::OK)
         }
         LatchAction::Wait {
             wait, must_exist, ..
         } => {
             if !latch.exists().await.map_err(fail)? {
+                let opened =
+                    json!({"name": name, "open": !must_exist, "count": 0, "existed": false});
                 if must_exist {
                     note(format!(
                         "latch \"{name}\" has no count: it was never set (a mistyped name?) \
                          or it has already opened"
                     ));
+                    show(String::new(), opened);
                     return Ok(outcome::FAILED);
                 }
                 note(format!(
                     "latch \"{name}\" has no count (never set, or already opened): open; \
                      --must-exist makes this an error"
                 ));
+                show(String::new(), opened);
                 return Ok(outcome::OK);
             }
             let mut signals = Signals::install()?;
@@ -301,10 +377,12 @@ pub async fn latch(session: &Session, args: LatchArgs) -> Result<i32, Failure> {
             futures::select! {
                 opened = waiting.fuse() => {
                     if opened.map_err(fail)? {
+                        show(String::new(), json!({"name": name, "open": true, "count": 0, "existed": true}));
                         Ok(outcome::OK)
                     } else {
                         let left = latch.count().await.unwrap_or(0);
                         note(format!("latch \"{name}\" still at {left} when --wait ran out"));
+                        show(String::new(), json!({"name": name, "open": false, "count": left, "existed": true}));
                         Ok(outcome::TIMEOUT)
                     }
                 }
@@ -323,34 +401,85 @@ pub async fn semaphore(session: &Session, args: SemaphoreArgs) -> Result<i32, Fa
         | SemaphoreAction::Available { name } => name.clone(),
     };
     session.check_new_name(&name)?;
+    match semaphore_action(session, &name, args).await {
+        Err(f) => Err(crate::inspect::named_wrong_type(session, &name, "semaphore", f).await),
+        done => done,
+    }
+}
+
+/// `lockwarden semaphore ...` once the name is checked.
+async fn semaphore_action(
+    session: &Session,
+    name: &str,
+    args: SemaphoreArgs,
+) -> Result<i32, Failure> {
     let doing = format!("semaphore \"{name}\"");
     let fail = |e| Failure::from_lock(&doing, e);
     let manager = session.manager().await?;
-    let sem = manager.semaphore(&name).await.map_err(fail)?;
-    match args.action {
+    let sem = manager.semaphore(name).await.map_err(fail)?;
+    let json = args.json;
+    let (text, value, code) = match args.action {
         SemaphoreAction::Set { permits, .. } => {
             if sem.try_set_permits(permits).await.map_err(fail)? {
-                say!("{name}: {permits} permits");
-                Ok(outcome::OK)
+                let v = json!({"name": name, "set": true, "changed": true, "available": permits});
+                (format!("{name}: {permits} permits"), v, outcome::OK)
             } else {
+                // Idempotent: a set-up script's second run changes nothing and
+                // succeeds. Only more available than asked is plainly another
+                // number (Redis keeps no total: fewer may be taken ones).
                 let now = sem.available().await.map_err(fail)?;
-                note(format!(
-                    "semaphore \"{name}\" already has permits ({now} available); left as it is"
-                ));
-                Ok(outcome::FAILED)
+                let asked = u64::from(permits);
+                let v =
+                    json!({"name": name, "set": now <= asked, "changed": false, "available": now});
+                if now > asked {
+                    note(format!(
+                        "semaphore \"{name}\" exists with {now} permits available, more than \
+                         {permits}: left as it is (`semaphore drain` then `set` lowers it)"
+                    ));
+                    (String::new(), v, outcome::FAILED)
+                } else if now == asked {
+                    (
+                        format!("{name}: {permits} permits (unchanged)"),
+                        v,
+                        outcome::OK,
+                    )
+                } else {
+                    let text = format!(
+                        "{name}: exists with {now} available, unchanged (the other {} may be \
+                         taken: Redis keeps no total; if it was set up with fewer, \
+                         `semaphore add` the difference)",
+                        asked - now
+                    );
+                    (text, v, outcome::OK)
+                }
             }
         }
         SemaphoreAction::Add { permits, .. } => {
-            say!("{}", sem.add_permits(permits).await.map_err(fail)?);
-            Ok(outcome::OK)
+            let now = sem.add_permits(permits).await.map_err(fail)?;
+            let v = json!({"name": name, "added": permits, "available": now});
+            (now.to_string(), v, outcome::OK)
         }
         SemaphoreAction::Drain { .. } => {
-            say!("{}", sem.drain().await.map_err(fail)?);
-            Ok(outcome::OK)
+            let drained = sem.drain().await.map_err(fail)?;
+            (
+                drained.to_string(),
+                json!({"name": name, "drained": drained}),
+                outcome::OK,
+            )
         }
         SemaphoreAction::Available { .. } => {
-            say!("{}", sem.available().await.map_err(fail)?);
-            Ok(outcome::OK)
+            let now = sem.available().await.map_err(fail)?;
+            (
+                now.to_string(),
+                json!({"name": name, "available": now}),
+                outcome::OK,
+            )
         }
+    };
+    if json {
+        say!("{value}");
+    } else if !text.is_empty() {
+        say!("{text}");
     }
+    Ok(code)
 }

@@ -11,7 +11,9 @@
 //!   lock or synchronizer, most-waited-for first, cut to `--limit` rows and 160
 //!   columns so that a refresh never scrolls; each holder as `host/pid/label` when
 //!   its manager is registered, its owner field marked "unknown client" otherwise;
-//!   a synchronizer's permits or count where a lock's holders are;
+//!   a synchronizer's permits or count where a lock's holders are, then who
+//!   waits on the lock or synchronizer (recorded waiters: `host/pid/label`, permits wanted, time so
+//!   far) and `KEY MISSING` for a semaphore whose key is gone under its waiters;
 //! - a pipe or a file: plain lines, a `# <time> <n> locks[, <m> synchronizers]`
 //!   line and then one tab-separated line a row per refresh;
 //! - `--json`: one object per refresh, `{"at_ms", "locks": [...]}`, each row in the
@@ -25,11 +27,12 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::FutureExt;
-use lockwarden::{Admin, LockError, LockSummary};
+use lockwarden::{Admin, LockError, LockSummary, RecordedWaiter, SynchronizerSummary};
 use serde_json::json;
 
 use crate::acquire::Signals;
 use crate::cli::TopArgs;
+use crate::duration::human;
 use crate::inspect::{number_text, sync_json, to_json, ttl_text, Row};
 use crate::outcome::{self, printable, Failure};
 use crate::session::Session;
@@ -103,8 +106,10 @@ async fn look(admin: &Admin, pattern: &str) -> Frame {
         .into_iter()
         .map(|row| {
             let waiting = match &row {
-                Row::Lock(_) => on_locks.next().unwrap_or(0),
-                Row::Sync(sync) => sync.waiting,
+                // Listeners, or the waiters recorded if more (a fair lock's
+                // waiters listen on channels of their own).
+                Row::Lock(lock) => on_locks.next().unwrap_or(0).max(lock.waiters.len() as u64),
+                Row::Sync(sync) => sync.waiting.max(sync.waiters.len() as u64),
             };
             (row, waiting)
         })
@@ -166,6 +171,56 @@ fn holders_text(lock: &LockSummary, compact: bool) -> String {
         .join(", ")
 }
 
+/// A synchronizer's number on a screen row, or that its key is missing.
+fn sync_number(sync: &SynchronizerSummary) -> String {
+    if sync.key_missing {
+        "KEY MISSING: waits for ever".into()
+    } else {
+        number_text(sync, false)
+    }
+}
+
+/// Who waits on a lock or synchronizer (recorded waiters, oldest first): on a
+/// screen row " waits: web-3/4211/api x2 12s, ..." (empty when none); for a
+/// plain line "host web-3 pid 4211 ... x2 12s; ..." (`-` when none).
+fn waiters_text(waiters: &[RecordedWaiter], compact: bool) -> String {
+    if waiters.is_empty() {
+        return if compact { String::new() } else { "-".into() };
+    }
+    let each: Vec<String> = waiters
+        .iter()
+        .map(|w| {
+            let who = match (&w.client, compact) {
+                (Some(c), true) => {
+                    let label = c
+                        .label
+                        .as_deref()
+                        .map(|l| format!("/{}", outcome::field(l)));
+                    format!(
+                        "{}/{}{}",
+                        outcome::field(&c.host),
+                        c.pid,
+                        label.unwrap_or_default()
+                    )
+                }
+                (None, true) => format!("{} (unknown client)", w.owner_field),
+                (_, false) => w.who(),
+            };
+            let wants = match w.wants {
+                1 => String::new(),
+                n => format!(" x{n}"),
+            };
+            let waited = human(w.since.elapsed().unwrap_or_default());
+            format!("{who}{wants} {waited}")
+        })
+        .collect();
+    if compact {
+        format!(" waits: {}", each.join(", "))
+    } else {
+        each.join("; ")
+    }
+}
+
 /// Seconds and milliseconds of a Unix time as `HH:MM:SS` (UTC).
 fn clock(at: Duration) -> String {
     let s = at.as_secs();
@@ -191,22 +246,24 @@ fn screen_frame(url: &str, at: Duration, frame: &Frame, limit: usize) -> String 
             for (row, waiting) in rows.iter().take(limit) {
                 lines.push(match row {
                     Row::Lock(lock) => format!(
-                        "{:<32} {:<16} {:>7} {:>5} {:<18} {}",
+                        "{:<32} {:<16} {:>7} {:>5} {:<18} {}{}",
                         lock.name,
                         lock.kind.as_str(),
                         waiting,
                         lock.queue.len(),
                         ttl_text(lock.ttl),
-                        holders_text(lock, true)
+                        holders_text(lock, true),
+                        waiters_text(&lock.waiters, true)
                     ),
                     Row::Sync(sync) => format!(
-                        "{:<32} {:<16} {:>7} {:>5} {:<18} ({})",
+                        "{:<32} {:<16} {:>7} {:>5} {:<18} ({}){}",
                         sync.name,
                         sync.kind.as_str(),
                         waiting,
                         "-",
                         ttl_text(sync.ttl),
-                        number_text(sync, false)
+                        sync_number(sync),
+                        waiters_text(&sync.waiters, true)
                     ),
                 });
             }
@@ -233,19 +290,26 @@ fn plain_frame(at: Duration, frame: &Frame) -> String {
             for (row, waiting) in rows {
                 lines.push(match row {
                     Row::Lock(lock) => format!(
-                        "{}\t{}\twaiting={waiting}\tqueue={}\t{}\tholders={}",
+                        "{}\t{}\twaiting={waiting}\tqueue={}\t{}\tholders={}\twaiters={}",
                         outcome::field(&lock.name),
                         lock.kind.as_str(),
                         lock.queue.len(),
                         ttl_text(lock.ttl),
                         outcome::field(&holders_text(lock, false)),
+                        outcome::field(&waiters_text(&lock.waiters, false)),
                     ),
                     Row::Sync(sync) => format!(
-                        "{}\t{}\twaiting={waiting}\t{}\t{}",
+                        "{}\t{}\twaiting={waiting}\t{}\t{}{}\twaiters={}",
                         outcome::field(&sync.name),
                         sync.kind.as_str(),
                         number_text(sync, true),
                         ttl_text(sync.ttl),
+                        if sync.key_missing {
+                            "\tKEY-MISSING"
+                        } else {
+                            ""
+                        },
+                        outcome::field(&waiters_text(&sync.waiters, false)),
                     ),
                 });
             }

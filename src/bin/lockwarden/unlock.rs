@@ -40,8 +40,21 @@ pub async fn unlock(session: &Session, args: UnlockArgs) -> Result<i32, Failure>
         .describe(&args.name)
         .await
         .map_err(|e| Failure::from_lock(&doing, e))?;
+    let said = |unlocked: bool, holders: usize, text: String| {
+        if args.json {
+            let v =
+                serde_json::json!({"name": args.name, "unlocked": unlocked, "holders": holders});
+            say!("{v}");
+        } else {
+            say!("{text}");
+        }
+    };
     let Some(lock) = found else {
-        say!("\"{}\" is not locked; nothing changed", args.name);
+        said(
+            false,
+            0,
+            format!("\"{}\" is not locked; nothing changed", args.name),
+        );
         return Ok(outcome::OK);
     };
     if lock.kind == LockKind::NotALock {
@@ -64,10 +77,15 @@ pub async fn unlock(session: &Session, args: UnlockArgs) -> Result<i32, Failure>
         .await
         .map_err(|_| Failure::failed("the lock manager stopped"))?
         .map_err(|e| Failure::from_lock(&doing, e))?;
+    let holders = lock.holders.len();
     if deleted {
-        say!("unlocked \"{}\"", args.name);
+        said(true, holders, format!("unlocked \"{}\"", args.name));
     } else {
-        say!("\"{}\" was not locked; nothing changed", args.name);
+        said(
+            false,
+            0,
+            format!("\"{}\" was not locked; nothing changed", args.name),
+        );
     }
     Ok(outcome::OK)
 }
