@@ -267,3 +267,51 @@ fn busy_oom_and_loading_are_retryable() {
         assert!(LockError::from(e).is_retryable(), "{code}");
     }
 }
+
+/// A link that swallowed the bytes of the calls in flight (blackholed 3 s by the
+/// proxy, which reads and drops them) leaves the multiplexed connection pairing
+/// each later reply with the request before it: every call timed out for as
+/// long as the manager ran. After a timeout the connection is replaced
+/// (src/node/standalone.rs), so the manager works again within a response
+/// timeout or two of the link's return.
+#[actix_rt::test]
+async fn a_manager_recovers_from_a_link_that_swallowed_its_calls() {
+    let server = RedisServer::start();
+    let link = support::Proxy::start(server.port());
+    let holder = manager(&server, |c| c).await;
+    let config = lockwarden::Config::from_url(&link.url()).expect("url");
+    let m = lockwarden::LockManager::start(config)
+        .await
+        .expect("started");
+    let held = holder
+        .send(Acquire::new("swallowed"))
+        .await
+        .expect("running")
+        .expect("granted");
+    // A waiter's retries and waiting records are in flight when the link goes.
+    let waiter = actix_rt::spawn({
+        let m = m.clone();
+        async move {
+            m.send(Acquire::new("swallowed").wait(Duration::from_secs(4)))
+                .await
+        }
+    });
+    actix_rt::time::sleep(Duration::from_millis(1500)).await;
+    link.set(support::Mode::Blackhole);
+    actix_rt::time::sleep(Duration::from_secs(3)).await;
+    link.set(support::Mode::Pass);
+    let _ = waiter.await;
+    held.release().await.expect("released");
+    let back = Instant::now();
+    let granted = m
+        .send(Acquire::new("after-the-blackhole").wait(Duration::from_secs(12)))
+        .await
+        .expect("running");
+    let took = back.elapsed();
+    let guard = granted.unwrap_or_else(|e| {
+        panic!("the manager did not recover from the swallowed calls in {took:?}: {e}")
+    });
+    guard.release().await.expect("released");
+    assert!(took < Duration::from_secs(10), "recovered after {took:?}");
+    eprintln!("granted {took:?} after the link came back");
+}

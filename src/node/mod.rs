@@ -12,8 +12,9 @@
 //!
 //! Three deployments stand behind it, each a variant of the connection's `Link`
 //! and a file of its own: a standalone server reached through redis-rs's `ConnectionManager`
-//! (multiplexed: concurrent scripts from all lock actors are pipelined on one
-//! socket; it reconnects by itself), the master Sentinel names (`sentinel/`,
+//! (`standalone.rs`; multiplexed: concurrent scripts from all lock actors are
+//! pipelined on one socket; it reconnects by itself when the connection drops,
+//! and is replaced here after a call timed out), the master Sentinel names (`sentinel/`,
 //! which follows failovers, as redis-rs does not, and `sentinel/switch.rs`, which hears
 //! Sentinel announce them), and a Redis Cluster
 //! (`cluster.rs`, redis-rs's cluster connection: slot routing, redirects, topology
@@ -35,6 +36,7 @@ mod diagnose;
 mod pubsub;
 mod replicas;
 mod sentinel;
+mod standalone;
 mod start;
 
 use std::sync::Arc;
@@ -110,8 +112,8 @@ enum Confirmer {
 /// The connection of each deployment.
 #[derive(Clone)]
 enum Link {
-    /// A standalone server.
-    Standalone(ConnectionManager),
+    /// A standalone server, replaced after a timeout (`standalone.rs`).
+    Standalone(Arc<standalone::Standalone>),
     /// The master Sentinel names, followed across failovers (`sentinel/`).
     Sentinel(Arc<Follower>),
     /// A Redis Cluster (`cluster.rs`), and the publish command of its scripts.
@@ -131,7 +133,7 @@ impl std::fmt::Debug for Link {
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match &mut self.link {
-            Link::Standalone(c) => c.req_packed_command(cmd),
+            Link::Standalone(s) => standalone::request(s, cmd),
             Link::Sentinel(s) => sentinel::request(s, cmd),
             Link::Cluster(c, _) => c.req_packed_command(cmd),
         }
@@ -144,7 +146,7 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match &mut self.link {
-            Link::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
+            Link::Standalone(s) => standalone::request_many(s, pipeline, offset, count),
             Link::Sentinel(s) => sentinel::request_many(s, pipeline, offset, count),
             Link::Cluster(c, _) => c.req_packed_commands(pipeline, offset, count),
         }
@@ -152,7 +154,7 @@ impl ConnectionLike for Conn {
 
     fn get_db(&self) -> i64 {
         match &self.link {
-            Link::Standalone(c) => c.get_db(),
+            Link::Standalone(s) => s.conn().get_db(),
             Link::Sentinel(s) => sentinel::db(s),
             Link::Cluster(c, _) => c.get_db(),
         }
@@ -180,7 +182,7 @@ impl Conn {
     #[cfg(test)]
     pub(crate) fn standalone(conn: ConnectionManager) -> Conn {
         Conn {
-            link: Link::Standalone(conn),
+            link: Link::Standalone(Arc::new(standalone::Standalone::fixed(conn))),
             confirmation: None,
         }
     }
@@ -269,45 +271,48 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
         None => config.connection_timeout,
     };
     let first = || async {
-        let found = async {
-            Ok::<_, redis::RedisError>(match (&config.sentinel, &config.cluster) {
-                (_, Some(seeds)) => {
-                    let (conn, publish) = cluster::connect(seeds, config).await?;
-                    Link::Cluster(conn, publish)
-                }
-                (Some(_), None) => Link::Sentinel(Follower::connect(config, cm.clone()).await?),
-                (None, None) => {
-                    // One plain attempt first, whose failure is named at once when
-                    // a person must fix it: the connection manager would retry it
-                    // for the whole timeout. A failure that may pass (a restart, a
-                    // slow link) gets the manager's retries, then the look's words.
-                    let began = std::time::Instant::now();
-                    let looked = diagnose::first_look(config).await;
-                    let looked = match looked {
-                        Err(e) if diagnose::settled(&e) => return Err(e),
-                        looked => looked.err(),
-                    };
-                    let made = ConnectionManager::new_with_config(client.clone(), cm.clone());
-                    // Within the start's bound, leaving a moment to answer the
-                    // look's words rather than the bound's.
-                    let left = bound
-                        .saturating_sub(began.elapsed())
-                        .saturating_sub(std::time::Duration::from_millis(50));
-                    match tokio::time::timeout(left, made).await {
-                        Ok(Ok(conn)) => Link::Standalone(conn),
-                        Ok(Err(e)) => return Err(looked.unwrap_or(e)),
-                        Err(_) => {
-                            return Err(looked.unwrap_or_else(|| {
-                                redis::RedisError::from(std::io::Error::new(
-                                    std::io::ErrorKind::TimedOut,
-                                    "no connection within the connection timeout",
-                                ))
-                            }))
+        let found =
+            async {
+                Ok::<_, redis::RedisError>(match (&config.sentinel, &config.cluster) {
+                    (_, Some(seeds)) => {
+                        let (conn, publish) = cluster::connect(seeds, config).await?;
+                        Link::Cluster(conn, publish)
+                    }
+                    (Some(_), None) => Link::Sentinel(Follower::connect(config, cm.clone()).await?),
+                    (None, None) => {
+                        // One plain attempt first, whose failure is named at once when
+                        // a person must fix it: the connection manager would retry it
+                        // for the whole timeout. A failure that may pass (a restart, a
+                        // slow link) gets the manager's retries, then the look's words.
+                        let began = std::time::Instant::now();
+                        let looked = diagnose::first_look(config).await;
+                        let looked = match looked {
+                            Err(e) if diagnose::settled(&e) => return Err(e),
+                            looked => looked.err(),
+                        };
+                        let made = ConnectionManager::new_with_config(client.clone(), cm.clone());
+                        // Within the start's bound, leaving a moment to answer the
+                        // look's words rather than the bound's.
+                        let left = bound
+                            .saturating_sub(began.elapsed())
+                            .saturating_sub(std::time::Duration::from_millis(50));
+                        match tokio::time::timeout(left, made).await {
+                            Ok(Ok(conn)) => Link::Standalone(Arc::new(
+                                standalone::Standalone::new(conn, client.clone(), cm.clone()),
+                            )),
+                            Ok(Err(e)) => return Err(looked.unwrap_or(e)),
+                            Err(_) => {
+                                return Err(looked.unwrap_or_else(|| {
+                                    redis::RedisError::from(std::io::Error::new(
+                                        std::io::ErrorKind::TimedOut,
+                                        "no connection within the connection timeout",
+                                    ))
+                                }))
+                            }
                         }
                     }
-                }
-            })
-        };
+                })
+            };
         let found = tokio::time::timeout(bound, found).await.map_err(|_| {
             redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,

@@ -374,14 +374,14 @@ impl RedisServer {
             .expect("CONFIG SET on the master");
         let replica =
             RedisServer::start_as(master.tls.clone(), &["--replicaof", "127.0.0.1", &port]);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         while !replica
             .info("replication")
             .contains("master_link_status:up")
         {
             assert!(
                 Instant::now() < deadline,
-                "replica did not sync within 10 s\n{}",
+                "replica did not sync within 30 s\n{}",
                 replica.log()
             );
             std::thread::sleep(Duration::from_millis(10));
@@ -408,7 +408,7 @@ impl RedisServer {
         while !ready(&master.info("replication")) {
             assert!(
                 Instant::now() < deadline,
-                "the master does not see its replica online within 10 s\n{}",
+                "the master does not see its replica online within 30 s\n{}",
                 master.log()
             );
             std::thread::sleep(Duration::from_millis(10));

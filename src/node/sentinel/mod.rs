@@ -280,7 +280,27 @@ impl Follower {
                 redis::cmd("PING").query_async::<String>(&mut conn),
             )
             .await;
-            return Ok(matches!(ping, Ok(Ok(_))));
+            if matches!(ping, Ok(Ok(_))) {
+                return Ok(true);
+            }
+            // The same master, but its connection does not answer. A frozen
+            // master answers no connection; but if a fresh one answers, the old
+            // one lost a call's bytes and pairs each reply with the request
+            // before it for good (`node/standalone.rs` says more): replace it.
+            let fresh = async {
+                let mut fresh =
+                    ConnectionManager::new_with_config(master, self.settings.clone()).await?;
+                redis::cmd("PING").query_async::<String>(&mut fresh).await?;
+                Ok::<_, RedisError>(fresh)
+            };
+            let Ok(Ok(fresh)) = tokio::time::timeout(LOOKUP_PAUSE, fresh).await else {
+                return Ok(false);
+            };
+            self.generation.fetch_add(1, Ordering::AcqRel);
+            self.current.write().unwrap_or_else(|e| e.into_inner()).0 = fresh;
+            self.moved.notify_waiters();
+            debug!(master = %address, "the master's connection stopped answering while a new one answers: replaced");
+            return Ok(true);
         }
         let conn =
             ConnectionManager::new_with_config(master.clone(), self.settings.clone()).await?;
