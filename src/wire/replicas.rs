@@ -483,16 +483,8 @@ async fn send_fast<C: ConnectionLike>(
         timeout: fast.timeout,
     };
     let mut pipe = redis::pipe();
-    pipe.add_command(cmd.clone())
-        .cmd("CLIENT")
-        .arg("ID")
-        .cmd("WAIT")
-        .arg(sync.min)
-        .arg(millis(sync.timeout));
-    if confirmation.aof {
-        pipe.cmd("WAITAOF").arg(1).arg(0).arg(millis(sync.timeout));
-    }
-    let count = if confirmation.aof { 4 } else { 3 };
+    pipe.add_command(cmd.clone()).cmd("CLIENT").arg("ID");
+    let count = 2 + push_waits(&mut pipe, sync, confirmation.aof);
     let replies = conn.req_packed_commands(&pipe, 0, count).await;
     drop(place);
     let mut replies = replies?.into_iter();
@@ -526,15 +518,8 @@ async fn send_fast<C: ConnectionLike>(
                 min: confirmation.required(),
                 ..confirmation.sync
             };
-            pipe.cmd("CLIENT")
-                .arg("ID")
-                .cmd("WAIT")
-                .arg(sync.min)
-                .arg(millis(sync.timeout));
-            if confirmation.aof {
-                pipe.cmd("WAITAOF").arg(1).arg(0).arg(millis(sync.timeout));
-            }
-            let count = if confirmation.aof { 3 } else { 2 };
+            pipe.cmd("CLIENT").arg("ID");
+            let count = 1 + push_waits(&mut pipe, sync, confirmation.aof);
             let again = match conn.req_packed_commands(&pipe, 0, count).await {
                 Ok(replies) => {
                     let mut replies = replies.into_iter();
@@ -581,14 +566,8 @@ async fn with_wait<C: ConnectionLike>(
         ..confirmation.sync
     };
     let mut pipe = redis::pipe();
-    pipe.add_command(cmd.clone())
-        .cmd("WAIT")
-        .arg(sync.min)
-        .arg(millis(sync.timeout));
-    if confirmation.aof {
-        pipe.cmd("WAITAOF").arg(1).arg(0).arg(millis(sync.timeout));
-    }
-    let count = if confirmation.aof { 3 } else { 2 };
+    pipe.add_command(cmd.clone());
+    let count = 1 + push_waits(&mut pipe, sync, confirmation.aof);
     let replies = match conn.req_packed_commands(&pipe, 0, count).await {
         Ok(replies) => replies,
         Err(e) => {
@@ -606,6 +585,17 @@ async fn with_wait<C: ConnectionLike>(
     let confirmed = confirmed(wait, replies.next(), sync);
     confirmation.record(&confirmed);
     Ok((reply, confirmed))
+}
+
+/// Appends `WAIT` (and `WAITAOF` when the master has it) for `sync` to `pipe`;
+/// answers how many commands that added.
+fn push_waits(pipe: &mut redis::Pipeline, sync: ReplicaSync, aof: bool) -> usize {
+    pipe.cmd("WAIT").arg(sync.min).arg(millis(sync.timeout));
+    if aof {
+        pipe.cmd("WAITAOF").arg(1).arg(0).arg(millis(sync.timeout));
+        return 2;
+    }
+    1
 }
 
 /// The client id in a `CLIENT ID` reply.
