@@ -101,6 +101,12 @@ impl ClientInfo {
         })
     }
 
+    /// [`ClientInfo::describe`] of `client`, or [`UNKNOWN_CLIENT`] without one:
+    /// how a holder or a waiter is named for people.
+    pub(crate) fn describe_or_unknown(client: Option<&ClientInfo>) -> String {
+        client.map_or_else(|| UNKNOWN_CLIENT.to_string(), ClientInfo::describe)
+    }
+
     /// One line for people: `host web-3 pid 4211 label "billing" (billing-svc,
     /// lockwarden 0.1.0)`, with control characters, quotes and backslashes escaped.
     pub fn describe(&self) -> String {

@@ -18,7 +18,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::client::{client_id_of, ClientInfo, UNKNOWN_CLIENT};
+use crate::client::{client_id_of, ClientInfo};
 
 /// What kind of synchronizer a key is, as far as Redis shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,12 +130,9 @@ impl RecordedWaiter {
         client_id_of(&self.owner_field)
     }
 
-    /// Who waits, for people: [`ClientInfo::describe`] or [`UNKNOWN_CLIENT`].
+    /// Who waits, for people: [`ClientInfo::describe`] or [`UNKNOWN_CLIENT`](crate::UNKNOWN_CLIENT).
     pub fn who(&self) -> String {
-        match &self.client {
-            Some(c) => c.describe(),
-            None => UNKNOWN_CLIENT.to_string(),
-        }
+        ClientInfo::describe_or_unknown(self.client.as_ref())
     }
 }
 

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::client::{client_id_of, ClientInfo, UNKNOWN_CLIENT};
+use crate::client::{client_id_of, ClientInfo};
 
 /// The hash field of a read-write lock that holds its mode (`read` or `write`).
 const MODE_FIELD: &str = "mode";
@@ -64,7 +64,7 @@ pub struct Holder {
     /// Who the holder's client id is (host, pid, label...), from the registry
     /// entry its lock manager keeps in Redis; `None` when there is no valid entry:
     /// a Redisson client, a manager that is gone, or an entry something else wrote
-    /// (shown as [`UNKNOWN_CLIENT`]).
+    /// (shown as [`UNKNOWN_CLIENT`](crate::UNKNOWN_CLIENT)).
     pub client: Option<ClientInfo>,
 }
 
@@ -82,12 +82,9 @@ impl Holder {
     }
 
     /// Who holds it, for people: [`ClientInfo::describe`] or
-    /// [`UNKNOWN_CLIENT`].
+    /// [`UNKNOWN_CLIENT`](crate::UNKNOWN_CLIENT).
     pub fn who(&self) -> String {
-        match &self.client {
-            Some(c) => c.describe(),
-            None => UNKNOWN_CLIENT.to_string(),
-        }
+        ClientInfo::describe_or_unknown(self.client.as_ref())
     }
 
     /// The holder in one phrase, as the library's timeout and the `lockwarden`

@@ -27,7 +27,7 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::FutureExt;
-use lockwarden::{Admin, LockError, LockSummary, RecordedWaiter, SynchronizerSummary};
+use lockwarden::{Admin, ClientInfo, LockError, LockSummary, RecordedWaiter, SynchronizerSummary};
 use serde_json::json;
 
 use crate::acquire::Signals;
@@ -146,21 +146,9 @@ fn holders_text(lock: &LockSummary, compact: bool) -> String {
     lock.holders
         .iter()
         .map(|h| {
-            let who = match (&h.client, compact) {
-                (Some(c), true) => {
-                    let label = c
-                        .label
-                        .as_deref()
-                        .map(|l| format!("/{}", outcome::field(l)));
-                    format!(
-                        "{}/{}{}",
-                        outcome::field(&c.host),
-                        c.pid,
-                        label.unwrap_or_default()
-                    )
-                }
-                (None, true) => format!("{} (unknown client)", h.owner_field),
-                (_, false) => format!("{} [{}]", h.owner_field, h.who()),
+            let who = match compact {
+                true => compact_who(h.client.as_ref(), &h.owner_field),
+                false => format!("{} [{}]", h.owner_field, h.who()),
             };
             match h.holds {
                 1 => who,
@@ -169,6 +157,24 @@ fn holders_text(lock: &LockSummary, compact: bool) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A holder or waiter on a screen row: "web-3/4211/billing" from its registry
+/// entry, or its owner field and "(unknown client)" without one.
+fn compact_who(client: Option<&ClientInfo>, owner_field: &str) -> String {
+    let Some(c) = client else {
+        return format!("{owner_field} (unknown client)");
+    };
+    let label = c
+        .label
+        .as_deref()
+        .map(|l| format!("/{}", outcome::field(l)));
+    format!(
+        "{}/{}{}",
+        outcome::field(&c.host),
+        c.pid,
+        label.unwrap_or_default()
+    )
 }
 
 /// A synchronizer's number on a screen row, or that its key is missing.
@@ -190,21 +196,9 @@ fn waiters_text(waiters: &[RecordedWaiter], compact: bool) -> String {
     let each: Vec<String> = waiters
         .iter()
         .map(|w| {
-            let who = match (&w.client, compact) {
-                (Some(c), true) => {
-                    let label = c
-                        .label
-                        .as_deref()
-                        .map(|l| format!("/{}", outcome::field(l)));
-                    format!(
-                        "{}/{}{}",
-                        outcome::field(&c.host),
-                        c.pid,
-                        label.unwrap_or_default()
-                    )
-                }
-                (None, true) => format!("{} (unknown client)", w.owner_field),
-                (_, false) => w.who(),
+            let who = match compact {
+                true => compact_who(w.client.as_ref(), &w.owner_field),
+                false => w.who(),
             };
             let wants = match w.wants {
                 1 => String::new(),
