@@ -447,6 +447,9 @@ async fn confirmer(
         ),
     }
     let confirmation = Arc::new(confirmation);
+    if let Link::Sentinel(follower) = &conn.link {
+        follower.count_on_move(&confirmation, replicas::count_new_master);
+    }
     replicas::watch(
         &conn.link,
         &config.client,

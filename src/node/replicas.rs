@@ -24,7 +24,8 @@
 //! change the old one answers stays unconfirmed, to be undone or redone there).
 //! A standalone server has nobody to ask, and its count goes down as it sees.
 //! When the connection moves to a new master, that master's count is taken as it
-//! is: the Sentinels named it.
+//! is (the Sentinels named it), by the Follower itself as it moves, so that the
+//! first calls there do not wait for the old master's replicas.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};
@@ -152,6 +153,13 @@ impl Doubts {
         }
         live
     }
+}
+
+/// The replicas that can answer on a master just moved to, from its `INFO
+/// replication`, with nothing doubted yet (`sentinel/mod.rs` sets it as the
+/// connection moves).
+pub(super) fn count_new_master(info: &str) -> u32 {
+    Doubts::default().count(&parse(info), None)
 }
 
 /// Keeps `confirmation`'s count of replicas current for the master behind

@@ -29,6 +29,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
+use crate::wire::Confirmation;
 
 /// How many times a lookup is tried after a sign that the master moved, and the
 /// pause between tries: 120 x 250 ms covers a failover of half a minute.
@@ -62,6 +63,11 @@ pub(crate) struct Follower {
     sentinel_clients: Vec<Client>,
     /// Dropped with the Follower: the `+switch-master` listeners then end.
     gone: watch::Sender<()>,
+    /// The command connection's replica confirmation, and how to count the
+    /// replicas in an `INFO replication` reply (`node/replicas.rs`, passed in
+    /// so that this file needs nothing of it): a move takes the new master's
+    /// count before the first call goes there ([`Follower::count_on_move`]).
+    counted: RwLock<Option<(Weak<Confirmation>, fn(&str) -> u32)>>,
 }
 
 impl std::fmt::Debug for Follower {
@@ -100,6 +106,7 @@ impl Follower {
                 .unwrap_or_default(),
             sentinel_clients,
             gone: watch::channel(()).0,
+            counted: RwLock::new(None),
         }))
     }
 
@@ -260,6 +267,39 @@ impl Follower {
         });
     }
 
+    /// Has each move set `confirmation`'s count of replicas from the new
+    /// master's `INFO replication` (read by `count`) as the connection moves.
+    /// The counting task (`node/replicas.rs`) hears of the move too, but only
+    /// after it: in between, the first lock changes on a master left with no
+    /// replica asked for the old master's and waited out a whole `WAIT`, to
+    /// be refused `NotReplicated`.
+    pub(in crate::node) fn count_on_move(
+        &self,
+        confirmation: &Arc<Confirmation>,
+        count: fn(&str) -> u32,
+    ) {
+        *self.counted.write().unwrap_or_else(|e| e.into_inner()) =
+            Some((Arc::downgrade(confirmation), count));
+    }
+
+    /// The replicas the master behind `conn` has, as [`Follower::count_on_move`]
+    /// counts them, and the confirmation to tell; `None` when nobody asked or
+    /// the master does not answer `INFO` soon (the counting task then counts).
+    async fn count_at(&self, conn: &mut ConnectionManager) -> Option<(Arc<Confirmation>, u32)> {
+        let (weak, count) = self
+            .counted
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()?;
+        let confirmation = weak.upgrade()?;
+        let mut cmd = redis::cmd("INFO");
+        let info = cmd.arg("replication").query_async::<String>(conn);
+        match tokio::time::timeout(LOOKUP_PAUSE * 4, info).await {
+            Ok(Ok(info)) => Some((confirmation, count(&info))),
+            _ => None,
+        }
+    }
+
     /// The count of moves to a new master, shared with the connection's
     /// replica confirmation.
     pub(crate) fn generation(&self) -> Arc<AtomicU64> {
@@ -302,8 +342,9 @@ impl Follower {
             debug!(master = %address, "the master's connection stopped answering while a new one answers: replaced");
             return Ok(true);
         }
-        let conn =
+        let mut conn =
             ConnectionManager::new_with_config(master.clone(), self.settings.clone()).await?;
+        let counted = self.count_at(&mut conn).await;
         warn!(from = %self.address(), to = %address, "the master moved (failover); following it");
         *self
             .master_client
@@ -311,6 +352,11 @@ impl Follower {
             .unwrap_or_else(|e| e.into_inner()) = master;
         self.generation.fetch_add(1, Ordering::AcqRel);
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = (conn, address);
+        // The count changes only after the swap: a call that read the new
+        // count (none, say) must not go out on the old master without a WAIT.
+        if let Some((confirmation, live)) = counted {
+            confirmation.set_live(live);
+        }
         self.moved.notify_waiters();
         Ok(true)
     }
