@@ -189,10 +189,16 @@ pub enum LockError {
     /// asks for confirmed the grant within its timeout, so a failover could lose
     /// it: it was undone (the lock hash is gone again; its fencing token is not
     /// reused). Retryable: a replica that catches up lets the next attempt through.
+    ///
+    /// `wanted` 0: not the replicas but the master was in doubt. Under Sentinel
+    /// a master that stopped answering is not trusted again until the Sentinels
+    /// name it master with no failover under way (or the manager moved to the
+    /// one they name): it may have been demoted while silent, and a grant it
+    /// answers then could be a second holder's.
     NotReplicated {
         /// Replicas that confirmed.
         acked: u32,
-        /// Replicas required.
+        /// Replicas required (0: the master itself was in doubt).
         wanted: u32,
     },
     /// A number of permits or a count was refused (zero where at least one is
@@ -434,6 +440,10 @@ impl fmt::Display for LockError {
             LockError::StaleToken { token, newest } => write!(
                 f,
                 "write refused: fencing token {token} is below {newest}, the newest this key has accepted; a later holder of the lock wrote since, so this one's lock was lost (its lease ran out); nothing was written"
+            ),
+            LockError::NotReplicated { wanted: 0, .. } => write!(
+                f,
+                "lock not acquired: the master stopped answering and the Sentinels have not vouched for it since (it may have been demoted in a failover), so the grant was not taken; retry"
             ),
             LockError::NotReplicated { acked, wanted } => write!(
                 f,

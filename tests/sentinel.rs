@@ -532,3 +532,71 @@ async fn a_process_started_during_a_failover_waits_for_the_new_master() {
     );
     eprintln!("started during the failover: granted and done {took:?} after the kill; the typo was refused after {typo_took:?}");
 }
+
+/// A master frozen through a failover answers, when it resumes, the grant
+/// that waited in its socket as if it were still the master (Sentinel demotes
+/// it a moment later). Replica confirmation is off here, so no `WAIT` stands
+/// in the way, as with the default when the master has no replica left: only
+/// the doubt cast on a master that went silent keeps that grant from the
+/// caller. The caller's grant must end up on the master the Sentinels name
+/// (taken from the demoted one, it would vanish when that one resyncs as a
+/// replica, with the caller holding nothing while it thinks it holds the lock).
+#[actix_rt::test]
+async fn a_grant_answered_by_a_master_frozen_through_a_failover_is_not_handed_out() {
+    let mut master = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&master);
+    let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(&master, 2)).collect();
+    let urls: Vec<String> = sentinels.iter().map(Sentinel::url).collect();
+    // A response timeout longer than the failover, so that the call frozen in
+    // the old master's socket is still waiting when it resumes.
+    let config = Config::sentinel(MASTER_NAME, urls.iter().map(String::as_str))
+        .expect("config")
+        .no_replica_sync()
+        .response_timeout(Duration::from_secs(20));
+    let m = LockManager::start(config).await.expect("started");
+    let warm = m
+        .send(Acquire::new("warm"))
+        .await
+        .expect("running")
+        .expect("granted by the first master");
+    warm.release().await.expect("released");
+
+    master.pause();
+    let pending = actix_rt::spawn({
+        let m = m.clone();
+        async move {
+            m.send(Acquire::new("x").wait(Duration::from_secs(60)))
+                .await
+        }
+    });
+    // Resume the old master the moment the replica is promoted: the grant in
+    // its socket is answered before Sentinel tells it that it was demoted.
+    let promoted = support::eventually(Duration::from_secs(30), || {
+        let role: Vec<redis::Value> = support::raw(&replica, &["ROLE"]);
+        matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master")
+    })
+    .await;
+    master.resume();
+    assert!(promoted, "no failover within 30 s\n{}", sentinels[0].log());
+    let guard = pending
+        .await
+        .expect("joined")
+        .expect("running")
+        .expect("granted in the end");
+    let settled = support::eventually(Duration::from_secs(30), || {
+        sentinels
+            .iter()
+            .all(|s| s.master_port() == Some(replica.port()))
+    })
+    .await;
+    assert!(
+        settled,
+        "the Sentinels did not settle on the promoted replica"
+    );
+    assert!(
+        support::exists(&replica, "x"),
+        "the grant the caller holds is not on the master the Sentinels name: it came from the \
+         demoted master"
+    );
+    guard.release().await.expect("released");
+}

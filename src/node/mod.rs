@@ -378,6 +378,10 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
             checks::warn_if_locks_can_be_evicted(&mut conn).await;
             if let Some(sync) = config.replica_sync() {
                 conn.confirmation = confirmer(&conn, config, sync).await?;
+            } else if let Link::Sentinel(_) = &conn.link {
+                // No WAIT, but a demoted master is still not trusted.
+                let only = replicas::doubts_only(&conn.link, config);
+                conn.confirmation = Some(Confirmer::One(only));
             }
         }
     }
@@ -432,13 +436,21 @@ async fn confirmer(
     };
     let mut confirmation = Confirmation::new(sync, config.response_timeout, confirm, live);
     // The fast path tells connections apart by `CLIENT ID`: a user without it
-    // keeps one whole WAIT behind every script, within the budget.
+    // keeps one whole WAIT behind every script, within the budget. A probe
+    // that got no answer says nothing of the user's rights, but under
+    // Sentinel it says the master went silent (frozen, maybe being replaced):
+    // the connection starts with the master in doubt.
+    let mut silent = false;
     match redis::cmd("CLIENT")
         .arg("ID")
         .query_async::<i64>(&mut probe)
         .await
     {
         Ok(_) => confirmation = confirmation.fast(generation, config.response_timeout),
+        Err(e) if e.is_timeout() || e.is_io_error() || e.is_connection_dropped() => {
+            confirmation = confirmation.fast(generation, config.response_timeout);
+            silent = matches!(conn.link, Link::Sentinel(_));
+        }
         Err(e) => tracing::warn!(
             error = %e,
             "lock changes are confirmed one whole WAIT at a time (slower under load): the \
@@ -446,10 +458,13 @@ async fn confirmer(
              +client|id)"
         ),
     }
-    let confirmation = Arc::new(confirmation);
-    if let Link::Sentinel(follower) = &conn.link {
-        follower.count_on_move(&confirmation, replicas::count_new_master);
+    if silent && confirmation.doubt_master() {
+        tracing::warn!(
+            "the master did not answer at start: until the Sentinels vouch for it, lock \
+             changes it answers are not taken as done"
+        );
     }
+    let confirmation = Arc::new(confirmation);
     replicas::watch(
         &conn.link,
         &config.client,

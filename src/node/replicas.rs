@@ -44,6 +44,14 @@ use crate::wire::Confirmation;
 /// How often the replicas are counted when no `WAIT` came back short.
 const EVERY: Duration = Duration::from_secs(1);
 
+/// How long the master may take to answer the count's `INFO` before, under
+/// Sentinel, it is doubted ([`Confirmation::doubt_master`]): a failover needs
+/// the master silent for the Sentinels' `down-after-milliseconds` (1 s at the
+/// least in practice) and then an election, so a doubt raised this soon is in
+/// place before a demoted master can answer again. A master merely slow for a
+/// moment costs a question to the Sentinels.
+const SILENT: Duration = Duration::from_millis(500);
+
 /// Highest `lag` (seconds since the replica's last acknowledgement) of a replica
 /// that can answer: replicas acknowledge every second, so 0 or 1.
 const LIVE_LAG: u64 = 1;
@@ -155,6 +163,31 @@ impl Doubts {
     }
 }
 
+/// The confirmation of a connection under Sentinel with replica confirmation
+/// off (`Config::no_replica_sync`): it never asks for a `WAIT`, but its master
+/// is watched all the same and doubted when it goes silent
+/// ([`Confirmation::doubt_master`]), so that a demoted master's answers are
+/// not trusted whatever the replica setting. It costs an `INFO` a second.
+pub(super) fn doubts_only(link: &Link, config: &crate::config::Config) -> Arc<Confirmation> {
+    let none = crate::config::ReplicaSync {
+        min: 0,
+        timeout: Duration::from_millis(1),
+    };
+    let confirmation = Arc::new(Confirmation::new(
+        none,
+        config.response_timeout,
+        crate::wire::Confirm::Wait,
+        0,
+    ));
+    watch(
+        link,
+        &config.client,
+        &confirmation,
+        (config.connection_timeout, config.response_timeout),
+    );
+    confirmation
+}
+
 /// The replicas that can answer on a master just moved to, from its `INFO
 /// replication`, with nothing doubted yet (`sentinel/mod.rs` sets it as the
 /// connection moves).
@@ -173,6 +206,9 @@ pub(super) fn watch(
     bounds: (Duration, Duration),
 ) {
     let weak = Arc::downgrade(confirmation);
+    if let Link::Sentinel(follower) = link {
+        follower.count_on_move(confirmation, count_new_master);
+    }
     let follower = match link {
         Link::Sentinel(f) => Some(Arc::clone(f)),
         Link::Standalone(_) | Link::Cluster(..) => None,
@@ -189,6 +225,11 @@ pub(super) fn watch(
     };
     tokio::spawn(async move {
         loop {
+            // A first look at once: a master that went silent while the
+            // manager started is doubted before its first answers come back.
+            if !watcher.look(&weak).await {
+                return;
+            }
             let Some(asked) = weak.upgrade().map(|c| c.look_asked()) else {
                 return;
             };
@@ -203,9 +244,6 @@ pub(super) fn watch(
                 }
             });
             let _ = select(select(tick, std::pin::pin!(asked)), moved).await;
-            if !watcher.look(&weak).await {
-                return;
-            }
         }
     });
 }
@@ -233,7 +271,10 @@ struct Watcher {
 impl Watcher {
     /// The master's `INFO replication` and its address, on this task's own
     /// connection (made again when the master moved or the last one failed).
-    async fn replication(&mut self) -> RedisResult<(String, Option<String>)> {
+    async fn replication(
+        &mut self,
+        confirmation: &Confirmation,
+    ) -> RedisResult<(String, Option<String>)> {
         let (client, address) = match &self.follower {
             Some(f) => (f.master_client(), Some(f.address())),
             None => (self.client.clone(), None),
@@ -243,22 +284,58 @@ impl Watcher {
             let settings = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(self.bounds.0))
                 .set_response_timeout(Some(self.bounds.1));
-            let conn = client
+            let made = client
                 .get_multiplexed_async_connection_with_config(&settings)
-                .await?;
-            self.conn = Some((key, conn));
+                .await;
+            match made {
+                Ok(conn) => self.conn = Some((key.clone(), conn)),
+                Err(e) => {
+                    self.doubt(confirmation, &key, &e);
+                    return Err(e);
+                }
+            }
         }
         let Some((_, conn)) = self.conn.as_mut() else {
             return Err(RedisError::from((redis::ErrorKind::Io, "no connection")));
         };
-        let info = redis::cmd("INFO")
-            .arg("replication")
-            .query_async(conn)
-            .await;
-        if info.is_err() {
+        let mut conn = conn.clone();
+        let mut cmd = redis::cmd("INFO");
+        let mut asked = std::pin::pin!(cmd.arg("replication").query_async::<String>(&mut conn));
+        let info = match tokio::time::timeout(SILENT, asked.as_mut()).await {
+            Ok(info) => info,
+            Err(_) => {
+                let silent = RedisError::from((redis::ErrorKind::Io, "no answer to INFO"));
+                self.doubt(confirmation, &key, &silent);
+                asked.await
+            }
+        };
+        if let Err(e) = &info {
+            self.doubt(confirmation, &key, e);
             self.conn = None;
         }
         Ok((info?, address))
+    }
+
+    /// Under Sentinel, doubts the master at `asked` (it went silent or cannot
+    /// be reached: `why`), unless the connection has moved on from it since:
+    /// the old master's late failure says nothing of the new one.
+    fn doubt(&self, confirmation: &Confirmation, asked: &str, why: &RedisError) {
+        let Some(follower) = &self.follower else {
+            return;
+        };
+        // A refusal (NOPERM: a user without INFO) is an answer, not silence.
+        let silent = why.is_timeout()
+            || why.is_io_error()
+            || why.is_connection_dropped()
+            || why.is_connection_refusal();
+        if silent && follower.address() == asked && confirmation.doubt_master() {
+            warn!(
+                master = %asked,
+                error = %why,
+                "the master is not answering: until the Sentinels vouch for it again, lock \
+                 changes it answers are not taken as done"
+            );
+        }
     }
 
     /// One look; false when the confirmation is gone.
@@ -266,7 +343,7 @@ impl Watcher {
         let Some(confirmation) = weak.upgrade() else {
             return false;
         };
-        let (info, address) = match self.replication().await {
+        let (info, address) = match self.replication(&confirmation).await {
             Ok(found) => found,
             Err(e) => {
                 if !std::mem::replace(&mut self.failing, true) {
@@ -289,6 +366,11 @@ impl Watcher {
             return Box::pin(self.look(weak)).await;
         }
         let replication = parse(&info);
+        if let Some(follower) = &self.follower {
+            if !vouched(follower, &confirmation, replication.master).await {
+                return true;
+            }
+        }
         let live = self.doubts.count(&replication, confirmation.short_by());
         let was = confirmation.live();
         let moved = address.is_some() && address != self.address;
@@ -333,6 +415,32 @@ pub(super) async fn trusted_at_start(follower: &Arc<Follower>, live: u32, min: u
     } else {
         min
     }
+}
+
+/// Whether `follower`'s master (`master`: its `INFO` says so) can be trusted
+/// now: yes unless it is in doubt ([`Confirmation::doubt_master`]) or no longer
+/// a master; a doubted master is vouched for by the Sentinels ([`trusted`]),
+/// and one they do not name is left for the master they do.
+async fn vouched(follower: &Arc<Follower>, confirmation: &Confirmation, master: bool) -> bool {
+    if !master {
+        // Demoted and told so: whatever it answers now is a replica's refusal,
+        // but a change it took while frozen may be answered any moment.
+        if confirmation.doubt_master() {
+            warn!(master = %follower.address(), "the master turned replica: following the new master");
+        }
+        follower.look_again();
+        return false;
+    }
+    if !confirmation.master_doubted() {
+        return true;
+    }
+    if !trusted(follower).await {
+        return false;
+    }
+    if confirmation.trust_master() {
+        info!(master = %follower.address(), "the Sentinels vouch for the master again: its answers count");
+    }
+    true
 }
 
 /// Whether the Sentinels still name `follower`'s master with no failover under

@@ -151,6 +151,12 @@ pub(crate) struct Confirmation {
     aof: bool,
     /// The fast path, on a connection to one server ([`Confirmation::fast`]).
     fast: Option<Fast>,
+    /// The master went silent and has not been vouched for since
+    /// ([`Confirmation::doubt_master`]): it may have been demoted meanwhile.
+    master_doubted: AtomicBool,
+    /// Bumped at each doubt: a call whose reply came back across one is not
+    /// taken as confirmed.
+    doubts: AtomicU64,
 }
 
 /// Replica confirmation's fast path: while replicas answer quickly, a script
@@ -210,6 +216,8 @@ impl Confirmation {
             look: Arc::new(Notify::new()),
             aof: confirm == Confirm::WaitAndAof,
             fast: None,
+            master_doubted: AtomicBool::new(false),
+            doubts: AtomicU64::new(0),
         }
     }
 
@@ -281,6 +289,39 @@ impl Confirmation {
             self.short.store(false, Ordering::Release);
             self.reopen_fast();
         }
+    }
+
+    /// The master stopped answering, or could not be reached, when its replicas
+    /// were counted (`node/replicas.rs`, under Sentinel): until the Sentinels
+    /// vouch for it again ([`Confirmation::trust_master`]) or the connection
+    /// moves to the master they name, no change it answers is confirmed, with
+    /// replicas or without. A master frozen through a failover answers as
+    /// master when it resumes, until Sentinel demotes it a moment later; with
+    /// a replica, the `WAIT` behind a change catches that, but a master left
+    /// with none (the usual state right after a first failover) has no `WAIT`,
+    /// and its grants and releases were trusted: a lock held twice, or a
+    /// release lost while the promoted master kept the grant. Answers whether
+    /// this is a new doubt.
+    pub(crate) fn doubt_master(&self) -> bool {
+        self.doubts.fetch_add(1, Ordering::AcqRel);
+        let new = !self.master_doubted.swap(true, Ordering::AcqRel);
+        if new {
+            // Calls waiting for a place give up waiting, as when short.
+            self.turned_short.notify_waiters();
+        }
+        new
+    }
+
+    /// The Sentinels name this master again with no failover under way, or the
+    /// connection moved to the one they name: its answers count again.
+    /// Answers whether it was doubted.
+    pub(crate) fn trust_master(&self) -> bool {
+        self.master_doubted.swap(false, Ordering::AcqRel)
+    }
+
+    /// Whether the master is in doubt ([`Confirmation::doubt_master`]).
+    pub(crate) fn master_doubted(&self) -> bool {
+        self.master_doubted.load(Ordering::Acquire)
     }
 
     /// Resolves when a `WAIT` came back short since the last call (or at once if
@@ -436,6 +477,35 @@ pub(crate) async fn send<C: ConnectionLike + Clone + Send + 'static>(
     let Some(confirmation) = confirmation.filter(|_| need != Need::ReadOnly) else {
         return Ok((conn.req_packed_command(cmd).await?, Confirmed::NotAsked));
     };
+    // `wanted` 0 in a shortfall says it was the master, not its replicas, that
+    // could not be trusted (`LockError::NotReplicated`).
+    let doubted = Confirmed::Short {
+        acked: 0,
+        wanted: 0,
+    };
+    if confirmation.master_doubted() {
+        return match need {
+            Need::Must => Err(not_replicated(0, 0)),
+            _ => Ok((conn.req_packed_command(cmd).await?, doubted)),
+        };
+    }
+    let doubts = confirmation.doubts.load(Ordering::Acquire);
+    let (reply, confirmed) = send_confirmed(conn, &confirmation, cmd, need).await?;
+    if confirmation.doubts.load(Ordering::Acquire) != doubts {
+        // The master was doubted while this call was out: its answer may be
+        // a demoted master's.
+        return Ok((reply, doubted));
+    }
+    Ok((reply, confirmed))
+}
+
+/// [`send`] to a master not in doubt.
+async fn send_confirmed<C: ConnectionLike + Clone + Send + 'static>(
+    conn: &mut C,
+    confirmation: &Arc<Confirmation>,
+    cmd: &Cmd,
+    need: Need,
+) -> RedisResult<(Value, Confirmed)> {
     if confirmation.required() == 0 && !confirmation.aof {
         // No replica can answer (none, or every one frozen or gone): a WAIT
         // would only last its timeout. `node/replicas.rs` made sure, under
@@ -443,7 +513,7 @@ pub(crate) async fn send<C: ConnectionLike + Clone + Send + 'static>(
         return Ok((conn.req_packed_command(cmd).await?, Confirmed::NotAsked));
     }
     if let Some(place) = confirmation.fast_place().await {
-        return send_fast(conn, &confirmation, cmd, place).await;
+        return send_fast(conn, confirmation, cmd, place).await;
     }
     let _place = match confirmation.way(need).await {
         Way::Wait(place) => place,
@@ -462,7 +532,7 @@ pub(crate) async fn send<C: ConnectionLike + Clone + Send + 'static>(
             return Err(not_replicated(acked, wanted));
         }
     };
-    with_wait(conn, &confirmation, cmd).await
+    with_wait(conn, confirmation, cmd).await
 }
 
 /// [`send`] on the fast path ([`Confirmation::fast`]), in `place`: the script,

@@ -36,6 +36,10 @@ use crate::wire::Confirmation;
 const LOOKUPS: u32 = 120;
 const LOOKUP_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// A confirmation to set as the connection moves, and how to count replicas
+/// in an `INFO replication` reply.
+type Counted = (Weak<Confirmation>, fn(&str) -> u32);
+
 /// See the module documentation.
 pub(crate) struct Follower {
     /// Asks the Sentinels where the master is.
@@ -67,7 +71,7 @@ pub(crate) struct Follower {
     /// replicas in an `INFO replication` reply (`node/replicas.rs`, passed in
     /// so that this file needs nothing of it): a move takes the new master's
     /// count before the first call goes there ([`Follower::count_on_move`]).
-    counted: RwLock<Option<(Weak<Confirmation>, fn(&str) -> u32)>>,
+    counted: RwLock<Option<Counted>>,
 }
 
 impl std::fmt::Debug for Follower {
@@ -356,6 +360,8 @@ impl Follower {
         // count (none, say) must not go out on the old master without a WAIT.
         if let Some((confirmation, live)) = counted {
             confirmation.set_live(live);
+            // The Sentinels named this master: a doubt of the old one ends.
+            confirmation.trust_master();
         }
         self.moved.notify_waiters();
         Ok(true)
