@@ -132,6 +132,24 @@ impl Admin {
         Ok(found.into_iter().next())
     }
 
+    /// The fair waiters queued on semaphore `name`, head first, each with its
+    /// waiter id (`<client id>:<n>`, as the waiting records name it) and how
+    /// long its place lasts unless refreshed (`None`: lapsed, about to be
+    /// dropped). Empty when nobody waits fairly. Read as it stands, not atomic
+    /// with the permits.
+    pub async fn semaphore_queue(
+        &self,
+        name: &str,
+    ) -> Result<Vec<(String, Option<Duration>)>, LockError> {
+        keys::validate_name(name, self.max_name_len)?;
+        let (now_ms, queue) = wire::read_sem_queue(&mut self.conn.clone(), name).await?;
+        let left = |until: u64| (until > now_ms).then(|| Duration::from_millis(until - now_ms));
+        Ok(queue
+            .into_iter()
+            .map(|(id, until)| (id, until.and_then(left)))
+            .collect())
+    }
+
     /// The semaphores and count-down latches whose names match the glob
     /// `pattern`, sorted by name: those lockwarden labelled, and unlabelled ones
     /// (Redisson's) while something waits on them or, for a permit-expirable

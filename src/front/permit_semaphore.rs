@@ -81,7 +81,7 @@ impl PermitSemaphoreHandle {
     /// Adds `permits` (at least 1) and wakes waiters; answers how many are
     /// available now.
     pub async fn add_permits(&self, permits: u32) -> Result<u64, LockError> {
-        add(&self.actor, permits).await
+        add(&self.actor.clone().recipient(), permits).await
     }
 
     /// Whether the semaphore's key exists (see

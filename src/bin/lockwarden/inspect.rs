@@ -35,10 +35,32 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
         .await
         .map_err(|e| Failure::from_lock(&format!("reading \"{}\"", args.name), e))?;
     if let Some(sync) = counter {
+        // A fair semaphore's waiters queue (they listen on channels of their
+        // own, so `waiting` does not count them): the queue, head first.
+        let queue = match sync.kind {
+            SynchronizerKind::Semaphore => admin
+                .semaphore_queue(&args.name)
+                .await
+                .map_err(|e| Failure::from_lock(&format!("reading \"{}\"", args.name), e))?,
+            _ => Vec::new(),
+        };
         if args.json {
-            say!("{}", sync_json(&sync));
+            let mut value = sync_json(&sync);
+            let queued: Vec<Value> = queue
+                .iter()
+                .map(|(id, left)| json!({"waiter": id, "place_ms": left.map(millis)}))
+                .collect();
+            value["queue"] = Value::Array(queued);
+            say!("{value}");
         } else {
             say!("{}: {}", field(&sync.name), sync_text(&sync));
+            for (place, (id, left)) in queue.iter().enumerate() {
+                let left = match left {
+                    Some(left) => format!("place lapses in {} unless refreshed", human(*left)),
+                    None => "place lapsed".into(),
+                };
+                say!("  queued #{} (fair): {}  ({left})", place + 1, field(id));
+            }
             for w in &sync.waiters {
                 say!("  {}", waiter_text(w));
             }
