@@ -18,7 +18,7 @@
 //! The channels a waiting actor listens on and its alarms are the kit's too;
 //! they live in `actors/listen.rs` ([`Channel`](crate::actors::listen::Channel),
 //! [`Alarm`](crate::actors::listen::Alarm)). The semaphore and latch actors and
-//! the fair semaphore (`actors/semaphore/fair.rs`) are built from these parts;
+//! the fair semaphore (`actors/semaphore/fair/`) are built from these parts;
 //! the lock actor uses the records and the channels.
 
 mod attempt;
