@@ -10,7 +10,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lockwarden::{LockError, Semaphore, SemaphoreHandle};
+use lockwarden::{LockError, Locks, Semaphore, SemaphoreHandle};
 use support::{data_keys, eventually, lockwarden_at, manager, raw, RedisServer};
 use tokio::process::Child;
 
@@ -187,6 +187,65 @@ async fn a_waiter_that_gives_up_leaves_the_queue_at_once() {
         .expect("granted");
     assert_eq!(queued(&server, "g"), 0);
     guard.release().await.expect("released");
+}
+
+/// A caller that stops waiting (its future dropped, as a timeout around it
+/// or a `select!` does) leaves at once: a fair waiter's place goes (the place
+/// lease is 60 s, so no lapse explains it), and on a plain semaphore no
+/// orphaned waiter takes the permits added afterwards (before, actix ran the
+/// dropped wait on to its grant, and the permit was lost).
+#[actix_rt::test]
+async fn a_caller_that_stops_waiting_leaves_at_once() {
+    let server = RedisServer::start();
+    let tune = |c: lockwarden::Config| c.fair_waiter_lease(Duration::from_secs(60));
+    let fair = fair_handle(&server, "d", tune).await;
+    assert!(fair.try_set_permits(0).await.expect("set"));
+    let dropped = tokio::time::timeout(Duration::from_millis(500), fair.acquire(1)).await;
+    assert!(dropped.is_err(), "nothing to take, yet it was granted");
+    let left = eventually(Duration::from_secs(5), || queued(&server, "d") == 0).await;
+    assert!(left, "the dropped waiter kept its place");
+
+    let m = manager(&server, |c| c).await;
+    let plain = m.semaphore("p").await.expect("handle");
+    assert!(plain.try_set_permits(0).await.expect("set"));
+    let dropped = tokio::time::timeout(Duration::from_millis(500), plain.acquire(1)).await;
+    assert!(dropped.is_err(), "nothing to take, yet it was granted");
+    assert_eq!(plain.add_permits(1).await.expect("added"), 1);
+    // Past the fallback timer (5 s) an orphan would have retried by now.
+    let kept = tokio::time::timeout(Duration::from_secs(7), async {
+        loop {
+            if raw::<String>(&server, &["GET", "p"]) != "1" {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(kept.is_err(), "a caller that left took the permit");
+}
+
+/// `lockwarden run --semaphore --fair` interrupted (SIGINT) while it waits
+/// leaves the queue before it exits, well inside the place lease (5 s).
+#[actix_rt::test]
+async fn an_interrupted_command_leaves_the_queue() {
+    let server = RedisServer::start();
+    let sem = fair_handle(&server, "i", |c| c).await;
+    assert!(sem.try_set_permits(0).await.expect("set"));
+    let child = spawn_fair(&server, "i", "true");
+    until_queued(&server, "i", 1).await;
+    let pid = child.id().expect("running") as i32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT");
+    let out = tokio::time::timeout(LIMIT, child.wait_with_output())
+        .await
+        .expect("exited")
+        .expect("waited");
+    assert!(!out.status.success());
+    let left = eventually(Duration::from_secs(2), || queued(&server, "i") == 0).await;
+    assert!(left, "the interrupted waiter kept its place");
 }
 
 /// Strict FIFO: a head that wants two permits while one is free holds up a

@@ -20,7 +20,7 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use crate::actors::semaphore::permits::GivePermits;
-use crate::actors::semaphore::TakePermits;
+use crate::actors::semaphore::{take, TakePermits};
 use crate::actors::shared::Shared;
 use crate::error::LockError;
 use crate::reply::{ask, Reply};
@@ -283,13 +283,7 @@ impl SemaphoreHandle {
         wait: Option<Duration>,
     ) -> Result<SemaphoreGuard, LockError> {
         check_permits(permits, 1)?;
-        self.taker
-            .send(TakePermits {
-                permits,
-                wait,
-                lease: None,
-            })
-            .await??;
+        take(&self.taker, permits, wait, None).await?;
         Ok(SemaphoreGuard {
             giver: self.giver.clone(),
             name: self.name.clone(),

@@ -31,12 +31,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
+use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
 use crate::actors::listen::{self, Alarm, Channel, Listener};
 use crate::actors::shared::{until_first, Shared, ShutDown};
 use crate::actors::subscriber::{Resync, Unlocked};
-use crate::actors::waiting::{self, timeout, Attempt, Queue, Waited, Waiting, Waits};
+use crate::actors::waiting::{self, on_leaving, timeout, Attempt, Queue, Waited, Waiting, Waits};
 use crate::durations::millis;
 use crate::error::{redis_is_transient, LockError};
 use crate::keys;
@@ -58,9 +59,10 @@ enum Found {
 }
 
 /// Take `permits` of the semaphore, waiting up to `wait` (`None`: until taken;
-/// zero: one attempt). Answers once they are taken.
+/// zero: one attempt). Answers on `reply` once they are taken. Sent with
+/// [`take`], which makes both channels.
 #[derive(Message, Debug)]
-#[rtype(result = "Result<Grant, LockError>")]
+#[rtype(result = "()")]
 pub(crate) struct TakePermits {
     /// How many, at least 1 (checked by the caller).
     pub(crate) permits: u32,
@@ -69,6 +71,34 @@ pub(crate) struct TakePermits {
     /// A permit-expirable semaphore's lease (`None`: the watchdog renews them);
     /// ignored by a plain one.
     pub(crate) lease: Option<Duration>,
+    /// Where the answer goes: the caller's end is dropped when it stops
+    /// waiting, so a grant that finds nobody goes back.
+    pub(crate) reply: oneshot::Sender<Result<Grant, LockError>>,
+    /// Resolves when the caller stops waiting (or has its answer): the actor
+    /// sweeps it out at once.
+    pub(crate) gone: oneshot::Receiver<()>,
+}
+
+/// Sends [`TakePermits`] to a semaphore's actor (either kind, or the fair one)
+/// and waits for the answer; dropping this future takes the waiter out at once
+/// ([`LockError::Stopped`] if the actor stopped first).
+pub(crate) async fn take(
+    to: &Recipient<TakePermits>,
+    permits: u32,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+) -> Result<Grant, LockError> {
+    let (reply, answer) = oneshot::channel();
+    // Dropped with this future: the actor hears it through `gone`.
+    let (_here, gone) = oneshot::channel::<()>();
+    to.do_send(TakePermits {
+        permits,
+        wait,
+        lease,
+        reply,
+        gone,
+    });
+    answer.await.unwrap_or(Err(LockError::Stopped))
 }
 
 /// The kind of a semaphore that is (or is not) permit-expirable.
@@ -388,34 +418,40 @@ impl Waits for SemaphoreActor {
 }
 
 impl Handler<TakePermits> for SemaphoreActor {
-    type Result = ResponseFuture<Result<Grant, LockError>>;
+    type Result = ();
 
-    fn handle(&mut self, msg: TakePermits, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: TakePermits, ctx: &mut Context<Self>) {
+        let TakePermits {
+            permits,
+            wait,
+            lease,
+            reply,
+            gone,
+        } = msg;
         if self.shared.is_shutting_down() {
-            return Box::pin(async { Err(LockError::ShuttingDown) });
+            let _ = reply.send(Err(LockError::ShuttingDown));
+            return;
         }
-        let once = msg.wait == Some(Duration::ZERO);
+        let once = wait == Some(Duration::ZERO);
         if once && !self.waiters.is_empty() {
             // What frees up is promised to the waiters already queued here.
-            return Box::pin(async { Err(timeout(Duration::ZERO)) });
+            let _ = reply.send(Err(timeout(Duration::ZERO)));
+            return;
         }
         let first = self.waiters.is_empty();
-        let want = Want {
-            permits: msg.permits,
-            lease: msg.lease,
-        };
-        let rx = self.waiters.arrive(want, msg.wait, once);
+        self.waiters
+            .arrive_with(Want { permits, lease }, wait, once, reply);
+        on_leaving(gone, ctx, Self::pump);
         if !once {
             waiting::watch(self, ctx);
         }
         if first && !self.attempt.in_flight() {
             self.pump(ctx);
-        } else if msg.wait.is_some() {
+        } else if wait.is_some() {
             // Queued behind others: it asks when it is the head; until then
             // only its deadline needs watching.
             self.arm(ctx, self.shared.config.max_retry_interval);
         }
-        Box::pin(async move { rx.await.map_err(|_| LockError::Stopped)? })
     }
 }
 

@@ -28,5 +28,5 @@ mod records;
 
 pub(crate) use attempt::Attempt;
 pub(crate) use places::{keep_refreshing, leave, Placed, Places};
-pub(crate) use queue::{timeout, Queue};
+pub(crate) use queue::{on_leaving, timeout, Queue};
 pub(crate) use records::{watch, Waited, Waiting, Waits};

@@ -9,10 +9,13 @@
 //! what the actor says a timeout is; a try-once caller (zero wait) is never
 //! expired here, since its one attempt answers it. What the actor decides,
 //! which waiter asks Redis and what an answer means, stays in the actor.
+//! [`on_leaving`] tells the actor at once when a caller stops waiting.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use actix::fut::wrap_future;
+use actix::prelude::*;
 use tokio::sync::oneshot;
 
 use super::records::Waited;
@@ -93,6 +96,21 @@ impl<P, R> Queue<P, R> {
         once: bool,
     ) -> oneshot::Receiver<Result<R, LockError>> {
         let (tx, rx) = oneshot::channel();
+        self.arrive_with(want, wait, once, tx);
+        rx
+    }
+
+    /// As [`arrive`](Self::arrive), with the answer channel the caller made:
+    /// then the caller's dropping its end is seen here ([`Waiter::is_gone`]),
+    /// which actix's `ResponseFuture` would hide (it runs to its end whoever
+    /// waits for it). Answers the new waiter.
+    pub(crate) fn arrive_with(
+        &mut self,
+        want: P,
+        wait: Option<Duration>,
+        once: bool,
+        tx: oneshot::Sender<Result<R, LockError>>,
+    ) -> &mut Waiter<P, R> {
         let now = Instant::now();
         self.waiters.push_back(Waiter {
             id: Waiting::next_id(),
@@ -103,7 +121,10 @@ impl<P, R> Queue<P, R> {
             want,
             tx,
         });
-        rx
+        let Some(last) = self.waiters.back_mut() else {
+            unreachable!("a waiter was just queued")
+        };
+        last
     }
 
     /// Nobody waits.
@@ -209,6 +230,24 @@ impl<P, R> Queue<P, R> {
             })
             .collect()
     }
+}
+
+/// Runs `then` on the actor as soon as `gone` resolves: the caller's end of it
+/// is dropped when the caller stops waiting (its future dropped, a `select!`
+/// that took another branch) or has its answer. A queued waiter whose caller
+/// left is then swept at once (and leaves a Redis queue at once), rather than at
+/// the next timer.
+pub(crate) fn on_leaving<A>(
+    gone: oneshot::Receiver<()>,
+    ctx: &mut Context<A>,
+    then: fn(&mut A, &mut Context<A>),
+) where
+    A: Actor<Context = Context<A>>,
+{
+    let left = async move {
+        let _ = gone.await;
+    };
+    ctx.spawn(wrap_future::<_, A>(left).map(move |_, act, ctx| then(act, ctx)));
 }
 
 #[cfg(test)]

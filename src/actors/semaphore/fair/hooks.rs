@@ -15,12 +15,12 @@ use tracing::{debug, warn};
 use super::{FairSemaphoreActor, FairWant};
 use crate::actors::listen::{Channel, Listener};
 use crate::actors::semaphore::permits::{give_back, GivePermits};
-use crate::actors::semaphore::{Grant, TakePermits};
+use crate::actors::semaphore::TakePermits;
 use crate::actors::shared::Shared;
 use crate::actors::shared::ShutDown;
 use crate::actors::subscriber::{Resync, Unlocked};
 use crate::actors::waiting::{
-    self, keep_refreshing, timeout, Placed, Places, Waited, Waiting, Waits,
+    self, keep_refreshing, on_leaving, timeout, Placed, Places, Waited, Waiting, Waits,
 };
 use crate::durations::millis;
 use crate::error::LockError;
@@ -133,36 +133,45 @@ impl Placed for FairSemaphoreActor {
 }
 
 impl Handler<TakePermits> for FairSemaphoreActor {
-    type Result = ResponseFuture<Result<Grant, LockError>>;
+    type Result = ();
 
-    fn handle(&mut self, msg: TakePermits, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: TakePermits, ctx: &mut Context<Self>) {
+        let TakePermits {
+            permits,
+            wait,
+            reply,
+            gone,
+            ..
+        } = msg;
         if self.shared.is_shutting_down() {
-            return Box::pin(async { Err(LockError::ShuttingDown) });
+            let _ = reply.send(Err(LockError::ShuttingDown));
+            return;
         }
-        let once = msg.wait == Some(Duration::ZERO);
+        let once = wait == Some(Duration::ZERO);
         if once && !self.waiters.is_empty() {
             // Waiters here arrived first: in a fair semaphore they go first.
-            return Box::pin(async { Err(timeout(Duration::ZERO)) });
+            let _ = reply.send(Err(timeout(Duration::ZERO)));
+            return;
         }
         let want = FairWant {
-            permits: msg.permits,
+            permits,
             id: Arc::from(""),
             queued: false,
             due: true,
         };
-        let rx = self.waiters.arrive(want, msg.wait, once);
         let client_id = self.shared.client_id.clone();
-        if let Some(w) = self.waiters.iter_mut().last() {
-            w.want.id = Arc::from(format!("{client_id}:{}", w.id));
-        }
+        let w = self.waiters.arrive_with(want, wait, once, reply);
+        // Its id in Redis names it as its waiting record does.
+        w.want.id = Arc::from(format!("{client_id}:{}", w.id));
+        // A caller that stops waiting leaves the queue now, not at a timer.
+        on_leaving(gone, ctx, Self::pump);
         if !once {
             waiting::watch(self, ctx);
         }
         self.pump(ctx);
-        if msg.wait.is_some() {
+        if wait.is_some() {
             self.arm(ctx, self.shared.config.max_retry_interval);
         }
-        Box::pin(async move { rx.await.map_err(|_| LockError::Stopped)? })
     }
 }
 
