@@ -325,3 +325,106 @@ async fn bad_input_is_refused_and_writes_nothing() {
     assert_eq!(out.status.code(), Some(2));
     assert!(data_keys(&server).is_empty(), "{:?}", data_keys(&server));
 }
+
+/// A user with exactly the rights docs/operations.md lists for a semaphore
+/// and a fair semaphore (names under `pool:`).
+fn documented_user(server: &RedisServer, less: Option<&str>) {
+    let mut args: Vec<&str> = vec!["ACL", "SETUSER", "sync", "reset", "on", ">pw", "-@all"];
+    let rights = [
+        "+evalsha",
+        "+script|load",
+        "+get",
+        "+set",
+        "+exists",
+        "+decr",
+        "+decrby",
+        "+incrby",
+        "+del",
+        "+time",
+        "+pttl",
+        "+pexpire",
+        "+zadd",
+        "+zrem",
+        "+zrange",
+        "+zrangebyscore",
+        "+zremrangebyscore",
+        "+zscore",
+        "+publish",
+        "+subscribe",
+        "+unsubscribe",
+        "~pool:*",
+        "~{pool:*",
+        "~redisson_sc:{pool:*",
+        "&redisson_sc:{pool:*",
+        "~lockwarden_kind:{pool:*",
+        "~lockwarden_waiters:{pool:*",
+        "~redisson_countdownlatch__channel__{pool:*",
+        "&redisson_countdownlatch__channel__{pool:*",
+        // The fair semaphore's line.
+        "+type",
+        "+lindex",
+        "+lpop",
+        "+lrem",
+        "+rpush",
+        "+lrange",
+        "~lockwarden_semaphore_queue:{pool:*",
+        "~lockwarden_semaphore_timeout:{pool:*",
+        "~lockwarden_semaphore_channel:{pool:*",
+        "&lockwarden_semaphore_channel:{pool:*",
+    ];
+    args.extend(rights.iter().filter(|r| Some(**r) != less));
+    let _: () = raw(server, &args);
+}
+
+/// A fair handle on `name` through a manager logged in as the documented user.
+async fn user_handle(server: &RedisServer, name: &str) -> SemaphoreHandle {
+    let url = format!("redis://sync:pw@127.0.0.1:{}/", server.port());
+    let config = lockwarden::Config::from_url(&url).expect("url");
+    let m = lockwarden::LockManager::start(config)
+        .await
+        .unwrap_or_else(|e| panic!("manager as sync did not start: {e}"));
+    m.send(Semaphore::new(name).fair(true))
+        .await
+        .expect("manager answers")
+        .expect("handle")
+}
+
+/// With exactly the documented rights a fair semaphore works (take, queue,
+/// refresh, release to the head); with `RPUSH` taken away, a waiter that must
+/// queue gets a typed `NoPermission` and the queue is not written.
+#[actix_rt::test]
+async fn the_documented_acl_is_enough_and_a_right_less_is_typed() {
+    let server = RedisServer::start();
+    documented_user(&server, None);
+    let a = user_handle(&server, "pool:f").await;
+    let b = user_handle(&server, "pool:f").await;
+    assert!(a.try_set_permits(1).await.expect("set"));
+    let held = a.acquire(1).await.expect("taken");
+    let waiting = {
+        let b = b.clone();
+        actix_rt::spawn(async move { b.acquire_within(1, LIMIT).await })
+    };
+    until_queued(&server, "pool:f", 1).await;
+    held.release().await.expect("released");
+    let next = tokio::time::timeout(LIMIT, waiting)
+        .await
+        .expect("granted in time")
+        .expect("task")
+        .expect("granted");
+    next.release().await.expect("released");
+
+    let server = RedisServer::start();
+    documented_user(&server, Some("+rpush"));
+    let a = user_handle(&server, "pool:g").await;
+    assert!(a.try_set_permits(0).await.expect("set"));
+    let refused = a.acquire_within(1, Duration::from_secs(5)).await;
+    assert!(
+        matches!(refused, Err(LockError::NoPermission { .. })),
+        "{refused:?}"
+    );
+    assert!(!support::exists(&server, &queue_key("pool:g")));
+    assert!(!support::exists(
+        &server,
+        "lockwarden_semaphore_timeout:{pool:g}"
+    ));
+}

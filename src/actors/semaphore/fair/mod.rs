@@ -158,31 +158,33 @@ impl FairSemaphoreActor {
         let name = self.name.clone();
         let mut conn = self.shared.node.conn();
         let place_ms = millis(self.shared.config.fair_waiter_lease);
+        let (waiter, permits) = (want.id.clone(), want.permits);
         let call = async move {
             let call = FairSemAcquire {
                 name: &name,
-                waiter: &want.id,
-                permits: want.permits,
+                waiter: &waiter,
+                permits,
                 place_ms,
                 queue: !once,
             };
             wire::call(&mut conn, &call).await
         };
-        let permits = want.permits;
+        let asked = want.clone();
         ctx.spawn(call.into_actor(self).map(move |res, act, ctx| {
             act.attempt.finish();
-            act.attempted(local, permits, res, ctx);
+            act.attempted(local, asked, res, ctx);
         }));
     }
 
-    /// What the attempt of the waiter `local` found.
+    /// What the attempt of the waiter `local` (which wanted `asked`) found.
     fn attempted(
         &mut self,
         local: u64,
-        permits: u32,
+        asked: FairWant,
         res: redis::RedisResult<SemTake>,
         ctx: &mut Context<Self>,
     ) {
+        let permits = asked.permits;
         match res {
             Ok(SemTake::Taken { left }) => {
                 self.attempt.succeeded();
@@ -218,6 +220,15 @@ impl FairSemaphoreActor {
                 self.attempt.succeeded();
                 let lasting = self.waiters.lasting();
                 let Some(w) = self.waiters.get_mut(local) else {
+                    // Answered meanwhile (shutdown): the place it may have
+                    // taken goes now rather than at its lapse.
+                    self.forget(
+                        vec![FairWant {
+                            queued: true,
+                            ..asked
+                        }],
+                        ctx,
+                    );
                     return self.pump(ctx);
                 };
                 if w.once {
