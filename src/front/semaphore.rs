@@ -268,7 +268,8 @@ impl SemaphoreHandle {
     }
 
     /// One attempt: `Ok(None)` when fewer than `permits` are free, or when other
-    /// waiters of this process queue for them already.
+    /// waiters of this process queue for them already (for a fair handle, when
+    /// anyone queues for them, in any process).
     pub async fn try_acquire(&self, permits: u32) -> Result<Option<SemaphoreGuard>, LockError> {
         match self.take(permits, Some(Duration::ZERO)).await {
             Ok(guard) => Ok(Some(guard)),

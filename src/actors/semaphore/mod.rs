@@ -37,7 +37,7 @@ use tracing::{debug, warn};
 use crate::actors::listen::{self, Alarm, Channel, Listener};
 use crate::actors::shared::{until_first, Shared, ShutDown};
 use crate::actors::subscriber::{Resync, Unlocked};
-use crate::actors::waiting::{self, on_leaving, timeout, Attempt, Queue, Waited, Waiting, Waits};
+use crate::actors::waiting::{self, timeout, Attempt, Queue, Waited, Waiting, Waits};
 use crate::durations::millis;
 use crate::error::{redis_is_transient, LockError};
 use crate::keys;
@@ -74,8 +74,8 @@ pub(crate) struct TakePermits {
     /// Where the answer goes: the caller's end is dropped when it stops
     /// waiting, so a grant that finds nobody goes back.
     pub(crate) reply: oneshot::Sender<Result<Grant, LockError>>,
-    /// Resolves when the caller stops waiting (or has its answer): the actor
-    /// sweeps it out at once.
+    /// Resolves when the caller stops waiting (or has its answer): the fair
+    /// semaphore's actor takes the waiter's place out of Redis at once.
     pub(crate) gone: oneshot::Receiver<()>,
 }
 
@@ -421,12 +421,15 @@ impl Handler<TakePermits> for SemaphoreActor {
     type Result = ();
 
     fn handle(&mut self, msg: TakePermits, ctx: &mut Context<Self>) {
+        // `gone` is not watched: a caller that left is skipped when the head
+        // gets to it (its answer channel is closed), and a grant that crosses
+        // it goes back; a wake per finished call would cost an attempt each.
         let TakePermits {
             permits,
             wait,
             lease,
             reply,
-            gone,
+            ..
         } = msg;
         if self.shared.is_shutting_down() {
             let _ = reply.send(Err(LockError::ShuttingDown));
@@ -441,7 +444,6 @@ impl Handler<TakePermits> for SemaphoreActor {
         let first = self.waiters.is_empty();
         self.waiters
             .arrive_with(Want { permits, lease }, wait, once, reply);
-        on_leaving(gone, ctx, Self::pump);
         if !once {
             waiting::watch(self, ctx);
         }
