@@ -147,6 +147,7 @@ async fn a_waiter_killed_in_the_queue_is_skipped_once_its_place_lapses() {
     held.release().await.expect("released");
     succeeds(second).await;
     let waited = killed_at.elapsed();
+    eprintln!("the waiter behind the killed one was granted {waited:?} after the kill");
     assert_eq!(std::fs::read_to_string(&ran).expect("ran").trim(), "second");
     assert!(
         waited < Duration::from_secs(20),
