@@ -195,6 +195,9 @@ impl ScriptCall for FairSemRelease<'_> {
     }
 }
 
+/// What [`read_sem_queue`] reads: `TIME`, the queue, the places with scores.
+type QueueRead = ((u64, u64), Vec<String>, Vec<(String, f64)>);
+
 /// A fair semaphore's queue as it stands: the server's time (ms) and the waiter
 /// ids, head first, each with the server time (ms) its place lapses at (`None`:
 /// no place, about to be dropped). Three reads in one round trip; not atomic
@@ -203,7 +206,7 @@ pub(crate) async fn read_sem_queue<C: redis::aio::ConnectionLike>(
     conn: &mut C,
     name: &str,
 ) -> RedisResult<(u64, Vec<(String, Option<u64>)>)> {
-    let (time, ids, places): ((u64, u64), Vec<String>, Vec<(String, f64)>) = redis::pipe()
+    let (time, ids, places): QueueRead = redis::pipe()
         .cmd("TIME")
         .cmd("LRANGE")
         .arg(keys::sem_queue(name))
