@@ -3,7 +3,8 @@
 //! queued, with never more commands running than permits; a waiter killed in
 //! the queue is skipped once its place lapses; a waiter that gives up leaves
 //! the queue at once; a head that wants more than is free holds up those behind
-//! it; `status` lists the queue; and bad input is refused with nothing written.
+//! it; `status` lists the queue; the documented ACL is enough; the head is told
+//! on its shard on a cluster; and bad input is refused with nothing written.
 #![cfg(feature = "cli")]
 
 mod support;
@@ -428,4 +429,46 @@ async fn the_documented_acl_is_enough_and_a_right_less_is_typed() {
         &server,
         "lockwarden_semaphore_timeout:{pool:g}"
     ));
+}
+
+/// On a Redis Cluster (sharded pub/sub on Redis 7+) the queue's keys and the
+/// waiter's channel share the name's slot, and a release reaches the head on
+/// its sharded channel: granted within a bound that neither a refresh (every
+/// 20 s here) nor the fallback timer (30 s) could explain.
+#[actix_rt::test]
+async fn on_a_cluster_the_head_is_told_on_its_shard() {
+    let cluster = support::Cluster::start(3, 0);
+    let tune = |c: lockwarden::Config| {
+        c.fair_waiter_lease(Duration::from_secs(60))
+            .max_retry_interval(Duration::from_secs(30))
+    };
+    let start = || async {
+        let m = lockwarden::LockManager::start(tune(cluster.config()))
+            .await
+            .expect("manager on the cluster");
+        m.send(Semaphore::new("c").fair(true))
+            .await
+            .expect("manager answers")
+            .expect("handle")
+    };
+    let (a, b) = (start().await, start().await);
+    assert!(a.try_set_permits(1).await.expect("set"));
+    let held = a.acquire(1).await.expect("held");
+    let waiting = {
+        let b = b.clone();
+        actix_rt::spawn(async move { b.acquire_within(1, LIMIT).await })
+    };
+    let queued = eventually(LIMIT, || {
+        let owner = &cluster.nodes[cluster.owner_of(&queue_key("c"))];
+        raw::<i64>(owner, &["LLEN", &queue_key("c")]) == 1
+    })
+    .await;
+    assert!(queued, "never queued");
+    held.release().await.expect("released");
+    let next = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the head was told of the release")
+        .expect("task")
+        .expect("granted");
+    next.release().await.expect("released");
 }
