@@ -44,6 +44,13 @@ const FENCE_PREFIX: &str = "lockwarden_fence";
 /// Prefix of a name's waiting records (lockwarden's own, for operators: who has
 /// waited long on a lock, semaphore or latch; `wire/waiting.rs`).
 const WAITERS_PREFIX: &str = "lockwarden_waiters";
+/// Prefix of a fair semaphore's queue of waiter ids (lockwarden's own: Redisson
+/// has no fair semaphore; the layout mirrors its fair lock's queue).
+const SEM_QUEUE_PREFIX: &str = "lockwarden_semaphore_queue";
+/// Prefix of a fair semaphore's zset of place expiries (waiter id -> server ms).
+const SEM_TIMEOUT_PREFIX: &str = "lockwarden_semaphore_timeout";
+/// Prefix of a fair semaphore waiter's own channel.
+const SEM_WAITER_CHANNEL_PREFIX: &str = "lockwarden_semaphore_channel";
 /// Suffix of a permit-expirable semaphore's zset of taken permits.
 const PERMIT_TIMEOUT_SUFFIX: &str = "timeout";
 
@@ -52,7 +59,7 @@ const PERMIT_TIMEOUT_SUFFIX: &str = "timeout";
 /// [`reserved`] refuses to [`FencedWrite`](crate::FencedWrite). A prefix added
 /// above belongs here too (`every_derived_key_is_reserved` checks each key
 /// builder of this file).
-const RESERVED_PREFIXES: [(&str, &str, &str); 12] = [
+const RESERVED_PREFIXES: [(&str, &str, &str); 15] = [
     (CHANNEL_PREFIX, ":", "a lock's unlock channel"),
     (LATCH_PREFIX, ":", "a lock's unlock latch"),
     (TOKEN_PREFIX, ":", "a lock's fencing token counter"),
@@ -65,6 +72,13 @@ const RESERVED_PREFIXES: [(&str, &str, &str); 12] = [
     (KIND_PREFIX, ":", "a semaphore's or latch's kind label"),
     (FENCE_PREFIX, ":", "a data key's fence"),
     (WAITERS_PREFIX, ":", "a name's waiting records"),
+    (SEM_QUEUE_PREFIX, ":", "a fair semaphore's queue"),
+    (SEM_TIMEOUT_PREFIX, ":", "a fair semaphore's place expiries"),
+    (
+        SEM_WAITER_CHANNEL_PREFIX,
+        ":",
+        "a fair semaphore waiter's channel",
+    ),
 ];
 
 /// Message published when a lock frees: wake one waiter.
@@ -224,6 +238,31 @@ pub(crate) fn fair_timeouts(name: &str) -> String {
 /// lock: the unlock channel followed by `:<owner field>`.
 pub(crate) fn fair_channel(name: &str, owner_field: &str) -> String {
     format!("{}:{owner_field}", channel(name))
+}
+
+/// A fair semaphore's queue: a list of waiter ids (`<client id>:<n>`), head
+/// first: `lockwarden_semaphore_queue:{<name>}`.
+pub(crate) fn sem_queue(name: &str) -> String {
+    prefixed(SEM_QUEUE_PREFIX, name)
+}
+
+/// A fair semaphore's place expiries: a zset of waiter id -> the server time
+/// (ms) its place lapses at: `lockwarden_semaphore_timeout:{<name>}`.
+pub(crate) fn sem_timeouts(name: &str) -> String {
+    prefixed(SEM_TIMEOUT_PREFIX, name)
+}
+
+/// The prefix of a fair semaphore waiter's own channel,
+/// `lockwarden_semaphore_channel:{<name>}`; the waiter's is this followed by
+/// `:<waiter id>` ([`sem_waiter_channel`]).
+pub(crate) fn sem_channels(name: &str) -> String {
+    prefixed(SEM_WAITER_CHANNEL_PREFIX, name)
+}
+
+/// The channel on which one fair semaphore waiter is told it is at the head
+/// of the queue and permits were given back.
+pub(crate) fn sem_waiter_channel(name: &str, waiter: &str) -> String {
+    format!("{}:{waiter}", sem_channels(name))
 }
 
 /// The channel of a read-write lock.
@@ -414,6 +453,9 @@ mod tests {
                 fair_queue(name),
                 fair_timeouts(name),
                 fair_channel(name, "id:7"),
+                sem_queue(name),
+                sem_timeouts(name),
+                sem_waiter_channel(name, "id:7"),
                 rw_channel(name),
                 client_key("id"),
                 format!("{}:3", read_timeouts(name, "id:7")),

@@ -102,6 +102,12 @@ pub struct SynchronizerSummary {
     /// whose key was deleted or lost with Redis's data. They wait until someone
     /// adds permits ([`value`](Self::value) reads 0 then).
     pub key_missing: bool,
+    /// A fair semaphore's queue, head first (`Semaphore::fair`: its waiters
+    /// listen on channels of their own, so [`waiting`](Self::waiting) does not
+    /// count them). Read by [`Admin::synchronizer`](crate::Admin::synchronizer)
+    /// only; empty in lists, for other kinds, and when the Redis user may not
+    /// read the queue.
+    pub queue: Vec<crate::view::QueuedWaiter>,
 }
 
 /// One waiter of a lock, semaphore or latch, from its waiting record.
@@ -187,6 +193,7 @@ impl Looked {
             waiting,
             waiters: Vec::new(),
             key_missing: false,
+            queue: Vec::new(),
         })
     }
 }

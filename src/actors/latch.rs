@@ -13,20 +13,18 @@
 //! A latch whose key does not exist is open (Redisson's layout: absent means a
 //! count of zero), so a latch waiter cannot hang on a lost key the way a
 //! semaphore waiter can; its waits that last are still recorded for operators
-//! (`actors/waiting.rs`).
+//! (`actors/waiting/records.rs`).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix::prelude::*;
-use tokio::sync::oneshot;
 use tracing::warn;
 
 use super::listen::{self, Alarm, Channel, Listener};
 use super::shared::{until_first, Shared, ShutDown};
 use super::subscriber::{Resync, Unlocked};
-use super::waiting::{self, Waited, Waiting, Waits};
-use crate::durations::backoff;
+use super::waiting::{self, Attempt, Queue, Waited, Waiting, Waits};
 use crate::error::{redis_is_transient, LockError};
 use crate::keys;
 use crate::sync_view::SynchronizerKind;
@@ -42,19 +40,6 @@ pub(crate) struct AwaitZero {
     pub(crate) wait: Option<Duration>,
 }
 
-/// One waiting caller.
-#[derive(Debug)]
-struct Waiter {
-    /// Its id in the waiting records.
-    id: u64,
-    /// When it arrived.
-    since: Instant,
-    /// When it gives up.
-    deadline: Option<Instant>,
-    /// Where its answer goes.
-    tx: oneshot::Sender<Result<bool, LockError>>,
-}
-
 /// See the module documentation.
 pub(crate) struct LatchActor {
     /// The latch's name (its key).
@@ -63,19 +48,14 @@ pub(crate) struct LatchActor {
     channel: Channel,
     /// The manager's connection, subscriber and settings.
     shared: Arc<Shared>,
-    /// Everyone waiting here.
-    waiters: Vec<Waiter>,
-    /// A read of the count is in flight.
-    reading: bool,
-    /// A reason to read arrived meanwhile: read again when it is answered.
-    again: bool,
+    /// Everyone waiting here (they want nothing but the latch open).
+    waiters: Queue<(), bool>,
+    /// The read of the count in flight, and the failures of the last reads
+    /// (their error is answered at a deadline).
+    reading: Attempt,
     /// The fallback / deadline timer.
     timer: Alarm,
-    /// The error of the last read, if it failed (answered at a deadline).
-    last_error: Option<redis::RedisError>,
-    /// Failed reads in a row, for the backoff.
-    failures: u32,
-    /// The waiting records (`actors/waiting.rs`).
+    /// The waiting records (`actors/waiting/records.rs`).
     waiting: Waiting,
 }
 
@@ -86,45 +66,27 @@ impl LatchActor {
             channel: Channel::new(keys::latch_channel(&name)),
             name,
             shared,
-            waiters: Vec::new(),
-            reading: false,
-            again: false,
+            waiters: Queue::default(),
+            reading: Attempt::default(),
             timer: Alarm::default(),
-            last_error: None,
-            failures: 0,
         }
     }
 
     /// Answers every waiter: the latch is open.
     fn open(&mut self, ctx: &mut Context<Self>) {
-        for w in self.waiters.drain(..) {
-            let _ = w.tx.send(Ok(true));
-        }
+        self.waiters.answer_all(|| Ok(true));
         self.reconcile(ctx);
     }
 
     /// Answers waiters that left or whose deadline passed; drops the subscription
     /// and the timer when nobody is left.
     fn reconcile(&mut self, ctx: &mut Context<Self>) {
-        let now = Instant::now();
-        let last = self.last_error.as_ref();
-        let mut kept = Vec::with_capacity(self.waiters.len());
-        for w in self.waiters.drain(..) {
-            if w.tx.is_closed() {
-                continue;
-            }
-            if w.deadline.is_some_and(|d| d <= now) {
-                // A wait that ran out while Redis failed says so, not just "no".
-                let answer = match last {
-                    Some(e) => Err(LockError::from(e.clone())),
-                    None => Ok(false),
-                };
-                let _ = w.tx.send(answer);
-                continue;
-            }
-            kept.push(w);
-        }
-        self.waiters = kept;
+        // A wait that ran out while Redis failed says so, not just "no".
+        let last = self.reading.last_error().cloned();
+        self.waiters.sweep(|_| match &last {
+            Some(e) => Err(LockError::from(e.clone())),
+            None => Ok(false),
+        });
         if self.waiters.is_empty() {
             self.timer.cancel(ctx);
             self.channel.unsubscribe(&self.shared.subscriber);
@@ -137,8 +99,11 @@ impl LatchActor {
         if self.waiters.is_empty() {
             return;
         }
-        if self.reading || self.channel.is_pending() {
-            self.again = true;
+        if !self.reading.wake() {
+            return;
+        }
+        if self.channel.is_pending() {
+            // Its confirmation reads the count.
             return;
         }
         if !self.channel.is_live() {
@@ -151,23 +116,20 @@ impl LatchActor {
             listen::subscribe(self, &name, &subscriber, ctx);
             return;
         }
-        self.reading = true;
-        self.again = false;
+        self.reading.start();
         let name = self.name.clone();
         let mut conn = self.shared.node.conn();
         let read = async move { wire::read_number(&mut conn, &name).await };
         ctx.spawn(read.into_actor(self).map(|res, act, ctx| {
-            act.reading = false;
+            act.reading.finish();
             match res {
                 Ok(0) => {
-                    act.last_error = None;
-                    act.failures = 0;
+                    act.reading.succeeded();
                     act.open(ctx);
                 }
                 Ok(_) => {
-                    act.last_error = None;
-                    act.failures = 0;
-                    if act.again {
+                    act.reading.succeeded();
+                    if act.reading.again() {
                         act.check(ctx);
                     } else {
                         act.arm(ctx, act.shared.config.max_retry_interval);
@@ -175,22 +137,12 @@ impl LatchActor {
                 }
                 Err(e) => {
                     warn!(latch = %act.name, error = %e, "reading a latch's count failed");
-                    let transient = redis_is_transient(&e);
-                    act.last_error = Some(e);
-                    if transient {
-                        let delay = backoff(
-                            act.shared.config.reconnect_min,
-                            act.shared.config.reconnect_max,
-                            act.failures,
-                        );
-                        act.failures = act.failures.saturating_add(1);
+                    if redis_is_transient(&e) {
+                        let delay = act.reading.failed(&act.shared.config, e);
                         act.arm(ctx, delay);
                     } else {
                         // It will repeat: every waiter gets it now.
-                        for w in act.waiters.drain(..) {
-                            let err = act.last_error.clone().map(LockError::from);
-                            let _ = w.tx.send(Err(err.unwrap_or(LockError::Stopped)));
-                        }
+                        act.waiters.answer_all(|| Err(LockError::from(e.clone())));
                         act.reconcile(ctx);
                     }
                 }
@@ -200,7 +152,7 @@ impl LatchActor {
 
     /// Wakes `check` after `delay`, or at the earliest deadline if sooner.
     fn arm(&mut self, ctx: &mut Context<Self>, delay: Duration) {
-        let delay = until_first(delay, self.waiters.iter().filter_map(|w| w.deadline));
+        let delay = until_first(delay, self.waiters.deadlines());
         self.timer
             .set(ctx, delay, |act: &mut Self| &mut act.timer, Self::check);
     }
@@ -220,9 +172,7 @@ impl Handler<ShutDown> for LatchActor {
     type Result = usize;
 
     fn handle(&mut self, _msg: ShutDown, ctx: &mut Context<Self>) -> usize {
-        for w in self.waiters.drain(..) {
-            let _ = w.tx.send(Err(LockError::ShuttingDown));
-        }
+        self.waiters.answer_all(|| Err(LockError::ShuttingDown));
         self.timer.cancel(ctx);
         0
     }
@@ -234,15 +184,7 @@ impl Waits for LatchActor {
     }
 
     fn waiters_now(&self) -> Vec<Waited> {
-        let waits = self.waiters.iter().filter(|w| !w.tx.is_closed());
-        waits
-            .map(|w| Waited {
-                id: w.id,
-                since: w.since,
-                wants: 1,
-                owner_field: None,
-            })
-            .collect()
+        self.waiters.waited(|_| 1)
     }
 
     fn shared(&self) -> &Arc<Shared> {
@@ -257,14 +199,7 @@ impl Handler<AwaitZero> for LatchActor {
         if self.shared.is_shutting_down() {
             return Box::pin(async { Err(LockError::ShuttingDown) });
         }
-        let (tx, rx) = oneshot::channel();
-        let now = Instant::now();
-        self.waiters.push(Waiter {
-            id: Waiting::next_id(),
-            since: now,
-            deadline: msg.wait.and_then(|w| Instant::now().checked_add(w)),
-            tx,
-        });
+        let rx = self.waiters.arrive((), msg.wait, false);
         waiting::watch(self, ctx);
         // Listening already, one read answers the newcomer (the count may be zero
         // now) without waiting for the next message; otherwise it subscribes first.
@@ -296,7 +231,7 @@ impl Listener for LatchActor {
 
     /// Reads the count now that a count-down cannot go unheard.
     fn subscribed(&mut self, _name: &str, ctx: &mut Context<Self>) {
-        self.again = false;
+        self.reading.settle();
         self.check(ctx);
     }
 }

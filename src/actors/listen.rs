@@ -1,4 +1,5 @@
-//! The waiting kit that the lock, semaphore and latch actors share: the
+//! The channels-and-timers part of the waiting kit (`actors/waiting/` has the
+//! rest) that the lock, semaphore, fair semaphore and latch actors share: the
 //! channels they listen on, and the alarm that wakes them when no message came.
 //!
 //! A waiting actor subscribes before a waiter that will wait asks Redis, so
@@ -8,7 +9,8 @@
 //! [`Alarm`] (its fallback timer, at most `Config::max_retry_interval` away)
 //! covers the gap. It unsubscribes when nobody waits any more. A semaphore or
 //! latch actor has one channel; a lock actor has one, or one per local waiter
-//! for a fair lock, which is why [`Listener`] looks channels up by name.
+//! for a fair lock, and a fair semaphore one per local waiter, which is why
+//! [`Listener`] looks channels up by name.
 //!
 //! A subscription asked for and then dropped before its confirmation came back
 //! must not count as live, nor may the confirmation of an older one stand for

@@ -8,9 +8,11 @@
 //! - `renewer`: the watchdog, renewing every watchdog holding of a manager in
 //!   batches.
 //! - `semaphore`, `latch`: the synchronizers' actors, one per name, on the same
-//!   subscriber and waiting rules as the locks, listening on their channel through
-//!   `listen` (the kit both share); `semaphore::permits`: what the semaphore
-//!   actor adds for a permit-expirable semaphore (holdings, renewal, loss).
+//!   subscriber and waiting rules as the locks; `semaphore::permits`: what the
+//!   semaphore actor adds for a permit-expirable semaphore (holdings, renewal,
+//!   loss); `semaphore::fair`: the fair (FIFO across processes) semaphore.
+//! - `waiting`, `listen`: the waiting kit those actors are built from (queue,
+//!   attempt, Redis-queue places, waiting records; channels and alarms).
 //! - `registry`: the manager's entry in the client registry (who a client id
 //!   is), rewritten by the renewer once per renewal period.
 //! - `shared`: what a manager's lock actors share ([`Shared`](shared::Shared)).

@@ -108,7 +108,8 @@ impl Admin {
     }
 
     /// The semaphore or count-down latch `name`: its kind, number, TTL, how
-    /// many wait on it and who (`sync_view.rs` says how the kind is told).
+    /// many wait on it and who, and a fair semaphore's queue (`sync_view.rs`
+    /// says how the kind is told).
     /// With no key, a summary marked
     /// [`key_missing`](SynchronizerSummary::key_missing) when waiters are
     /// recorded on it, else `None`; `None` too when the key holds no integer (a
@@ -129,7 +130,30 @@ impl Admin {
         }
         let mut found = self.look_at_counters(vec![name.to_string()]).await?;
         self.attach_waiters(&mut found).await?;
+        for sync in found
+            .iter_mut()
+            .filter(|s| s.kind == SynchronizerKind::Semaphore)
+        {
+            sync.queue = self.semaphore_queue(name).await?;
+        }
         Ok(found.into_iter().next())
+    }
+
+    /// The fair waiters queued on semaphore `name`, head first: each one's
+    /// waiter id (`<client id>:<n>`, as the waiting records name it) and the
+    /// time left on its place (zero: lapsed, about to be dropped). Empty when
+    /// nobody waits fairly. Read as it stands, not atomic with the permits.
+    pub async fn semaphore_queue(&self, name: &str) -> Result<Vec<QueuedWaiter>, LockError> {
+        keys::validate_name(name, self.max_name_len)?;
+        let (now_ms, queue) = wire::read_sem_queue(&mut self.conn.clone(), name).await?;
+        let left = |until: u64| Duration::from_millis(until.saturating_sub(now_ms));
+        Ok(queue
+            .into_iter()
+            .map(|(owner_field, until)| QueuedWaiter {
+                owner_field,
+                expires_in: Some(until.map_or(Duration::ZERO, left)),
+            })
+            .collect())
     }
 
     /// The semaphores and count-down latches whose names match the glob

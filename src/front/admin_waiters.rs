@@ -119,6 +119,7 @@ impl Admin {
             waiting: listening.first().copied().unwrap_or(0),
             waiters,
             key_missing: true,
+            queue: Vec::new(),
         }))
     }
 

@@ -18,7 +18,7 @@ use actix::prelude::*;
 
 use super::semaphore::{add, check_permits, try_set};
 use crate::actors::semaphore::permits::{Granted, ReturnPermits};
-use crate::actors::semaphore::{SemaphoreActor, TakePermits};
+use crate::actors::semaphore::{take, SemaphoreActor};
 use crate::actors::shared::Shared;
 use crate::error::{LockError, LostReason};
 use crate::reply::{ask, Reply};
@@ -81,7 +81,7 @@ impl PermitSemaphoreHandle {
     /// Adds `permits` (at least 1) and wakes waiters; answers how many are
     /// available now.
     pub async fn add_permits(&self, permits: u32) -> Result<u64, LockError> {
-        add(&self.actor, permits).await
+        add(&self.actor.clone().recipient(), permits).await
     }
 
     /// Whether the semaphore's key exists (see
@@ -151,14 +151,8 @@ impl PermitSemaphoreHandle {
         if let Some(lease) = lease {
             super::admin::check_lease(&self.shared.config, lease)?;
         }
-        let grant = self
-            .actor
-            .send(TakePermits {
-                permits,
-                wait,
-                lease,
-            })
-            .await??;
+        let taker = self.actor.clone().recipient();
+        let grant = take(&taker, permits, wait, lease).await?;
         let Granted { ids, epoch, lost } = grant.permits.ok_or(LockError::Stopped)?;
         Ok(PermitGuard {
             giver: self.actor.clone().recipient(),

@@ -20,17 +20,85 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use crate::actors::semaphore::permits::GivePermits;
-use crate::actors::semaphore::{SemaphoreActor, TakePermits};
+use crate::actors::semaphore::{take, TakePermits};
 use crate::actors::shared::Shared;
 use crate::error::LockError;
 use crate::reply::{ask, Reply};
 use crate::sync_view::SynchronizerKind;
 use crate::wire::{self, SemDrain, SemTrySet, MAX_PERMITS};
 
-super::manager::handle_message! {
-    /// Get a [`SemaphoreHandle`] on the semaphore `name` (checked now, once, by the
-    /// rules of a lock name).
-    Semaphore => SemaphoreHandle, semaphore
+/// Get a [`SemaphoreHandle`] on the semaphore `name` (checked now, once, by the
+/// rules of a lock name), plain or [fair](Semaphore::fair).
+#[derive(Clone, Debug)]
+pub struct Semaphore {
+    /// The semaphore's name (its Redis key).
+    name: String,
+    /// Waiters queue in arrival order across processes.
+    fair: bool,
+}
+
+impl Semaphore {
+    /// A handle on the semaphore `name`.
+    pub fn new(name: impl Into<String>) -> Semaphore {
+        Semaphore {
+            name: name.into(),
+            fair: false,
+        }
+    }
+
+    /// Whether the handle's waiters are served in the order they arrived,
+    /// across every process that takes the semaphore fairly (FIFO). Defaults to
+    /// off.
+    ///
+    /// A fair waiter takes a place in a queue in Redis
+    /// (`lockwarden_semaphore_queue:{name}`, lockwarden's own: Redisson has no
+    /// fair semaphore) and is granted only at its head, when enough permits
+    /// are free. The order is strict, as `java.util.concurrent.Semaphore` with
+    /// fairness: a head that wants more permits than are free holds up the
+    /// waiters behind it, even those that want fewer. A waiter whose process
+    /// dies is skipped once its place lapses
+    /// ([`Config::fair_waiter_lease`](crate::Config::fair_waiter_lease), 5 s by
+    /// default); one that gives up leaves the queue at once. A try-once call
+    /// ([`try_acquire`](SemaphoreHandle::try_acquire)) is refused while anyone
+    /// is queued.
+    ///
+    /// The permits are the plain semaphore's (the same key), so plain and fair
+    /// holders share them. **Plain acquirers do not queue**: a non-fair handle
+    /// on the same name, or a Java service using Redisson's `RSemaphore`, takes
+    /// free permits whenever it asks and can overtake the queue. Make every
+    /// taker of a name fair where the order matters.
+    pub fn fair(mut self, fair: bool) -> Semaphore {
+        self.fair = fair;
+        self
+    }
+}
+
+impl actix::Message for Semaphore {
+    type Result = Result<SemaphoreHandle, LockError>;
+}
+
+impl Handler<Semaphore> for super::manager::LockManager {
+    type Result = Result<SemaphoreHandle, LockError>;
+
+    fn handle(&mut self, msg: Semaphore, _ctx: &mut Context<Self>) -> Self::Result {
+        self.check_name(&msg.name)?;
+        let (registry, shared) = self.synchronizers();
+        let shared = shared.clone();
+        let (taker, giver) = if msg.fair {
+            let actor = registry.fair(&msg.name, &shared);
+            (actor.clone().recipient(), actor.recipient())
+        } else {
+            let actor = registry.semaphore(&msg.name, &shared);
+            (actor.clone().recipient(), actor.recipient())
+        };
+        Ok(SemaphoreHandle {
+            name: Arc::from(msg.name),
+            fair: msg.fair,
+            taker,
+            giver,
+            shared,
+        })
+    }
 }
 
 /// A handle on one semaphore: cheap to clone, usable from any thread.
@@ -54,6 +122,9 @@ super::manager::handle_message! {
 /// operators (`lockwarden status NAME` names who waits: host, pid, label, since
 /// when; `list` and `top` mark the missing key).
 ///
+/// A fair handle ([`Semaphore::fair`]) serves its waiters in the order they
+/// arrived across processes.
+///
 /// ```no_run
 /// # async fn demo(manager: actix::Addr<lockwarden::LockManager>) -> Result<(), lockwarden::LockError> {
 /// use lockwarden::Locks;
@@ -68,8 +139,13 @@ super::manager::handle_message! {
 pub struct SemaphoreHandle {
     /// The semaphore's name.
     name: Arc<str>,
-    /// Its actor in this process (waiters, subscription).
-    actor: Addr<SemaphoreActor>,
+    /// Its waiters queue in arrival order across processes ([`Semaphore::fair`]).
+    fair: bool,
+    /// Its actor in this process (waiters, subscription), which takes permits
+    /// ...
+    taker: Recipient<TakePermits>,
+    /// ... and gives them back (the same actor).
+    giver: Recipient<GivePermits>,
     /// The manager's connection.
     shared: Arc<Shared>,
 }
@@ -78,6 +154,7 @@ impl std::fmt::Debug for SemaphoreHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SemaphoreHandle")
             .field("name", &self.name)
+            .field("fair", &self.fair)
             .finish_non_exhaustive()
     }
 }
@@ -99,12 +176,11 @@ pub(super) async fn try_set(
     Ok(set)
 }
 
-/// `add_permits` of either kind of semaphore: through its actor, which wakes
+/// `add_permits` of any kind of semaphore: through its actor, which wakes
 /// local waiters too.
-pub(super) async fn add(actor: &Addr<SemaphoreActor>, permits: u32) -> Result<u64, LockError> {
+pub(super) async fn add(giver: &Recipient<GivePermits>, permits: u32) -> Result<u64, LockError> {
     check_permits(permits, 1)?;
-    let giver = actor.clone().recipient();
-    ask(&giver, |reply| GivePermits { permits, reply }).await
+    ask(giver, |reply| GivePermits { permits, reply }).await
 }
 
 /// Refuses an amount of permits outside 1..=[`MAX_PERMITS`] (`at_least` 0 lets
@@ -130,6 +206,22 @@ impl SemaphoreHandle {
         &self.name
     }
 
+    /// Whether this handle's waiters queue in arrival order across processes
+    /// ([`Semaphore::fair`]).
+    pub fn is_fair(&self) -> bool {
+        self.fair
+    }
+
+    /// The fair waiters queued on this semaphore now, in every process, head
+    /// first: each one's waiter id (`<client id>:<n>`, as `lockwarden who`
+    /// and the waiting records name it). Empty when nobody waits fairly (plain
+    /// waiters never queue). A handle of either kind reads it.
+    pub async fn queued(&self) -> Result<Vec<String>, LockError> {
+        let mut conn = self.shared.node.conn();
+        let (_, queue) = wire::read_sem_queue(&mut conn, &self.name).await?;
+        Ok(queue.into_iter().map(|(id, _)| id).collect())
+    }
+
     /// Sets the number of permits if the semaphore has none yet (its key is
     /// absent), and wakes its waiters. Answers whether it set them: one caller of
     /// many racing to initialise wins. Zero is allowed (permits added later).
@@ -147,7 +239,7 @@ impl SemaphoreHandle {
     /// available now. Refused, with nothing changed, if the total would pass
     /// 2147483647.
     pub async fn add_permits(&self, permits: u32) -> Result<u64, LockError> {
-        add(&self.actor, permits).await
+        add(&self.giver, permits).await
     }
 
     /// Gives back `permits` that no guard holds (Redisson's `release`: the
@@ -176,7 +268,8 @@ impl SemaphoreHandle {
     }
 
     /// One attempt: `Ok(None)` when fewer than `permits` are free, or when other
-    /// waiters of this process queue for them already.
+    /// waiters of this process queue for them already (for a fair handle, when
+    /// anyone queues for them, in any process).
     pub async fn try_acquire(&self, permits: u32) -> Result<Option<SemaphoreGuard>, LockError> {
         match self.take(permits, Some(Duration::ZERO)).await {
             Ok(guard) => Ok(Some(guard)),
@@ -191,15 +284,9 @@ impl SemaphoreHandle {
         wait: Option<Duration>,
     ) -> Result<SemaphoreGuard, LockError> {
         check_permits(permits, 1)?;
-        self.actor
-            .send(TakePermits {
-                permits,
-                wait,
-                lease: None,
-            })
-            .await??;
+        take(&self.taker, permits, wait, None).await?;
         Ok(SemaphoreGuard {
-            giver: self.actor.clone().recipient(),
+            giver: self.giver.clone(),
             name: self.name.clone(),
             permits,
         })

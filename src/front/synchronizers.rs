@@ -1,6 +1,6 @@
 //! The manager's registry of synchronizer actors: one [`SemaphoreActor`] (for a
-//! plain semaphore, another for a permit-expirable one) and one [`LatchActor`] per
-//! name, shared by every handle on that name in the process.
+//! plain semaphore, another for a permit-expirable one), one
+//! [`FairSemaphoreActor`] and one [`LatchActor`] per name, shared by every handle on that name in the process.
 //!
 //! One actor per name matters because the subscriber routes a channel to one
 //! actor: a second actor on the same name would take the first one's messages. The
@@ -14,6 +14,7 @@ use std::sync::Arc;
 use actix::{Actor, Addr, Recipient, WeakAddr};
 
 use crate::actors::latch::LatchActor;
+use crate::actors::semaphore::fair::FairSemaphoreActor;
 use crate::actors::semaphore::SemaphoreActor;
 use crate::actors::shared::{Shared, ShutDown};
 
@@ -22,6 +23,7 @@ use crate::actors::shared::{Shared, ShutDown};
 pub(crate) struct Synchronizers {
     semaphores: HashMap<Arc<str>, WeakAddr<SemaphoreActor>>,
     expirable: HashMap<Arc<str>, WeakAddr<SemaphoreActor>>,
+    fair: HashMap<Arc<str>, WeakAddr<FairSemaphoreActor>>,
     latches: HashMap<Arc<str>, WeakAddr<LatchActor>>,
 }
 
@@ -42,13 +44,24 @@ impl Synchronizers {
         })
     }
 
+    /// The running actor of fair semaphore `name`, started if there is none.
+    /// Its waiters listen on channels of their own, so it may run beside a
+    /// plain semaphore's actor of the same name.
+    pub(crate) fn fair(&mut self, name: &str, shared: &Arc<Shared>) -> Addr<FairSemaphoreActor> {
+        find_or_start(&mut self.fair, name, |name| {
+            FairSemaphoreActor::new(name, shared.clone()).start()
+        })
+    }
+
     /// Every synchronizer actor still running, to tell it of a shutdown.
     pub(crate) fn running(&self) -> Vec<Recipient<ShutDown>> {
         let semaphores = self.semaphores.values().chain(self.expirable.values());
         let semaphores = semaphores.filter_map(|w| w.upgrade().map(Addr::recipient));
+        let fair = self.fair.values();
+        let fair = fair.filter_map(|w| w.upgrade().map(Addr::recipient));
         let latches = self.latches.values();
         let latches = latches.filter_map(|w| w.upgrade().map(Addr::recipient));
-        semaphores.chain(latches).collect()
+        semaphores.chain(fair).chain(latches).collect()
     }
 
     /// The running actor of latch `name`, started if there is none.

@@ -122,6 +122,11 @@ mod tests {
             include_str!("../../lua/expirable_acquire.lua"),
             include_str!("../../lua/expirable_release.lua"),
             include_str!("../../lua/expirable_renew.lua"),
+            include_str!("../../lua/fair_sem_prelude.lua"),
+            include_str!("../../lua/fair_sem_acquire.lua"),
+            include_str!("../../lua/fair_sem_refresh.lua"),
+            include_str!("../../lua/fair_sem_leave.lua"),
+            include_str!("../../lua/fair_sem_release.lua"),
         ] {
             let sharded = sharded(code).to_lowercase();
             assert!(sharded.contains("'spublish'"));

@@ -34,6 +34,7 @@ mod by_name;
 mod exclusive;
 mod expirable;
 mod fair;
+mod fair_semaphore;
 mod fenced;
 mod lua;
 mod registry;
@@ -52,6 +53,9 @@ pub(crate) use by_name::{inspect_lock, ForceRelease, Inspect};
 pub(crate) use exclusive::{Acquire, Release, RenewHashes, Transfer, TransferReply};
 pub(crate) use expirable::{ExpirableAcquire, ExpirableRelease, ExpirableRenew, ExpirableTake};
 pub(crate) use fair::{FairAcquire, FairLeave, FairRefresh, FairRelease, Place};
+pub(crate) use fair_semaphore::{
+    read_sem_queue, FairSemAcquire, FairSemLeave, FairSemRefresh, FairSemRelease,
+};
 pub(crate) use fenced::{FencedReply, FencedWrite};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
 pub(crate) use registry::{read_clients, register};

@@ -24,9 +24,9 @@
 //! takers elsewhere can delay it without bound. Where that matters, give the large
 //! takers their own semaphore or hold the small ones to the same process.
 
+pub(crate) mod fair;
 pub(crate) mod permits;
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,8 +37,8 @@ use tracing::{debug, warn};
 use crate::actors::listen::{self, Alarm, Channel, Listener};
 use crate::actors::shared::{until_first, Shared, ShutDown};
 use crate::actors::subscriber::{Resync, Unlocked};
-use crate::actors::waiting::{self, Waited, Waiting, Waits};
-use crate::durations::{backoff, millis};
+use crate::actors::waiting::{self, timeout, Attempt, Queue, Waited, Waiting, Waits};
+use crate::durations::millis;
 use crate::error::{redis_is_transient, LockError};
 use crate::keys;
 use crate::sync_view::SynchronizerKind;
@@ -47,7 +47,7 @@ use crate::wire::{self, ExpirableAcquire, ExpirableTake, SemAcquire, SemTake};
 
 /// What one attempt found, for either kind of semaphore.
 #[derive(Debug, Clone, Copy)]
-enum Attempt {
+enum Found {
     /// Taken; this many left.
     Taken { left: u64 },
     /// Too few; a permit with a lease expires in `retry_in`, if any.
@@ -59,9 +59,10 @@ enum Attempt {
 }
 
 /// Take `permits` of the semaphore, waiting up to `wait` (`None`: until taken;
-/// zero: one attempt). Answers once they are taken.
+/// zero: one attempt). Answers on `reply` once they are taken. Sent with
+/// [`take`], which makes both channels.
 #[derive(Message, Debug)]
-#[rtype(result = "Result<Grant, LockError>")]
+#[rtype(result = "()")]
 pub(crate) struct TakePermits {
     /// How many, at least 1 (checked by the caller).
     pub(crate) permits: u32,
@@ -70,6 +71,34 @@ pub(crate) struct TakePermits {
     /// A permit-expirable semaphore's lease (`None`: the watchdog renews them);
     /// ignored by a plain one.
     pub(crate) lease: Option<Duration>,
+    /// Where the answer goes: the caller's end is dropped when it stops
+    /// waiting, so a grant that finds nobody goes back.
+    pub(crate) reply: oneshot::Sender<Result<Grant, LockError>>,
+    /// Resolves when the caller stops waiting (or has its answer): the fair
+    /// semaphore's actor takes the waiter's place out of Redis at once.
+    pub(crate) gone: oneshot::Receiver<()>,
+}
+
+/// Sends [`TakePermits`] to a semaphore's actor (either kind, or the fair one)
+/// and waits for the answer; dropping this future takes the waiter out at once
+/// ([`LockError::Stopped`] if the actor stopped first).
+pub(crate) async fn take(
+    to: &Recipient<TakePermits>,
+    permits: u32,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+) -> Result<Grant, LockError> {
+    let (reply, answer) = oneshot::channel();
+    // Dropped with this future: the actor hears it through `gone`.
+    let (_here, gone) = oneshot::channel::<()>();
+    to.do_send(TakePermits {
+        permits,
+        wait,
+        lease,
+        reply,
+        gone,
+    });
+    answer.await.unwrap_or(Err(LockError::Stopped))
 }
 
 /// The kind of a semaphore that is (or is not) permit-expirable.
@@ -89,25 +118,14 @@ pub(crate) struct Grant {
     pub(crate) permits: Option<permits::Granted>,
 }
 
-/// One waiting caller.
-#[derive(Debug)]
-struct Waiter {
-    /// Its id in the waiting records (`actors/waiting.rs`).
-    id: u64,
+/// What one waiting caller wants (the rest of it, deadline and answer, is the
+/// kit's waiter: `actors/waiting/queue.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Want {
     /// Permits it wants.
-    permits: u32,
-    /// When it gives up (`None`: never).
-    deadline: Option<Instant>,
-    /// A single attempt (zero wait).
-    once: bool,
-    /// When it arrived, for the `Timeout` it may get.
-    since: Instant,
+    pub(super) permits: u32,
     /// A permit-expirable semaphore's lease for it (`None`: watchdog).
-    lease: Option<Duration>,
-    /// The transient Redis error its last attempt met, answered at its deadline.
-    last_error: Option<LockError>,
-    /// Where its answer goes; closed when the caller went away.
-    tx: oneshot::Sender<Result<Grant, LockError>>,
+    pub(super) lease: Option<Duration>,
 }
 
 /// See the module documentation.
@@ -123,19 +141,17 @@ pub(crate) struct SemaphoreActor {
     channel: Channel,
     /// The manager's connection, subscriber and settings.
     pub(super) shared: Arc<Shared>,
-    /// Waiters in arrival order.
-    waiters: VecDeque<Waiter>,
-    /// An attempt is in flight.
-    trying: bool,
-    /// A wake arrived while the attempt was in flight: ask again at once.
-    again: bool,
+    /// Waiters in arrival order (`actors/waiting/queue.rs`).
+    waiters: Queue<Want, Grant>,
+    /// The head's attempt in flight, wakes meanwhile, failures in a row
+    /// (`actors/waiting/attempt.rs`).
+    attempt: Attempt,
     /// The fallback / deadline timer.
     timer: Alarm,
     /// Unsubscribes once nobody waited for `Config::idle_timeout`.
     idle: Alarm,
-    /// Transient failures in a row, for the backoff.
-    failures: u32,
-    /// The waiting records and the missing-key warning (`actors/waiting.rs`).
+    /// The waiting records and the missing-key warning
+    /// (`actors/waiting/records.rs`).
     waiting: Waiting,
 }
 
@@ -148,12 +164,10 @@ impl SemaphoreActor {
             channel: Channel::new(keys::semaphore_channel(&name)),
             name,
             shared,
-            waiters: VecDeque::new(),
-            trying: false,
-            again: false,
+            waiters: Queue::default(),
+            attempt: Attempt::default(),
             timer: Alarm::default(),
             idle: Alarm::default(),
-            failures: 0,
         }
     }
 
@@ -164,29 +178,12 @@ impl SemaphoreActor {
 
     /// Answers the waiters whose caller left or whose deadline passed.
     fn sweep(&mut self) {
-        let now = Instant::now();
-        let mut kept = VecDeque::with_capacity(self.waiters.len());
-        for mut w in self.waiters.drain(..) {
-            if w.tx.is_closed() {
-                continue;
-            }
-            if !w.once && w.deadline.is_some_and(|d| d <= now) {
-                let err = w.last_error.take().unwrap_or(LockError::Timeout {
-                    waited: now - w.since,
-                    holder: None,
-                });
-                let _ = w.tx.send(Err(err));
-                continue;
-            }
-            kept.push_back(w);
-        }
-        self.waiters = kept;
+        self.waiters.sweep(|waited| Err(timeout(waited)));
     }
 
     /// Lets the head ask Redis, if it may now.
     pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
-        if self.trying {
-            self.again = true;
+        if !self.attempt.wake() {
             return;
         }
         self.sweep();
@@ -207,9 +204,8 @@ impl SemaphoreActor {
             }
             return;
         }
-        self.trying = true;
-        self.again = false;
-        let (permits, lease) = (head.permits, head.lease);
+        self.attempt.start();
+        let Want { permits, lease } = head.want;
         let name = self.name.clone();
         let mut conn = self.shared.node.conn();
         let ids = if self.expirable {
@@ -228,12 +224,12 @@ impl SemaphoreActor {
                     lease_ms,
                 };
                 wire::call(&mut conn, &call).await.map(|t| match t {
-                    ExpirableTake::Taken { left } => Attempt::Taken { left },
+                    ExpirableTake::Taken { left } => Found::Taken { left },
                     ExpirableTake::Short {
                         expires_in_ms,
                         missing,
                         ..
-                    } => Attempt::Short {
+                    } => Found::Short {
                         retry_in: expires_in_ms.map(Duration::from_millis),
                         missing,
                     },
@@ -244,8 +240,8 @@ impl SemaphoreActor {
                     permits,
                 };
                 wire::call(&mut conn, &call).await.map(|t| match t {
-                    SemTake::Taken { left } => Attempt::Taken { left },
-                    SemTake::Short { missing, .. } => Attempt::Short {
+                    SemTake::Taken { left } => Found::Taken { left },
+                    SemTake::Short { missing, .. } => Found::Short {
                         retry_in: None,
                         missing,
                     },
@@ -254,7 +250,7 @@ impl SemaphoreActor {
             (res, ids)
         };
         ctx.spawn(attempt.into_actor(self).map(move |(res, ids), act, ctx| {
-            act.trying = false;
+            act.attempt.finish();
             act.attempted(res, ids, sent, ctx);
         }));
     }
@@ -262,7 +258,7 @@ impl SemaphoreActor {
     /// What the head's attempt found.
     fn attempted(
         &mut self,
-        res: redis::RedisResult<Attempt>,
+        res: redis::RedisResult<Found>,
         ids: Vec<String>,
         sent: Instant,
         ctx: &mut Context<Self>,
@@ -273,54 +269,52 @@ impl SemaphoreActor {
             self.give_ids(ids.clone(), ctx);
         }
         let Some(head) = self.waiters.front_mut() else {
-            if res
-                .as_ref()
-                .is_ok_and(|a| matches!(a, Attempt::Taken { .. }))
-            {
+            if res.as_ref().is_ok_and(|a| matches!(a, Found::Taken { .. })) {
                 self.give_ids(ids, ctx);
             }
             return;
         };
         match res {
-            Ok(Attempt::Taken { left }) => {
-                self.failures = 0;
+            Ok(Found::Taken { left }) => {
+                self.attempt.succeeded();
                 self.waiting.key_found();
                 let Some(w) = self.waiters.pop_front() else {
                     return;
                 };
+                let Want { permits, lease } = w.want;
                 let grant = if self.expirable {
-                    let granted = self.hold(ids.clone(), w.lease, sent, ctx);
+                    let granted = self.hold(ids.clone(), lease, sent, ctx);
                     Grant {
                         permits: Some(granted),
                     }
                 } else {
                     Grant { permits: None }
                 };
-                if let Err(Ok(grant)) = w.tx.send(Ok(grant)) {
+                if let Err(Ok(grant)) = w.answer(Ok(grant)) {
                     // The caller went away while its permits were being taken.
-                    debug!(semaphore = %self.name, permits = w.permits, "taken for a caller that left; giving back");
+                    debug!(semaphore = %self.name, permits, "taken for a caller that left; giving back");
                     match grant.permits {
                         Some(granted) => self.end_holding(granted.epoch, ctx),
-                        None => self.give(w.permits, ctx),
+                        None => self.give(permits, ctx),
                     }
                 }
                 let next_fits = self
                     .waiters
                     .front()
-                    .is_some_and(|n| u64::from(n.permits) <= left);
-                if next_fits || self.again {
+                    .is_some_and(|n| u64::from(n.want.permits) <= left);
+                if next_fits || self.attempt.again() {
                     self.pump(ctx);
                 } else {
                     self.arm(ctx, self.shared.config.max_retry_interval);
                 }
             }
-            Ok(Attempt::Short { retry_in, missing }) => {
-                self.failures = 0;
+            Ok(Found::Short { retry_in, missing }) => {
+                self.attempt.succeeded();
                 if !missing {
                     self.waiting.key_found();
                 } else if !head.once {
                     let waited = head.since.elapsed();
-                    let waiting = self.waiters.iter().filter(|w| !w.once).count();
+                    let waiting = self.waiters.lasting();
                     self.waiting.key_missing(waiting, waited);
                 }
                 let Some(head) = self.waiters.front_mut() else {
@@ -328,14 +322,10 @@ impl SemaphoreActor {
                 };
                 if head.once {
                     if let Some(w) = self.waiters.pop_front() {
-                        let waited = w.since.elapsed();
-                        let _ = w.tx.send(Err(LockError::Timeout {
-                            waited,
-                            holder: None,
-                        }));
+                        w.time_out();
                     }
                     self.pump(ctx);
-                } else if self.again {
+                } else if self.attempt.again() {
                     self.pump(ctx);
                 } else {
                     // A permit with a lease frees by itself at its expiry: ask
@@ -346,19 +336,14 @@ impl SemaphoreActor {
             }
             Err(e) if redis_is_transient(&e) && !head.once => {
                 warn!(semaphore = %self.name, error = %e, "semaphore attempt failed; retrying");
-                head.last_error = Some(e.into());
-                let delay = backoff(
-                    self.shared.config.reconnect_min,
-                    self.shared.config.reconnect_max,
-                    self.failures,
-                );
-                self.failures = self.failures.saturating_add(1);
+                head.last_error = Some(e.clone().into());
+                let delay = self.attempt.failed(&self.shared.config, e);
                 self.arm(ctx, delay);
             }
             Err(e) => {
                 warn!(semaphore = %self.name, error = %e, "semaphore attempt failed");
                 if let Some(w) = self.waiters.pop_front() {
-                    let _ = w.tx.send(Err(e.into()));
+                    let _ = w.answer(Err(e.into()));
                 }
                 self.pump(ctx);
             }
@@ -367,7 +352,7 @@ impl SemaphoreActor {
 
     /// Wakes `pump` after `delay`, or at the earliest waiter deadline if sooner.
     fn arm(&mut self, ctx: &mut Context<Self>, delay: Duration) {
-        let delay = until_first(delay, self.waiters.iter().filter_map(|w| w.deadline));
+        let delay = until_first(delay, self.waiters.deadlines());
         self.timer
             .set(ctx, delay, |act: &mut Self| &mut act.timer, Self::pump);
     }
@@ -412,9 +397,7 @@ impl Handler<ShutDown> for SemaphoreActor {
     type Result = usize;
 
     fn handle(&mut self, _msg: ShutDown, ctx: &mut Context<Self>) -> usize {
-        for w in self.waiters.drain(..) {
-            let _ = w.tx.send(Err(LockError::ShuttingDown));
-        }
+        self.waiters.answer_all(|| Err(LockError::ShuttingDown));
         self.timer.cancel(ctx);
         0
     }
@@ -426,15 +409,7 @@ impl Waits for SemaphoreActor {
     }
 
     fn waiters_now(&self) -> Vec<Waited> {
-        let waits = self.waiters.iter().filter(|w| !w.once && !w.tx.is_closed());
-        waits
-            .map(|w| Waited {
-                id: w.id,
-                since: w.since,
-                wants: u64::from(w.permits),
-                owner_field: None,
-            })
-            .collect()
+        self.waiters.waited(|w| u64::from(w.permits))
     }
 
     fn shared(&self) -> &Arc<Shared> {
@@ -443,45 +418,42 @@ impl Waits for SemaphoreActor {
 }
 
 impl Handler<TakePermits> for SemaphoreActor {
-    type Result = ResponseFuture<Result<Grant, LockError>>;
+    type Result = ();
 
-    fn handle(&mut self, msg: TakePermits, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: TakePermits, ctx: &mut Context<Self>) {
+        // `gone` is not watched: a caller that left is skipped when the head
+        // gets to it (its answer channel is closed), and a grant that crosses
+        // it goes back; a wake per finished call would cost an attempt each.
+        let TakePermits {
+            permits,
+            wait,
+            lease,
+            reply,
+            ..
+        } = msg;
         if self.shared.is_shutting_down() {
-            return Box::pin(async { Err(LockError::ShuttingDown) });
+            let _ = reply.send(Err(LockError::ShuttingDown));
+            return;
         }
-        let (tx, rx) = oneshot::channel();
-        let now = Instant::now();
-        let once = msg.wait == Some(Duration::ZERO);
+        let once = wait == Some(Duration::ZERO);
         if once && !self.waiters.is_empty() {
             // What frees up is promised to the waiters already queued here.
-            let _ = tx.send(Err(LockError::Timeout {
-                waited: Duration::ZERO,
-                holder: None,
-            }));
-        } else {
-            let first = self.waiters.is_empty();
-            self.waiters.push_back(Waiter {
-                id: Waiting::next_id(),
-                permits: msg.permits,
-                deadline: msg.wait.and_then(|w| now.checked_add(w)),
-                once,
-                since: now,
-                lease: msg.lease,
-                last_error: None,
-                tx,
-            });
-            if !once {
-                waiting::watch(self, ctx);
-            }
-            if first && !self.trying {
-                self.pump(ctx);
-            } else if msg.wait.is_some() {
-                // Queued behind others: it asks when it is the head; until then
-                // only its deadline needs watching.
-                self.arm(ctx, self.shared.config.max_retry_interval);
-            }
+            let _ = reply.send(Err(timeout(Duration::ZERO)));
+            return;
         }
-        Box::pin(async move { rx.await.map_err(|_| LockError::Stopped)? })
+        let first = self.waiters.is_empty();
+        self.waiters
+            .arrive_with(Want { permits, lease }, wait, once, reply);
+        if !once {
+            waiting::watch(self, ctx);
+        }
+        if first && !self.attempt.in_flight() {
+            self.pump(ctx);
+        } else if wait.is_some() {
+            // Queued behind others: it asks when it is the head; until then
+            // only its deadline needs watching.
+            self.arm(ctx, self.shared.config.max_retry_interval);
+        }
     }
 }
 

@@ -30,7 +30,7 @@ use crate::error::{redis_is_transient, LockError, LostReason};
 use crate::reply::Reply;
 use crate::signal::{LostSignal, LostWatch};
 use crate::sync_view::SynchronizerKind;
-use crate::wire::{self, ExpirableRelease, SemAdded, SemRelease};
+use crate::wire::{self, ExpirableRelease, FairSemRelease, SemAdded, SemRelease};
 
 /// Holding epochs of permits, from the top half of the range: the renewal table
 /// is keyed by epoch, and lock holdings count up from 1, so the two never meet.
@@ -85,7 +85,13 @@ pub(crate) struct GivePermits {
 impl SemaphoreActor {
     /// Gives permits back in the background (a grant that reached nobody).
     pub(super) fn give(&mut self, permits: u32, ctx: &mut Context<Self>) {
-        let fut = give_back(self.shared.clone(), self.name.clone(), permits, self.kind());
+        let fut = give_back(
+            self.shared.clone(),
+            self.name.clone(),
+            permits,
+            self.kind(),
+            false,
+        );
         ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
             if let Err(e) = res {
                 warn!(semaphore = %act.name, permits, error = %e, "giving back permits failed");
@@ -95,27 +101,34 @@ impl SemaphoreActor {
     }
 }
 
-/// Runs the release script, retrying transient errors for up to one watchdog
+/// Runs the release script (`fair`: the fair semaphore's, which also tells
+/// the head of its queue), retrying transient errors for up to one watchdog
 /// lease: permits given back must not be lost to a passing hiccup.
-async fn give_back(
+pub(super) async fn give_back(
     shared: Arc<Shared>,
     name: Arc<str>,
     permits: u32,
     kind: SynchronizerKind,
+    fair: bool,
 ) -> Result<u64, LockError> {
     let mut conn = shared.node.conn();
     let give_up = Instant::now() + shared.config.watchdog_lease;
     let mut attempt = 0;
     loop {
-        match wire::call(
-            &mut conn,
-            &SemRelease {
+        let added = if fair {
+            let call = FairSemRelease {
                 name: &name,
                 permits,
-            },
-        )
-        .await
-        {
+            };
+            wire::call(&mut conn, &call).await
+        } else {
+            let call = SemRelease {
+                name: &name,
+                permits,
+            };
+            wire::call(&mut conn, &call).await
+        };
+        match added {
             Ok(SemAdded::Available { now, created }) => {
                 if created {
                     // Permits added to no semaphore made it: label it.
@@ -153,7 +166,7 @@ impl Handler<GivePermits> for SemaphoreActor {
         let me = ctx.address();
         let GivePermits { permits, reply } = msg;
         let given = async move {
-            let res = give_back(shared, name.clone(), permits, kind).await;
+            let res = give_back(shared, name.clone(), permits, kind, false).await;
             if let Err(e) = &res {
                 // A guard dropped without awaiting its release learns nothing:
                 // say it here.

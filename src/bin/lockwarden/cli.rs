@@ -167,6 +167,7 @@ Examples:
   lockwarden --redis redis://a:6379 --redis redis://b:6379 --redis redis://c:6379 \
       run payments --redlock --wait 10s -- ./pay.sh
   lockwarden run partner-api --semaphore --permits 3 -- ./call-partner.sh
+  lockwarden run partner-api --semaphore --fair -- ./call-partner.sh   (in arrival order)
 With --semaphore, NAME is a semaphore (Redisson's RSemaphore layout): at most
 --permits commands run at once across machines; the command sees LOCKWARDEN_SEMAPHORE
 and LOCKWARDEN_PERMITS (how many it took) instead of a token.
@@ -310,6 +311,10 @@ pub struct AcquireOpts {
     pub lock_delay: Duration,
 
     /// Use a fair lock: granted in the order waiters queued, across all clients.
+    /// With --semaphore: a fair semaphore, its permits granted in the order the
+    /// waiters queued across processes (strict: a head that wants more than is
+    /// free holds up those behind it); plain takers of the name do not queue and
+    /// can overtake. Not with --expirable.
     #[arg(long, conflicts_with_all = ["read", "write", "spin"])]
     pub fair: bool,
 
@@ -373,7 +378,7 @@ pub struct RunArgs {
 
     /// NAME is a semaphore: take permits of it instead of a lock, so that at most
     /// its number of permits of commands run at once.
-    #[arg(long, conflicts_with_all = ["redlock", "fair", "read", "write", "spin", "lease"])]
+    #[arg(long, conflicts_with_all = ["redlock", "read", "write", "spin", "lease"])]
     pub semaphore: bool,
 
     /// With --semaphore: the permits the semaphore is given if it does not exist
@@ -386,8 +391,8 @@ pub struct RunArgs {
     /// With --semaphore: take the permits of a permit-expirable semaphore
     /// (Redisson's RPermitExpirableSemaphore) instead: renewed while the command
     /// runs, back by themselves within one --watchdog-lease if this process dies,
-    /// and lost (--on-lost applies) if they expire meanwhile.
-    #[arg(long, requires = "semaphore")]
+    /// and lost (--on-lost applies) if they expire meanwhile. Not with --fair.
+    #[arg(long, requires = "semaphore", conflicts_with = "fair")]
     pub expirable: bool,
 
     /// With --semaphore: how many permits this command takes.

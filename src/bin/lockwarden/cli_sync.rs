@@ -151,6 +151,7 @@ mod tests {
                 "--permits",
                 "2",
                 "--fair",
+                "--expirable",
                 "--",
                 "ls",
             ],
@@ -160,6 +161,20 @@ mod tests {
             assert!(Cli::try_parse_from(bad).is_err(), "{bad:?} accepted");
         }
         assert!(Cli::try_parse_from(["lockwarden", "latch", "count-down", "b"]).is_ok());
+        let cli = Cli::try_parse_from([
+            "lockwarden",
+            "run",
+            "api",
+            "--semaphore",
+            "--fair",
+            "--",
+            "ls",
+        ])
+        .expect("a fair semaphore parses");
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert!(run.semaphore && run.acquire.fair);
         // An existing semaphore needs no --permits (issue 38); --json anywhere.
         assert!(
             Cli::try_parse_from(["lockwarden", "run", "api", "--semaphore", "--", "ls"]).is_ok()

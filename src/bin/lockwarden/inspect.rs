@@ -16,8 +16,8 @@
 //! the same text as `who`.
 
 use lockwarden::{
-    Admin, ClientInfo, LockError, LockKind, LockSummary, RecordedWaiter, SynchronizerKind,
-    SynchronizerSummary,
+    Admin, ClientInfo, LockError, LockKind, LockSummary, QueuedWaiter, RecordedWaiter,
+    SynchronizerKind, SynchronizerSummary,
 };
 use serde_json::{json, Value};
 
@@ -39,6 +39,7 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
             say!("{}", sync_json(&sync));
         } else {
             say!("{}: {}", field(&sync.name), sync_text(&sync));
+            say_queue(&sync.queue);
             for w in &sync.waiters {
                 say!("  {}", waiter_text(w));
             }
@@ -87,7 +88,16 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
             h.who()
         );
     }
-    for (place, w) in lock.queue.iter().enumerate() {
+    say_queue(&lock.queue);
+    for w in &lock.waiters {
+        say!("  {}", waiter_text(w));
+    }
+    Ok(outcome::OK)
+}
+
+/// A fair lock's or fair semaphore's queue, head first, one line a waiter.
+fn say_queue(queue: &[QueuedWaiter]) {
+    for (place, w) in queue.iter().enumerate() {
         let left = match w.expires_in {
             Some(left) => format!("place lapses in {} unless refreshed", human(left)),
             None => "no deadline".into(),
@@ -98,10 +108,12 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
             field(&w.owner_field)
         );
     }
-    for w in &lock.waiters {
-        say!("  {}", waiter_text(w));
-    }
-    Ok(outcome::OK)
+}
+
+/// A queue as JSON: `owner`, `expires_in_ms` for each waiter, head first.
+fn queue_json(queue: &[QueuedWaiter]) -> Vec<Value> {
+    let one = |w: &QueuedWaiter| json!({"owner": w.owner_field, "expires_in_ms": w.expires_in.map(millis)});
+    queue.iter().map(one).collect()
 }
 
 /// Runs `lockwarden list`; answers the exit code.
@@ -289,7 +301,7 @@ fn waiter_json(w: &RecordedWaiter) -> Value {
 
 /// The JSON form of a synchronizer: `name`, `kind`, `labelled`, `value`,
 /// `taken`, `ttl_ms`, `waiting` (listeners), `waiters` (recorded, who each is),
-/// `key_missing`; and `lock`, the same as `name`, kept for scripts written
+/// `key_missing`, `queue` (a fair semaphore's, by `status` only); and `lock`, the same as `name`, kept for scripts written
 /// when every row called its name so (deprecated).
 pub fn sync_json(sync: &SynchronizerSummary) -> Value {
     let waiters: Vec<Value> = sync.waiters.iter().map(waiter_json).collect();
@@ -304,6 +316,7 @@ pub fn sync_json(sync: &SynchronizerSummary) -> Value {
         "waiting": sync.waiting,
         "waiters": waiters,
         "key_missing": sync.key_missing,
+        "queue": queue_json(&sync.queue),
     })
 }
 
@@ -404,11 +417,7 @@ pub fn to_json(name: &str, lock: Option<&LockSummary>) -> Value {
         LockKind::ReadWrite { mode } => Some(mode.as_str()),
         _ => None,
     };
-    let queue: Vec<Value> = lock
-        .queue
-        .iter()
-        .map(|w| json!({"owner": w.owner_field, "expires_in_ms": w.expires_in.map(millis)}))
-        .collect();
+    let queue = queue_json(&lock.queue);
     let waiters: Vec<Value> = lock.waiters.iter().map(waiter_json).collect();
     json!({
         "name": lock.name,

@@ -11,14 +11,17 @@
 //! permit-expirable semaphore's: renewed by the watchdog while the command
 //! runs, back by themselves within one watchdog lease when the process dies,
 //! and the command runs as under a lock (`run.rs`: lost while held,
-//! `--on-lost`, Redis probed), with LOCKWARDEN_PERMIT_IDS besides.
+//! `--on-lost`, Redis probed), with LOCKWARDEN_PERMIT_IDS besides. With
+//! `--fair` the waiters queue in arrival order across processes
+//! (`Semaphore::fair`); a `lockwarden` killed while it waits is skipped once its
+//! place lapses.
 
 use std::future::Future;
 use std::io::{ErrorKind, IsTerminal};
 use std::time::Duration;
 
 use futures::FutureExt;
-use lockwarden::{LockError, Locks, PermitSemaphore, SemaphoreGuard};
+use lockwarden::{LockError, Locks, PermitSemaphore, Semaphore, SemaphoreGuard};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use serde_json::json;
@@ -38,10 +41,12 @@ pub async fn run_semaphore(session: &Session, args: RunArgs) -> Result<i32, Fail
         return run_expirable(session, args).await;
     }
     let manager = session.manager().await?;
+    let failed = |e| Failure::from_lock(&doing(&args), e);
     let sem = manager
-        .semaphore(&args.name)
+        .send(Semaphore::new(&args.name).fair(args.acquire.fair))
         .await
-        .map_err(|e| Failure::from_lock(&doing(&args), e))?;
+        .map_err(|e| failed(e.into()))?
+        .map_err(failed)?;
     set_up(
         &args,
         args.permits.map(|p| sem.try_set_permits(p)),

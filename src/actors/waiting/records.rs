@@ -1,11 +1,11 @@
 //! The part of the waiting kit that makes waits visible: waiting records in
 //! Redis for the waits that last (`wire/waiting.rs` has the layout), and the
 //! warning for a semaphore whose key does not exist, on which a waiter would
-//! wait unseen for ever. The semaphore and latch actors each own one
-//! [`Waiting`] and implement [`Waits`] so that [`tick`] can read their
-//! waiters; so does the lock actor, whose records carry the owner field each
-//! waiter will hold the lock under (who waits for what, by name: what deadlock
-//! detection across processes needs).
+//! wait unseen for ever. Every waiting actor owns one [`Waiting`] and
+//! implements [`Waits`] so that [`tick`] can read its waiters (the semaphore
+//! and latch actors through their [`Queue`](super::Queue)); the lock actor's
+//! records carry the owner field each waiter will hold the lock under (who
+//! waits for what, by name: what deadlock detection across processes needs).
 //!
 //! A wait is recorded once it has lasted [`RECORD_AFTER`]; shorter waits (nearly
 //! all of them under normal load) cost nothing in Redis. While anyone waits the
@@ -25,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use actix::prelude::*;
 use tracing::{debug, warn};
 
-use super::shared::Shared;
+use crate::actors::shared::Shared;
 use crate::error::is_noperm;
 use crate::keys;
 use crate::wire::waiting::{self, Record, WaitKind, RECORD_TTL};

@@ -1,0 +1,32 @@
+//! The waiting kit: what every actor that makes callers wait for something in
+//! Redis shares, one part per file, so that a new synchronizer is an actor
+//! that owns these parts and adds only its own decisions and scripts.
+//!
+//! - `queue.rs`: the [`Queue`] of waiting callers in arrival order, each with
+//!   its deadline, whether it only tries once, the last error it met and where
+//!   its answer goes; sweeping out those that left or ran out of time.
+//! - `attempt.rs`: the [`Attempt`] in flight (one call to Redis at a time per
+//!   actor, however many wait), whether a wake arrived meanwhile, and the run
+//!   of failures that sets the backoff.
+//! - `places.rs`: [`Places`], for a fair (FIFO across processes) synchronizer:
+//!   its waiters' places in a Redis queue, refreshed every third of their lease
+//!   on the server's clock, left at once when a waiter gives up, lapsing when
+//!   its process dies.
+//! - `records.rs`: [`Waiting`], the waits that last made visible in Redis for
+//!   operators, and the warning for a missing semaphore key.
+//!
+//! The channels a waiting actor listens on and its alarms are the kit's too;
+//! they live in `actors/listen.rs` ([`Channel`](crate::actors::listen::Channel),
+//! [`Alarm`](crate::actors::listen::Alarm)). The semaphore and latch actors and
+//! the fair semaphore (`actors/semaphore/fair/`) are built from these parts;
+//! the lock actor uses the records and the channels.
+
+mod attempt;
+mod places;
+mod queue;
+mod records;
+
+pub(crate) use attempt::Attempt;
+pub(crate) use places::{keep_refreshing, leave, Placed, Places};
+pub(crate) use queue::{on_leaving, timeout, Queue};
+pub(crate) use records::{watch, Waited, Waiting, Waits};
