@@ -11,7 +11,7 @@
 //! Replica confirmation (`Config::sync_replicas`, on by default) starts from the
 //! master's `INFO`: how many replicas can confirm now (`node/replicas.rs` keeps
 //! the count current afterwards), the server's version and whether it keeps an
-//! AOF, which decide whether `WAITAOF` follows each `WAIT` (`wire/replicas.rs`).
+//! AOF, which decide whether `WAITAOF` follows each `WAIT` (`wire/replicas/`).
 //! An explicit setting on a server that is not a master, or that will not
 //! answer `INFO`, is refused at start; the default is then turned off with a
 //! warning that says why, so that a least-privilege user without `INFO` still

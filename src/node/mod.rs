@@ -96,7 +96,7 @@ pub(crate) struct Conn {
     /// The deployment's connection.
     link: Link,
     /// Replicas to wait for behind every lock-changing script, and the budget
-    /// of `WAIT`s on this connection (`wire/replicas.rs`); shared by its clones.
+    /// of `WAIT`s on this connection (`wire/replicas/`); shared by its clones.
     confirmation: Option<Confirmer>,
 }
 

@@ -52,7 +52,7 @@ pub(crate) struct Follower {
     /// A lookup is under way (one at a time).
     looking: AtomicBool,
     /// Bumped before each move to a new master, so that grouped replica
-    /// confirmation (`wire/replicas.rs`) never counts a `WAIT` on the new
+    /// confirmation (`wire/replicas/`) never counts a `WAIT` on the new
     /// master as covering a script the old one ran (client ids of two servers
     /// may be equal).
     generation: Arc<AtomicU64>,

@@ -66,9 +66,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::{select, Either};
-use redis::{Cmd, RedisError, RedisResult, Value};
+use redis::{Cmd, RedisResult, Value};
 use tokio::sync::{Notify, Semaphore, SemaphorePermit};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
+
+mod fast;
+mod replies;
+
+use fast::{send_fast, Fast};
+use replies::confirmed;
+pub(crate) use replies::{judge, Confirmed};
 
 use crate::config::{ReplicaSync, WAIT_SLACK};
 use crate::durations::millis;
@@ -159,31 +166,6 @@ pub(crate) struct Confirmation {
     doubts: AtomicU64,
 }
 
-/// Replica confirmation's fast path: while replicas answer quickly, a script
-/// goes with `CLIENT ID` and a short `WAIT` behind it, several at once; a short
-/// `WAIT` that runs out is not a shortfall yet but is asked again with the
-/// whole timeout, on the very connection (see [`Confirmation::fast`]).
-#[derive(Debug)]
-struct Fast {
-    /// The short `WAIT`'s timeout ([`FAST_WAIT`]).
-    timeout: Duration,
-    /// Places for short `WAIT`s on the connection at once.
-    places: Semaphore,
-    /// A short `WAIT` ran out: the fast path is closed until a whole `WAIT`
-    /// confirms again or the replicas are counted anew.
-    closed: AtomicBool,
-    /// Bumped whenever the connection moves to another server (a Sentinel
-    /// failover): with the `CLIENT ID`, it tells whether the second `WAIT` went
-    /// on the connection the script's write went on.
-    generation: Arc<AtomicU64>,
-}
-
-/// How long a fast-path `WAIT` waits: replicas acknowledge within a round trip
-/// when healthy (well under a millisecond on a LAN, a few across zones), so
-/// one that takes longer is asked again with the whole timeout rather than
-/// holding the connection. Redis may end it up to [`WAIT_SLACK`] late.
-const FAST_WAIT: Duration = Duration::from_millis(50);
-
 /// How a call goes out on a connection that asks replicas to confirm.
 enum Way<'a> {
     /// With a `WAIT`, in a place of the budget.
@@ -219,38 +201,6 @@ impl Confirmation {
             master_doubted: AtomicBool::new(false),
             doubts: AtomicU64::new(0),
         }
-    }
-
-    /// The same, with a fast path for a connection to one server: while the
-    /// replicas answer, a lock change goes with `CLIENT ID` and a `WAIT` of
-    /// [`FAST_WAIT`] behind it, as many at once as leave, each lasting its
-    /// whole [`FAST_WAIT`] and slack, one whole `WAIT` and one more before the
-    /// response timeout (5 with the defaults, against 1 whole `WAIT`: under
-    /// load the changes do not queue for the one place). A short `WAIT` that
-    /// runs out closes the fast path (until a whole `WAIT` confirms again) and
-    /// its call asks again, `CLIENT ID` and a whole `WAIT`, within the
-    /// ordinary budget: counted only if that `CLIENT ID`, and the connection's
-    /// `generation` (bumped when it moves to another server, whose client ids
-    /// may equal the old one's), are the script's (a reconnect in between
-    /// would have the second `WAIT` cover nothing of it). A short `WAIT` running
-    /// out is not a shortfall: only a whole one doubts replicas. No fast path
-    /// when the response timeout leaves no room for it.
-    pub(crate) fn fast(
-        mut self,
-        generation: Arc<AtomicU64>,
-        response_timeout: Duration,
-    ) -> Confirmation {
-        let room = response_timeout.saturating_sub(self.sync.timeout + WAIT_SLACK);
-        let places = budget(FAST_WAIT, room);
-        if room > 2 * (FAST_WAIT + WAIT_SLACK) {
-            self.fast = Some(Fast {
-                timeout: FAST_WAIT,
-                places: Semaphore::new(places),
-                closed: AtomicBool::new(false),
-                generation,
-            });
-        }
-        self
     }
 
     /// The same, but a short `WAIT` tells `look` instead of a notifier of its
@@ -356,34 +306,6 @@ impl Confirmation {
         }
     }
 
-    /// Lets short `WAIT`s out again.
-    fn reopen_fast(&self) {
-        if let Some(fast) = &self.fast {
-            if fast.closed.swap(false, Ordering::AcqRel) {
-                debug!("replicas answer again: lock changes ask with short WAITs");
-            }
-        }
-    }
-
-    /// A place for a short `WAIT`, while the fast path is open (waiting for
-    /// one until it closes or the connection turns short).
-    async fn fast_place(&self) -> Option<SemaphorePermit<'_>> {
-        let fast = self.fast.as_ref()?;
-        let open = || !fast.closed.load(Ordering::Acquire) && !self.is_short();
-        if !open() {
-            return None;
-        }
-        let mut turned = pin!(self.turned_short.notified());
-        turned.as_mut().enable();
-        if let Ok(place) = fast.places.try_acquire() {
-            return Some(place);
-        }
-        match select(pin!(fast.places.acquire()), turned).await {
-            Either::Left((Ok(place), _)) if open() => Some(place),
-            _ => None,
-        }
-    }
-
     /// Remembers what a `WAIT` found.
     fn record(&self, confirmed: &Confirmed) {
         let (acked, failed) = match confirmed {
@@ -437,24 +359,6 @@ fn budget(timeout: Duration, response_timeout: Duration) -> usize {
     usize::try_from(whole.saturating_sub(1))
         .unwrap_or(usize::MAX)
         .clamp(1, Semaphore::MAX_PERMITS)
-}
-
-/// What the replicas confirmed of one round trip.
-#[derive(Debug, Clone)]
-pub(crate) enum Confirmed {
-    /// No confirmation was asked for (none configured, or a read-only script).
-    NotAsked,
-    /// At least the configured number of replicas acknowledged.
-    Enough,
-    /// Fewer did within the timeout.
-    Short {
-        /// How many acknowledged.
-        acked: u32,
-        /// How many were required.
-        wanted: u32,
-    },
-    /// The `WAIT` itself failed (an ACL without it, say).
-    Failed(RedisError),
 }
 
 /// Sends `cmd`, followed by `WAIT` when the connection asks replicas to confirm
@@ -535,96 +439,6 @@ async fn send_confirmed<C: ConnectionLike + Clone + Send + 'static>(
     with_wait(conn, confirmation, cmd).await
 }
 
-/// [`send`] on the fast path ([`Confirmation::fast`]), in `place`: the script,
-/// `CLIENT ID` and a short `WAIT` in one pipeline; if that `WAIT` runs out, the
-/// fast path closes and the call asks again with a whole one.
-async fn send_fast<C: ConnectionLike>(
-    conn: &mut C,
-    confirmation: &Confirmation,
-    cmd: &Cmd,
-    place: SemaphorePermit<'_>,
-) -> RedisResult<(Value, Confirmed)> {
-    let Some(fast) = confirmation.fast.as_ref() else {
-        return Err(super::unexpected("a fast WAIT without a fast path"));
-    };
-    let generation = fast.generation.load(Ordering::Acquire);
-    let sync = ReplicaSync {
-        min: confirmation.required(),
-        timeout: fast.timeout,
-    };
-    let mut pipe = redis::pipe();
-    pipe.add_command(cmd.clone()).cmd("CLIENT").arg("ID");
-    let count = 2 + push_waits(&mut pipe, sync, confirmation.aof);
-    let replies = conn.req_packed_commands(&pipe, 0, count).await;
-    drop(place);
-    let mut replies = replies?.into_iter();
-    let (Some(reply), Some(id), Some(wait)) = (replies.next(), replies.next(), replies.next())
-    else {
-        return Err(super::unexpected(
-            "a script, CLIENT ID and WAIT gave fewer than three replies",
-        ));
-    };
-    if matches!(reply, Value::ServerError(_)) {
-        // It changed nothing (NOSCRIPT, a script error): nothing to confirm.
-        return Ok((reply, Confirmed::NotAsked));
-    }
-    let confirmed = confirmed(wait, replies.next(), sync);
-    if matches!(confirmed, Confirmed::Enough) {
-        confirmation.record(&confirmed);
-        return Ok((reply, confirmed));
-    }
-    // Slower than a healthy replica: not a shortfall yet. Close the fast path
-    // and ask again with the whole timeout, within the ordinary budget.
-    if !fast.closed.swap(true, Ordering::AcqRel) {
-        debug!(
-            ?confirmed,
-            "a short WAIT ran out: lock changes ask with whole WAITs until replicas answer again"
-        );
-    }
-    let again = match confirmation.places.try_acquire() {
-        Ok(_place) => {
-            let mut pipe = redis::pipe();
-            let sync = ReplicaSync {
-                min: confirmation.required(),
-                ..confirmation.sync
-            };
-            pipe.cmd("CLIENT").arg("ID");
-            let count = 1 + push_waits(&mut pipe, sync, confirmation.aof);
-            let again = match conn.req_packed_commands(&pipe, 0, count).await {
-                Ok(replies) => {
-                    let mut replies = replies.into_iter();
-                    let same = replies.next().as_ref().and_then(client_id) == client_id(&id)
-                        && client_id(&id).is_some()
-                        && fast.generation.load(Ordering::Acquire) == generation;
-                    match replies.next() {
-                        // Another connection than the script's (a reconnect
-                        // or a move in between): its WAIT covers nothing of it.
-                        Some(_) if !same => Confirmed::Short {
-                            acked: 0,
-                            wanted: sync.min,
-                        },
-                        Some(wait) => self::confirmed(wait, replies.next(), sync),
-                        None => Confirmed::Failed(super::unexpected("WAIT gave no reply")),
-                    }
-                }
-                Err(e) => Confirmed::Failed(e),
-            };
-            confirmation.record(&again);
-            again
-        }
-        // The budget is spent on whole WAITs: unconfirmed (a grant is undone
-        // and retried, a release redone), as a call refused while short.
-        Err(_) => {
-            let (acked, wanted) = confirmation.shortfall();
-            Confirmed::Short {
-                acked,
-                wanted: wanted.max(sync.min),
-            }
-        }
-    };
-    Ok((reply, again))
-}
-
 /// The script `cmd` and a `WAIT` (and `WAITAOF`) in one pipeline, recorded.
 async fn with_wait<C: ConnectionLike>(
     conn: &mut C,
@@ -668,126 +482,9 @@ fn push_waits(pipe: &mut redis::Pipeline, sync: ReplicaSync, aof: bool) -> usize
     1
 }
 
-/// The client id in a `CLIENT ID` reply.
-fn client_id(reply: &Value) -> Option<i64> {
-    match reply {
-        Value::Int(id) => Some(*id),
-        _ => None,
-    }
-}
-
-/// Reads `WAIT`'s reply, and `WAITAOF`'s if it was sent, against what `sync`
-/// requires.
-fn confirmed(wait: Value, waitaof: Option<Value>, sync: ReplicaSync) -> Confirmed {
-    let replicas = counted(wait, sync);
-    let Some(waitaof) = waitaof else {
-        return replicas;
-    };
-    match (replicas, waitaof) {
-        (Confirmed::Enough, Value::Array(counts)) => match counts.first() {
-            Some(Value::Int(local)) if *local >= 1 => Confirmed::Enough,
-            // The master's own disk did not confirm: the change is no better
-            // than unreplicated, and takes the same path (undone, retried).
-            Some(Value::Int(_)) => Confirmed::Short {
-                acked: 0,
-                wanted: sync.min,
-            },
-            _ => Confirmed::Failed(super::unexpected("WAITAOF returned an unknown shape")),
-        },
-        (Confirmed::Enough, Value::ServerError(e)) => Confirmed::Failed(e.into()),
-        (Confirmed::Enough, _) => {
-            Confirmed::Failed(super::unexpected("WAITAOF returned an unknown shape"))
-        }
-        (short, _) => short,
-    }
-}
-
-/// Reads `WAIT`'s reply against what `sync` requires.
-fn counted(wait: Value, sync: ReplicaSync) -> Confirmed {
-    match wait {
-        Value::Int(n) => {
-            let acked = u32::try_from(n).unwrap_or(0);
-            if acked >= sync.min {
-                Confirmed::Enough
-            } else {
-                Confirmed::Short {
-                    acked,
-                    wanted: sync.min,
-                }
-            }
-        }
-        // The master turned replica while the WAIT blocked (a demoted master
-        // that resumed learns it then): the change was not confirmed, and a
-        // release must be redone where the deployment now points.
-        Value::ServerError(e) if e.code() == "UNBLOCKED" => Confirmed::Short {
-            acked: 0,
-            wanted: sync.min,
-        },
-        Value::ServerError(e) => Confirmed::Failed(e.into()),
-        _ => Confirmed::Failed(super::unexpected("WAIT returned an unknown shape")),
-    }
-}
-
-/// The reply a caller gets for a script's `reply` that replicas confirmed as
-/// `confirmed`, given how much the answer needs them; `lock` names the key for
-/// the log. A script that failed changed nothing to confirm: its error stands.
-pub(crate) fn judge(
-    need: Need,
-    reply: Value,
-    confirmed: &Confirmed,
-    lock: &str,
-) -> RedisResult<Value> {
-    if matches!(reply, Value::ServerError(_)) {
-        return Ok(reply);
-    }
-    match (need, confirmed) {
-        (_, Confirmed::NotAsked | Confirmed::Enough) | (Need::ReadOnly, _) => Ok(reply),
-        (Need::Must, Confirmed::Short { acked, wanted }) => Err(not_replicated(*acked, *wanted)),
-        (Need::Must, Confirmed::Failed(e)) => Err(e.clone()),
-        (Need::BestEffort, Confirmed::Short { acked, wanted }) => {
-            warn!(
-                lock,
-                acked, wanted, "a lock change was not confirmed by enough replicas; it stands"
-            );
-            Ok(reply)
-        }
-        (Need::BestEffort, Confirmed::Failed(e)) => {
-            warn!(lock, error = %e, "WAIT after a lock change failed; the change stands");
-            Ok(reply)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sync(min: u32) -> ReplicaSync {
-        ReplicaSync {
-            min,
-            timeout: std::time::Duration::from_millis(10),
-        }
-    }
-
-    #[test]
-    fn a_grant_needs_enough_replicas_and_a_release_stands_anyway() {
-        let short = confirmed(Value::Int(1), None, sync(2));
-        assert!(matches!(
-            short,
-            Confirmed::Short {
-                acked: 1,
-                wanted: 2
-            }
-        ));
-        let grant = judge(Need::Must, Value::Int(1), &short, "acquire");
-        let e = grant.expect_err("a grant two replicas did not confirm");
-        assert!(crate::error::redis_is_transient(&e));
-        assert!(judge(Need::BestEffort, Value::Int(0), &short, "release").is_ok());
-        assert!(matches!(
-            confirmed(Value::Int(3), None, sync(2)),
-            Confirmed::Enough
-        ));
-    }
 
     #[test]
     fn waitaof_only_on_a_recent_master_that_fsyncs_every_write() {
@@ -812,23 +509,6 @@ mod tests {
                 Confirm::WaitOnly(_)
             ));
         }
-    }
-
-    #[test]
-    fn the_masters_own_disk_must_confirm_when_asked() {
-        let both = |local| Value::Array(vec![Value::Int(local), Value::Int(0)]);
-        assert!(matches!(
-            confirmed(Value::Int(1), Some(both(1)), sync(1)),
-            Confirmed::Enough
-        ));
-        assert!(matches!(
-            confirmed(Value::Int(1), Some(both(0)), sync(1)),
-            Confirmed::Short { acked: 0, .. }
-        ));
-        assert!(matches!(
-            confirmed(Value::Int(0), Some(both(1)), sync(1)),
-            Confirmed::Short { acked: 0, .. }
-        ));
     }
 
     #[test]

@@ -1,0 +1,160 @@
+//! What a `WAIT` (and `WAITAOF`) reply says, and what the caller of a lock
+//! change gets for it: a change that must be confirmed and was not becomes a
+//! retryable [`LockError::NotReplicated`](crate::LockError::NotReplicated); one
+//! that only hopes stands, logged.
+
+use redis::{RedisError, RedisResult, Value};
+use tracing::warn;
+
+use super::Need;
+use crate::config::ReplicaSync;
+use crate::error::not_replicated;
+
+/// What the replicas confirmed of one round trip.
+#[derive(Debug, Clone)]
+pub(crate) enum Confirmed {
+    /// No confirmation was asked for (none configured, or a read-only script).
+    NotAsked,
+    /// At least the configured number of replicas acknowledged.
+    Enough,
+    /// Fewer did within the timeout.
+    Short {
+        /// How many acknowledged.
+        acked: u32,
+        /// How many were required.
+        wanted: u32,
+    },
+    /// The `WAIT` itself failed (an ACL without it, say).
+    Failed(RedisError),
+}
+
+/// Reads `WAIT`'s reply, and `WAITAOF`'s if it was sent, against what `sync`
+/// requires.
+pub(super) fn confirmed(wait: Value, waitaof: Option<Value>, sync: ReplicaSync) -> Confirmed {
+    let replicas = counted(wait, sync);
+    let Some(waitaof) = waitaof else {
+        return replicas;
+    };
+    match (replicas, waitaof) {
+        (Confirmed::Enough, Value::Array(counts)) => match counts.first() {
+            Some(Value::Int(local)) if *local >= 1 => Confirmed::Enough,
+            // The master's own disk did not confirm: the change is no better
+            // than unreplicated, and takes the same path (undone, retried).
+            Some(Value::Int(_)) => Confirmed::Short {
+                acked: 0,
+                wanted: sync.min,
+            },
+            _ => Confirmed::Failed(crate::wire::unexpected("WAITAOF returned an unknown shape")),
+        },
+        (Confirmed::Enough, Value::ServerError(e)) => Confirmed::Failed(e.into()),
+        (Confirmed::Enough, _) => {
+            Confirmed::Failed(crate::wire::unexpected("WAITAOF returned an unknown shape"))
+        }
+        (short, _) => short,
+    }
+}
+
+/// Reads `WAIT`'s reply against what `sync` requires.
+fn counted(wait: Value, sync: ReplicaSync) -> Confirmed {
+    match wait {
+        Value::Int(n) => {
+            let acked = u32::try_from(n).unwrap_or(0);
+            if acked >= sync.min {
+                Confirmed::Enough
+            } else {
+                Confirmed::Short {
+                    acked,
+                    wanted: sync.min,
+                }
+            }
+        }
+        // The master turned replica while the WAIT blocked (a demoted master
+        // that resumed learns it then): the change was not confirmed, and a
+        // release must be redone where the deployment now points.
+        Value::ServerError(e) if e.code() == "UNBLOCKED" => Confirmed::Short {
+            acked: 0,
+            wanted: sync.min,
+        },
+        Value::ServerError(e) => Confirmed::Failed(e.into()),
+        _ => Confirmed::Failed(crate::wire::unexpected("WAIT returned an unknown shape")),
+    }
+}
+
+/// The reply a caller gets for a script's `reply` that replicas confirmed as
+/// `confirmed`, given how much the answer needs them; `lock` names the key for
+/// the log. A script that failed changed nothing to confirm: its error stands.
+pub(crate) fn judge(
+    need: Need,
+    reply: Value,
+    confirmed: &Confirmed,
+    lock: &str,
+) -> RedisResult<Value> {
+    if matches!(reply, Value::ServerError(_)) {
+        return Ok(reply);
+    }
+    match (need, confirmed) {
+        (_, Confirmed::NotAsked | Confirmed::Enough) | (Need::ReadOnly, _) => Ok(reply),
+        (Need::Must, Confirmed::Short { acked, wanted }) => Err(not_replicated(*acked, *wanted)),
+        (Need::Must, Confirmed::Failed(e)) => Err(e.clone()),
+        (Need::BestEffort, Confirmed::Short { acked, wanted }) => {
+            warn!(
+                lock,
+                acked, wanted, "a lock change was not confirmed by enough replicas; it stands"
+            );
+            Ok(reply)
+        }
+        (Need::BestEffort, Confirmed::Failed(e)) => {
+            warn!(lock, error = %e, "WAIT after a lock change failed; the change stands");
+            Ok(reply)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sync(min: u32) -> ReplicaSync {
+        ReplicaSync {
+            min,
+            timeout: std::time::Duration::from_millis(10),
+        }
+    }
+
+    #[test]
+    fn a_grant_needs_enough_replicas_and_a_release_stands_anyway() {
+        let short = confirmed(Value::Int(1), None, sync(2));
+        assert!(matches!(
+            short,
+            Confirmed::Short {
+                acked: 1,
+                wanted: 2
+            }
+        ));
+        let grant = judge(Need::Must, Value::Int(1), &short, "acquire");
+        let e = grant.expect_err("a grant two replicas did not confirm");
+        assert!(crate::error::redis_is_transient(&e));
+        assert!(judge(Need::BestEffort, Value::Int(0), &short, "release").is_ok());
+        assert!(matches!(
+            confirmed(Value::Int(3), None, sync(2)),
+            Confirmed::Enough
+        ));
+    }
+
+    #[test]
+    fn the_masters_own_disk_must_confirm_when_asked() {
+        let both = |local| Value::Array(vec![Value::Int(local), Value::Int(0)]);
+        assert!(matches!(
+            confirmed(Value::Int(1), Some(both(1)), sync(1)),
+            Confirmed::Enough
+        ));
+        assert!(matches!(
+            confirmed(Value::Int(1), Some(both(0)), sync(1)),
+            Confirmed::Short { acked: 0, .. }
+        ));
+        assert!(matches!(
+            confirmed(Value::Int(0), Some(both(1)), sync(1)),
+            Confirmed::Short { acked: 0, .. }
+        ));
+    }
+}
