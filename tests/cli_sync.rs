@@ -89,7 +89,7 @@ async fn run_semaphore_keeps_at_most_n_commands_running() {
     );
 }
 
-/// `latch set` once (a second set exits 1), two processes wait, two
+/// `latch set` once (the same set again exits 0, one below the count 1), two processes wait, two
 /// `count-down`s print 1 then 0 and both waiters exit 0; a wait on a closed
 /// latch exits 75 when `--wait` runs out; `count` prints the count.
 #[tokio::test]
@@ -99,8 +99,15 @@ async fn latch_commands_wake_every_waiting_process() {
         .await
         .status
         .success());
-    let again = run(&server, &["latch", "set", "batch", "5"]).await;
-    assert_eq!(again.status.code(), Some(1), "{}", text(&again.stderr));
+    let again = run(&server, &["latch", "set", "batch", "2"]).await;
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    let other = run(&server, &["latch", "set", "batch", "1"]).await;
+    assert_eq!(other.status.code(), Some(1), "{}", text(&other.stderr));
+    assert_eq!(
+        raw::<i64>(&server, &["GET", "batch"]),
+        2,
+        "a set on a latch with a count changes nothing"
+    );
     let waiters: Vec<Child> = (0..2)
         .map(|_| spawn(&server, &["latch", "wait", "batch", "--wait", "50s"]))
         .collect();

@@ -241,7 +241,7 @@ process); QUEUE is a fair lock's queue. Ctrl-C ends it (exit 0).")]
     /// Work a count-down latch (Redisson's RCountDownLatch): set, count down, wait.
     #[command(after_help = "\
 Examples:
-  lockwarden latch set nightly-batch 8        (only if it has no count; exit 1 if it has)
+  lockwarden latch set nightly-batch 8        (only if it has no count; again: exit 0, or 1 if it has more)
   lockwarden latch count-down nightly-batch   (prints the count left)
   lockwarden latch wait nightly-batch --wait 10m
   lockwarden latch count nightly-batch

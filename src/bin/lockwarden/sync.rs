@@ -332,15 +332,20 @@ async fn latch_action(session: &Session, name: &str, args: LatchArgs) -> Result<
                 );
                 Ok(outcome::OK)
             } else {
+                // Idempotent as `semaphore set`: a set-up script's second run
+                // succeeds. A count only goes down, so one at or below the
+                // asked may be this very latch counted down; one above it is
+                // plainly another number.
                 let now = latch.count().await.map_err(fail)?;
+                let same = now <= count;
                 note(format!(
                     "latch \"{name}\" already has a count ({now}); left as it is"
                 ));
                 show(
                     String::new(),
-                    json!({"name": name, "set": false, "count": now}),
+                    json!({"name": name, "set": same, "changed": false, "count": now}),
                 );
-                Ok(outcome::FAILED)
+                Ok(if same { outcome::OK } else { outcome::FAILED })
             }
         }
         LatchAction::CountDown { .. } => {
