@@ -3,9 +3,8 @@
 //!
 //! At most one attempt per lock is in flight, and none while a local holder the
 //! waiter cannot share with holds the lock, so local waiters never stampede Redis.
-//! Which waiter tries is the kind's choice: the head for the exclusive and
-//! read-write locks; for the fair lock, any waiter that is due (new, so that it
-//! takes its place in the Redis queue in arrival order, or told it is at the head).
+//! Which waiter tries is the kind's choice ([`Next`]), and so is what follows a
+//! busy answer ([`OnBusy`]): this file carries out both.
 //! An attempt whose reply was lost has an unknown outcome: before anyone tries
 //! again, the actor reads the owner's hold count and gives back a hold the lost
 //! attempt may have taken, so that nobody is told "acquired" on a count that does
@@ -22,12 +21,12 @@ use tracing::{debug, warn};
 
 use super::attempts::{InFlight, Unresolved};
 use super::holding::Claim;
-use super::kinds::{self, Giveback};
+use super::kinds::{self, BusyAnswer, Giveback, Next, OnBusy, Retry};
+use super::waiters::Gone;
 use super::LockActor;
 use crate::actors::listen::{self, Alarm};
 use crate::durations::millis;
 use crate::error::{redis_is_protocol_error, redis_is_transient, replica_shortfall, LockError};
-use crate::kind::Kind;
 use crate::wire::{self, AcquireReply};
 
 /// How long an attempt may go unanswered before a waiter whose deadline passes is
@@ -39,6 +38,7 @@ impl LockActor {
     /// forbids it; otherwise brings timers and subscriptions in line
     /// ([`LockActor::reconcile`]).
     pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
+        self.send_chores(ctx);
         if self.attempts.in_progress() {
             return;
         }
@@ -54,12 +54,17 @@ impl LockActor {
         // The waiter whose attempt is in flight stays until its `Cancel` comes,
         // which gives that attempt back at once (`abandon`).
         let gone = self.queue.remove_gone(self.attempts.in_flight());
-        self.leave_fair_queue(gone.queued, ctx);
-        let per_waiter = self.rules().per_waiter();
-        let picked = if per_waiter {
-            self.pick_fair(ctx)
-        } else {
-            self.pick_head(ctx)
+        self.left(gone);
+        let picked = match self
+            .kind
+            .next(&mut self.queue, &self.holdings, Instant::now())
+        {
+            Next::Try(id) => Some(id),
+            Next::HoldBack(left) => {
+                self.schedule(Some(left), ctx);
+                None
+            }
+            Next::Wait => None,
         };
         let Some((attempt, call)) = picked.and_then(|id| self.start_attempt(id)) else {
             self.reconcile(ctx);
@@ -67,7 +72,7 @@ impl LockActor {
         };
         self.attempts.sent_acquisition();
         let sent = Instant::now();
-        let fut = self.rules().acquire(&self.shared, call);
+        let fut = self.kind.scripts().acquire(&self.shared, call);
         ctx.spawn(
             fut.into_actor(self)
                 .map(move |res, act, ctx| act.on_attempt(attempt, sent, res, ctx)),
@@ -76,16 +81,13 @@ impl LockActor {
     }
 
     /// Makes the waiter `id` the one whose attempt is in flight and lays out that
-    /// attempt; the caller sends it (an acquisition, or a handover in `turn.rs`).
+    /// attempt; the caller sends it (an acquisition, or a handover in
+    /// `handover.rs`). The kind marks the waiter, and says whether the attempt
+    /// takes a place in a Redis queue.
     pub(super) fn start_attempt(&mut self, id: u64) -> Option<(InFlight, kinds::Attempt)> {
-        let per_waiter = self.rules().per_waiter();
         let known_lock = self.attempts.saw_lock();
         let w = self.queue.find_mut(id)?;
-        let queue = per_waiter && !w.try_once;
-        // Once sent, the attempt may put it in the Redis queue: from now on,
-        // leaving this queue must leave that one too.
-        w.queued |= queue;
-        w.try_now = false;
+        let queue = self.kind.sending(w);
         // A retry (the first attempt found the key a lock hash, or got an error),
         // or an earlier attempt of this actor found it one: a key that turns into
         // another type under a live lock actor then reads as busy, not WRONGTYPE.
@@ -114,25 +116,6 @@ impl LockActor {
         Some((attempt, call))
     }
 
-    /// The exclusive and read-write locks: the head waiter tries, unless a local
-    /// holder it cannot share with holds the lock (then asking Redis cannot
-    /// succeed, and the local release will call pump again).
-    fn pick_head(&mut self, ctx: &mut Context<Self>) -> Option<u64> {
-        let head = self.queue.front()?;
-        if let Some(left) = self.turn.holding_back(Instant::now()) {
-            // Yielding to other processes (`turn.rs`): their waiters go first;
-            // the head asks when the yield ends, unless a message comes first.
-            self.schedule(Some(left), ctx);
-            return None;
-        }
-        if self.holdings.blocks(head.req.owner, head.req.kind) {
-            let gone = self.queue.fail_try_once(|_| true, None);
-            self.leave_fair_queue(gone.queued, ctx);
-            return None;
-        }
-        Some(head.req.id)
-    }
-
     /// Handles the answer to an acquisition attempt.
     pub(super) fn on_attempt(
         &mut self,
@@ -158,51 +141,14 @@ impl LockActor {
             }
             Ok(AcquireReply::Acquired { token, holds }) => {
                 self.attempts.redis_answered(true);
-                self.attempts.restart_spin();
-                match self.queue.take(attempt.waiter) {
-                    Some(w) => {
-                        self.turn.granted(self.queue.len());
-                        let waited = w.req.since.elapsed();
-                        crate::stats::record::acquired(w.req.kind, waited, self.metric_name());
-                        w.req
-                            .span
-                            .in_scope(|| debug!(token, holds, ?waited, "acquired"));
-                        let claim = Claim {
-                            kind: w.req.kind,
-                            owner: w.req.owner,
-                            field: w.req.field.clone(),
-                            lease: w.req.lease,
-                            on_lost: w.req.on_lost,
-                        };
-                        let guard = self.grant(claim, token, sent, ctx);
-                        // If the caller is gone the guard comes back and is dropped
-                        // here, which releases it at once.
-                        let _ = w.req.reply.send(Ok(guard));
-                    }
-                    None => {
-                        // The waiter gave up while its attempt was in flight. The
-                        // grant is real, so it is undone through the normal path: a
-                        // guard that is dropped at once releases its hold.
-                        debug!(lock = %self.name, "granted to a waiter that left; releasing");
-                        let claim = Claim {
-                            kind: attempt.kind,
-                            owner: attempt.owner,
-                            field: attempt.field,
-                            lease: attempt.lease,
-                            on_lost: None,
-                        };
-                        drop(self.grant(claim, token, sent, ctx));
-                    }
-                }
+                self.on_granted(attempt, token, holds, sent, ctx);
                 self.pump(ctx);
             }
             Ok(refused @ (AcquireReply::UpgradeRefused | AcquireReply::ReentryRefused)) => {
                 self.attempts.redis_answered(false);
                 if let Some(w) = self.queue.take(attempt.waiter) {
-                    if w.queued {
-                        // A fair waiter refused a re-entry leaves its place.
-                        self.leave_fair_queue(vec![w.req.field.clone()], ctx);
-                    }
+                    // A fair waiter refused a re-entry leaves its place.
+                    self.left(Gone::of(&w));
                     w.fail(match refused {
                         AcquireReply::UpgradeRefused => LockError::UpgradeRefused,
                         _ => LockError::ReentryRefused,
@@ -214,37 +160,89 @@ impl LockActor {
                 self.attempts.redis_answered(true);
                 self.on_busy(attempt, ttl, head, woken, ctx);
             }
-            Err(e) if redis_is_protocol_error(&e) => {
+            Err(e) => self.on_attempt_failed(attempt, e, ctx),
+        }
+    }
+
+    /// Redis granted the attempt: its waiter gets a guard, or, if it left
+    /// meanwhile, the grant is undone through the normal path.
+    fn on_granted(
+        &mut self,
+        attempt: InFlight,
+        token: u64,
+        holds: u32,
+        sent: Instant,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(w) = self.queue.take(attempt.waiter) else {
+            // The waiter gave up while its attempt was in flight. The grant is
+            // real, so it is undone through the normal path: a guard that is
+            // dropped at once releases its hold.
+            debug!(lock = %self.name, "granted to a waiter that left; releasing");
+            let claim = Claim {
+                kind: attempt.kind,
+                owner: attempt.owner,
+                field: attempt.field,
+                lease: attempt.lease,
+                on_lost: None,
+            };
+            drop(self.grant(claim, token, sent, ctx));
+            return;
+        };
+        self.kind.granted(self.queue.len());
+        let waited = w.req.since.elapsed();
+        crate::stats::record::acquired(w.req.kind, waited, self.metric_name());
+        w.req
+            .span
+            .in_scope(|| debug!(token, holds, ?waited, "acquired"));
+        let claim = Claim {
+            kind: w.req.kind,
+            owner: w.req.owner,
+            field: w.req.field.clone(),
+            lease: w.req.lease,
+            on_lost: w.req.on_lost,
+        };
+        let guard = self.grant(claim, token, sent, ctx);
+        // If the caller is gone the guard comes back and is dropped here, which
+        // releases it at once.
+        let _ = w.req.reply.send(Ok(guard));
+    }
+
+    /// The attempt failed with a Redis error.
+    fn on_attempt_failed(
+        &mut self,
+        attempt: InFlight,
+        e: redis::RedisError,
+        ctx: &mut Context<Self>,
+    ) {
+        if redis_is_protocol_error(&e) {
+            self.attempts.lost(attempt);
+            self.restart(&e, ctx);
+        } else if redis_is_transient(&e) {
+            let delay = self.attempts.next_backoff(&self.shared.config);
+            warn!(lock = %self.name, error = %e, retry_in = ?delay, "acquire attempt failed; will retry");
+            if !e.is_connection_refusal() {
+                // The script may have run with its reply lost.
                 self.attempts.lost(attempt);
-                self.restart(&e, ctx);
             }
-            Err(e) if redis_is_transient(&e) => {
-                let delay = self.attempts.next_backoff(&self.shared.config);
-                warn!(lock = %self.name, error = %e, retry_in = ?delay, "acquire attempt failed; will retry");
-                if !e.is_connection_refusal() {
-                    // The script may have run with its reply lost.
-                    self.attempts.lost(attempt);
-                }
-                let gone = self.queue.fail_try_once(|_| true, Some(&e));
-                self.leave_fair_queue(gone.queued, ctx);
-                // A grant too few replicas confirmed is real on the master: give
-                // it back now rather than at the next attempt, so that nothing
-                // holds it while the caller is told it was not granted.
-                let undo_now = replica_shortfall(&e).is_some() && self.releases.none();
-                self.attempts.failed(e);
-                self.schedule(Some(delay), ctx);
-                if undo_now {
-                    self.resolve(ctx);
-                }
+            let gone = self.queue.fail_try_once(|_| true, Some(&e));
+            self.left(gone);
+            // A grant too few replicas confirmed is real on the master: give
+            // it back now rather than at the next attempt, so that nothing
+            // holds it while the caller is told it was not granted.
+            let undo_now = replica_shortfall(&e).is_some() && self.releases.none();
+            self.attempts.failed(e);
+            self.schedule(Some(delay), ctx);
+            if undo_now {
+                self.resolve(ctx);
             }
-            Err(e) => {
-                // An error that will repeat (wrong key type, script error): every
-                // waiter would get the same, so all get it now.
-                warn!(lock = %self.name, error = %e, "acquire attempt refused by Redis");
-                let gone = self.queue.fail_all(|| LockError::from(e.clone()));
-                self.leave_fair_queue(gone.queued, ctx);
-                self.reconcile(ctx);
-            }
+        } else {
+            // An error that will repeat (wrong key type, script error): every
+            // waiter would get the same, so all get it now.
+            warn!(lock = %self.name, error = %e, "acquire attempt refused by Redis");
+            let gone = self.queue.fail_all(|| LockError::from(e.clone()));
+            self.left(gone);
+            self.reconcile(ctx);
         }
     }
 
@@ -269,29 +267,25 @@ impl LockActor {
             .holdings
             .of(w.req.owner, w.req.kind)
             .is_some_and(|h| h.guards > 0);
-        let exact =
-            matches!(self.kind, Kind::Exclusive | Kind::Spin) && (w.req.reentrant || !holds);
-        if !exact || !self.attempts.abandon(w.req.id) {
+        if !w.req.reentrant && holds {
             return;
         }
-        let lease_ms = millis(w.req.lease.unwrap_or(self.shared.config.watchdog_lease));
-        let latch_ttl_ms = millis(self.shared.config.latch_ttl);
-        let (name, field) = (self.name.clone(), w.req.field.clone());
-        let request_id = crate::random::request_id();
-        let mut conn = self.shared.node.conn();
-        let unsettled = Unresolved::of(w);
-        let fut = async move {
-            let call = wire::Release {
-                name: &name,
-                field: &field,
-                lease_ms,
-                request_id: &request_id,
-                latch_ttl_ms,
-                retry: false,
-            };
-            wire::call_once(&mut conn, &call).await
+        let giveback = Giveback {
+            name: self.name.clone(),
+            kind: w.req.kind,
+            field: w.req.field.clone(),
+            lease_ms: millis(w.req.lease.unwrap_or(self.shared.config.watchdog_lease)),
+            request_id: Arc::from(crate::random::request_id()),
+            retry: false,
         };
-        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| match res {
+        let Some(undo) = self.kind.scripts().undo_abandoned(&self.shared, giveback) else {
+            return;
+        };
+        if !self.attempts.abandon(w.req.id) {
+            return;
+        }
+        let unsettled = Unresolved::of(w);
+        ctx.spawn(undo.into_actor(self).map(move |res, act, ctx| match res {
             Ok(reply) => {
                 debug!(lock = %act.name, ?reply, "gave back the attempt of a waiter that left")
             }
@@ -305,9 +299,10 @@ impl LockActor {
         }));
     }
 
-    /// The lock could not be taken: answer try-once waiters, then make sure the
-    /// waiter is woken (subscribe to its channel the first time, else arm the
-    /// fallback timer at the time Redis says things may change).
+    /// The lock could not be taken: the kind answers try-once waiters and says
+    /// how the waiters learn when to try again ([`OnBusy`]); this carries it
+    /// out (subscribe to the channel the first time, else arm the fallback
+    /// timer at the time Redis says things may change).
     fn on_busy(
         &mut self,
         attempt: InFlight,
@@ -316,57 +311,34 @@ impl LockActor {
         woken: bool,
         ctx: &mut Context<Self>,
     ) {
-        // Another process holds it: a run of local grants is over.
-        self.turn.other_held();
-        let fair = self.rules().per_waiter();
-        if fair {
-            // Only this waiter's one attempt was made; the others make their own.
-            let gone = self
-                .queue
-                .fail_try_once(|w| w.req.id == attempt.waiter, None);
-            self.leave_fair_queue(gone.queued, ctx);
-            if attempt.queue && self.queue.find(attempt.waiter).is_none() {
-                // It left while its attempt (which queued it) was in flight.
-                self.leave_fair_queue(vec![attempt.field.clone()], ctx);
-            }
-            // The head of the Redis queue may be another of ours (places are taken
-            // in arrival order, but one that lapsed and was taken again is not).
-            if let Some(head) = head.filter(|h| **h != *attempt.field) {
-                self.fair_mark_due(&head);
-            }
-        } else {
-            // The lock is held: every try-once waiter's one attempt would say so.
-            let gone = self.queue.fail_try_once(|_| true, None);
-            self.leave_fair_queue(gone.queued, ctx);
-        }
+        let answer = BusyAnswer {
+            waiter: attempt.waiter,
+            field: &attempt.field,
+            placed: attempt.queue,
+            ttl,
+            head,
+            woken,
+            name: &self.name,
+        };
+        let OnBusy { retry, then_pump } =
+            self.kind.busy(answer, &mut self.queue, &self.shared.config);
         if self.queue.is_empty() {
             self.reconcile(ctx);
             return;
         }
-        if woken && !fair {
-            self.pump(ctx);
-            return;
+        let fallback = || {
+            let longest = self.shared.config.max_retry_interval;
+            ttl.map_or(longest, |t| t.min(longest))
+        };
+        match retry {
+            Retry::Now => return self.pump(ctx),
+            Retry::After(delay) => return self.schedule(Some(delay), ctx),
+            Retry::Listen(channel) if !self.subs.contains_key(&channel) => {
+                self.subscribe(channel, ctx)
+            }
+            Retry::Listen(_) | Retry::Fallback => self.schedule(Some(fallback()), ctx),
         }
-        if !self.rules().listens() {
-            // Spin lock: ask again after the backoff, or when the holder's lease
-            // says the lock frees by itself, whichever is sooner.
-            let spin = self.attempts.next_spin(&self.shared.config);
-            self.schedule(Some(ttl.map_or(spin, |t| t.min(spin))), ctx);
-            return;
-        }
-        let channel = self.rules().waiter_channel(&self.name, &attempt.field);
-        // A fair waiter's channel is its own: no use subscribing for one that left.
-        let listener = !fair || self.queue.find(attempt.waiter).is_some();
-        if listener && !self.subs.contains_key(&channel) {
-            self.subscribe(channel, ctx);
-        } else {
-            let retry = ttl.map_or(self.shared.config.max_retry_interval, |t| {
-                t.min(self.shared.config.max_retry_interval)
-            });
-            self.schedule(Some(retry), ctx);
-        }
-        if fair {
-            // Other waiters may be due (new ones still to take their places).
+        if then_pump {
             self.pump(ctx);
         }
     }
@@ -374,25 +346,10 @@ impl LockActor {
     /// Subscribes to a waiter's channel, then retries at once: the lock may have
     /// been released between the failed attempt and the subscription.
     pub(super) fn subscribe(&mut self, channel: String, ctx: &mut Context<Self>) {
-        if self.rules().hears_own_unlocks() {
-            self.subs.forget_own();
-        }
+        self.kind.subscribing();
         self.subs.add(channel.clone());
         let subscriber = self.shared.subscriber.clone();
         listen::subscribe(self, &channel, &subscriber, ctx);
-    }
-
-    /// A message (or a confirmed subscription) on `channel`: the fair waiter whose
-    /// channel it is tries now; for the other kinds, the head does.
-    pub(super) fn wake_channel(&mut self, channel: &str, ctx: &mut Context<Self>) {
-        if self.rules().per_waiter() {
-            if let Some(field) = self.fair_field_of(channel).map(str::to_owned) {
-                self.fair_mark_due(&field);
-            }
-            self.pump(ctx);
-        } else {
-            self.wake(ctx);
-        }
     }
 
     /// Something suggests the lock may be free: retry now (or right after the
@@ -406,7 +363,8 @@ impl LockActor {
     /// Arms the wake timer at the sooner of `retry` from now and the nearest waiter
     /// deadline; with neither, no timer.
     pub(super) fn schedule(&mut self, retry: Option<Duration>, ctx: &mut Context<Self>) {
-        self.wake_timer.cancel(ctx);
+        self.send_chores(ctx);
+        self.timers.wake.cancel(ctx);
         if !self.queue.is_empty() {
             // Someone waits: a wait that lasts is recorded for operators (only
             // here, not at every enqueue: a lock granted at once costs nothing).
@@ -419,8 +377,8 @@ impl LockActor {
             .min();
         if let Some(at) = at {
             let delay = at.saturating_duration_since(now);
-            let slot: fn(&mut Self) -> &mut Alarm = |act| &mut act.wake_timer;
-            self.wake_timer.set(ctx, delay, slot, |act, ctx| {
+            let slot: fn(&mut Self) -> &mut Alarm = |act| &mut act.timers.wake;
+            self.timers.wake.set(ctx, delay, slot, |act, ctx| {
                 let now = Instant::now();
                 let silence = act.silence(now);
                 let cause = act.attempts.last_error().or(silence.as_ref());
@@ -433,12 +391,8 @@ impl LockActor {
                 for _ in 0..expired.count {
                     act.shared.counters.timeout();
                 }
-                act.leave_fair_queue(expired.queued, ctx);
-                // Fair lock: the first of ours in the Redis queue asks again (the
-                // others are told by message when their turn comes).
-                if let Some(w) = act.queue.iter_mut().find(|w| w.queued) {
-                    w.try_now = true;
-                }
+                act.left(expired);
+                act.kind.timer_fired(&mut act.queue);
                 act.pump(ctx);
             });
         }
@@ -486,7 +440,7 @@ impl LockActor {
             request_id: Arc::from(crate::random::request_id()),
             retry: false,
         };
-        let release = self.rules().release(&self.shared, giveback);
+        let release = self.kind.scripts().release(&self.shared, giveback);
         let fut = async move {
             if wire::hold_count(&mut conn, &name, &u.field).await? <= expected {
                 return Ok(false);

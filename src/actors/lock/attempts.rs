@@ -69,9 +69,6 @@ pub(super) struct Attempts {
     last_error: Option<Box<redis::RedisError>>,
     /// Consecutive Redis errors, for the backoff.
     failures: u32,
-    /// Spin lock: consecutive busy answers since the last grant, for the spin
-    /// backoff.
-    busy: u32,
     /// An attempt found the key a lock hash (granted, or busy after the full
     /// check): a new owner's first attempt may then skip the re-entry check
     /// (`acquire.lua`'s new-owner flag).
@@ -160,20 +157,6 @@ impl Attempts {
         self.failures = 0;
         self.last_error = None;
         self.saw_lock |= saw_lock;
-    }
-
-    /// The spin backoff starts again from its first step: an attempt took the
-    /// lock, or a waiter came to an empty queue (a run of busy answers is over).
-    pub(super) fn restart_spin(&mut self) {
-        self.busy = 0;
-    }
-
-    /// Spin lock: the delay before asking again after a busy answer, doubling
-    /// with each consecutive one (`Config::spin_backoff`).
-    pub(super) fn next_spin(&mut self, config: &Config) -> Duration {
-        let delay = backoff(config.spin_first, config.spin_longest, self.busy);
-        self.busy = self.busy.saturating_add(1);
-        delay
     }
 
     /// The attempt's reply was lost: it may have taken a hold.

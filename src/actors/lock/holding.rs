@@ -118,6 +118,43 @@ impl Holdings {
         self.live.drain(..)
     }
 
+    /// The index of the holding of this owner and kind, made (with no guard
+    /// yet) if there is none.
+    pub(super) fn entry(
+        &mut self,
+        kind: AcquireKind,
+        owner: Owner,
+        field: &Arc<str>,
+        lease: Duration,
+        sent: Instant,
+    ) -> usize {
+        if let Some(at) = self
+            .live
+            .iter()
+            .position(|h| h.owner == owner && h.kind == kind)
+        {
+            return at;
+        }
+        let epoch = NEXT_EPOCH.fetch_add(1, Ordering::Relaxed);
+        // Almost every lock has one holding at a time; a Vec's first push
+        // would make room for four (300 bytes more per held lock).
+        self.live.reserve_exact(1);
+        self.live.push(Holding {
+            epoch,
+            kind,
+            owner,
+            field: field.clone(),
+            guards: 0,
+            watchdog: false,
+            lease,
+            valid_until: sent,
+            lost_tx: LostSignal::new(),
+            watchers: Vec::new(),
+            since: Instant::now(),
+        });
+        self.live.len() - 1
+    }
+
     /// Whether a local holding of another owner keeps an acquisition of `kind` by
     /// `owner` from succeeding (then asking Redis is pointless: the local release
     /// will pump again).
@@ -197,46 +234,9 @@ impl LockActor {
         } = claim;
         self.shared.counters.acquired();
         let lease_len = lease.unwrap_or(self.shared.config.watchdog_lease);
-        // Redis just granted this, so a local holding that excludes it can only be
-        // one that is lost already (`pump` never lets a waiter try past a live one).
-        let stale: Vec<u64> = self
-            .holdings
-            .iter()
-            .filter(|h| h.owner != owner && (h.kind.excludes(kind) || kind.excludes(h.kind)))
-            .map(|h| h.epoch)
-            .collect();
-        for epoch in stale {
-            self.lose(epoch, LostReason::OwnerGone, ctx);
-        }
-        let at = match self
-            .holdings
-            .live
-            .iter()
-            .position(|h| h.owner == owner && h.kind == kind)
-        {
-            Some(at) => at,
-            None => {
-                let epoch = NEXT_EPOCH.fetch_add(1, Ordering::Relaxed);
-                // Almost every lock has one holding at a time; a Vec's first push
-                // would make room for four (300 bytes more per held lock).
-                self.holdings.live.reserve_exact(1);
-                self.holdings.live.push(Holding {
-                    epoch,
-                    kind,
-                    owner,
-                    field: field.clone(),
-                    guards: 0,
-                    watchdog: false,
-                    lease: lease_len,
-                    valid_until: sent,
-                    lost_tx: LostSignal::new(),
-                    watchers: Vec::new(),
-                    since: Instant::now(),
-                });
-                self.holdings.live.len() - 1
-            }
-        };
-        let renewal = self.rules().renewal(kind);
+        self.lose_stale(owner, kind, ctx);
+        let at = self.holdings.entry(kind, owner, &field, lease_len, sent);
+        let renewal = self.kind.scripts().renewal(kind);
         let h = &mut self.holdings.live[at];
         let epoch = h.epoch;
         h.guards += 1;
@@ -272,6 +272,21 @@ impl LockActor {
         )
     }
 
+    /// Redis just granted `owner` the lock as `kind`, so a local holding that
+    /// excludes it can only be one that is lost already (`pump` never lets a
+    /// waiter try past a live one): it is declared lost.
+    fn lose_stale(&mut self, owner: Owner, kind: AcquireKind, ctx: &mut Context<Self>) {
+        let stale: Vec<u64> = self
+            .holdings
+            .iter()
+            .filter(|h| h.owner != owner && (h.kind.excludes(kind) || kind.excludes(h.kind)))
+            .map(|h| h.epoch)
+            .collect();
+        for epoch in stale {
+            self.lose(epoch, LostReason::OwnerGone, ctx);
+        }
+    }
+
     /// Brings the expiry timer in line with the holdings: armed at the earliest
     /// `valid_until` of a holding with an explicit lease. Watchdog holdings need no
     /// timer here: the renewer declares them lost.
@@ -298,14 +313,14 @@ impl LockActor {
     /// Arms (or re-arms) the timer that declares holdings lost when their
     /// `valid_until` passes.
     pub(super) fn arm_expiry(&mut self, ctx: &mut Context<Self>) {
-        self.expiry_timer.cancel(ctx);
+        self.timers.expiry.cancel(ctx);
         let explicit = self.holdings.iter().filter(|h| !h.watchdog);
         let Some(first) = explicit.map(|h| h.valid_until).min() else {
             return;
         };
         let delay = first.saturating_duration_since(Instant::now());
-        let slot: fn(&mut Self) -> &mut Alarm = |act| &mut act.expiry_timer;
-        self.expiry_timer.set(ctx, delay, slot, move |act, ctx| {
+        let slot: fn(&mut Self) -> &mut Alarm = |act| &mut act.timers.expiry;
+        self.timers.expiry.set(ctx, delay, slot, move |act, ctx| {
             let now = Instant::now();
             let due: Vec<(u64, LostReason)> = act
                 .holdings

@@ -10,50 +10,53 @@
 //! [`crate::wire`]; this file decides when to run them and what their answers
 //! mean for the waiters and holders.
 //!
-//! The three kinds of lock (exclusive, fair, read-write) are one actor with a
-//! [`Kind`]; what a kind does differently (its scripts, the channel a waiter listens
-//! on, its renewal) is in its own file under `kinds/`, reached through
-//! [`LockActor::rules`]. The fair lock adds its waiters' places in the Redis queue
-//! (`kinds/fair.rs`). The queue, attempts, timers, holdings and supervision are the
-//! same code for all: `waiters` (the queue), `attempts` (the attempt state and its
-//! books), `acquire` (when to try and what answers mean), `holding` (grant,
-//! expiry, loss), `release` (the whole release path), `shutdown` (the manager's
-//! shutdown: waiters answered, holds given back), `turn` (runs of local holds,
-//! and how a waiter wakes after another process's release) and this file
-//! (lifecycle and supervision).
+//! A kind of lock (exclusive, fair, read-write, spin) is the actor's
+//! `KindState`: the kind's own state (the exclusive lock's
+//! turns, the fair lock's places, the spin lock's backoff) and its decisions,
+//! which its hooks answer as data that the skeleton carries out (`kinds/`). The
+//! skeleton is the same code for all: `waiters` (the queue), `attempts` (the
+//! attempt state and its books), `acquire` (when to try and what answers mean),
+//! `holding` (grant, expiry, loss), `release` (the whole release path),
+//! `handover` (a release that hands the lock to a local waiter), `shutdown` (the
+//! manager's shutdown: waiters answered, holds given back), `timers` (the
+//! actor's timers and its kind's Redis chores), `life` (idle handshake and
+//! supervision) and this file (the actor and its messages).
 
 mod acquire;
 mod attempts;
+mod handover;
 mod holding;
 mod kinds;
+mod life;
 mod release;
 mod shutdown;
 mod subs;
 #[cfg(test)]
 mod tests;
-mod turn;
+mod timers;
 mod waiters;
 
 use std::sync::Arc;
 
 use actix::prelude::*;
 use actix::WeakRecipient;
-use tracing::{debug, error, warn};
+use tracing::{debug, warn};
 
-use super::listen::{Alarm, Channel, Listener};
+use super::listen::{Channel, Listener};
 use super::shared::Shared;
 use super::subscriber::{Resync, Unlocked};
 use super::waiting::Waiting;
-use crate::error::{LockError, LostReason};
+use crate::error::LockError;
 use crate::kind::Kind;
-use crate::wire;
 use subs::Subs;
 
-use attempts::{Attempts, Unresolved};
+use attempts::Attempts;
 use holding::{Holdings, LostHoldings};
-use kinds::fair::FairPlaces;
-use kinds::KindRules;
+use kinds::{Heard, KindState};
+use life::Life;
 use release::Releases;
+use timers::Timers;
+use waiters::Gone;
 pub(crate) use waiters::Request;
 use waiters::Waiter;
 use waiters::WaiterQueue;
@@ -105,16 +108,15 @@ pub(crate) struct Idle {
     pub(crate) received: u64,
 }
 
-/// The actor of one lock name and kind; see the module documentation.
+/// The actor of one lock name and kind; see the module documentation. A short
+/// list of owned parts, each a type whose methods change it.
 pub(crate) struct LockActor {
     /// The lock name (also the lock key).
     name: Arc<str>,
-    /// Which kind of lock it serves.
-    kind: Kind,
+    /// Its kind, with the kind's own state (`kinds/`).
+    kind: KindState,
     /// Connection, config, client id, subscriber and counters of the manager.
     shared: Arc<Shared>,
-    /// The manager, weakly: a lock actor must not keep its manager alive.
-    manager: WeakRecipient<Idle>,
     /// Local waiters, head first.
     queue: WaiterQueue,
     /// The local owners holding the lock.
@@ -123,28 +125,14 @@ pub(crate) struct LockActor {
     lost: LostHoldings,
     /// The acquisition attempt: in flight, lost, checked, failing (`attempts.rs`).
     attempts: Attempts,
-    /// Channel -> subscription state (one channel, or one per fair waiter), and
-    /// the unlock messages of its own still to come.
+    /// Channel -> subscription state (one channel, or one per fair waiter).
     subs: Subs,
-    /// Fallback retry / deadline timer.
-    wake_timer: Alarm,
-    /// Fires when the earliest explicit lease of a holding runs out.
-    expiry_timer: Alarm,
-    /// Fair lock: the waiters' places in the Redis queue.
-    fair: FairPlaces,
     /// Release scripts in flight.
     releases: Releases,
-    /// Stops the actor after a quiet period.
-    idle_timer: Alarm,
-    /// Enqueue messages received, echoed to the manager in the idle handshake.
-    received: u64,
-    /// Set before stopping on purpose so the Supervisor restarts this actor with
-    /// its state: `stopped` must then keep waiters and holding.
-    restart_requested: bool,
-    /// Set by `restarting`: `started` re-reads the holding from Redis.
-    restarted: bool,
-    /// This process's run of grants, and whether it yields to others (`turn.rs`).
-    turn: turn::Turn,
+    /// The wake, expiry and idle timers, and the kind's periodic one (`timers.rs`).
+    timers: Timers,
+    /// The manager, the idle handshake's count and the restart flags (`life.rs`).
+    life: Life,
     /// The waiting records of waits over a second (`actors/waiting.rs`), boxed
     /// and only while someone waits: a held lock's actor stays as small as it
     /// was (docs/performance.md, client bytes per held lock).
@@ -161,34 +149,28 @@ impl LockActor {
         LockActor {
             waiting: None,
             name,
-            kind,
+            kind: KindState::new(kind),
             shared,
-            manager,
             queue: WaiterQueue::default(),
             holdings: Holdings::default(),
             lost: LostHoldings::default(),
             attempts: Attempts::default(),
             subs: Subs::default(),
-            wake_timer: Alarm::default(),
-            expiry_timer: Alarm::default(),
-            fair: FairPlaces::default(),
             releases: Releases::default(),
-            idle_timer: Alarm::default(),
-            received: 0,
-            restart_requested: false,
-            restarted: false,
-            turn: turn::Turn::default(),
+            timers: Timers::default(),
+            life: Life::new(manager),
         }
     }
 
     /// Brings timers and subscriptions in line with what is left to do: keeps a
     /// deadline timer while waiters wait, unsubscribes channels no waiter listens
-    /// on, and starts the idle countdown when nothing at all is going on.
+    /// on, keeps the kind's periodic timer and sends its chores, and starts the
+    /// idle countdown when nothing at all is going on.
     /// (Not "settle": that word is the `Settle` message's, nothing on the wire.)
     fn reconcile(&mut self, ctx: &mut Context<Self>) {
         if self.queue.is_empty() {
-            self.wake_timer.cancel(ctx);
-        } else if !self.wake_timer.is_set() {
+            self.timers.wake.cancel(ctx);
+        } else if !self.timers.wake.is_set() {
             self.schedule(None, ctx);
         }
         let mut subs = std::mem::take(&mut self.subs);
@@ -196,21 +178,9 @@ impl LockActor {
             channel.unsubscribe(&self.shared.subscriber);
         }
         self.subs = subs;
-        self.fair_timers(ctx);
-        let idle = self.is_idle();
-        match (idle, self.idle_timer.is_set()) {
-            (true, false) => {
-                let after = self.shared.config.idle_timeout;
-                self.idle_timer.set(
-                    ctx,
-                    after,
-                    |act: &mut Self| &mut act.idle_timer,
-                    Self::on_idle,
-                );
-            }
-            (false, true) => self.idle_timer.cancel(ctx),
-            _ => {}
-        }
+        self.kind_timers(ctx);
+        self.send_chores(ctx);
+        self.idle_countdown(ctx);
     }
 
     /// Nothing at all is going on: no waiter, holding, call or subscription.
@@ -220,42 +190,22 @@ impl LockActor {
             && self.lost.is_empty()
             && self.attempts.is_quiet()
             && self.releases.none()
-            && !self.fair.busy()
+            && !self.kind.busy_with_chores()
             && self.subs.is_empty()
     }
 
-    /// Redis answered in a shape the protocol does not allow, so local state can no
-    /// longer be trusted: stop, and let the Supervisor restart this actor. Waiters
-    /// and the holding are kept; the holding is then re-read from Redis.
-    pub(super) fn restart(&mut self, why: &dyn std::fmt::Display, ctx: &mut Context<Self>) {
-        error!(lock = %self.name, %why, "lock actor cannot continue; restarting it");
-        self.restart_requested = true;
-        ctx.stop();
-    }
-
-    /// The channel its waiters listen on: the unlock channel (exclusive; for the
-    /// fair lock, the prefix of each waiter's own channel) or the read-write
-    /// channel. Made when needed rather than kept: only waiters need it, and a held
-    /// lock's actor should stay small.
+    /// The channel its waiters listen on (for the fair lock, the prefix of each
+    /// waiter's own channel). Made when needed rather than kept: only waiters
+    /// need it, and a held lock's actor should stay small.
     fn channel(&self) -> String {
-        self.rules().channel(&self.name)
+        self.kind.scripts().channel(&self.name)
     }
 
-    /// What this lock's kind does differently.
-    fn rules(&self) -> &'static dyn KindRules {
-        kinds::rules(self.kind)
-    }
-
-    /// Whether `channel` must stay subscribed: some waiter listens on it, or
-    /// the holder keeps listening while it takes turns (`turn.rs`,
-    /// [`LockActor::holder_listens`]).
+    /// Whether `channel` must stay subscribed: the kind says (some waiter
+    /// listens on it, or the holder keeps listening while it takes turns).
     fn needs(&self, channel: &str) -> bool {
-        if self.rules().per_waiter() {
-            self.fair_field_of(channel)
-                .is_some_and(|field| self.queue.iter().any(|w| &*w.req.field == field))
-        } else {
-            (self.holder_listens() || !self.queue.is_empty()) && channel == self.channel()
-        }
+        let holding = !self.holdings.is_empty();
+        self.kind.needs(channel, &self.name, &self.queue, holding)
     }
 
     /// Whether `channel` is subscribed (and routed here).
@@ -263,90 +213,24 @@ impl LockActor {
         self.subs.is_live(channel)
     }
 
-    /// After a restart: asks Redis whether the holdings still stand, then restarts
-    /// their expiry timer (or reports them lost) and lets waiters try. The renewer
-    /// went on renewing the watchdog holdings meanwhile (this actor's address
-    /// outlives the restart).
-    fn verify_after_restart(&mut self, ctx: &mut Context<Self>) {
-        if self.holdings.is_empty() {
-            self.pump(ctx);
-            return;
-        }
-        let held: Vec<(u64, Arc<str>)> = self
-            .holdings
-            .iter()
-            .map(|h| (h.epoch, h.field.clone()))
-            .collect();
-        let mut conn = self.shared.node.conn();
-        let name = self.name.clone();
-        let fut = async move {
-            let mut counts = Vec::with_capacity(held.len());
-            for (epoch, field) in held {
-                counts.push((epoch, wire::hold_count(&mut conn, &name, &field).await));
-            }
-            counts
-        };
-        ctx.spawn(fut.into_actor(self).map(move |counts, act, ctx| {
-            for (epoch, res) in counts {
-                // Gone meanwhile, or cannot tell now (the watchdog and the expiry
-                // timer will): nothing to do here.
-                if matches!(res, Ok(0)) {
-                    act.lose(epoch, LostReason::OwnerGone, ctx);
-                }
-            }
-            act.holding_timers(ctx);
-            act.pump(ctx);
-        }));
+    /// Waiters were taken out of the queue without a grant: the kind does what
+    /// it must (the fair lock takes them out of the Redis queue).
+    fn left(&mut self, gone: Gone) {
+        self.kind.left(gone, &self.queue);
     }
 
-    /// Idle for a while: ask the manager to retire this actor. The manager agrees
-    /// only if it has sent nothing this actor has not seen, so no request is lost.
-    fn on_idle(&mut self, ctx: &mut Context<Self>) {
-        let Some(manager) = self.manager.upgrade() else {
-            ctx.stop();
-            return;
-        };
-        let msg = Idle {
-            name: self.name.clone(),
-            kind: self.kind,
-            addr: ctx.address(),
-            received: self.received,
-        };
-        ctx.spawn(manager.send(msg).into_actor(self).map(|res, act, ctx| {
-            if res.unwrap_or(true) {
-                debug!(lock = %act.name, "idle lock actor stopped");
-                ctx.stop();
-            } else {
-                act.reconcile(ctx);
+    /// Carries out what the kind made of an unlock message or a subscription.
+    fn on_heard(&mut self, heard: Heard, ctx: &mut Context<Self>) {
+        match heard {
+            Heard::Nothing => {}
+            Heard::Wake => self.wake(ctx),
+            Heard::Pump => self.pump(ctx),
+            Heard::WakeAfter(delay) => {
+                // The runtime's timers tick in whole milliseconds: a delay of
+                // microseconds is slept on a blocking-pool thread.
+                let slept = actix_rt::task::spawn_blocking(move || std::thread::sleep(delay));
+                ctx.spawn(slept.into_actor(self).map(|_, act, ctx| act.wake(ctx)));
             }
-        }));
-    }
-}
-
-impl Actor for LockActor {
-    type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        if std::mem::take(&mut self.restarted) {
-            self.verify_after_restart(ctx);
-        } else {
-            self.reconcile(ctx);
-        }
-    }
-
-    fn stopped(&mut self, _ctx: &mut Context<Self>) {
-        if self.restart_requested {
-            // The Supervisor restarts this same struct: keep everything.
-            return;
-        }
-        // Whatever is still queued will never be served by this actor. Places in a
-        // fair queue cannot be given back now: they lapse unrefreshed.
-        let _ = self.queue.fail_all(|| LockError::Stopped);
-        for h in self.holdings.drain() {
-            if h.watchdog {
-                self.shared.renewals.unwatch(h.epoch);
-            }
-            h.lost_tx.lose(LostReason::ManagerStopped);
         }
     }
 }
@@ -397,40 +281,12 @@ impl Handler<QueueLen> for LockActor {
     }
 }
 
-impl Supervised for LockActor {
-    fn restarting(&mut self, _ctx: &mut Context<Self>) {
-        // Every timer and call in flight belonged to the old context and is gone.
-        // An acquisition in flight has an unknown outcome now: check it first.
-        let queue = &self.queue;
-        self.attempts
-            .restarting(|id| queue.find(id).map(Unresolved::of));
-        self.fair.reset();
-        // Fair waiters may have missed their message: each tries again.
-        for w in self.queue.iter_mut() {
-            w.try_now = true;
-        }
-        // Their callers got a mailbox error; a hold they may have left behind is
-        // found by the next release (StillHeld with no guard) or expires unrenewed.
-        self.releases = Releases::default();
-        self.wake_timer.forget();
-        self.expiry_timer.forget();
-        self.idle_timer.forget();
-        if let Some(w) = &mut self.waiting {
-            w.forget();
-        }
-        // Subscribed again at the next busy answer (the route is simply replaced).
-        self.subs.clear();
-        self.restart_requested = false;
-        self.restarted = true;
-    }
-}
-
 impl Handler<Enqueue> for LockActor {
     type Result = ();
 
     fn handle(&mut self, Enqueue(request): Enqueue, ctx: &mut Context<Self>) {
         let waiter = Waiter::new(request);
-        self.received += 1;
+        self.life.received += 1;
         if self.shared.is_shutting_down() {
             // Sent before the manager's shutdown reached it: refused like the rest.
             waiter.fail(LockError::ShuttingDown);
@@ -466,8 +322,7 @@ impl Handler<Enqueue> for LockActor {
             });
         }
         if self.queue.is_empty() {
-            // The spin backoff counts one wait's busy answers, not an earlier one's.
-            self.attempts.restart_spin();
+            self.kind.wait_begins();
         }
         self.queue.push(waiter, reentrant);
         self.pump(ctx);
@@ -507,9 +362,7 @@ impl Handler<Cancel> for LockActor {
     fn handle(&mut self, msg: Cancel, ctx: &mut Context<Self>) {
         if let Some(w) = self.queue.take(msg.waiter) {
             debug!(lock = %self.name, waiter = msg.waiter, "waiter left");
-            if w.queued {
-                self.leave_fair_queue(vec![w.req.field.clone()], ctx);
-            }
+            self.left(Gone::of(&w));
             self.abandon(&w, ctx);
         }
         self.pump(ctx);
@@ -521,23 +374,8 @@ impl Handler<Unlocked> for LockActor {
 
     fn handle(&mut self, msg: Unlocked, ctx: &mut Context<Self>) {
         tracing::trace!(lock = %self.name, channel = %msg.channel, wake_all = msg.wake_all, "unlock message");
-        if self.rules().per_waiter() {
-            // A fair lock's message names its waiter by channel: that one tries.
-            // Its own releases' messages are news too (they may name a local waiter).
-            self.wake_channel(&msg.channel, ctx);
-            return;
-        }
-        if self.subs.heard_own() {
-            return;
-        }
-        if self.rules().takes_turns() {
-            self.heard_another_release(ctx);
-            return;
-        }
-        // "Wake all" and "wake one" both mean: let the head waiter try. Each grant
-        // lets the next head try at once, so after a write release every local
-        // reader gets its turn, one short round trip apart.
-        self.wake(ctx);
+        let heard = self.kind.heard(&msg.channel, &self.name, &mut self.queue);
+        self.on_heard(heard, ctx);
     }
 }
 
@@ -549,7 +387,8 @@ impl Listener for LockActor {
     /// The lock may have been released between the refused attempt and the
     /// subscription: the waiters of `name` try now.
     fn subscribed(&mut self, name: &str, ctx: &mut Context<Self>) {
-        self.wake_channel(name, ctx);
+        let heard = self.kind.subscribed(name, &self.name, &mut self.queue);
+        self.on_heard(heard, ctx);
     }
 }
 
@@ -557,12 +396,8 @@ impl Handler<Resync> for LockActor {
     type Result = ();
 
     fn handle(&mut self, _msg: Resync, ctx: &mut Context<Self>) {
-        self.subs.forget_own();
-        // Messages may have been lost while the subscriber was away: every fair
-        // waiter tries again (one of them may be at the head of a free lock).
-        for w in self.queue.iter_mut() {
-            w.try_now = true;
-        }
+        // Messages may have been lost while the subscriber was away.
+        self.kind.resync(&mut self.queue);
         self.wake(ctx);
     }
 }

@@ -1,6 +1,6 @@
 //! The release path of a held lock, in one file: a guard's [`Release`] message,
-//! the release script (or, at the last hold with a local waiter, the handover in
-//! `turn.rs`), its retries until it is answered or the lease is over
+//! the release script (or, at the last hold with a local waiter, the hand-over in
+//! `handover.rs`, when the kind says so), its retries until it is answered or the lease is over
 //! ([`with_latch`]), and what the answer means for the holding, the waiters and
 //! the turn. The holding itself (grant, expiry, loss) is `holding.rs`.
 //!
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{debug, info, warn};
 
-use super::kinds::Giveback;
+use super::kinds::{AfterRelease, Freed, Giveback};
 use super::LockActor;
 use crate::config::Config;
 use crate::durations::{backoff, millis};
@@ -70,6 +70,23 @@ impl Handler<Release> for LockActor {
 }
 
 impl LockActor {
+    /// Until when a release of the last hold of holding `epoch` is worth
+    /// retrying: past this the lease has surely run out in Redis (for a
+    /// watchdog holding, counted from the last renewal that succeeded), so the
+    /// lock is free whatever became of the release.
+    pub(super) fn lease_end(&self, epoch: u64, sent: Instant) -> Option<Instant> {
+        let h = self.holdings.get(epoch)?;
+        let end = match h.watchdog {
+            true => self
+                .shared
+                .renewals
+                .earliest(&[epoch])
+                .unwrap_or(sent + h.lease),
+            false => h.valid_until,
+        };
+        Some(end.min(sent + h.lease))
+    }
+
     /// Runs the release script for one hold of a live holding.
     pub(super) fn release_hold(
         &mut self,
@@ -81,19 +98,7 @@ impl LockActor {
         h.guards = h.guards.saturating_sub(1);
         let (kind, field, lease, last) = (h.kind, h.field.clone(), h.lease, h.guards == 0);
         let sent = Instant::now();
-        // Until when a release of the last hold is worth retrying: past this the
-        // lease has surely run out in Redis (for a watchdog holding, counted from
-        // the last renewal that succeeded), so the lock is free whatever became of
-        // the release.
-        let lease_end = match h.watchdog {
-            true => self
-                .shared
-                .renewals
-                .earliest(&[epoch])
-                .unwrap_or(sent + lease),
-            false => h.valid_until,
-        }
-        .min(sent + lease);
+        let lease_end = self.lease_end(epoch, sent).unwrap_or(sent + lease);
         let giveback = Giveback {
             name: self.name.clone(),
             kind,
@@ -108,11 +113,11 @@ impl LockActor {
             }
         }
         self.releases.start();
-        let (rules, shared) = (self.rules(), self.shared.clone());
+        let (scripts, shared) = (self.kind.scripts(), self.shared.clone());
         // Only the last hold's release may outlive its latch: see `with_latch`.
         let until = last.then_some(lease_end);
         let fut = with_latch(self.shared.config.clone(), sent, until, move |retry| {
-            rules.release(
+            scripts.release(
                 &shared,
                 Giveback {
                     retry,
@@ -142,6 +147,33 @@ impl LockActor {
         }))
     }
 
+    /// A release freed the lock: the kind's books, then the holding.
+    fn on_freed(&mut self, epoch: u64, published: bool, heard: u32, ctx: &mut Context<Self>) {
+        let live = self.holdings.get(epoch).is_some();
+        let guards_left = self.holdings.get(epoch).map_or(0, |h| h.guards);
+        self.shared.counters.released();
+        let listening = self.listening(&self.channel());
+        let freed = Freed {
+            published,
+            others: heard.saturating_sub(u32::from(listening)),
+            listening,
+            nobody_waits: self.queue.is_empty(),
+            now: Instant::now(),
+        };
+        let after = self.kind.released(freed);
+        self.after_release(after, ctx);
+        if live {
+            if guards_left == 0 {
+                self.forget(epoch);
+                self.holding_timers(ctx);
+            } else {
+                // Redis counted fewer holds than guards exist here: something
+                // outside this manager released them. They are not held.
+                self.lose(epoch, LostReason::OwnerGone, ctx);
+            }
+        }
+    }
+
     /// Applies a release script's answer to the local view.
     pub(super) fn on_released(
         &mut self,
@@ -154,29 +186,7 @@ impl LockActor {
         let guards_left = self.holdings.get(epoch).map_or(0, |h| h.guards);
         match res {
             Ok(ReleaseReply::Released { published, heard }) => {
-                self.shared.counters.released();
-                let listening = self.listening(&self.channel());
-                if published
-                    && self.rules().hears_own_unlocks()
-                    && !self.subs.is_empty()
-                    && listening
-                {
-                    self.subs.published_own();
-                }
-                if published && self.rules().takes_turns() {
-                    let others = heard.saturating_sub(u32::from(listening));
-                    self.after_publishing(others, ctx);
-                }
-                if live {
-                    if guards_left == 0 {
-                        self.forget(epoch);
-                        self.holding_timers(ctx);
-                    } else {
-                        // Redis counted fewer holds than guards exist here: something
-                        // outside this manager released them. They are not held.
-                        self.lose(epoch, LostReason::OwnerGone, ctx);
-                    }
-                }
+                self.on_freed(epoch, published, heard, ctx);
                 Ok(ReleaseOutcome::Released)
             }
             Ok(ReleaseReply::StillHeld(holds)) => {
@@ -213,6 +223,22 @@ impl LockActor {
                 Err(LockError::from(e))
             }
         }
+    }
+}
+
+impl LockActor {
+    /// Carries out what the kind decided after a release freed the lock: a
+    /// yield holds the head waiter back, listening for the other processes'
+    /// release.
+    fn after_release(&mut self, after: AfterRelease, ctx: &mut Context<Self>) {
+        let AfterRelease::Yield { fallback } = after else {
+            return;
+        };
+        let channel = self.channel();
+        if !self.subs.contains_key(&channel) {
+            self.subscribe(channel, ctx);
+        }
+        self.schedule(Some(fallback), ctx);
     }
 }
 

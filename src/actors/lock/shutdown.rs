@@ -19,10 +19,10 @@ use actix::prelude::*;
 use futures::future::join_all;
 use tracing::{debug, warn};
 
-use super::kinds::Giveback;
+use super::kinds::{Giveback, Scripts};
 use super::release::with_latch;
 use super::LockActor;
-use crate::actors::shared::ShutDown;
+use crate::actors::shared::{Shared, ShutDown};
 use crate::durations::millis;
 use crate::error::{LockError, LostReason};
 use crate::guard::LockLost;
@@ -38,7 +38,35 @@ impl Handler<ShutDown> for LockActor {
 
     fn handle(&mut self, _msg: ShutDown, ctx: &mut Context<Self>) -> Self::Result {
         let gone = self.queue.fail_all(|| LockError::ShuttingDown);
-        self.leave_fair_queue(gone.queued, ctx);
+        self.left(gone);
+        self.send_chores(ctx);
+        let givebacks = self.holdings_given_up();
+        self.holding_timers(ctx);
+        let (scripts, shared) = (self.kind.scripts(), self.shared.clone());
+        let name = self.name.clone();
+        let count = givebacks.len();
+        for _ in 0..count {
+            self.releases.start();
+        }
+        let all = join_all(givebacks.into_iter().map(|(giveback, guards, until)| {
+            let (shared, name) = (shared.clone(), name.clone());
+            give_back(scripts, shared, name, giveback, guards, until)
+        }));
+        Box::pin(all.into_actor(self).map(move |released, act, ctx| {
+            for _ in 0..count {
+                act.releases.done();
+            }
+            act.reconcile(ctx);
+            released.into_iter().filter(|r| *r).count()
+        }))
+    }
+}
+
+impl LockActor {
+    /// Tells every live holding's guards and watchers that the lock is gone,
+    /// moves it to the lost set, and answers what to give back in Redis: each
+    /// holding's give-back, its guards, and until when a retry is worth it.
+    fn holdings_given_up(&mut self) -> Vec<(Giveback, u32, Instant)> {
         // Holdings whose last guard is being released already are left to that
         // release (the manager waits for it with `IsQuiet`).
         let epochs: Vec<u64> = self
@@ -52,18 +80,9 @@ impl Handler<ShutDown> for LockActor {
         for epoch in epochs {
             // Until when a retry is worth it: the end of the lease (past it the
             // lock is free anyway), read before `forget` stops the renewals.
-            let Some(h) = self.holdings.get(epoch) else {
+            let Some(lease_end) = self.lease_end(epoch, sent) else {
                 continue;
             };
-            let lease_end = match h.watchdog {
-                true => self
-                    .shared
-                    .renewals
-                    .earliest(&[epoch])
-                    .unwrap_or(sent + h.lease),
-                false => h.valid_until,
-            }
-            .min(sent + h.lease);
             let Some(h) = self.forget(epoch) else {
                 continue;
             };
@@ -87,70 +106,64 @@ impl Handler<ShutDown> for LockActor {
             };
             givebacks.push((giveback, h.guards, lease_end));
         }
-        self.holding_timers(ctx);
-        let (rules, shared) = (self.rules(), self.shared.clone());
-        let name = self.name.clone();
-        let count = givebacks.len();
-        for _ in 0..count {
-            self.releases.start();
+        givebacks
+    }
+}
+
+/// Gives back every hold of one holding (one release per guard, and a few more
+/// if Redis counts holds no guard accounts for); answers whether the lock was
+/// freed.
+async fn give_back(
+    scripts: &'static dyn Scripts,
+    shared: Arc<Shared>,
+    name: Arc<str>,
+    giveback: Giveback,
+    guards: u32,
+    until: Instant,
+) -> bool {
+    let mut sent = 0u32;
+    loop {
+        // One request id per hold given back, kept across the retries
+        // of that hold (the latch answers a retry with the first
+        // outcome).
+        let request = Giveback {
+            request_id: Arc::from(crate::random::request_id()),
+            ..giveback.clone()
+        };
+        let started = Instant::now();
+        let (res, _late) = with_latch(shared.config.clone(), started, Some(until), |retry| {
+            scripts.release(
+                &shared,
+                Giveback {
+                    retry,
+                    ..request.clone()
+                },
+            )
+        })
+        .await;
+        sent += 1;
+        match res {
+            Ok(ReleaseReply::StillHeld(holds))
+                if sent < guards.max(1) + MAX_RELEASES_PER_HOLDING =>
+            {
+                debug!(lock = %name, holds, "shutdown: holds left, giving back the next");
+            }
+            Ok(ReleaseReply::StillHeld(holds)) => {
+                warn!(lock = %name, holds, "shutdown: holds left after every release; they expire with the lease");
+                return false;
+            }
+            Ok(ReleaseReply::Released { .. }) => {
+                shared.counters.released();
+                return true;
+            }
+            Ok(ReleaseReply::NotHeld) => {
+                debug!(lock = %name, "shutdown: the lock was no longer held here");
+                return false;
+            }
+            Err(e) => {
+                warn!(lock = %name, error = %e, "shutdown: release failed; the lock frees when its lease runs out");
+                return false;
+            }
         }
-        let all = join_all(givebacks.into_iter().map(|(giveback, guards, until)| {
-            let (shared, name) = (shared.clone(), name.clone());
-            async move {
-                let mut sent = 0u32;
-                loop {
-                    // One request id per hold given back, kept across the retries
-                    // of that hold (the latch answers a retry with the first
-                    // outcome).
-                    let request = Giveback {
-                        request_id: Arc::from(crate::random::request_id()),
-                        ..giveback.clone()
-                    };
-                    let started = Instant::now();
-                    let (res, _late) =
-                        with_latch(shared.config.clone(), started, Some(until), |retry| {
-                            rules.release(
-                                &shared,
-                                Giveback {
-                                    retry,
-                                    ..request.clone()
-                                },
-                            )
-                        })
-                        .await;
-                    sent += 1;
-                    match res {
-                        Ok(ReleaseReply::StillHeld(holds))
-                            if sent < guards.max(1) + MAX_RELEASES_PER_HOLDING =>
-                        {
-                            debug!(lock = %name, holds, "shutdown: holds left, giving back the next");
-                        }
-                        Ok(ReleaseReply::StillHeld(holds)) => {
-                            warn!(lock = %name, holds, "shutdown: holds left after every release; they expire with the lease");
-                            return false;
-                        }
-                        Ok(ReleaseReply::Released { .. }) => {
-                            shared.counters.released();
-                            return true;
-                        }
-                        Ok(ReleaseReply::NotHeld) => {
-                            debug!(lock = %name, "shutdown: the lock was no longer held here");
-                            return false;
-                        }
-                        Err(e) => {
-                            warn!(lock = %name, error = %e, "shutdown: release failed; the lock frees when its lease runs out");
-                            return false;
-                        }
-                    }
-                }
-            }
-        }));
-        Box::pin(all.into_actor(self).map(move |released, act, ctx| {
-            for _ in 0..count {
-                act.releases.done();
-            }
-            act.reconcile(ctx);
-            released.into_iter().filter(|r| *r).count()
-        }))
     }
 }

@@ -1,7 +1,7 @@
 //! What a lock actor is subscribed to: the channels its waiters (and, while it
 //! takes turns, its holder) listen on, each a [`Channel`] of the waiting kit
-//! (`actors/listen.rs`), and how many of the unlock messages still to come are
-//! its own.
+//! (`actors/listen.rs`). Which unlock messages still to come are its own is
+//! its kind's business (`kinds/echo.rs`).
 //!
 //! Kept apart from the actor because every lock actor carries it, held or not:
 //! its size is paid once per held lock, so it is a small Vec, not a map.
@@ -15,10 +15,6 @@ use crate::actors::listen::Channel;
 #[derive(Debug, Default)]
 pub(super) struct Subs {
     channels: Vec<Channel>,
-    /// Unlock messages this actor published itself and will hear back; they carry
-    /// no news (the local release already handed over), so they are skipped.
-    /// Only counted while subscribed: unsubscribed, they never come back.
-    own_unlocks: u32,
 }
 
 impl Subs {
@@ -64,28 +60,8 @@ impl Subs {
         self.channels.is_empty()
     }
 
-    /// Forgets every channel (and so every message of its own still to come).
+    /// Forgets every channel.
     pub(super) fn clear(&mut self) {
         self.channels = Vec::new();
-        self.own_unlocks = 0;
-    }
-
-    /// This actor published an unlock message that it will hear back.
-    pub(super) fn published_own(&mut self) {
-        self.own_unlocks += 1;
-    }
-
-    /// An unlock message came: answers whether it is one of this actor's own
-    /// (skipped; counted off).
-    pub(super) fn heard_own(&mut self) -> bool {
-        let own = self.own_unlocks > 0;
-        self.own_unlocks = self.own_unlocks.saturating_sub(1);
-        own
-    }
-
-    /// Messages may have been lost, or a new subscription starts after them:
-    /// no message still to come is known to be this actor's own.
-    pub(super) fn forget_own(&mut self) {
-        self.own_unlocks = 0;
     }
 }

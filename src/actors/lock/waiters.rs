@@ -178,6 +178,13 @@ pub(crate) struct Gone {
 }
 
 impl Gone {
+    /// The one waiter `w`, taken out of the queue by its caller.
+    pub(crate) fn of(w: &Waiter) -> Gone {
+        let mut gone = Gone::default();
+        gone.add(w);
+        gone
+    }
+
     fn add(&mut self, w: &Waiter) {
         self.count += 1;
         if w.queued {

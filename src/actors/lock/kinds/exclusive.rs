@@ -3,31 +3,159 @@
 //!
 //! Its acquire and release go through the manager's coalescer, so that those of
 //! many locks that are ready at the same moment share one script call; the
-//! watchdog renews its holdings many per call.
+//! watchdog renews its holdings many per call. Its state is the turn that
+//! processes take on the lock (`exclusive/turn.rs`): runs of hand-overs inside
+//! this process, then a yield to the others, and a random start after another
+//! process's release.
+
+mod turn;
+
+use std::time::Instant;
 
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use redis::RedisResult;
 
-use super::{Attempt, Giveback, KindRules};
+use super::decisions::{self, Freed};
+use super::echo::Echo;
+use super::{
+    AfterRelease, Attempt, BusyAnswer, Giveback, Handed, Heard, LastRelease, Next, OnBusy, Policy,
+    Scripts,
+};
+use crate::actors::lock::holding::Holdings;
+use crate::actors::lock::waiters::WaiterQueue;
 use crate::actors::renewer::Renewal;
 use crate::actors::shared::Shared;
+use crate::config::Config;
 use crate::durations::millis;
 use crate::keys;
 use crate::kind::AcquireKind;
 use crate::wire::{self, AcquireReply, ReleaseReply, TransferReply};
+use turn::{Turn, FALLBACK, PRECISION};
 
-/// See the module documentation.
-#[derive(Debug)]
-pub(super) struct Exclusive;
+/// The exclusive lock's state: its turn, and its own unlock messages to come.
+#[derive(Debug, Default)]
+pub(in crate::actors::lock) struct Exclusive {
+    /// This process's run of grants, and whether it yields to others.
+    turn: Turn,
+    /// Its own unlock messages still to come back.
+    echo: Echo,
+}
 
-impl KindRules for Exclusive {
-    fn channel(&self, name: &str) -> String {
-        keys::channel(name)
+impl Policy for Exclusive {
+    fn scripts(&self) -> &'static dyn Scripts {
+        &ExclusiveScripts
     }
 
-    fn takes_turns(&self) -> bool {
-        true
+    fn next(&mut self, queue: &mut WaiterQueue, holdings: &Holdings, now: Instant) -> Next {
+        if queue.is_empty() {
+            return Next::Wait;
+        }
+        match self.turn.holding_back(now) {
+            // Yielding to other processes: their waiters go first; the head asks
+            // when the yield ends, unless a message comes first.
+            Some(left) => Next::HoldBack(left),
+            None => decisions::head_first(queue, holdings),
+        }
+    }
+
+    fn granted(&mut self, waiting: usize) {
+        self.turn.granted(waiting);
+    }
+
+    fn busy(&mut self, answer: BusyAnswer<'_>, queue: &mut WaiterQueue, _c: &Config) -> OnBusy {
+        // Another process holds it: a run of local grants is over.
+        self.turn.other_held();
+        decisions::listen_for_release(&ExclusiveScripts, answer, queue)
+    }
+
+    /// Another process released the lock: the next grant here starts a new
+    /// run, and the head waiter asks after a random part of the jitter (none
+    /// when nobody else listens).
+    fn heard(&mut self, _channel: &str, _name: &str, _queue: &mut WaiterQueue) -> Heard {
+        if self.echo.heard() {
+            return Heard::Nothing;
+        }
+        self.turn.other_held();
+        let delay = self.turn.wake_delay();
+        match delay < PRECISION {
+            true => Heard::Wake,
+            false => Heard::WakeAfter(delay),
+        }
+    }
+
+    fn subscribing(&mut self) {
+        self.echo.forget();
+    }
+
+    fn resync(&mut self, _queue: &mut WaiterQueue) {
+        self.echo.forget();
+    }
+
+    fn restarting(&mut self, _queue: &mut WaiterQueue) {
+        self.echo.forget();
+    }
+
+    /// The unlock channel also stays subscribed for the holder's sake while
+    /// it takes turns and few others listen (`turn.rs`, `KEEP_LISTENING`): a
+    /// holder's subscription never makes another process's count of listeners
+    /// wrong, as only the one process that holds counts (and subtracts itself).
+    fn needs(&self, channel: &str, name: &str, queue: &WaiterQueue, holding: bool) -> bool {
+        let holder_listens = holding && self.turn.keeps_listening();
+        (holder_listens || !queue.is_empty()) && channel == keys::channel(name)
+    }
+
+    fn last_release(&self) -> LastRelease {
+        if self.turn.refused || !self.turn.may_hand_over() {
+            return LastRelease::Plain;
+        }
+        LastRelease::HandOver {
+            count: self.turn.count_now(),
+        }
+    }
+
+    fn handed(&mut self, how: Handed) {
+        match how {
+            Handed::Refused => self.turn.refused = true,
+            Handed::Over(Some(others)) => self.turn.heard(others),
+            Handed::Over(None) => {}
+        }
+    }
+
+    /// A plain release published: yields to the processes that heard it when
+    /// this process's run is over (the head waiter holds back, listening for
+    /// their release).
+    fn released(&mut self, freed: Freed) -> AfterRelease {
+        if !freed.published {
+            return AfterRelease::Nothing;
+        }
+        if freed.listening {
+            self.echo.published();
+        }
+        if freed.nobody_waits {
+            // Nobody queued: the channel is unsubscribed now that nothing here
+            // holds or waits, and a yield would keep this process's next waiter
+            // out until FALLBACK, since it would not hear the others' release
+            // (measured: the lock sat idle; see docs/performance.md, "Why the
+            // turn constants are what they are"). That waiter finds the lock
+            // taken and subscribes as any does.
+            self.turn.heard(freed.others);
+            return AfterRelease::Nothing;
+        }
+        if !self.turn.released(freed.others, freed.now) {
+            return AfterRelease::Nothing;
+        }
+        AfterRelease::Yield { fallback: FALLBACK }
+    }
+}
+
+/// The exclusive lock's scripts (the spin lock's too).
+#[derive(Debug)]
+pub(super) struct ExclusiveScripts;
+
+impl Scripts for ExclusiveScripts {
+    fn channel(&self, name: &str) -> String {
+        keys::channel(name)
     }
 
     fn transfer(
@@ -86,6 +214,24 @@ impl KindRules for Exclusive {
         let via = shared.coalescer.clone();
         let latch_ttl_ms = millis(shared.config.latch_ttl);
         async move { via.call(&release_of(&g, latch_ttl_ms)).await }.boxed_local()
+    }
+
+    /// One release undoes exactly whatever the acquisition found (granted or
+    /// re-entered: one hold more, then one less; held elsewhere: nothing, then
+    /// nothing). One `EVAL` carrying the script on the command connection,
+    /// never resent ([`wire::call_once`]), so that it needs nothing from the
+    /// server's script cache and cannot land behind a later attempt.
+    fn undo_abandoned(
+        &self,
+        shared: &Shared,
+        g: Giveback,
+    ) -> Option<LocalBoxFuture<'static, RedisResult<ReleaseReply>>> {
+        let mut conn = shared.node.conn();
+        let latch_ttl_ms = millis(shared.config.latch_ttl);
+        Some(
+            async move { wire::call_once(&mut conn, &release_of(&g, latch_ttl_ms)).await }
+                .boxed_local(),
+        )
     }
 }
 

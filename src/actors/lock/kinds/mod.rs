@@ -1,36 +1,60 @@
-//! What a kind of lock does differently, one file per kind, behind one trait.
+//! What a kind of lock keeps and decides, one file per kind, and the one list of
+//! kinds.
 //!
 //! The lock actor (`super`) is the same skeleton for every kind: waiter queue,
-//! attempt in flight, holdings, timers, supervision. Where kinds differ it asks its
-//! [`KindRules`], found by [`rules`], the one place that maps a [`Kind`] to its
-//! file:
-//! - which scripts acquire and release (`exclusive`: through the coalescer;
-//!   `fair`; `rw`: read and write sides);
-//! - which channel a waiter listens on, and whether each waiter has a place and a
-//!   channel of its own (the fair lock: then waiters try when they are due rather
-//!   than head first, and the fair file also keeps their places in the Redis queue);
-//! - whether waiters listen for unlock messages at all (the spin lock's poll
-//!   with a backoff instead);
-//! - whether the lock hears its own unlock messages back;
-//! - which script the watchdog renews a holding with.
+//! attempt in flight, holdings, timers, supervision. A kind is two things:
+//! - [`Scripts`], what it says to Redis: its acquire, release and (if it hands
+//!   over) transfer scripts, the channel its waiters listen on, how the watchdog
+//!   renews it. Stateless, so a retry loop may keep a `&'static` to it.
+//! - [`Policy`], its own state and its decisions. The skeleton never asks a kind
+//!   yes/no questions; at each event it calls a hook, which may change the kind's
+//!   state (and the waiters' marks) and answers with a decision as data that the
+//!   skeleton carries out ([`Next`]: who tries; [`OnBusy`]: after a busy answer,
+//!   retry now, after a delay, or listen; [`LastRelease`]: a plain release or a
+//!   hand-over; [`Heard`]: what an unlock message means; [`AfterRelease`]; a
+//!   [`Chore`]: Redis work of the kind's own, such as the fair lock's places).
 //!
-//! A new kind of lock is a new file here that implements [`KindRules`], a [`Kind`]
-//! variant, and one arm in [`rules`].
+//! The kinds live in [`KindState`], an enum of their state structs, made by the
+//! `kinds!` list below: a lock actor carries its kind inline (the largest kind
+//! is 40 bytes; a `Box<dyn Policy>` would be a 16-byte pointer plus a heap block
+//! of its own per lock actor, and the lock actor stays as small as it can be
+//! because it lives as long as its lock is held: docs/performance.md, client
+//! bytes per held lock). Hooks are reached through `Deref` to `dyn Policy`: one
+//! indirect call per event, nothing next to the Redis round trip each event
+//! stands for.
+//!
+//! A new kind of lock is a new file here with a state struct that implements
+//! [`Policy`] (its hooks' defaults are those of a kind whose head waiter tries
+//! and whose waiters listen on one channel) and a stateless one that implements
+//! [`Scripts`], plus one line in `kinds!` (and the public `Kind` variant it
+//! is named by).
 
+mod decisions;
+mod echo;
 mod exclusive;
-pub(super) mod fair;
+mod fair;
 mod rw;
 mod spin;
+#[cfg(test)]
+mod tests;
 
+use std::any::Any;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::future::LocalBoxFuture;
 use redis::RedisResult;
 
+use super::holding::Holdings;
+use super::waiters::{Gone, Waiter, WaiterQueue};
 use crate::actors::renewer::Renewal;
 use crate::actors::shared::Shared;
+use crate::config::Config;
 use crate::kind::{AcquireKind, Kind};
 use crate::wire::{AcquireReply, ReleaseReply, TransferReply};
+pub(super) use decisions::{
+    AfterRelease, BusyAnswer, Chore, Freed, Handed, Heard, LastRelease, Next, OnBusy, Retry,
+};
 
 /// One acquisition attempt, as every kind's acquire script needs it.
 #[derive(Debug, Clone)]
@@ -77,62 +101,11 @@ pub(super) struct Giveback {
     pub(super) retry: bool,
 }
 
-/// What differs between kinds of lock; see the module documentation.
-pub(super) trait KindRules: Sync {
+/// What a kind says to Redis; see the module documentation.
+pub(super) trait Scripts: Sync {
     /// The channel this lock's waiters listen on; for a kind with a channel per
     /// waiter, the prefix of every waiter's channel.
     fn channel(&self, name: &str) -> String;
-
-    /// The channel to subscribe to for the waiter with hash field `field` after a
-    /// busy answer.
-    fn waiter_channel(&self, name: &str, _field: &str) -> String {
-        self.channel(name)
-    }
-
-    /// Whether each waiter has its own place in a Redis queue and its own channel
-    /// (then waiters try when they are due, not head first).
-    fn per_waiter(&self) -> bool {
-        false
-    }
-
-    /// Whether waiters subscribe to [`KindRules::waiter_channel`] after a busy
-    /// answer. A kind that does not (the spin lock) asks again after the spin
-    /// backoff instead.
-    fn listens(&self) -> bool {
-        true
-    }
-
-    /// Whether an unlock message this actor published itself comes back to it on
-    /// a channel it listens to, and can be skipped (the local release already
-    /// handed over).
-    fn hears_own_unlocks(&self) -> bool {
-        true
-    }
-
-    /// Whether processes take turns on this lock (`turn.rs`): a holder hands the
-    /// lock to a local waiter with [`KindRules::transfer`] for a while, then
-    /// releases it and yields to the other processes that heard; a waiter woken
-    /// by another process's message asks after a random delay. The exclusive lock
-    /// only; the fair lock is FIFO across processes already.
-    fn takes_turns(&self) -> bool {
-        false
-    }
-
-    /// Gives back the last hold of `giveback` and grants `to` in one call,
-    /// without freeing the lock; with `count`, also counts who listens on the
-    /// unlock channel. Only called where [`KindRules::takes_turns`].
-    fn transfer(
-        &self,
-        _shared: &Shared,
-        _giveback: Giveback,
-        _to: Attempt,
-        _count: bool,
-    ) -> LocalBoxFuture<'static, RedisResult<TransferReply>> {
-        Box::pin(futures::future::ready(Err(redis::RedisError::from((
-            redis::ErrorKind::Client,
-            "lockwarden: this kind of lock cannot be handed over",
-        )))))
-    }
 
     /// How the watchdog renews a holding of `kind`.
     fn renewal(&self, kind: AcquireKind) -> Renewal;
@@ -150,14 +123,194 @@ pub(super) trait KindRules: Sync {
         shared: &Shared,
         giveback: Giveback,
     ) -> LocalBoxFuture<'static, RedisResult<ReleaseReply>>;
+
+    /// Gives back the last hold of `giveback` and grants `to` in one call,
+    /// without freeing the lock; with `count`, also counts who listens on the
+    /// unlock channel. Only called after [`Policy::last_release`] said
+    /// [`LastRelease::HandOver`].
+    fn transfer(
+        &self,
+        _shared: &Shared,
+        _giveback: Giveback,
+        _to: Attempt,
+        _count: bool,
+    ) -> LocalBoxFuture<'static, RedisResult<TransferReply>> {
+        Box::pin(futures::future::ready(Err(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "lockwarden: this kind of lock cannot be handed over",
+        )))))
+    }
+
+    /// The give-back sent right behind an acquisition in flight whose waiter
+    /// left, if one release undoes exactly whatever that acquisition did (the
+    /// exclusive and spin locks; see `LockActor::abandon`). `None`: a late
+    /// grant is given back when its answer comes.
+    fn undo_abandoned(
+        &self,
+        _shared: &Shared,
+        _giveback: Giveback,
+    ) -> Option<LocalBoxFuture<'static, RedisResult<ReleaseReply>>> {
+        None
+    }
 }
 
-/// The rules of `kind`: the one place a kind is mapped to its file.
-pub(super) fn rules(kind: Kind) -> &'static dyn KindRules {
-    match kind {
-        Kind::Exclusive => &exclusive::Exclusive,
-        Kind::Fair => &fair::Fair,
-        Kind::ReadWrite => &rw::ReadWrite,
-        Kind::Spin => &spin::Spin,
+/// A kind's own state and decisions; see the module documentation. The
+/// defaults are those of a kind whose head waiter tries and whose waiters
+/// listen on one channel (the read-write lock uses them all).
+pub(super) trait Policy {
+    /// What it says to Redis.
+    fn scripts(&self) -> &'static dyn Scripts;
+
+    /// Who tries next, if anyone; may answer try-once waiters that cannot win.
+    fn next(&mut self, queue: &mut WaiterQueue, holdings: &Holdings, _now: Instant) -> Next {
+        decisions::head_first(queue, holdings)
     }
+
+    /// The attempt of `w` is about to be sent: marks the waiter, and answers
+    /// whether the attempt takes a place in a Redis queue if the lock is busy.
+    fn sending(&mut self, _w: &mut Waiter) -> bool {
+        false
+    }
+
+    /// A waiter was granted the lock; `waiting` others wait here.
+    fn granted(&mut self, _waiting: usize) {}
+
+    /// A waiter came to an empty queue: a new wait begins.
+    fn wait_begins(&mut self) {}
+
+    /// Redis answered an attempt "busy": answers try-once waiters that cannot
+    /// win, and says how the waiters learn when to try again.
+    fn busy(&mut self, answer: BusyAnswer<'_>, queue: &mut WaiterQueue, _c: &Config) -> OnBusy {
+        decisions::listen_for_release(self.scripts(), answer, queue)
+    }
+
+    /// An unlock message came on `channel`.
+    fn heard(&mut self, _channel: &str, _name: &str, _queue: &mut WaiterQueue) -> Heard {
+        Heard::Wake
+    }
+
+    /// The subscription to `channel` is live: the lock may have been released
+    /// between the busy answer and now.
+    fn subscribed(&mut self, _channel: &str, _name: &str, _queue: &mut WaiterQueue) -> Heard {
+        Heard::Wake
+    }
+
+    /// The lock is about to subscribe to a channel.
+    fn subscribing(&mut self) {}
+
+    /// Messages may have been lost (the subscriber reconnected): the caller
+    /// then wakes the lock.
+    fn resync(&mut self, _queue: &mut WaiterQueue) {}
+
+    /// The actor restarts: calls in flight and timers are gone.
+    fn restarting(&mut self, _queue: &mut WaiterQueue) {}
+
+    /// The wake timer fired (a fallback retry or a deadline).
+    fn timer_fired(&mut self, _queue: &mut WaiterQueue) {}
+
+    /// Whether `channel` must stay subscribed; `holding`: this process holds
+    /// the lock.
+    fn needs(&self, channel: &str, name: &str, queue: &WaiterQueue, _holding: bool) -> bool {
+        !queue.is_empty() && channel == self.scripts().channel(name)
+    }
+
+    /// Waiters were taken out of the queue without being granted (left, timed
+    /// out, answered with an error); `queue` is what remains.
+    fn left(&mut self, _gone: Gone, _queue: &WaiterQueue) {}
+
+    /// The last hold of a holding is about to be given back, with a local
+    /// waiter of another owner at the head and nothing else in flight.
+    fn last_release(&self) -> LastRelease {
+        LastRelease::Plain
+    }
+
+    /// How a hand-over went.
+    fn handed(&mut self, _how: Handed) {}
+
+    /// A plain release freed the lock; what follows.
+    fn released(&mut self, _freed: decisions::Freed) -> AfterRelease {
+        AfterRelease::Nothing
+    }
+
+    /// How often its [`Policy::tick`] must run while the queue is as it is.
+    fn tick_every(&self, _queue: &WaiterQueue, _config: &Config) -> Option<Duration> {
+        None
+    }
+
+    /// The periodic work of [`Policy::tick_every`].
+    fn tick(&mut self, _queue: &WaiterQueue, _name: &Arc<str>, _shared: &Shared) -> Option<Chore> {
+        None
+    }
+
+    /// Redis work the kind has pending (sent by the skeleton as it comes).
+    fn chore(&mut self, _queue: &WaiterQueue, _name: &Arc<str>, _shared: &Shared) -> Option<Chore> {
+        None
+    }
+
+    /// A chore's outcome; answers whether waiters may try now (else the
+    /// skeleton just brings its timers in line).
+    fn chore_done(&mut self, _done: Box<dyn Any>, _queue: &mut WaiterQueue, _name: &str) -> bool {
+        false
+    }
+
+    /// Whether a chore is in flight (the actor must not retire).
+    fn busy_with_chores(&self) -> bool {
+        false
+    }
+}
+
+/// Lists the kinds: each line maps a public [`Kind`] to its state struct. It
+/// makes [`KindState`], its constructor, and the way to its hooks.
+macro_rules! kinds {
+    ($($variant:ident => $state:ty),* $(,)?) => {
+        /// One lock actor's kind, with that kind's own state.
+        #[derive(Debug)]
+        pub(super) enum KindState {
+            $(
+                #[doc = concat!("The state of `Kind::", stringify!($variant), "`.")]
+                $variant($state),
+            )*
+        }
+
+        impl KindState {
+            /// A fresh state of `kind`.
+            pub(super) fn new(kind: Kind) -> KindState {
+                match kind {
+                    $(Kind::$variant => KindState::$variant(<$state>::default()),)*
+                }
+            }
+
+            /// Which public kind this is.
+            pub(super) fn kind(&self) -> Kind {
+                match self {
+                    $(KindState::$variant(_) => Kind::$variant,)*
+                }
+            }
+        }
+
+        impl std::ops::Deref for KindState {
+            type Target = dyn Policy;
+
+            fn deref(&self) -> &(dyn Policy + 'static) {
+                match self {
+                    $(KindState::$variant(k) => k,)*
+                }
+            }
+        }
+
+        impl std::ops::DerefMut for KindState {
+            fn deref_mut(&mut self) -> &mut (dyn Policy + 'static) {
+                match self {
+                    $(KindState::$variant(k) => k,)*
+                }
+            }
+        }
+    };
+}
+
+kinds! {
+    Exclusive => exclusive::Exclusive,
+    Fair => fair::Fair,
+    ReadWrite => rw::ReadWrite,
+    Spin => spin::Spin,
 }

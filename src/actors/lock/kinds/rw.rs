@@ -3,12 +3,19 @@
 //! holders. Every waiter listens on the lock's read-write channel; a write release
 //! wakes all of them. Each holder is renewed by a call of its own, since a reader's
 //! holds have timeout keys of their own.
+//!
+//! Its decisions are the defaults of [`Policy`] (the head waiter tries; a busy
+//! answer is followed by listening), and its only state is which unlock messages
+//! of its own are still to come.
 
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use redis::RedisResult;
 
-use super::{Attempt, Giveback, KindRules};
+use super::decisions::Freed;
+use super::echo::Echo;
+use super::{AfterRelease, Attempt, Giveback, Heard, Policy, Scripts};
+use crate::actors::lock::waiters::WaiterQueue;
 use crate::actors::renewer::Renewal;
 use crate::actors::shared::Shared;
 use crate::durations::millis;
@@ -16,11 +23,53 @@ use crate::keys;
 use crate::kind::AcquireKind;
 use crate::wire::{self, AcquireReply, ReleaseReply};
 
-/// See the module documentation.
-#[derive(Debug)]
-pub(super) struct ReadWrite;
+/// The read-write lock's state: its own unlock messages still to come.
+#[derive(Debug, Default)]
+pub(in crate::actors::lock) struct ReadWrite {
+    /// Its own unlock messages still to come back.
+    echo: Echo,
+}
 
-impl KindRules for ReadWrite {
+impl Policy for ReadWrite {
+    fn scripts(&self) -> &'static dyn Scripts {
+        &ReadWriteScripts
+    }
+
+    /// "Wake all" and "wake one" both mean: let the head waiter try. Each
+    /// grant lets the next head try at once, so after a write release every
+    /// local reader gets its turn, one short round trip apart.
+    fn heard(&mut self, _channel: &str, _name: &str, _queue: &mut WaiterQueue) -> Heard {
+        match self.echo.heard() {
+            true => Heard::Nothing,
+            false => Heard::Wake,
+        }
+    }
+
+    fn subscribing(&mut self) {
+        self.echo.forget();
+    }
+
+    fn resync(&mut self, _queue: &mut WaiterQueue) {
+        self.echo.forget();
+    }
+
+    fn restarting(&mut self, _queue: &mut WaiterQueue) {
+        self.echo.forget();
+    }
+
+    fn released(&mut self, freed: Freed) -> AfterRelease {
+        if freed.published && freed.listening {
+            self.echo.published();
+        }
+        AfterRelease::Nothing
+    }
+}
+
+/// The read-write lock's scripts.
+#[derive(Debug)]
+pub(super) struct ReadWriteScripts;
+
+impl Scripts for ReadWriteScripts {
     fn channel(&self, name: &str) -> String {
         keys::rw_channel(name)
     }

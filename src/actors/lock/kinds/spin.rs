@@ -3,6 +3,7 @@
 //! followed by another attempt after a delay that doubles from
 //! [`Config::spin_backoff`](crate::Config::spin_backoff)'s first value up to its
 //! longest (never later than the holder's lease says the lock frees by itself).
+//! That backoff is the kind's whole state ([`Spin`]).
 //!
 //! Why a kind of its own: some deployments refuse SUBSCRIBE (proxies, managed
 //! services), and a very large number of locks waited on at once means as many
@@ -18,33 +19,80 @@
 use futures::future::LocalBoxFuture;
 use redis::RedisResult;
 
-use super::exclusive::Exclusive;
-use super::{Attempt, Giveback, KindRules};
+use super::exclusive::ExclusiveScripts;
+use super::{Attempt, BusyAnswer, Giveback, OnBusy, Policy, Retry, Scripts};
+use crate::actors::lock::waiters::WaiterQueue;
 use crate::actors::renewer::Renewal;
 use crate::actors::shared::Shared;
+use crate::config::Config;
+use crate::durations::backoff;
 use crate::keys;
 use crate::kind::AcquireKind;
 use crate::wire::{AcquireReply, ReleaseReply};
 
-/// See the module documentation.
-#[derive(Debug)]
-pub(super) struct Spin;
+/// The spin lock's state: its backoff.
+#[derive(Debug, Default)]
+pub(in crate::actors::lock) struct Spin {
+    /// Consecutive busy answers since the last grant (or since a wait began).
+    busy: u32,
+}
 
-impl KindRules for Spin {
+impl Policy for Spin {
+    fn scripts(&self) -> &'static dyn Scripts {
+        &SpinScripts
+    }
+
+    fn granted(&mut self, _waiting: usize) {
+        self.busy = 0;
+    }
+
+    /// The backoff counts one wait's busy answers, not an earlier one's.
+    fn wait_begins(&mut self) {
+        self.busy = 0;
+    }
+
+    /// Asks again after the backoff, or when the holder's lease says the lock
+    /// frees by itself, whichever is sooner; at once if something woke the
+    /// lock meanwhile (a resync).
+    fn busy(&mut self, answer: BusyAnswer<'_>, queue: &mut WaiterQueue, c: &Config) -> OnBusy {
+        // The lock is held: every try-once waiter's one attempt would say so.
+        let _nobody_placed = queue.fail_try_once(|_| true, None);
+        let retry = if queue.is_empty() {
+            Retry::Fallback
+        } else if answer.woken {
+            Retry::Now
+        } else {
+            let spin = self.next_delay(c);
+            Retry::After(answer.ttl.map_or(spin, |t| t.min(spin)))
+        };
+        OnBusy {
+            retry,
+            then_pump: false,
+        }
+    }
+}
+
+impl Spin {
+    /// The delay before asking again after a busy answer, doubling with each
+    /// consecutive one (`Config::spin_backoff`).
+    fn next_delay(&mut self, config: &Config) -> std::time::Duration {
+        let delay = backoff(config.spin_first, config.spin_longest, self.busy);
+        self.busy = self.busy.saturating_add(1);
+        delay
+    }
+}
+
+/// The spin lock's scripts: the exclusive lock's, with no hand-over.
+#[derive(Debug)]
+pub(super) struct SpinScripts;
+
+impl Scripts for SpinScripts {
     fn channel(&self, name: &str) -> String {
         keys::channel(name)
     }
 
-    fn listens(&self) -> bool {
-        false
-    }
-
-    fn hears_own_unlocks(&self) -> bool {
-        false
-    }
-
     fn renewal(&self, kind: AcquireKind) -> Renewal {
-        Exclusive.renewal(kind)
+        ExclusiveScripts.renewal(kind)
     }
 
     fn acquire(
@@ -52,7 +100,7 @@ impl KindRules for Spin {
         shared: &Shared,
         attempt: Attempt,
     ) -> LocalBoxFuture<'static, RedisResult<AcquireReply>> {
-        Exclusive.acquire(shared, attempt)
+        ExclusiveScripts.acquire(shared, attempt)
     }
 
     fn release(
@@ -60,6 +108,14 @@ impl KindRules for Spin {
         shared: &Shared,
         giveback: Giveback,
     ) -> LocalBoxFuture<'static, RedisResult<ReleaseReply>> {
-        Exclusive.release(shared, giveback)
+        ExclusiveScripts.release(shared, giveback)
+    }
+
+    fn undo_abandoned(
+        &self,
+        shared: &Shared,
+        giveback: Giveback,
+    ) -> Option<LocalBoxFuture<'static, RedisResult<ReleaseReply>>> {
+        ExclusiveScripts.undo_abandoned(shared, giveback)
     }
 }

@@ -35,20 +35,10 @@
 
 use std::time::{Duration, Instant};
 
-use actix::prelude::*;
-use tracing::warn;
-
-use super::kinds::Giveback;
-use super::release::with_latch;
-use super::LockActor;
-use crate::error::LockError;
-use crate::guard::ReleaseOutcome;
-use crate::wire::{AcquireReply, ReleaseReply, TransferReply};
-
 /// How long a yielding process's head waiter holds back before asking Redis
 /// itself, in case no other process took the lock. Other processes' waiters,
 /// woken by the unlock message, ask within a round trip or two.
-pub(super) const FALLBACK: Duration = Duration::from_millis(10);
+pub(in crate::actors::lock) const FALLBACK: Duration = Duration::from_millis(10);
 
 /// Most a woken waiter waits, at random, before asking after another process's
 /// unlock message. Redis delivers a message to the subscribers of a channel in a
@@ -68,7 +58,7 @@ pub(super) const JITTER: Duration = Duration::from_micros(60);
 
 /// A wake delay shorter than this is not slept: a thread's sleep is not more
 /// precise (and the hop to a blocking thread costs about as much).
-const PRECISION: Duration = Duration::from_micros(20);
+pub(super) const PRECISION: Duration = Duration::from_micros(20);
 
 /// Most other processes listening for which a holder keeps the unlock channel
 /// subscribed with nobody queued. Keeping it saves a process contending in a
@@ -112,7 +102,7 @@ pub(super) struct Turn {
     until: Option<Instant>,
     /// Redis refused a handover (the user may not run PUBSUB NUMSUB): this lock
     /// releases plainly from now on.
-    refused: bool,
+    pub(super) refused: bool,
     /// This run has seen another local waiter (queued at a grant, or handed the
     /// lock): only then does keeping the channel subscribed while holding save
     /// anything (see [`KEEP_LISTENING`]).
@@ -165,7 +155,7 @@ impl Turn {
     }
 
     /// `others` other processes listen on the lock's channel.
-    fn heard(&mut self, others: u32) {
+    pub(super) fn heard(&mut self, others: u32) {
         self.others = u16::try_from(others).unwrap_or(u16::MAX);
     }
 
@@ -212,166 +202,6 @@ impl Turn {
         self.until
             .filter(|t| now < *t)
             .map(|t| t.saturating_duration_since(now))
-    }
-}
-
-impl LockActor {
-    /// The last hold of holding `epoch` is being given back: hands the lock to the
-    /// local head waiter in the same call when the turn allows (see the module
-    /// documentation). `None`: a plain release must run.
-    pub(super) fn hand_over(
-        &mut self,
-        epoch: u64,
-        giveback: &Giveback,
-    ) -> Option<ResponseActFuture<Self, Result<ReleaseOutcome, LockError>>> {
-        let rules = self.rules();
-        // An attempt, a check or another release in flight would race with it.
-        if !rules.takes_turns()
-            || self.turn.refused
-            || !self.turn.may_hand_over()
-            || !self.attempts.is_quiet()
-            || !self.releases.none()
-        {
-            return None;
-        }
-        let holder = self.holdings.get(epoch)?.owner;
-        let head = self.queue.front()?;
-        if head.req.owner == holder || head.req.reply.is_closed() {
-            return None;
-        }
-        let (attempt, to) = self.start_attempt(head.req.id)?;
-        self.releases.start();
-        let (shared, config) = (self.shared.clone(), self.shared.config.clone());
-        let giveback = giveback.clone();
-        let count = self.turn.count_now();
-        let sent = Instant::now();
-        let fut = async move {
-            // A handover grants too: it never outlives its latch (`None`).
-            let (handed, _) = with_latch(config.clone(), sent, None, |retry| {
-                let giveback = Giveback {
-                    retry,
-                    ..giveback.clone()
-                };
-                rules.transfer(&shared, giveback, to.clone(), count)
-            })
-            .await;
-            match handed {
-                // The script asks for every right before its first write: a
-                // refusal changed nothing, and a plain release does the job
-                // (a user without PUBSUB NUMSUB, docs/operations.md).
-                Err(e) if e.code() == Some("NOPERM") => {
-                    let (plain, _) = with_latch(config, sent, None, |retry| {
-                        let giveback = Giveback {
-                            retry,
-                            ..giveback.clone()
-                        };
-                        rules.release(&shared, giveback)
-                    })
-                    .await;
-                    (plain.map(TransferReply::Release), Some(e))
-                }
-                handed => (handed, None),
-            }
-        };
-        Some(Box::pin(fut.into_actor(self).map(move |(res, refused), act, ctx| {
-            act.releases.done();
-            if let Some(e) = &refused {
-                warn!(lock = %act.name, error = %e, "cannot hand the lock over in one call; releasing instead");
-                act.turn.refused = true;
-            }
-            let (release, token) = match res {
-                Ok(TransferReply::HandedOver { token, listening }) => {
-                    if let Some(listening) = listening {
-                        let own = u32::from(act.listening(&act.channel()));
-                        act.turn.heard(listening.saturating_sub(own));
-                    }
-                    let freed = ReleaseReply::Released {
-                        published: false,
-                        heard: 0,
-                    };
-                    (Ok(freed), Some(token))
-                }
-                Ok(TransferReply::Release(reply)) => (Ok(reply), None),
-                Err(e) => (Err(e), None),
-            };
-            // Held elsewhere or still held, or refused and released plainly: the
-            // waiter got nothing. Freed by a retry the latch answered, or no
-            // answer at all: the waiter may hold it, and its hold count says (as
-            // for any attempt whose reply was lost).
-            let unknown = token.is_none()
-                && refused.is_none()
-                && !matches!(
-                    release,
-                    Ok(ReleaseReply::StillHeld(_) | ReleaseReply::NotHeld)
-                );
-            let out = act.on_released(epoch, sent, release, ctx);
-            match token {
-                Some(token) => {
-                    let granted = AcquireReply::Acquired { token, holds: 1 };
-                    act.on_attempt(attempt, sent, Ok(granted), ctx);
-                }
-                None => {
-                    act.attempts.answered();
-                    if unknown {
-                        act.attempts.lost(attempt);
-                    }
-                    act.pump(ctx);
-                }
-            }
-            out
-        })))
-    }
-
-    /// Another process released the lock (its unlock message came): the next
-    /// grant here starts a new run, and the head waiter asks after a random part
-    /// of [`JITTER`] (none when nobody else listens).
-    pub(super) fn heard_another_release(&mut self, ctx: &mut Context<Self>) {
-        self.turn.other_held();
-        let delay = self.turn.wake_delay();
-        if delay < PRECISION {
-            self.wake(ctx);
-        } else {
-            // The runtime's timers tick in whole milliseconds: a delay of
-            // microseconds is slept on a blocking-pool thread.
-            let slept = actix_rt::task::spawn_blocking(move || std::thread::sleep(delay));
-            ctx.spawn(slept.into_actor(self).map(|_, act, ctx| act.wake(ctx)));
-        }
-    }
-
-    /// Whether the unlock channel stays subscribed for the holder's sake: this
-    /// process holds a lock whose kind takes turns and few others listen
-    /// ([`KEEP_LISTENING`] says why only few). A process that contends in a loop
-    /// is often between holds with nobody queued while one of its own holds;
-    /// unsubscribing then and subscribing again at the next busy answer cost two
-    /// commands per hold. A holder's subscription never makes another process's
-    /// count of listeners wrong: only one process holds a plain lock, and it is
-    /// the one that counts (and subtracts itself).
-    pub(super) fn holder_listens(&self) -> bool {
-        self.rules().takes_turns() && !self.holdings.is_empty() && self.turn.keeps_listening()
-    }
-
-    /// A plain release of this lock published its unlock message and `others`
-    /// other processes heard it: yields to them when this process's run is over
-    /// (the head waiter holds back, subscribed to hear their release).
-    pub(super) fn after_publishing(&mut self, others: u32, ctx: &mut Context<Self>) {
-        if self.queue.is_empty() {
-            // Nobody queued: the channel is unsubscribed now that nothing here
-            // holds or waits (`LockActor::needs`), and a yield would keep this
-            // process's next waiter out until FALLBACK, since it would not hear
-            // the others' release (measured: the lock sat idle; see
-            // docs/performance.md, "Why the turn constants are what they are").
-            // That waiter finds the lock taken and subscribes as any does.
-            self.turn.heard(others);
-            return;
-        }
-        if !self.turn.released(others, Instant::now()) {
-            return;
-        }
-        let channel = self.channel();
-        if !self.subs.contains_key(&channel) {
-            self.subscribe(channel, ctx);
-        }
-        self.schedule(Some(FALLBACK), ctx);
     }
 }
 
