@@ -30,7 +30,7 @@ use crate::keys;
 use crate::sync_view::SynchronizerKind;
 
 /// How long a record lives unless refreshed: three refreshes
-/// (`actors/waiting.rs` refreshes every third of it), so one slow or failed
+/// (`actors/waiting/records.rs` refreshes every third of it), so one slow or failed
 /// refresh does not make a live waiter vanish from `status`.
 pub(crate) const RECORD_TTL: Duration = Duration::from_secs(30);
 

@@ -133,7 +133,7 @@ pub(crate) struct LockActor {
     timers: Timers,
     /// The manager, the idle handshake's count and the restart flags (`life.rs`).
     life: Life,
-    /// The waiting records of waits over a second (`actors/waiting.rs`), boxed
+    /// The waiting records of waits over a second (`actors/waiting/records.rs`), boxed
     /// and only while someone waits: a held lock's actor stays as small as it
     /// was (docs/performance.md, client bytes per held lock).
     waiting: Option<Box<Waiting>>,

@@ -349,7 +349,7 @@ impl WaiterQueue {
     }
 }
 
-/// The lock's waits that last are recorded for operators (`actors/waiting.rs`),
+/// The lock's waits that last are recorded for operators (`actors/waiting/records.rs`),
 /// each with the owner field it will hold the lock under.
 impl Waits for LockActor {
     fn waiting(&mut self) -> &mut Waiting {

@@ -5,7 +5,7 @@
 //! permit-expirable holdings are in `permits.rs`.
 //!
 //! A semaphore is not a lock (nobody owns a permit; Redisson's `RSemaphore` keeps
-//! only a number), so it has an actor of its own rather than a `KindRules` file of
+//! only a number), so it has an actor of its own rather than a kind file of
 //! the lock actor, but it follows the same waiting rules: waiters are woken by the
 //! channel `redisson_sc:{name}` (every release publishes the permits available),
 //! with a fallback timer (`Config::max_retry_interval`) since pub/sub may lose a
