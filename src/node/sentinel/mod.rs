@@ -67,8 +67,12 @@ pub(crate) struct Follower {
     /// replicas in an `INFO replication` reply (`node/replicas.rs`, passed in
     /// so that this file needs nothing of it): a move takes the new master's
     /// count before the first call goes there ([`Follower::count_on_move`]).
-    counted: RwLock<Option<(Weak<Confirmation>, fn(&str) -> u32)>>,
+    counted: RwLock<Option<Counted>>,
 }
+
+/// The confirmation a move recounts, and the function that reads a replica count
+/// out of an `INFO replication` reply.
+type Counted = (Weak<Confirmation>, fn(&str) -> u32);
 
 impl std::fmt::Debug for Follower {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
