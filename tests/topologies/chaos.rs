@@ -45,7 +45,7 @@ fn a_fleet_survives_a_crashed_holder_a_cut_link_and_a_restart() {
     pause(2);
 
     marks.push(("holder SIGKILLed", now_ns(), lease + Duration::from_secs(2)));
-    let killed = fleet.kill_a_holder();
+    let killed = fleet.kill_a_holder(Duration::from_secs(5));
     pause(5);
     marks.push(("link blackholed 2 s", now_ns(), Duration::from_secs(5)));
     proxy.set(Mode::Blackhole);
@@ -87,8 +87,5 @@ fn a_fleet_survives_a_crashed_holder_a_cut_link_and_a_restart() {
         last.holds > 0,
         "no lock was taken after the restart: {last:?}"
     );
-    assert!(
-        killed,
-        "no holder was inside its section when the suite looked"
-    );
+    assert!(killed, "no holder was inside its section within 5 s");
 }
