@@ -23,7 +23,7 @@
 //!
 //! Run with `cargo run --example web` (`PORT`, default 8080; `INSTANCE`, a name for
 //! this process, default `web-<pid>`; Redis as the other examples find it, from
-//! `REDIS_URL` or 127.0.0.1:6379). `tests/examples.rs` starts two instances and
+//! `REDIS_URL` or 127.0.0.1:6379). `tests/service/examples.rs` starts two instances and
 //! drives them with HTTP requests.
 
 #[path = "../tests/support/mod.rs"]

@@ -676,10 +676,27 @@ fn diagram_names(text: &str) -> Vec<(usize, String)> {
 /// What is wrong with a `cargo` command of the docs, if anything: the target
 /// of `--test`, `--example` or `--bench` must be a file or folder of its own
 /// in `tests/`, `examples/` or `benches/`, and a filter after `--` a part of
-/// some name in the code (the test it runs).
+/// some name in the code (the test it runs). A filter right after a grouped
+/// test target (`--test topologies sentinel::`, `tests/topologies/main.rs`)
+/// starts with one of the group's files, and the rest is part of some name.
 fn cargo_drift(span: &str, index: &Index) -> Option<String> {
     let words: Vec<&str> = span.split_whitespace().collect();
     let mut missing = Vec::new();
+    for triple in words.windows(3).filter(|w| w[0] == "--test") {
+        let (group, filter) = (triple[1], triple[2]);
+        let grouped = index.files.iter().any(|f| *f == format!("tests/{group}/"));
+        let Some((file, rest)) = filter.split_once("::") else {
+            continue;
+        };
+        if !grouped || filter.starts_with('-') {
+            continue;
+        }
+        if !index.files.contains(&format!("tests/{group}/{file}.rs")) {
+            missing.push(format!("no file tests/{group}/{file}.rs for `{filter}`"));
+        } else if !rest.is_empty() && !index.words.iter().any(|w| w.contains(rest)) {
+            missing.push(format!("no test name contains `{rest}`"));
+        }
+    }
     for (at, pair) in words.windows(2).enumerate() {
         let folder = match pair[0] {
             "--test" => "tests",
@@ -745,7 +762,8 @@ fn drift(span: &str, index: &Index) -> Option<String> {
 ///   a lone `CamelCase` name too; a lone `snake_case`/`SCREAMING_CASE` name
 ///   with an underscore appears somewhere in the code or lua/;
 /// - `cargo test --test X -- f` (and `--example`, `--bench`) names a target
-///   that exists and a filter some test name contains;
+///   that exists and a filter some test name contains; `cargo test --test
+///   group file::f` a file of the group `tests/group/` and an `f` likewise;
 /// - not checked: prose, shell commands, Redis commands (`WAIT`), keys and
 ///   patterns (`redisson_lock__channel:{name}`), flags, numbers, Java names
 ///   (`getSpinLock`, `RLock`, `RedissonSpinLock`), paths of other crates
@@ -804,6 +822,9 @@ fn a_drifted_name_is_seen() {
         "src/node/".into(),
         "src/node/replicas.rs".into(),
         "tests/layers.rs".into(),
+        "tests/group/".into(),
+        "tests/group/main.rs".into(),
+        "tests/group/need.rs".into(),
         "benches/locks/".into(),
     ];
     for fine in [
@@ -823,6 +844,8 @@ fn a_drifted_name_is_seen() {
         "redisson_lock__channel:{name}",
         "--sync-replicas",
         "cargo test --test layers -- settle",
+        "cargo test --test group need::",
+        "cargo test --test group need::settle",
         "LOCKWARDEN_X=1 cargo bench --bench locks",
     ] {
         assert_eq!(drift(fine, &index), None, "{fine}");
@@ -839,6 +862,8 @@ fn a_drifted_name_is_seen() {
         "Other::settle",
         "cargo test --test gone",
         "cargo test --test layers -- hope",
+        "cargo test --test group gone::",
+        "cargo test --test group need::hope",
     ] {
         assert!(drift(drifted, &index).is_some(), "{drifted}");
     }

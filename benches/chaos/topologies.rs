@@ -92,8 +92,8 @@ pub fn standalone(settings: &Settings) -> Vec<Row> {
             "holder SIGKILLed",
             settings.lease + quiet,
             |fleet: &Fleet| {
-                if !fleet.kill_a_holder() {
-                    eprintln!("chaos: no holder to kill at that moment");
+                if !fleet.kill_a_holder(Duration::from_secs(2)) {
+                    eprintln!("chaos: no holder to kill within 2 s");
                 }
             },
         ),

@@ -77,20 +77,27 @@ impl Fleet {
         }
     }
 
-    /// SIGKILLs the command of one worker that is inside its section now (a
-    /// holder that crashes); answers whether there was one.
-    pub fn kill_a_holder(&self) -> bool {
-        let running = self.running.lock().expect("running");
-        for (pid, file) in running.iter().flatten() {
-            let inside = std::fs::read_to_string(file)
-                .map(|t| t.contains("start") && !t.contains("end"))
-                .unwrap_or(false);
-            if inside {
-                let _ = Command::new("kill")
-                    .args(["-KILL", &pid.to_string()])
-                    .status();
-                return true;
+    /// SIGKILLs the command of one worker that is inside its section (a holder
+    /// that crashes), the first seen within `limit`; answers whether there was
+    /// one. Polled every millisecond: a single look finds every worker between
+    /// sections now and then (a command starts, takes its lock, and only then
+    /// writes "start"), more often on a busy machine.
+    pub fn kill_a_holder(&self, limit: Duration) -> bool {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            let running = self.running.lock().expect("running").clone();
+            for (pid, file) in running.iter().flatten() {
+                let inside = std::fs::read_to_string(file)
+                    .map(|t| t.contains("start") && !t.contains("end"))
+                    .unwrap_or(false);
+                if inside {
+                    let _ = Command::new("kill")
+                        .args(["-KILL", &pid.to_string()])
+                        .status();
+                    return true;
+                }
             }
+            std::thread::sleep(Duration::from_millis(1));
         }
         false
     }

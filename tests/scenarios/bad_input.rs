@@ -1,5 +1,5 @@
-//! The bodies of `tests/bad_input.rs`'s tests that hold on any deployment,
-//! written against [`Target`] so that `tests/on_cluster.rs` runs them on a cluster
+//! The bodies of `tests/one_server/bad_input.rs`'s tests that hold on any deployment,
+//! written against [`Target`] so that `tests/topologies/on_cluster.rs` runs them on a cluster
 //! too. Each scenario's doc is on its body here. (On a
 //! shared cluster other scenarios' keys are there already, so "nothing written"
 //! compares key counts before and after.)
@@ -150,9 +150,9 @@ pub async fn keys_that_are_not_locks_are_left_alone(t: &Target) {
 }
 
 /// The scenarios of this file that hold on any deployment, in the order the
-/// cluster run takes them: the one list both runs come from. `tests/bad_input.rs`
+/// cluster run takes them: the one list both runs come from. `tests/one_server/bad_input.rs`
 /// makes a standalone test of each (`each!(standalone!(scenarios))`), and
-/// `tests/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
+/// `tests/topologies/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
 macro_rules! each {
     ($apply:ident!($($args:tt)*)) => {
         $apply! {

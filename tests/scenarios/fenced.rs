@@ -1,6 +1,6 @@
-//! The bodies of `tests/fenced.rs`'s tests (`FencedWrite`: a write on a data key in
+//! The bodies of `tests/one_server/fenced.rs`'s tests (`FencedWrite`: a write on a data key in
 //! Redis that a stale fencing token cannot make), written against [`Target`] so
-//! that `tests/on_cluster.rs` runs them on a cluster too, where the lock and the
+//! that `tests/topologies/on_cluster.rs` runs them on a cluster too, where the lock and the
 //! data key live in different slots. Each scenario's doc is on its body here;
 //! `each!` at the end lists them once for both runs.
 
@@ -389,9 +389,9 @@ pub async fn a_damaged_fence_is_named(t: &Target) {
 }
 
 /// The scenarios of this file that hold on any deployment, in the order the
-/// cluster run takes them: the one list both runs come from. `tests/fenced.rs`
+/// cluster run takes them: the one list both runs come from. `tests/one_server/fenced.rs`
 /// makes a standalone test of each (`each!(standalone!(scenarios))`), and
-/// `tests/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
+/// `tests/topologies/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
 macro_rules! each {
     ($apply:ident!($($args:tt)*)) => {
         $apply! {

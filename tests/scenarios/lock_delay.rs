@@ -1,5 +1,5 @@
-//! The bodies of `tests/lock_delay.rs`'s tests (`Config::lock_delay`, Consul's
-//! lock-delay), written against [`Target`] so that `tests/on_cluster.rs` runs them
+//! The bodies of `tests/one_server/lock_delay.rs`'s tests (`Config::lock_delay`, Consul's
+//! lock-delay), written against [`Target`] so that `tests/topologies/on_cluster.rs` runs them
 //! on a cluster too. Each scenario's doc is on its body here; `each!` at the end
 //! lists them once for both runs.
 
@@ -204,9 +204,9 @@ pub async fn without_a_delay_a_lapsed_lock_is_taken_at_once(t: &Target) {
 }
 
 /// The scenarios of this file that hold on any deployment, in the order the
-/// cluster run takes them: the one list both runs come from. `tests/lock_delay.rs`
+/// cluster run takes them: the one list both runs come from. `tests/one_server/lock_delay.rs`
 /// makes a standalone test of each (`each!(standalone!(scenarios))`), and
-/// `tests/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
+/// `tests/topologies/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
 macro_rules! each {
     ($apply:ident!($($args:tt)*)) => {
         $apply! {

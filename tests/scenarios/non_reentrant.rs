@@ -1,6 +1,6 @@
-//! The bodies of `tests/non_reentrant.rs`'s tests (Redisson's non-reentrant lock
+//! The bodies of `tests/one_server/non_reentrant.rs`'s tests (Redisson's non-reentrant lock
 //! and non-reentrant fair lock), written against [`Target`] so that
-//! `tests/on_cluster.rs` runs them on a cluster too. Each scenario's doc is on its
+//! `tests/topologies/on_cluster.rs` runs them on a cluster too. Each scenario's doc is on its
 //! body here; `each!` at the end lists them once for both runs.
 
 use std::time::{Duration, Instant};
@@ -169,9 +169,9 @@ pub async fn a_non_reentrant_read_write_lock_is_a_bad_request(t: &Target) {
 }
 
 /// The scenarios of this file that hold on any deployment, in the order the
-/// cluster run takes them: the one list both runs come from. `tests/non_reentrant.rs`
+/// cluster run takes them: the one list both runs come from. `tests/one_server/non_reentrant.rs`
 /// makes a standalone test of each (`each!(standalone!(scenarios))`), and
-/// `tests/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
+/// `tests/topologies/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
 macro_rules! each {
     ($apply:ident!($($args:tt)*)) => {
         $apply! {

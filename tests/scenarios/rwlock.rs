@@ -1,5 +1,5 @@
-//! The bodies of `tests/rwlock.rs`'s tests that hold on any deployment, and their
-//! helpers, written against [`Target`] so that `tests/on_cluster.rs` runs them on
+//! The bodies of `tests/one_server/rwlock.rs`'s tests that hold on any deployment, and their
+//! helpers, written against [`Target`] so that `tests/topologies/on_cluster.rs` runs them on
 //! a cluster too. Each scenario's doc is on its body here.
 
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -454,9 +454,9 @@ pub async fn readers_and_writers_exclude_under_contention(t: &Target) {
 }
 
 /// The scenarios of this file that hold on any deployment, in the order the
-/// cluster run takes them: the one list both runs come from. `tests/rwlock.rs`
+/// cluster run takes them: the one list both runs come from. `tests/one_server/rwlock.rs`
 /// makes a standalone test of each (`each!(standalone!(scenarios))`), and
-/// `tests/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
+/// `tests/topologies/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
 macro_rules! each {
     ($apply:ident!($($args:tt)*)) => {
         $apply! {

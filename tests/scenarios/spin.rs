@@ -1,5 +1,5 @@
-//! The bodies of `tests/spin.rs`'s tests (the spin lock, Redisson's `getSpinLock`),
-//! written against [`Target`] so that `tests/on_cluster.rs` runs them on a cluster
+//! The bodies of `tests/one_server/spin.rs`'s tests (the spin lock, Redisson's `getSpinLock`),
+//! written against [`Target`] so that `tests/topologies/on_cluster.rs` runs them on a cluster
 //! too. Each scenario's doc is on its body here; `each!` at the end lists them once
 //! for both runs.
 
@@ -170,9 +170,9 @@ pub async fn spin_and_pubsub_lockers_exclude_each_other(t: &Target) {
 }
 
 /// The scenarios of this file that hold on any deployment, in the order the
-/// cluster run takes them: the one list both runs come from. `tests/spin.rs`
+/// cluster run takes them: the one list both runs come from. `tests/one_server/spin.rs`
 /// makes a standalone test of each (`each!(standalone!(scenarios))`), and
-/// `tests/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
+/// `tests/topologies/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
 macro_rules! each {
     ($apply:ident!($($args:tt)*)) => {
         $apply! {

@@ -1,5 +1,5 @@
-//! The bodies of `tests/watchdog.rs`'s tests, written against [`Target`] so that
-//! `tests/on_cluster.rs` runs them on a cluster too. Each scenario's doc is on its body here;
+//! The bodies of `tests/one_server/watchdog.rs`'s tests, written against [`Target`] so that
+//! `tests/topologies/on_cluster.rs` runs them on a cluster too. Each scenario's doc is on its body here;
 //! `each!` at the end lists them once for both runs.
 
 use std::time::{Duration, Instant};
@@ -226,9 +226,9 @@ pub async fn released_watchdog_holding_is_no_longer_renewed(t: &Target) {
 }
 
 /// The scenarios of this file that hold on any deployment, in the order the
-/// cluster run takes them: the one list both runs come from. `tests/watchdog.rs`
+/// cluster run takes them: the one list both runs come from. `tests/one_server/watchdog.rs`
 /// makes a standalone test of each (`each!(standalone!(scenarios))`), and
-/// `tests/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
+/// `tests/topologies/on_cluster.rs` runs them in turn on one cluster (`each!(run!(..))`).
 macro_rules! each {
     ($apply:ident!($($args:tt)*)) => {
         $apply! {

@@ -1,5 +1,5 @@
 //! A certificate authority and a server certificate for 127.0.0.1 / localhost,
-//! made with `openssl` for the TLS tests (tests/tls.rs, tests/sentinel_tls.rs):
+//! made with `openssl` for the TLS tests (tests/one_server/tls.rs, tests/topologies/sentinel_tls.rs):
 //! every server of a TLS test presents the one server certificate, and clients
 //! trust the CA through `Config::tls_root_cert` or `SSL_CERT_FILE`.
 

@@ -1,9 +1,12 @@
 //! Test support: real `redis-server` processes (`server.rs`) and shorthands for
-//! the setup steps of lockwarden tests. Each test file includes it with `mod support;`.
+//! the setup steps of lockwarden tests. Each test binary includes it once: a
+//! group's `main.rs` (`tests/<group>/main.rs`) with `#[macro_use] mod support;`,
+//! and each of the group's files reaches it with `use crate::support;`.
 #![allow(dead_code)] // each test binary uses a different part of this
 
 mod certs;
 mod cluster;
+mod heavy;
 mod log;
 mod proxy;
 mod sentinel;
@@ -14,6 +17,9 @@ mod target;
 pub use certs::*;
 #[allow(unused_imports)] // only the Cluster tests use it
 pub use cluster::*;
+#[allow(unused_imports)]
+// only the grouped test binaries use it (not the examples, not benches/chaos)
+pub use heavy::*;
 #[allow(unused_imports)] // only the tests that read the log use it
 pub use log::*;
 #[allow(unused_imports)] // only the fault tests use it

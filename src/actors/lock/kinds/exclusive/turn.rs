@@ -44,7 +44,7 @@ pub(in crate::actors::lock) const FALLBACK: Duration = Duration::from_millis(10)
 /// unlock message. Redis delivers a message to the subscribers of a channel in a
 /// fixed order (on Redis 7.0, the order they subscribed in), and the process that
 /// hears first asks first: without a random start, the same process won every
-/// race after a yield and a third one never got the lock (`tests/turns.rs`). The
+/// race after a yield and a third one never got the lock (`tests/faults/turns.rs`). The
 /// first of k contenders waits J/(k+1) on average.
 ///
 /// The size decides the share of a client of another library on the same lock
@@ -52,7 +52,7 @@ pub(in crate::actors::lock) const FALLBACK: Duration = Duration::from_millis(10)
 /// is quicker in, and a lockwarden process that wins one keeps the lock for a run
 /// of holds where that client takes one. Smaller delays starved that client,
 /// larger ones gave it more than its share; 60 us gave it about its share
-/// (measured in `tests/turns.rs`; the numbers are in docs/performance.md,
+/// (measured in `tests/faults/turns.rs`; the numbers are in docs/performance.md,
 /// "Why the turn constants are what they are").
 pub(super) const JITTER: Duration = Duration::from_micros(60);
 
@@ -146,7 +146,7 @@ impl Turn {
     /// PUBLISH answers it for free). Counting at a run's first handover as well
     /// decided nothing (a run shorter than its budget hands over whatever the
     /// count) and cost a command per run: most runs of two waiters per process
-    /// are two holds long (tests/turns.rs, three managers: 11.4 -> 10.9 Redis
+    /// are two holds long (tests/faults/turns.rs, three managers: 11.4 -> 10.9 Redis
     /// commands per acquisition without it).
     pub(super) fn count_now(&self) -> bool {
         self.run

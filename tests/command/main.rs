@@ -1,0 +1,20 @@
+//! The `lockwarden` command, run as a process against real servers: its
+//! subcommands, JSON output, `run`'s child and signals, faults seen from the
+//! command line, and what `status`, `who` and `top` show.
+//!
+//! Each file was a test binary of its own; as modules of one binary they share one
+//! build of `tests/support/`. How to add a file: docs/architecture.md, "Where a new
+//! test goes".
+
+// `#[macro_use]`: support's `standalone!` is in scope in every file below.
+#[macro_use]
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cli;
+mod cli_faults;
+mod cli_json;
+mod cli_rough_edges;
+mod cli_sync;
+mod cli_top;
+mod cli_who;

@@ -1,0 +1,35 @@
+//! What the library does against one Redis server: each kind of lock and
+//! synchronizer, fencing, waiting, the wire protocol and TLS. CI runs this binary a
+//! second time on Valkey 8 (`.ci/run`), so a test here must hold on both.
+//!
+//! Each file was a test binary of its own; as modules of one binary they share one
+//! build of `tests/support/`. How to add a file: docs/architecture.md, "Where a new
+//! test goes".
+
+// `#[macro_use]`: support's `standalone!` is in scope in every file below.
+#[macro_use]
+#[path = "../support/mod.rs"]
+mod support;
+
+mod bad_input;
+mod coalesce;
+mod exclusion;
+mod fair;
+mod fair_semaphore;
+mod fenced;
+mod fencing;
+mod latch;
+mod late_grant;
+mod leader;
+mod lock_delay;
+mod multilock;
+mod non_reentrant;
+mod permit_semaphore;
+mod protocol;
+mod reentrancy;
+mod rwlock;
+mod semaphore;
+mod spin;
+mod tls;
+mod waiting;
+mod watchdog;

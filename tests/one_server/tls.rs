@@ -1,0 +1,70 @@
+//! TLS (`rediss://`) against a real `redis-server --tls-port`, with a certificate
+//! authority and server certificate this test makes with `openssl`: the library
+//! (trusting the CA through `Config::tls_root_cert`) and the command (trusting it
+//! through `SSL_CERT_FILE`, as with any system bundle) take and release a lock.
+//! Before the `tls` feature, the command panicked on `rediss://` in a build that
+//! shared redis-rs's TLS features with a dev-dependency.
+#![cfg(feature = "tls")]
+
+use crate::support;
+
+use std::time::Duration;
+
+use lockwarden::{Acquire, Config, LockManager};
+use support::{free_port, Certs, RedisServer};
+
+/// A server with its plain port (for the test's own checks) and a TLS port.
+fn tls_server(certs: &Certs) -> (RedisServer, u16) {
+    let tls_port = free_port().to_string();
+    let mut args = vec!["--tls-port".to_string(), tls_port.clone()];
+    args.extend(certs.files().args());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = RedisServer::start_with(&args);
+    (server, tls_port.parse().expect("a port"))
+}
+
+/// The library over TLS: acquire, see the lock in Redis, release.
+#[actix_rt::test]
+async fn the_library_locks_over_tls() {
+    let certs = Certs::make();
+    let (server, port) = tls_server(&certs);
+    let config = Config::from_url(&format!("rediss://127.0.0.1:{port}/"))
+        .expect("rediss URL")
+        .tls_root_cert(certs.ca_pem())
+        .expect("CA certificate");
+    let m = LockManager::start(config).await.expect("manager over TLS");
+    let g = m
+        .send(Acquire::new("tls:1").wait(Duration::from_secs(5)))
+        .await
+        .expect("running")
+        .expect("acquired over TLS");
+    assert!(support::exists(&server, "tls:1"));
+    g.release().await.expect("released over TLS");
+    assert!(!support::exists(&server, "tls:1"));
+}
+
+/// A certificate nobody vouches for is refused: TLS is checked, not just spoken.
+#[actix_rt::test]
+async fn an_untrusted_server_certificate_is_refused() {
+    let certs = Certs::make();
+    let (_server, port) = tls_server(&certs);
+    let config = Config::from_url(&format!("rediss://127.0.0.1:{port}/"))
+        .expect("rediss URL")
+        .connection_timeout(Duration::from_secs(2));
+    let started = LockManager::start(config).await;
+    assert!(started.is_err(), "connected to an untrusted server");
+}
+
+/// The command over TLS, trusting the CA through SSL_CERT_FILE: `run` takes the
+/// lock, runs its command and exits 0; no panic.
+#[cfg(feature = "cli")]
+#[actix_rt::test]
+async fn the_command_runs_over_tls() {
+    let certs = Certs::make();
+    let (_server, port) = tls_server(&certs);
+    let mut cmd = certs.lockwarden(env!("CARGO_BIN_EXE_lockwarden"));
+    cmd.arg("--redis")
+        .arg(format!("rediss://127.0.0.1:{port}/"));
+    cmd.args(["run", "tls:cli", "--wait", "5s", "--", "true"]);
+    support::succeeds(cmd, Duration::from_secs(20)).await;
+}

@@ -1,0 +1,19 @@
+//! What a service's first users and operators meet: a new user's first hour, the
+//! examples run as a user runs them, ACL users with only the rights the docs list,
+//! the client registry, the tokio runtime, and the Grafana dashboard's queries.
+//!
+//! Each file was a test binary of its own; as modules of one binary they share one
+//! build of `tests/support/`. How to add a file: docs/architecture.md, "Where a new
+//! test goes".
+
+// `#[macro_use]`: support's `standalone!` is in scope in every file below.
+#[macro_use]
+#[path = "../support/mod.rs"]
+mod support;
+
+mod acl;
+mod dashboard;
+mod examples;
+mod first_hour;
+mod registry;
+mod tokio_runtime;

@@ -1,0 +1,21 @@
+//! The deployments beyond one server: Sentinel (plain and TLS), replica
+//! confirmation, Redis Cluster (the behaviour scenarios, and 2,000 locks on three
+//! masters) and a short chaos run. CI runs this binary a second time on Valkey 8
+//! (`.ci/run`). Most tests here take `support::heavy()` first, so that no two
+//! topologies share the cores at once.
+//!
+//! Each file was a test binary of its own; as modules of one binary they share one
+//! build of `tests/support/`. How to add a file: docs/architecture.md, "Where a new
+//! test goes".
+
+// `#[macro_use]`: support's `standalone!` is in scope in every file below.
+#[macro_use]
+#[path = "../support/mod.rs"]
+mod support;
+
+mod chaos;
+mod cluster;
+mod on_cluster;
+mod replicas;
+mod sentinel;
+mod sentinel_tls;
