@@ -180,18 +180,7 @@ impl ScriptCall for FairSemRelease<'_> {
     }
 
     fn parse(&self, reply: Value) -> RedisResult<SemAdded> {
-        let parts: Vec<i64> = redis::from_redis_value_ref(&reply)?;
-        let n = |v: i64| u64::try_from(v).unwrap_or(0);
-        match parts.as_slice() {
-            [1, now, created] => Ok(SemAdded::Available {
-                now: n(*now),
-                created: *created == 1,
-            }),
-            [-1, have] => Ok(SemAdded::Overflow(n(*have))),
-            _ => Err(unexpected(
-                "fair semaphore release returned an unknown shape",
-            )),
-        }
+        SemAdded::parse(&reply, "fair semaphore release")
     }
 }
 

@@ -133,6 +133,27 @@ pub(crate) enum SemAdded {
     Overflow(u64),
 }
 
+impl SemAdded {
+    /// Reads a release script's reply (`[1, now, created]` or `[-1, have]`),
+    /// the plain and the fair semaphore's alike; `script` names it in the error.
+    pub(crate) fn parse(reply: &Value, script: &'static str) -> RedisResult<SemAdded> {
+        let parts: Vec<i64> = redis::from_redis_value_ref(reply)?;
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        match parts.as_slice() {
+            [1, now, created] => Ok(SemAdded::Available {
+                now: n(*now),
+                created: *created == 1,
+            }),
+            [-1, have] => Ok(SemAdded::Overflow(n(*have))),
+            _ => Err(redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                script,
+                "returned an unknown shape".to_owned(),
+            ))),
+        }
+    }
+}
+
 impl ScriptCall for SemRelease<'_> {
     type Reply = SemAdded;
 
@@ -145,16 +166,7 @@ impl ScriptCall for SemRelease<'_> {
     }
 
     fn parse(&self, reply: Value) -> RedisResult<SemAdded> {
-        let parts: Vec<i64> = redis::from_redis_value_ref(&reply)?;
-        let n = |v: i64| u64::try_from(v).unwrap_or(0);
-        match parts.as_slice() {
-            [1, now, created] => Ok(SemAdded::Available {
-                now: n(*now),
-                created: *created == 1,
-            }),
-            [-1, have] => Ok(SemAdded::Overflow(n(*have))),
-            _ => Err(unexpected("semaphore release returned an unknown shape")),
-        }
+        SemAdded::parse(&reply, "semaphore release")
     }
 }
 
