@@ -109,7 +109,7 @@ impl Confirmation {
     }
 }
 
-/// [`send`] on the fast path ([`Confirmation::fast`]), in `place`: the script,
+/// [`send`](super::send) on the fast path ([`Confirmation::fast`]), in `place`: the script,
 /// `CLIENT ID` and a short `WAIT` in one pipeline; if that `WAIT` runs out, the
 /// fast path closes and the call asks again with a whole one.
 pub(super) async fn send_fast<C: ConnectionLike>(

@@ -44,7 +44,7 @@
 //! One whole `WAIT` at a time queues a busy manager's changes one by one, so a
 //! connection to one server also has a fast lane ([`Confirmation::fast`]):
 //! while replicas answer, several changes at once carry a short `WAIT`
-//! ([`FAST_WAIT`]), sized so that all of them running out still leave room for
+//! (`FAST_WAIT` in `fast.rs`), sized so that all of them running out still leave room for
 //! one whole `WAIT` and one more before the response timeout. One that runs out
 //! closes the lane and its change asks again, `CLIENT ID` and a whole `WAIT`,
 //! counted only on the very connection the script ran on.
