@@ -27,6 +27,6 @@ mod queue;
 mod records;
 
 pub(crate) use attempt::Attempt;
-pub(crate) use places::{keep_refreshing, leave, Placed, Places};
+pub(crate) use places::{keep_refreshing, leave, PlaceCalls, Placed, Places};
 pub(crate) use queue::{on_leaving, timeout, Queue};
 pub(crate) use records::{watch, Waited, Waiting, Waits};
