@@ -19,7 +19,9 @@
 //! they live in `actors/listen.rs` ([`Channel`](crate::actors::listen::Channel),
 //! [`Alarm`](crate::actors::listen::Alarm)). The semaphore and latch actors and
 //! the fair semaphore (`actors/semaphore/fair/`) are built from these parts;
-//! the lock actor uses the records and the channels.
+//! the lock actor uses the records, the channels and the attempt, and its fair
+//! kind the places; it keeps a waiter queue of its own (docs/architecture.md,
+//! "The waiting kit", says where the kit's [`Queue`] falls short of a lock's).
 
 mod attempt;
 mod places;
