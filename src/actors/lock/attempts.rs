@@ -224,3 +224,45 @@ impl Attempts {
         self.checking = false;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A wake during an attempt is answered once, by the next one; the waiter
+    /// the attempt is for is known while it is in flight, and only then.
+    #[test]
+    fn a_wake_in_flight_is_told_once_when_the_attempt_is_answered() {
+        let mut a = Attempts::default();
+        assert!(!a.wake(), "nothing in flight: try now");
+        a.sent(7);
+        assert_eq!(a.in_flight(), Some(7));
+        assert!(a.in_progress() && !a.is_quiet());
+        assert!(a.wake(), "in flight: marked");
+        assert!(a.answered(), "woken meanwhile");
+        assert!(a.is_quiet());
+        a.sent(8);
+        assert!(!a.answered(), "told once");
+    }
+
+    /// Redis errors in a row back off longer and stand as the last error until
+    /// Redis answers again; a restart keeps the run.
+    #[test]
+    fn errors_back_off_until_redis_answers() {
+        let config = Config::from_url("redis://127.0.0.1:1").expect("a valid URL");
+        let err = || redis::RedisError::from((redis::ErrorKind::Io, "down"));
+        let mut a = Attempts::default();
+        a.sent(1);
+        let first = a.failed(&config, err());
+        a.restarting(|_| None);
+        assert!(a.is_quiet());
+        let mut later = first;
+        for _ in 0..6 {
+            later = a.failed(&config, err());
+        }
+        assert!(later > first && later <= config.reconnect_max);
+        assert!(a.last_error().is_some());
+        a.redis_answered(true);
+        assert!(a.last_error().is_none() && a.saw_lock());
+    }
+}

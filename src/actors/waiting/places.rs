@@ -202,3 +202,49 @@ pub(crate) fn leave<A: Placed>(act: &mut A, ids: Vec<Arc<str>>, ctx: &mut Contex
         act.places_changed(ctx);
     }));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(names: &[&str]) -> Vec<Arc<str>> {
+        names.iter().map(|n| Arc::from(*n)).collect()
+    }
+
+    /// One refresh at a time, and none for no places; its answer pairs each id
+    /// with where it stands, a failure with nothing.
+    #[test]
+    fn one_refresh_in_flight_and_its_answer_names_each_place() {
+        let mut places = Places::default();
+        assert!(!places.start_refresh(&[]));
+        assert!(places.start_refresh(&ids(&["a", "b"])));
+        assert!(!places.start_refresh(&ids(&["a", "b"])), "one in flight");
+        assert!(places.busy());
+        let stands =
+            places.refresh_answered(ids(&["a", "b"]), Ok(vec![Place::Head, Place::Kept]), "res");
+        assert_eq!(
+            stands.map(|s| s.into_iter().map(|(_, p)| p).collect::<Vec<_>>()),
+            Some(vec![Place::Head, Place::Kept])
+        );
+        assert!(!places.busy());
+        assert!(places.start_refresh(&ids(&["a"])));
+        let down = redis::RedisError::from((redis::ErrorKind::Io, "down"));
+        assert!(places
+            .refresh_answered(ids(&["a"]), Err(down), "res")
+            .is_none());
+        assert!(!places.busy());
+    }
+
+    /// An id leaves once, and not while a local waiter still holds it.
+    #[test]
+    fn an_id_leaves_once_unless_a_waiter_still_holds_it() {
+        let mut places = Places::default();
+        assert_eq!(places.start_leave(ids(&["a"]), &ids(&["a"])), None);
+        assert!(!places.busy());
+        let leaving = places.start_leave(ids(&["a", "b", "a"]), &ids(&["b"]));
+        assert_eq!(leaving, Some(ids(&["a"])));
+        assert!(places.busy());
+        places.leave_answered(Ok(()), "res");
+        assert!(!places.busy());
+    }
+}
