@@ -219,7 +219,8 @@ impl LockActor {
             self.attempts.lost(attempt);
             self.restart(&e, ctx);
         } else if redis_is_transient(&e) {
-            let delay = self.attempts.next_backoff(&self.shared.config);
+            // What stands in the way now, told to a waiter whose deadline passes.
+            let delay = self.attempts.failed(&self.shared.config, e.clone());
             warn!(lock = %self.name, error = %e, retry_in = ?delay, "acquire attempt failed; will retry");
             if !e.is_connection_refusal() {
                 // The script may have run with its reply lost.
@@ -231,7 +232,6 @@ impl LockActor {
             // it back now rather than at the next attempt, so that nothing
             // holds it while the caller is told it was not granted.
             let undo_now = replica_shortfall(&e).is_some() && self.releases.none();
-            self.attempts.failed(e);
             self.schedule(Some(delay), ctx);
             if undo_now {
                 self.resolve(ctx);
@@ -459,11 +459,10 @@ impl LockActor {
                 }
                 Err(e) if redis_is_transient(&e) => {
                     act.attempts.checked(false);
-                    let delay = act.attempts.next_backoff(&act.shared.config);
-                    debug!(lock = %act.name, error = %e, retry_in = ?delay, "cannot check the lost attempt yet");
                     // This is what stands in the way now: a waiter whose deadline
                     // passes is told this error, not the one that lost the reply.
-                    act.attempts.failed(e);
+                    let delay = act.attempts.failed(&act.shared.config, e.clone());
+                    debug!(lock = %act.name, error = %e, retry_in = ?delay, "cannot check the lost attempt yet");
                     act.schedule(Some(delay), ctx);
                 }
                 Err(e) => {

@@ -5,13 +5,19 @@
 //! told). `acquire.rs` decides when to try and what each answer means; this file
 //! keeps the books, so every change to them is one of the methods below, named
 //! after the event that causes it.
+//!
+//! The call itself (in flight, woken meanwhile, the failure run, its backoff and
+//! last error) is the waiting kit's [`Attempt`], as in the semaphore and latch
+//! actors; what only a lock has is kept beside it: which waiter the call is
+//! for, an attempt whose reply was lost and its check, whether the key was seen
+//! a lock hash, and an abandoned acquisition's give-back.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::Waiter;
+use crate::actors::waiting::Attempt;
 use crate::config::Config;
-use crate::durations::backoff;
 use crate::keys::Owner;
 use crate::kind::AcquireKind;
 
@@ -55,20 +61,18 @@ impl Unresolved {
 /// the rare parts (a lost attempt, an error) are boxed.
 #[derive(Debug, Default)]
 pub(super) struct Attempts {
+    /// The call (the kit's part): in flight exactly while `waiter` is set, an
+    /// unlock message (or a resync) that came meanwhile (if the attempt finds
+    /// the lock busy, the next one goes at once, not later), and the run of
+    /// Redis errors: the backoff, and the error that waiters whose deadline
+    /// passes get instead of a bare "timed out".
+    call: Attempt,
     /// The waiter whose attempt is in flight.
-    in_flight: Option<u64>,
-    /// An unlock message (or a resync) came while an attempt was in flight: if
-    /// that attempt finds the lock busy, the next one goes at once, not later.
-    woken_meanwhile: bool,
+    waiter: Option<u64>,
     /// An attempt whose reply was lost, to be checked before the next one.
     unresolved: Option<Box<Unresolved>>,
     /// That check is in flight.
     checking: bool,
-    /// The Redis error the last attempt (or check) met: waiters whose deadline
-    /// passes get it instead of a bare "timed out".
-    last_error: Option<Box<redis::RedisError>>,
-    /// Consecutive Redis errors, for the backoff.
-    failures: u32,
     /// An attempt found the key a lock hash (granted, or busy after the full
     /// check): a new owner's first attempt may then skip the re-entry check
     /// (`acquire.lua`'s new-owner flag).
@@ -85,7 +89,7 @@ pub(super) struct Attempts {
 impl Attempts {
     /// An attempt, or the check of a lost one, is in flight: nobody else tries.
     pub(super) fn in_progress(&self) -> bool {
-        self.in_flight.is_some() || self.checking
+        self.waiter.is_some() || self.checking
     }
 
     /// An attempt's reply was lost and what it did is not known yet.
@@ -96,12 +100,12 @@ impl Attempts {
     /// Nothing sent to Redis to acquire is unsettled: no attempt in flight, none
     /// with a lost reply, no check of one.
     pub(super) fn is_quiet(&self) -> bool {
-        self.in_flight.is_none() && self.unresolved.is_none() && !self.checking
+        self.waiter.is_none() && self.unresolved.is_none() && !self.checking
     }
 
     /// The waiter whose attempt is in flight.
     pub(super) fn in_flight(&self) -> Option<u64> {
-        self.in_flight
+        self.waiter
     }
 
     /// Whether an attempt has found the key a lock hash.
@@ -111,13 +115,13 @@ impl Attempts {
 
     /// The error that stands in the way now, if Redis failed.
     pub(super) fn last_error(&self) -> Option<&redis::RedisError> {
-        self.last_error.as_deref()
+        self.call.last_error()
     }
 
     /// The attempt of waiter `id` is sent.
     pub(super) fn sent(&mut self, id: u64) {
-        self.in_flight = Some(id);
-        self.woken_meanwhile = false;
+        self.waiter = Some(id);
+        self.call.start();
         self.acquiring = false;
         self.abandoned = false;
     }
@@ -131,7 +135,7 @@ impl Attempts {
     /// flight and not given back yet, and if so counts it given back (the
     /// caller sends the give-back).
     pub(super) fn abandon(&mut self, id: u64) -> bool {
-        let now = self.in_flight == Some(id) && self.acquiring && !self.abandoned;
+        let now = self.waiter == Some(id) && self.acquiring && !self.abandoned;
         self.abandoned |= now;
         now
     }
@@ -145,17 +149,19 @@ impl Attempts {
     /// The attempt in flight is over (answered, or decided by a handover);
     /// answers whether something woke the lock meanwhile.
     pub(super) fn answered(&mut self) -> bool {
-        self.in_flight = None;
+        self.waiter = None;
+        self.call.finish();
         self.acquiring = false;
         self.abandoned = false;
-        std::mem::take(&mut self.woken_meanwhile)
+        let woken = self.call.again();
+        self.call.settle();
+        woken
     }
 
     /// Redis answered the attempt as a lock script does (`saw_lock`: the key is
     /// a lock hash): a run of errors is over.
     pub(super) fn redis_answered(&mut self, saw_lock: bool) {
-        self.failures = 0;
-        self.last_error = None;
+        self.call.succeeded();
         self.saw_lock |= saw_lock;
     }
 
@@ -174,25 +180,18 @@ impl Attempts {
         self.unresolved = Some(what);
     }
 
-    /// Redis failed the attempt or its check with `e`.
-    pub(super) fn failed(&mut self, e: redis::RedisError) {
-        self.last_error = Some(Box::new(e));
+    /// Redis failed the attempt or its check with `e`, transiently: answers
+    /// the delay before the next try, doubling with each failure in a row,
+    /// capped and jittered (`Config::reconnect_backoff`).
+    pub(super) fn failed(&mut self, config: &Config, e: redis::RedisError) -> Duration {
+        self.call.failed(config, e)
     }
 
     /// Something suggests the lock may be free. Answers whether an attempt is in
     /// flight (it is then followed by another at once if it finds the lock busy);
     /// if not, the caller lets a waiter try now.
     pub(super) fn wake(&mut self) -> bool {
-        self.woken_meanwhile |= self.in_flight.is_some();
-        self.in_flight.is_some()
-    }
-
-    /// The delay before the next try after a Redis error: doubling with each
-    /// consecutive failure, capped and jittered (`Config::reconnect_backoff`).
-    pub(super) fn next_backoff(&mut self, config: &Config) -> Duration {
-        let delay = backoff(config.reconnect_min, config.reconnect_max, self.failures);
-        self.failures = self.failures.saturating_add(1);
-        delay
+        !self.call.wake()
     }
 
     /// Starts checking the attempt whose reply was lost: what it was, or `None`
@@ -216,12 +215,54 @@ impl Attempts {
     /// is gone, so an attempt in flight has an unknown outcome now (`lost_of`
     /// makes it one for its waiter, if that waiter is still queued).
     pub(super) fn restarting(&mut self, lost_of: impl FnOnce(u64) -> Option<Box<Unresolved>>) {
-        if let Some(id) = self.in_flight.take() {
+        if let Some(id) = self.waiter.take() {
             self.unresolved = lost_of(id);
         }
+        self.call.drop_call();
         self.acquiring = false;
         self.abandoned = false;
-        self.woken_meanwhile = false;
         self.checking = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A wake during an attempt is answered once, by the next one; the waiter
+    /// the attempt is for is known while it is in flight, and only then.
+    #[test]
+    fn a_wake_in_flight_is_told_once_when_the_attempt_is_answered() {
+        let mut a = Attempts::default();
+        assert!(!a.wake(), "nothing in flight: try now");
+        a.sent(7);
+        assert_eq!(a.in_flight(), Some(7));
+        assert!(a.in_progress() && !a.is_quiet());
+        assert!(a.wake(), "in flight: marked");
+        assert!(a.answered(), "woken meanwhile");
+        assert!(a.is_quiet());
+        a.sent(8);
+        assert!(!a.answered(), "told once");
+    }
+
+    /// Redis errors in a row back off longer and stand as the last error until
+    /// Redis answers again; a restart keeps the run.
+    #[test]
+    fn errors_back_off_until_redis_answers() {
+        let config = Config::from_url("redis://127.0.0.1:1").expect("a valid URL");
+        let err = || redis::RedisError::from((redis::ErrorKind::Io, "down"));
+        let mut a = Attempts::default();
+        a.sent(1);
+        let first = a.failed(&config, err());
+        a.restarting(|_| None);
+        assert!(a.is_quiet());
+        let mut later = first;
+        for _ in 0..6 {
+            later = a.failed(&config, err());
+        }
+        assert!(later > first && later <= config.reconnect_max);
+        assert!(a.last_error().is_some());
+        a.redis_answered(true);
+        assert!(a.last_error().is_none() && a.saw_lock());
     }
 }

@@ -25,8 +25,9 @@ pub(crate) struct Attempt {
     failures: u32,
     /// The error the last call met, while the calls keep failing (answered to a
     /// waiter whose deadline passes meanwhile, by the actors that keep one error
-    /// for all their waiters).
-    last_error: Option<redis::RedisError>,
+    /// for all their waiters). Boxed: rare, and a lock actor carries its
+    /// attempt for as long as its lock is held.
+    last_error: Option<Box<redis::RedisError>>,
 }
 
 impl Attempt {
@@ -79,19 +80,26 @@ impl Attempt {
     pub(crate) fn failed(&mut self, config: &Config, error: redis::RedisError) -> Duration {
         let delay = backoff(config.reconnect_min, config.reconnect_max, self.failures);
         self.failures = self.failures.saturating_add(1);
-        self.last_error = Some(error);
+        self.last_error = Some(Box::new(error));
         delay
     }
 
     /// The error of the last call, while the calls keep failing.
     pub(crate) fn last_error(&self) -> Option<&redis::RedisError> {
-        self.last_error.as_ref()
+        self.last_error.as_deref()
     }
 
     /// After a restart: the old context's call is gone.
     #[allow(dead_code)]
     pub(crate) fn reset(&mut self) {
         *self = Attempt::default();
+    }
+
+    /// After a restart, for an actor that keeps the failure run across it: the
+    /// call in flight and any wake for it are gone, the failures are not.
+    pub(crate) fn drop_call(&mut self) {
+        self.in_flight = false;
+        self.again = false;
     }
 }
 

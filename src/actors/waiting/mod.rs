@@ -19,7 +19,9 @@
 //! they live in `actors/listen.rs` ([`Channel`](crate::actors::listen::Channel),
 //! [`Alarm`](crate::actors::listen::Alarm)). The semaphore and latch actors and
 //! the fair semaphore (`actors/semaphore/fair/`) are built from these parts;
-//! the lock actor uses the records and the channels.
+//! the lock actor uses the records, the channels and the attempt, and its fair
+//! kind the places; it keeps a waiter queue of its own (docs/architecture.md,
+//! "The waiting kit", says where the kit's [`Queue`] falls short of a lock's).
 
 mod attempt;
 mod places;
@@ -27,6 +29,6 @@ mod queue;
 mod records;
 
 pub(crate) use attempt::Attempt;
-pub(crate) use places::{keep_refreshing, leave, Placed, Places};
+pub(crate) use places::{keep_refreshing, leave, PlaceCalls, Placed, Places};
 pub(crate) use queue::{on_leaving, timeout, Queue};
 pub(crate) use records::{watch, Waited, Waiting, Waits};

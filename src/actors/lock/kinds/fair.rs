@@ -6,11 +6,14 @@
 //! remote ones in the order they arrived there. From then on it is woken only by a
 //! message on its own channel (a release tells the head of the queue, and only the
 //! head), by the fallback timer, or by a refresh that finds it at the head of a free
-//! lock: so any waiter that is due tries, not only the local head. The places
-//! themselves (refresh, leave) are [`Places`] (`fair/places.rs`), one
-//! self-contained part that a fair semaphore can share.
-
-mod places;
+//! lock: so any waiter that is due tries, not only the local head.
+//!
+//! The places themselves (one refresh in flight, leave calls counted, failures
+//! logged) are the waiting kit's [`Places`] (`actors/waiting/places.rs`), the
+//! same part the fair semaphore keeps, with this lock's own calls
+//! ([`FairPlaceCalls`]: `wire::FairRefresh` / `wire::FairLeave`). The kind does
+//! not own the actor's context, so it takes the kit's steps itself and hands
+//! each call to the lock actor as a [`Chore`]; what comes back is a [`Done`].
 
 use std::any::Any;
 use std::sync::Arc;
@@ -19,24 +22,78 @@ use std::time::{Duration, Instant};
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use redis::RedisResult;
+use tracing::debug;
 
 use super::{Attempt, BusyAnswer, Chore, Giveback, Heard, Next, OnBusy, Policy, Retry, Scripts};
 use crate::actors::lock::holding::Holdings;
 use crate::actors::lock::waiters::{Gone, Waiter, WaiterQueue};
 use crate::actors::renewer::Renewal;
 use crate::actors::shared::Shared;
+use crate::actors::waiting::{PlaceCalls, Places};
 use crate::config::Config;
 use crate::durations::millis;
 use crate::keys;
 use crate::kind::AcquireKind;
-use crate::wire::{self, AcquireReply, ReleaseReply};
-pub(super) use places::Places;
+use crate::wire::{self, AcquireReply, FairLeave, FairRefresh, Place, ReleaseReply};
 
 /// The fair lock's state: its waiters' places in the Redis queue.
 #[derive(Debug, Default)]
 pub(in crate::actors::lock) struct Fair {
-    /// The places, and the calls that keep them.
-    pub(super) places: Places,
+    /// The places, and the calls that keep them (the kit's part).
+    places: Places,
+    /// Owner fields to take out of the Redis queue with the next chore. A
+    /// boxed slice, not a `Vec`: a held lock carries its kind inline, and this
+    /// keeps `KindState` at 40 bytes (only a waiter that gives up adds to it).
+    pub(super) leaving: Box<[Arc<str>]>,
+}
+
+/// The outcome of a call on the places, as a [`Chore`] hands it back.
+enum Done {
+    /// A refresh of these fields answered.
+    Refreshed(Vec<Arc<str>>, RedisResult<Vec<Place>>),
+    /// A leave answered.
+    Left(RedisResult<()>),
+}
+
+impl Fair {
+    /// These waiters were taken out of the queue: their fields leave the Redis
+    /// queue, except those another local waiter still waits with (the same
+    /// owner, twice).
+    fn leave(&mut self, gone: Gone, queue: &WaiterQueue) {
+        for field in gone.queued {
+            self.leave_field(&field, queue);
+        }
+    }
+
+    /// The field `field` leaves the Redis queue, unless a local waiter still
+    /// waits with it.
+    fn leave_field(&mut self, field: &str, queue: &WaiterQueue) {
+        let waits = queue.iter().any(|w| &*w.req.field == field);
+        if !waits && !self.leaving.iter().any(|f| &**f == field) {
+            let mut leaving = std::mem::take(&mut self.leaving).into_vec();
+            leaving.push(Arc::from(field));
+            self.leaving = leaving.into_boxed_slice();
+        }
+    }
+
+    /// Applies a refresh's answer: a waiter at the head of a free lock tries
+    /// now; one whose place lapsed (a refresh came too late) takes a new one at
+    /// the back, being alive.
+    fn refreshed(queue: &mut WaiterQueue, stands: Vec<(Arc<str>, Place)>, name: &str) {
+        for (field, place) in stands {
+            for w in queue.iter_mut().filter(|w| w.req.field == field) {
+                match place {
+                    Place::None if w.queued => {
+                        debug!(lock = %name, "a waiter's place lapsed; queueing it again");
+                        w.queued = false;
+                        w.try_now = true;
+                    }
+                    Place::Head => w.try_now = true,
+                    Place::None | Place::Kept => {}
+                }
+            }
+        }
+    }
 }
 
 impl Policy for Fair {
@@ -49,7 +106,7 @@ impl Policy for Fair {
     /// Try-once waiters that a local holder keeps out are answered now.
     fn next(&mut self, queue: &mut WaiterQueue, holdings: &Holdings, _now: Instant) -> Next {
         let gone = queue.fail_try_once(|w| holdings.blocks(w.req.owner, w.req.kind), None);
-        self.places.leave(gone, queue);
+        self.leave(gone, queue);
         for w in queue.iter_mut() {
             if w.queued && holdings.blocks(w.req.owner, w.req.kind) {
                 w.try_now = false;
@@ -73,11 +130,11 @@ impl Policy for Fair {
     /// others may be due at once). It listens on its own channel.
     fn busy(&mut self, answer: BusyAnswer<'_>, queue: &mut WaiterQueue, _c: &Config) -> OnBusy {
         let gone = queue.fail_try_once(|w| w.req.id == answer.waiter, None);
-        self.places.leave(gone, queue);
+        self.leave(gone, queue);
         let listening = queue.find(answer.waiter).is_some();
         if answer.placed && !listening {
             // It left while its attempt (which queued it) was in flight.
-            self.places.leave_field(answer.field, queue);
+            self.leave_field(answer.field, queue);
         }
         // The head of the Redis queue may be another of ours (places are taken
         // in arrival order, but one that lapsed and was taken again is not).
@@ -133,7 +190,7 @@ impl Policy for Fair {
     }
 
     fn left(&mut self, gone: Gone, queue: &WaiterQueue) {
-        self.places.leave(gone, queue);
+        self.leave(gone, queue);
     }
 
     /// Places are refreshed every third of `Config::fair_waiter_lease` while
@@ -145,20 +202,92 @@ impl Policy for Fair {
             .then(|| config.fair_refresh_every())
     }
 
+    /// The refresh: one script call keeps every local waiter's place and says
+    /// which (if any) is at the head of a free lock.
     fn tick(&mut self, queue: &WaiterQueue, name: &Arc<str>, shared: &Shared) -> Option<Chore> {
-        self.places.refresh(queue, name, shared)
+        let mut fields: Vec<Arc<str>> = Vec::new();
+        for w in queue.iter().filter(|w| w.queued) {
+            if !fields.contains(&w.req.field) {
+                fields.push(w.req.field.clone());
+            }
+        }
+        if !self.places.start_refresh(&fields) {
+            return None;
+        }
+        let call = FairPlaceCalls { name, shared }.refresh_call(fields.clone());
+        let work = async move { Box::new(Done::Refreshed(fields, call.await)) as Box<dyn Any> };
+        Some(Chore(work.boxed_local()))
     }
 
-    fn chore(&mut self, _queue: &WaiterQueue, name: &Arc<str>, shared: &Shared) -> Option<Chore> {
-        self.places.send_leaves(name, shared)
+    /// The call that takes the leaving fields out of the Redis queue, if any.
+    fn chore(&mut self, queue: &WaiterQueue, name: &Arc<str>, shared: &Shared) -> Option<Chore> {
+        let leaving = std::mem::take(&mut self.leaving).into_vec();
+        let still: Vec<Arc<str>> = queue.iter().map(|w| w.req.field.clone()).collect();
+        let leaving = self.places.start_leave(leaving, &still)?;
+        let call = FairPlaceCalls { name, shared }.leave_call(leaving);
+        let work = async move { Box::new(Done::Left(call.await)) as Box<dyn Any> };
+        Some(Chore(work.boxed_local()))
     }
 
+    /// A call's outcome; answers whether waiters may try now (a refresh
+    /// answered).
     fn chore_done(&mut self, done: Box<dyn Any>, queue: &mut WaiterQueue, name: &str) -> bool {
-        self.places.done(done, queue, name)
+        let Ok(done) = done.downcast::<Done>() else {
+            return false;
+        };
+        match *done {
+            Done::Refreshed(fields, res) => match self.places.refresh_answered(fields, res, name) {
+                Some(stands) => {
+                    Fair::refreshed(queue, stands, name);
+                    true
+                }
+                None => false,
+            },
+            Done::Left(res) => {
+                self.places.leave_answered(res, name);
+                false
+            }
+        }
     }
 
     fn busy_with_chores(&self) -> bool {
         self.places.busy()
+    }
+}
+
+/// The fair lock's calls on its places, for one chore.
+struct FairPlaceCalls<'a> {
+    name: &'a Arc<str>,
+    shared: &'a Shared,
+}
+
+impl PlaceCalls for FairPlaceCalls<'_> {
+    fn refresh_call(&self, ids: Vec<Arc<str>>) -> LocalBoxFuture<'static, RedisResult<Vec<Place>>> {
+        let (name, mut conn) = (self.name.clone(), self.shared.node.conn());
+        let place_ms = millis(self.shared.config.fair_waiter_lease);
+        async move {
+            let fields: Vec<&str> = ids.iter().map(|f| &**f).collect();
+            let call = FairRefresh {
+                name: &name,
+                fields: &fields,
+                place_ms,
+            };
+            wire::call(&mut conn, &call).await
+        }
+        .boxed_local()
+    }
+
+    fn leave_call(&self, ids: Vec<Arc<str>>) -> LocalBoxFuture<'static, RedisResult<()>> {
+        let (name, mut conn) = (self.name.clone(), self.shared.node.conn());
+        async move {
+            let fields: Vec<&str> = ids.iter().map(|f| &**f).collect();
+            let call = FairLeave {
+                name: &name,
+                fields: &fields,
+            };
+            wire::call(&mut conn, &call).await.map(|_| ())
+        }
+        .boxed_local()
     }
 }
 

@@ -292,13 +292,10 @@ fn a_fair_waiter_that_leaves_gives_up_its_place_unless_its_owner_still_waits() {
     fair.sending(q.find_mut(2).expect("queued"));
     let one = q.take(1).expect("queued");
     fair.left(Gone::of(&one), &q);
-    assert!(
-        fair.places.take_leaving().is_empty(),
-        "the same owner still waits"
-    );
+    assert!(fair.leaving.is_empty(), "the same owner still waits");
     let two = q.take(2).expect("queued");
     fair.left(Gone::of(&two), &q);
-    assert_eq!(fair.places.take_leaving(), vec![Arc::<str>::from("f")]);
+    assert_eq!(&*std::mem::take(&mut fair.leaving), [Arc::<str>::from("f")]);
     assert!(fair.tick_every(&q, &config()).is_none());
 }
 

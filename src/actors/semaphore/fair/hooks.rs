@@ -20,7 +20,7 @@ use crate::actors::shared::Shared;
 use crate::actors::shared::ShutDown;
 use crate::actors::subscriber::{Resync, Unlocked};
 use crate::actors::waiting::{
-    self, keep_refreshing, on_leaving, timeout, Placed, Places, Waited, Waiting, Waits,
+    self, keep_refreshing, on_leaving, timeout, PlaceCalls, Placed, Places, Waited, Waiting, Waits,
 };
 use crate::durations::millis;
 use crate::error::LockError;
@@ -71,11 +71,41 @@ impl Placed for FairSemaphoreActor {
         &mut self.places
     }
 
+    fn places_name(&self) -> &str {
+        &self.name
+    }
+
     fn placed(&self) -> Vec<Arc<str>> {
         let queued = self.waiters.iter().filter(|w| w.want.queued);
         queued.map(|w| w.want.id.clone()).collect()
     }
 
+    fn refreshed(&mut self, stands: Vec<(Arc<str>, Place)>, ctx: &mut Context<Self>) {
+        for (id, place) in stands {
+            let Some(w) = self.waiters.iter_mut().find(|w| w.want.id == id) else {
+                continue;
+            };
+            match place {
+                // Its place lapsed (a refresh came too late): alive, it takes a
+                // new one at the back.
+                Place::None if w.want.queued => {
+                    debug!(semaphore = %self.name, waiter = %id, "a waiter's place lapsed; queueing it again");
+                    w.want.queued = false;
+                    w.want.due = true;
+                }
+                Place::Head => w.want.due = true,
+                Place::None | Place::Kept => {}
+            }
+        }
+        self.pump(ctx);
+    }
+
+    fn places_changed(&mut self, ctx: &mut Context<Self>) {
+        self.pump(ctx);
+    }
+}
+
+impl PlaceCalls for FairSemaphoreActor {
     fn refresh_call(
         &self,
         ids: Vec<Arc<str>>,
@@ -105,30 +135,6 @@ impl Placed for FairSemaphoreActor {
             wire::call(&mut conn, &call).await
         }
         .boxed_local()
-    }
-
-    fn refreshed(&mut self, stands: Vec<(Arc<str>, Place)>, ctx: &mut Context<Self>) {
-        for (id, place) in stands {
-            let Some(w) = self.waiters.iter_mut().find(|w| w.want.id == id) else {
-                continue;
-            };
-            match place {
-                // Its place lapsed (a refresh came too late): alive, it takes a
-                // new one at the back.
-                Place::None if w.want.queued => {
-                    debug!(semaphore = %self.name, waiter = %id, "a waiter's place lapsed; queueing it again");
-                    w.want.queued = false;
-                    w.want.due = true;
-                }
-                Place::Head => w.want.due = true,
-                Place::None | Place::Kept => {}
-            }
-        }
-        self.pump(ctx);
-    }
-
-    fn places_changed(&mut self, ctx: &mut Context<Self>) {
-        self.pump(ctx);
     }
 }
 

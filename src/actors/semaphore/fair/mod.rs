@@ -80,7 +80,7 @@ impl FairSemaphoreActor {
     pub(crate) fn new(name: Arc<str>, shared: Arc<Shared>) -> FairSemaphoreActor {
         FairSemaphoreActor {
             waiting: Waiting::new(name.clone(), WaitKind::Sync(SynchronizerKind::Semaphore)),
-            places: Places::new(name.clone()),
+            places: Places::default(),
             name,
             shared,
             waiters: Queue::default(),
