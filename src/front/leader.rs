@@ -295,14 +295,15 @@ impl Handler<Resign> for Leader {
         let deposed = self.deposed.clone();
         let fut = async move {
             let Some(guard) = guard else { return Ok(()) };
-            let fencing_token = guard.fencing_token();
-            let released = guard.release().await.map(|_| ());
+            // Told before the lock is given back: once it is, another candidate
+            // may be elected within milliseconds, and the old leader must have
+            // heard first (it was seen hearing after the new one was elected).
             deposed.do_send(Deposed {
                 name,
-                fencing_token,
+                fencing_token: guard.fencing_token(),
                 reason: DeposedReason::Resigned,
             });
-            released
+            guard.release().await.map(|_| ())
         };
         Box::pin(fut.into_actor(self).map(|res, _act, ctx| {
             ctx.stop();

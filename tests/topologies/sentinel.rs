@@ -578,8 +578,10 @@ async fn a_grant_answered_by_a_master_frozen_through_a_failover_is_not_handed_ou
     // Resume the old master the moment the replica is promoted: the grant in
     // its socket is answered before Sentinel tells it that it was demoted.
     let promoted = support::eventually(Duration::from_secs(30), || {
-        let role: Vec<redis::Value> = support::raw(&replica, &["ROLE"]);
-        matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master")
+        // The replica may refuse a moment while it turns master: ask again.
+        let role: redis::RedisResult<Vec<redis::Value>> =
+            redis::cmd("ROLE").query(&mut replica.conn());
+        matches!(role.as_deref(), Ok([redis::Value::BulkString(r), ..]) if r == b"master")
     })
     .await;
     master.resume();
