@@ -182,6 +182,14 @@ impl Client {
                         config = config.batching(max_ops, in_flight);
                     }
                 }
+                // LOCKWARDEN_BENCH_LANES=k tries another number of confirmation lanes
+                // than the library's default.
+                if let Some(k) = std::env::var("LOCKWARDEN_BENCH_LANES")
+                    .ok()
+                    .and_then(|v| v.trim().parse().ok())
+                {
+                    config = config.confirmation_lanes(k);
+                }
                 Client::Lockwarden(LockManager::start(config).await.expect("lockwarden start"))
             }
             Impl::Raw => Client::Raw(Raw::connect(url, contended).await),
