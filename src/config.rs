@@ -12,6 +12,8 @@ use crate::error::LockError;
 mod replicas;
 mod sentinel;
 
+use replicas::DEFAULT_LANES;
+pub(crate) use replicas::MAX_LANES;
 pub(crate) use replicas::{ReplicaSync, SyncSetting, WAIT_SLACK};
 
 /// The longest explicit lease accepted unless [`Config::max_lease`] says otherwise:
@@ -82,6 +84,8 @@ pub struct Config {
     /// Whether, and by how many replicas, every lock change is confirmed
     /// (`config/replicas.rs`).
     pub(crate) sync: SyncSetting,
+    /// Command connections the confirmed changes spread over.
+    pub(crate) confirmation_lanes: usize,
     /// The label this manager registers under its client id, if any.
     pub(crate) label: Option<String>,
     /// Whether metrics also get per-lock series labelled by lock name.
@@ -142,6 +146,7 @@ impl Config {
             batch_in_flight: 16,
             token_ttl: Duration::from_secs(3600),
             sync: SyncSetting::Default,
+            confirmation_lanes: DEFAULT_LANES,
             label: None,
             metric_lock_names: false,
             master_auth: None,

@@ -20,6 +20,9 @@ use std::time::Duration;
 use super::Config;
 use crate::error::LockError;
 
+/// The most lanes [`Config::confirmation_lanes`] takes.
+pub(crate) const MAX_LANES: usize = 64;
+
 /// How much longer than its timeout a `WAIT` may block: Redis checks blocked
 /// clients' timeouts at its timer tick (`hz` 10 by default, every 100 ms), so a
 /// `WAIT 1 200` for a missing replica was measured answering after 220-310 ms.
@@ -27,6 +30,10 @@ pub(crate) const WAIT_SLACK: Duration = Duration::from_millis(100);
 
 /// The default confirmation timeout: Redisson's (`slavesSyncTimeout`, 1 s).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Command connections (lanes) a manager's confirmed lock changes spread
+/// over, unless set ([`Config::confirmation_lanes`]).
+pub(crate) const DEFAULT_LANES: usize = 3;
 
 /// How many replicas confirm a lock change, and how long the master waits for
 /// them.
@@ -95,6 +102,26 @@ impl Config {
         self
     }
 
+    /// Spreads the lock changes that replicas confirm over `lanes` command
+    /// connections to the master instead of one. A `WAIT` blocks the whole
+    /// connection it is sent on until the replicas acknowledge, so on one
+    /// connection each confirmed change waits a replica round trip behind the
+    /// one before it; on `lanes` connections as many `WAIT`s block side by
+    /// side, and one acknowledgement of the replica answers them all (Redisson
+    /// gets the same from its connection pool). Each lane has its own budget
+    /// of `WAIT`s; the count of replicas and a master in doubt are shared.
+    /// Calls that ask no replica (reads, or confirmation off) keep to the one
+    /// connection, and with confirmation off no lane is opened. Each lane is
+    /// one more client of the master, per manager: mind `maxclients` with many
+    /// managers. Not used on a Redis Cluster (one connection per master there).
+    ///
+    /// `lanes` is 1 to 64; 1 is a single connection for everything. Defaults
+    /// to 3.
+    pub fn confirmation_lanes(mut self, lanes: usize) -> Config {
+        self.confirmation_lanes = lanes;
+        self
+    }
+
     /// The confirmation in force, if any.
     pub(crate) fn replica_sync(&self) -> Option<ReplicaSync> {
         match self.sync {
@@ -117,10 +144,16 @@ impl Config {
 
     /// Checks an explicit setting (the default always fits).
     pub(super) fn validate_sync(&self) -> Result<(), LockError> {
+        let bad = |why: String| Err(LockError::InvalidConfig(why));
+        if !(1..=MAX_LANES).contains(&self.confirmation_lanes) {
+            return bad(format!(
+                "confirmation_lanes: {} lanes; at least 1 (one connection for everything) and at most {MAX_LANES}",
+                self.confirmation_lanes
+            ));
+        }
         let SyncSetting::Set(ReplicaSync { min, timeout }) = self.sync else {
             return Ok(());
         };
-        let bad = |why: String| Err(LockError::InvalidConfig(why));
         if min == 0 {
             return bad(
                 "sync_replicas: at least 1 replica must confirm (no_replica_sync() turns it off)"

@@ -15,14 +15,18 @@
 //! An explicit setting on a server that is not a master, or that will not
 //! answer `INFO`, is refused at start; the default is then turned off with a
 //! warning that says why, so that a least-privilege user without `INFO` still
-//! starts.
+//! starts. [`confirmer`] then builds the connection's confirmation from it (its
+//! lanes, its fast lane when the server answers `CLIENT ID`).
+
+use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
 use tracing::{debug, info, warn};
 
-use crate::config::ReplicaSync;
+use super::{cluster, cluster_replicas, replicas, Confirmer, Conn, Link};
+use crate::config::{Config, ReplicaSync};
 use crate::error::LockError;
-use crate::wire::{confirm_with, Confirm};
+use crate::wire::{confirm_with, Confirm, Confirmation};
 
 /// Reads, at start, what replica confirmation needs of the master: which
 /// commands confirm a lock change there and how many replicas can answer now.
@@ -166,6 +170,94 @@ pub(crate) async fn warn_if_locks_can_be_evicted<C: ConnectionLike>(conn: &mut C
 /// Whether this policy may delete a lock key: every policy but `noeviction`.
 fn evicts_locks(policy: &str) -> bool {
     !policy.eq_ignore_ascii_case("noeviction")
+}
+
+/// Replica confirmation for the manager's connection `conn`, by `sync`: `None`
+/// when the default setting meets a server that cannot confirm (logged).
+pub(super) async fn confirmer(
+    conn: &Conn,
+    config: &Config,
+    sync: crate::config::ReplicaSync,
+) -> Result<Option<Confirmer>, LockError> {
+    if let (Link::Cluster(..), Some(seeds)) = (&conn.link, &config.cluster) {
+        let counted = async {
+            let own = cluster::connect_watcher(seeds, config).await?;
+            cluster_replicas::start(own, sync, config.response_timeout).await
+        };
+        return match counted.await {
+            Ok(per) => Ok(Some(Confirmer::PerMaster(per))),
+            Err(e) if config.sync_is_default() => {
+                tracing::warn!(
+                    error = %e,
+                    "replica confirmation is off: the cluster will not answer CLUSTER NODES and \
+                     INFO, which count each master's replicas (give the user +cluster|nodes \
+                     +info +wait, or turn it off with no_replica_sync / --sync-replicas 0)"
+                );
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        };
+    }
+    let mut probe = conn.clone();
+    let found = replicas_can_confirm(&mut probe, sync, config.sync_is_default()).await?;
+    let Some((confirm, mut live)) = found else {
+        return Ok(None);
+    };
+    if let Link::Sentinel(follower) = &conn.link {
+        live = replicas::trusted_at_start(follower, live, sync.min).await;
+    }
+    // One server behind the connection: the fast path (short WAITs, several
+    // at once) can tell a reconnect by CLIENT ID (a standalone reconnect lands
+    // on the same server, whose client ids only grow) and a Sentinel move by
+    // the Follower's generation.
+    let generation = match &conn.link {
+        Link::Sentinel(follower) => follower.generation(),
+        _ => Arc::default(),
+    };
+    let lanes = match &conn.link {
+        Link::Standalone(s) => s.lanes(),
+        Link::Sentinel(follower) => follower.lanes(),
+        Link::Cluster(..) => 1,
+    };
+    let mut confirmation =
+        Confirmation::new(sync, config.response_timeout, confirm, live).lanes(lanes);
+    // The fast path tells connections apart by `CLIENT ID`: a user without it
+    // keeps one whole WAIT behind every script, within the budget. A probe
+    // that got no answer says nothing of the user's rights, but under
+    // Sentinel it says the master went silent (frozen, maybe being replaced):
+    // the connection starts with the master in doubt.
+    let mut silent = false;
+    match redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async::<i64>(&mut probe)
+        .await
+    {
+        Ok(_) => confirmation = confirmation.fast(generation, config.response_timeout),
+        Err(e) if e.is_timeout() || e.is_io_error() || e.is_connection_dropped() => {
+            confirmation = confirmation.fast(generation, config.response_timeout);
+            silent = matches!(conn.link, Link::Sentinel(_));
+        }
+        Err(e) => tracing::warn!(
+            error = %e,
+            "lock changes are confirmed one whole WAIT at a time (slower under load): the \
+             server will not answer CLIENT ID, which the fast path needs (give the user \
+             +client|id)"
+        ),
+    }
+    if silent && confirmation.doubt_master() {
+        tracing::warn!(
+            "the master did not answer at start: until the Sentinels vouch for it, lock \
+             changes it answers are not taken as done"
+        );
+    }
+    let confirmation = Arc::new(confirmation);
+    replicas::watch(
+        &conn.link,
+        &config.client,
+        &confirmation,
+        (config.connection_timeout, config.response_timeout),
+    );
+    Ok(Some(Confirmer::One(confirmation)))
 }
 
 #[cfg(test)]

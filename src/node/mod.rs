@@ -47,7 +47,7 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::config::Config;
 use crate::error::LockError;
-use crate::wire::{Confirmation, Publish, ScriptConn};
+use crate::wire::{Confirmation, Lanes, Publish, ScriptConn};
 
 pub(crate) use coalescer::Coalescer;
 use pubsub::Target;
@@ -95,6 +95,9 @@ impl Topology {
 pub(crate) struct Conn {
     /// The deployment's connection.
     link: Link,
+    /// The lane this clone sends on (`wire/replicas/lanes.rs`): 0, the
+    /// manager's one connection, but for a confirmed change.
+    lane: usize,
     /// Replicas to wait for behind every lock-changing script, and the budget
     /// of `WAIT`s on this connection (`wire/replicas/`); shared by its clones.
     confirmation: Option<Confirmer>,
@@ -133,8 +136,8 @@ impl std::fmt::Debug for Link {
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match &mut self.link {
-            Link::Standalone(s) => standalone::request(s, cmd),
-            Link::Sentinel(s) => sentinel::request(s, cmd),
+            Link::Standalone(s) => standalone::request(s, self.lane, cmd),
+            Link::Sentinel(s) => sentinel::request(s, self.lane, cmd),
             Link::Cluster(c, _) => c.req_packed_command(cmd),
         }
     }
@@ -146,8 +149,8 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match &mut self.link {
-            Link::Standalone(s) => standalone::request_many(s, pipeline, offset, count),
-            Link::Sentinel(s) => sentinel::request_many(s, pipeline, offset, count),
+            Link::Standalone(s) => standalone::request_many(s, self.lane, pipeline, offset, count),
+            Link::Sentinel(s) => sentinel::request_many(s, self.lane, pipeline, offset, count),
             Link::Cluster(c, _) => c.req_packed_commands(pipeline, offset, count),
         }
     }
@@ -157,6 +160,15 @@ impl ConnectionLike for Conn {
             Link::Standalone(s) => s.conn().get_db(),
             Link::Sentinel(s) => sentinel::db(s),
             Link::Cluster(c, _) => c.get_db(),
+        }
+    }
+}
+
+impl Lanes for Conn {
+    fn lane(&self, lane: usize) -> Conn {
+        Conn {
+            lane,
+            ..self.clone()
         }
     }
 }
@@ -183,6 +195,7 @@ impl Conn {
     pub(crate) fn standalone(conn: ConnectionManager) -> Conn {
         Conn {
             link: Link::Standalone(Arc::new(standalone::Standalone::fixed(conn))),
+            lane: 0,
             confirmation: None,
         }
     }
@@ -262,6 +275,15 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
             .set_max_delay(config.reconnect_max),
         Purpose::Operator => cm.set_number_of_retries(0),
     };
+    // A lock manager that confirms changes with replicas gets its lanes (a
+    // WAIT blocks a whole connection, `wire/replicas/lanes.rs`); a cluster
+    // keeps redis-rs's connection per master.
+    let lanes = match purpose {
+        Purpose::Locks if config.cluster.is_none() && config.replica_sync().is_some() => {
+            config.confirmation_lanes
+        }
+        _ => 1,
+    };
     // The connection manager retries a failed first connection several times with
     // backoff (4.7 s against a closed port); the documented connection timeout is
     // the bound a caller was promised, so the whole first connection is held to it.
@@ -278,7 +300,9 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
                         let (conn, publish) = cluster::connect(seeds, config).await?;
                         Link::Cluster(conn, publish)
                     }
-                    (Some(_), None) => Link::Sentinel(Follower::connect(config, cm.clone()).await?),
+                    (Some(_), None) => {
+                        Link::Sentinel(Follower::connect(config, cm.clone(), lanes).await?)
+                    }
                     (None, None) => {
                         // One plain attempt first, whose failure is named at once when
                         // a person must fix it: the connection manager would retry it
@@ -290,15 +314,17 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
                             Err(e) if diagnose::settled(&e) => return Err(e),
                             looked => looked.err(),
                         };
-                        let made = ConnectionManager::new_with_config(client.clone(), cm.clone());
+                        let made = futures::future::try_join_all((0..lanes).map(|_| {
+                            ConnectionManager::new_with_config(client.clone(), cm.clone())
+                        }));
                         // Within the start's bound, leaving a moment to answer the
                         // look's words rather than the bound's.
                         let left = bound
                             .saturating_sub(began.elapsed())
                             .saturating_sub(std::time::Duration::from_millis(50));
                         match tokio::time::timeout(left, made).await {
-                            Ok(Ok(conn)) => Link::Standalone(Arc::new(
-                                standalone::Standalone::new(conn, client.clone(), cm.clone()),
+                            Ok(Ok(conns)) => Link::Standalone(Arc::new(
+                                standalone::Standalone::new(conns, client.clone(), cm.clone()),
                             )),
                             Ok(Err(e)) => return Err(looked.unwrap_or(e)),
                             Err(_) => {
@@ -347,6 +373,7 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
     };
     let mut conn = Conn {
         link,
+        lane: 0,
         confirmation: None,
     };
     // A server that wants a password the URL does not give takes the connection
@@ -377,7 +404,7 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
             }
             checks::warn_if_locks_can_be_evicted(&mut conn).await;
             if let Some(sync) = config.replica_sync() {
-                conn.confirmation = confirmer(&conn, config, sync).await?;
+                conn.confirmation = checks::confirmer(&conn, config, sync).await?;
             } else if let Link::Sentinel(_) = &conn.link {
                 // No WAIT, but a demoted master is still not trusted.
                 let only = replicas::doubts_only(&conn.link, config);
@@ -390,86 +417,4 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
         topology,
         pubsub: PubSubSource::new(target, config.connection_timeout),
     })
-}
-
-/// Replica confirmation for the manager's connection `conn`, by `sync`: `None`
-/// when the default setting meets a server that cannot confirm (logged).
-async fn confirmer(
-    conn: &Conn,
-    config: &Config,
-    sync: crate::config::ReplicaSync,
-) -> Result<Option<Confirmer>, LockError> {
-    if let (Link::Cluster(..), Some(seeds)) = (&conn.link, &config.cluster) {
-        let counted = async {
-            let own = cluster::connect_watcher(seeds, config).await?;
-            cluster_replicas::start(own, sync, config.response_timeout).await
-        };
-        return match counted.await {
-            Ok(per) => Ok(Some(Confirmer::PerMaster(per))),
-            Err(e) if config.sync_is_default() => {
-                tracing::warn!(
-                    error = %e,
-                    "replica confirmation is off: the cluster will not answer CLUSTER NODES and \
-                     INFO, which count each master's replicas (give the user +cluster|nodes \
-                     +info +wait, or turn it off with no_replica_sync / --sync-replicas 0)"
-                );
-                Ok(None)
-            }
-            Err(e) => Err(e.into()),
-        };
-    }
-    let mut probe = conn.clone();
-    let found = checks::replicas_can_confirm(&mut probe, sync, config.sync_is_default()).await?;
-    let Some((confirm, mut live)) = found else {
-        return Ok(None);
-    };
-    if let Link::Sentinel(follower) = &conn.link {
-        live = replicas::trusted_at_start(follower, live, sync.min).await;
-    }
-    // One server behind the connection: the fast path (short WAITs, several
-    // at once) can tell a reconnect by CLIENT ID (a standalone reconnect lands
-    // on the same server, whose client ids only grow) and a Sentinel move by
-    // the Follower's generation.
-    let generation = match &conn.link {
-        Link::Sentinel(follower) => follower.generation(),
-        _ => Arc::default(),
-    };
-    let mut confirmation = Confirmation::new(sync, config.response_timeout, confirm, live);
-    // The fast path tells connections apart by `CLIENT ID`: a user without it
-    // keeps one whole WAIT behind every script, within the budget. A probe
-    // that got no answer says nothing of the user's rights, but under
-    // Sentinel it says the master went silent (frozen, maybe being replaced):
-    // the connection starts with the master in doubt.
-    let mut silent = false;
-    match redis::cmd("CLIENT")
-        .arg("ID")
-        .query_async::<i64>(&mut probe)
-        .await
-    {
-        Ok(_) => confirmation = confirmation.fast(generation, config.response_timeout),
-        Err(e) if e.is_timeout() || e.is_io_error() || e.is_connection_dropped() => {
-            confirmation = confirmation.fast(generation, config.response_timeout);
-            silent = matches!(conn.link, Link::Sentinel(_));
-        }
-        Err(e) => tracing::warn!(
-            error = %e,
-            "lock changes are confirmed one whole WAIT at a time (slower under load): the \
-             server will not answer CLIENT ID, which the fast path needs (give the user \
-             +client|id)"
-        ),
-    }
-    if silent && confirmation.doubt_master() {
-        tracing::warn!(
-            "the master did not answer at start: until the Sentinels vouch for it, lock \
-             changes it answers are not taken as done"
-        );
-    }
-    let confirmation = Arc::new(confirmation);
-    replicas::watch(
-        &conn.link,
-        &config.client,
-        &confirmation,
-        (config.connection_timeout, config.response_timeout),
-    );
-    Ok(Some(Confirmer::One(confirmation)))
 }

@@ -17,7 +17,7 @@ use redis::Script;
 
 use std::sync::Arc;
 
-use super::replicas::Confirmation;
+use super::replicas::{Confirmation, Lanes};
 
 /// Which publish command the scripts must use on a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -30,8 +30,9 @@ pub(crate) enum Publish {
 }
 
 /// A connection scripts run on: redis-rs's `ConnectionLike`, plus the publish
-/// command its deployment's waiters listen to.
-pub(crate) trait ScriptConn: ConnectionLike + Clone + Send + 'static {
+/// command its deployment's waiters listen to, and its lanes for confirmed
+/// changes ([`Lanes`], `wire/replicas/lanes.rs`).
+pub(crate) trait ScriptConn: ConnectionLike + Lanes + Clone + Send + 'static {
     /// The publish command of this connection's deployment.
     fn publish(&self) -> Publish;
 

@@ -202,6 +202,8 @@ async fn bad_sync_settings_are_refused_at_start() {
             base().sync_replicas(1, Duration::from_secs(5)),
             "below the response timeout",
         ),
+        (base().confirmation_lanes(0), "confirmation_lanes: 0 lanes"),
+        (base().confirmation_lanes(65), "at most 64"),
         (
             Config::from_url(&replica.url())
                 .expect("url")
@@ -656,4 +658,61 @@ async fn a_replica_slower_than_the_short_wait_still_confirms() {
         asked > 15,
         "{asked} WAITs for 10 changes: the short WAIT was not asked again"
     );
+}
+
+/// The manager's connections on `server` whose last command was a `WAIT`
+/// (not the replica's own link, flagged `S`).
+fn clients_waiting_last(server: &RedisServer) -> usize {
+    let list: String = support::raw(server, &["CLIENT", "LIST"]);
+    list.lines()
+        .filter(|l| l.contains(" cmd=wait ") && !l.contains(" flags=S "))
+        .count()
+}
+
+/// With three confirmation lanes, a burst of concurrent acquisitions goes out
+/// on three command connections to the master, each with its `WAIT` (a `WAIT`
+/// blocks its whole connection: on three, three run side by side), and every
+/// grant is on the replica when it returns. With one lane, one connection
+/// carries them all, as before lanes existed.
+#[actix_rt::test]
+async fn confirmed_changes_spread_over_the_lanes() {
+    for lanes in [3, 1] {
+        let master = RedisServer::start();
+        let replica = RedisServer::start_replica_of(&master);
+        let config = Config::from_url(&master.url())
+            .expect("url")
+            .confirmation_lanes(lanes);
+        let m = LockManager::start(config).await.expect("started");
+        let mut held = Vec::new();
+        for wave in 0..3 {
+            let grants = (0..12).map(|i| {
+                let name = format!("lane:{wave}:{i}");
+                let m = m.clone();
+                async move {
+                    let guard = m
+                        .send(Acquire::new(&name).wait(Duration::from_secs(5)))
+                        .await
+                        .expect("running")
+                        .unwrap_or_else(|e| panic!("{name} was not granted: {e}"));
+                    (name, guard)
+                }
+            });
+            held.extend(futures::future::join_all(grants).await);
+        }
+        for (name, _) in &held {
+            assert!(
+                holder_on(&replica, name).is_some(),
+                "{name} is not on the replica when the grant returns"
+            );
+        }
+        assert_eq!(
+            clients_waiting_last(&master),
+            lanes,
+            "{lanes} lanes: {}",
+            support::raw::<String>(&master, &["CLIENT", "LIST"])
+        );
+        for (_, guard) in held {
+            guard.release().await.expect("released");
+        }
+    }
 }

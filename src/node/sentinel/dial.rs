@@ -1,4 +1,4 @@
-//! How the [`Follower`](super::Follower) reaches the Sentinels and the servers
+//! How the [`Follower`] reaches the Sentinels and the servers
 //! they name: the redis-rs Sentinel client it asks, and one client per Sentinel
 //! for the `+switch-master` listeners, both with the password and TLS the
 //! configuration gives (`config/sentinel.rs`).
@@ -13,11 +13,78 @@
 //! that disagree on scheme or password. What it builds checks certificates
 //! against the CA of `Config::tls_root_cert` or, without one, the system's roots
 //! (`SSL_CERT_FILE` names another bundle, as the `lockwarden` command uses it).
+//!
+//! The connections to the master are made here too: one per lane, all at once
+//! ([`connect_lanes`]), and a lane's replacement when it stopped answering
+//! while a fresh connection answers ([`Follower::replace_silent`]).
 
+use std::sync::atomic::Ordering;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{Client, ConnectionInfo, IntoConnectionInfo, RedisResult, TlsMode};
+use redis::{Client, ConnectionInfo, IntoConnectionInfo, RedisError, RedisResult, TlsMode};
+use tracing::debug;
 
+use super::{Follower, LOOKUP_PAUSE};
 use crate::config::Config;
+
+/// `lanes` connections (at least one) to the master `client` reaches, made
+/// side by side.
+pub(super) async fn connect_lanes(
+    client: &Client,
+    settings: &ConnectionManagerConfig,
+    lanes: usize,
+) -> RedisResult<Vec<ConnectionManager>> {
+    let made = (0..lanes.max(1))
+        .map(|_| ConnectionManager::new_with_config(client.clone(), settings.clone()));
+    futures::future::try_join_all(made).await
+}
+
+impl Follower {
+    /// The Sentinels name the master in use: answers whether it answers. Each
+    /// lane whose connection does not answer a PING is looked at: a frozen
+    /// master answers no connection, but if a fresh one answers, the lane's
+    /// lost a call's bytes and pairs each reply with the request before it for
+    /// good (`node/standalone.rs` says more), so it is replaced.
+    pub(super) async fn replace_silent(&self, master: Client) -> RedisResult<bool> {
+        let lanes = self.lanes();
+        let pings = (0..lanes).map(|lane| {
+            let mut conn = self.conn(lane);
+            async move {
+                let ping = redis::cmd("PING");
+                let ping = ping.query_async::<String>(&mut conn);
+                matches!(tokio::time::timeout(LOOKUP_PAUSE, ping).await, Ok(Ok(_)))
+            }
+        });
+        let answered = futures::future::join_all(pings).await;
+        let silent: Vec<usize> = (0..lanes).filter(|&lane| !answered[lane]).collect();
+        if silent.is_empty() {
+            return Ok(true);
+        }
+        let fresh = silent.iter().map(|_| async {
+            let mut fresh =
+                ConnectionManager::new_with_config(master.clone(), self.settings.clone()).await?;
+            redis::cmd("PING").query_async::<String>(&mut fresh).await?;
+            Ok::<_, RedisError>(fresh)
+        });
+        let fresh = futures::future::try_join_all(fresh);
+        let Ok(Ok(fresh)) = tokio::time::timeout(LOOKUP_PAUSE, fresh).await else {
+            return Ok(false);
+        };
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        {
+            let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+            for (lane, conn) in silent.iter().zip(fresh) {
+                if let Some(slot) = current.0.get_mut(*lane) {
+                    *slot = conn;
+                }
+            }
+        }
+        self.moved.notify_waiters();
+        debug!(master = %master.get_connection_info().addr(), lanes = ?silent, "the master's connection stopped answering while a new one answers: replaced");
+        Ok(true)
+    }
+}
 
 /// The Sentinel URLs of `config` (a Sentinel setup), parsed.
 fn sentinel_infos(config: &Config) -> RedisResult<(&str, Vec<ConnectionInfo>)> {

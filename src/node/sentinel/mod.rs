@@ -15,6 +15,11 @@
 //! subscriber follows too. A lock manager's Follower also listens to every
 //! Sentinel's `+switch-master` announcement (`switch.rs`) and moves the moment a
 //! failover is done, before any call fails.
+//!
+//! With replica confirmation on, the Follower holds one connection per lane
+//! (`wire/replicas/lanes.rs`) to the master: every lane moves with it, and a
+//! lane whose connection stopped answering while a fresh one answers is
+//! replaced on its own.
 
 mod dial;
 mod switch;
@@ -30,6 +35,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::Config;
 use crate::wire::Confirmation;
+use dial::connect_lanes;
 
 /// How many times a lookup is tried after a sign that the master moved, and the
 /// pause between tries: 120 x 250 ms covers a failover of half a minute.
@@ -44,8 +50,9 @@ type Counted = (Weak<Confirmation>, fn(&str) -> u32);
 pub(crate) struct Follower {
     /// Asks the Sentinels where the master is.
     sentinels: tokio::sync::Mutex<SentinelClient>,
-    /// The connection to the master found last, and that master's address.
-    current: RwLock<(ConnectionManager, String)>,
+    /// The connections to the master found last, one per lane (lane 0 for
+    /// every call that asks no replica), and that master's address.
+    current: RwLock<(Vec<ConnectionManager>, String)>,
     /// A client for that master, for connections of their own beside the
     /// shared one (`node/replicas.rs` must not wait behind a `WAIT` on it).
     master_client: RwLock<Client>,
@@ -84,16 +91,18 @@ impl std::fmt::Debug for Follower {
 
 impl Follower {
     /// Finds the master of `config` (a Sentinel setup) through its Sentinels and
-    /// connects to it, with the credentials and TLS `config` gives (`dial.rs`).
+    /// connects to it, with the credentials and TLS `config` gives (`dial.rs`),
+    /// on `lanes` connections (at least one).
     pub(crate) async fn connect(
         config: &Config,
         settings: ConnectionManagerConfig,
+        lanes: usize,
     ) -> RedisResult<Arc<Follower>> {
         let mut client = dial::sentinel_client(config)?;
         let sentinel_clients = dial::sentinel_clients(config)?;
         let master = client.async_get_client().await?;
         let address = master.get_connection_info().addr().to_string();
-        let conn = ConnectionManager::new_with_config(master.clone(), settings.clone()).await?;
+        let conn = connect_lanes(&master, &settings, lanes).await?;
         info!(master = %address, tls = config.master_uses_tls(), "found the master through Sentinel");
         Ok(Arc::new(Follower {
             sentinels: tokio::sync::Mutex::new(client),
@@ -224,11 +233,20 @@ impl Follower {
             .map_or_else(|e| e.into_inner().1.clone(), |c| c.1.clone())
     }
 
-    /// The connection to the master in use (a clone shares it).
-    fn conn(&self) -> ConnectionManager {
+    /// The connection to the master in use on `lane` (modulo the lanes there
+    /// are; a clone shares it).
+    fn conn(&self, lane: usize) -> ConnectionManager {
+        let current = self.current.read().unwrap_or_else(|e| e.into_inner());
+        current.0[lane % current.0.len()].clone()
+    }
+
+    /// How many lanes it has.
+    pub(crate) fn lanes(&self) -> usize {
         self.current
             .read()
-            .map_or_else(|e| e.into_inner().0.clone(), |c| c.0.clone())
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .len()
     }
 
     /// A client for the master the Sentinels name now. If that is not the
@@ -318,37 +336,10 @@ impl Follower {
         let master = sentinels?;
         let address = master.get_connection_info().addr().to_string();
         if address == self.address() {
-            let mut conn = self.conn();
-            let ping = tokio::time::timeout(
-                LOOKUP_PAUSE,
-                redis::cmd("PING").query_async::<String>(&mut conn),
-            )
-            .await;
-            if matches!(ping, Ok(Ok(_))) {
-                return Ok(true);
-            }
-            // The same master, but its connection does not answer. A frozen
-            // master answers no connection; but if a fresh one answers, the old
-            // one lost a call's bytes and pairs each reply with the request
-            // before it for good (`node/standalone.rs` says more): replace it.
-            let fresh = async {
-                let mut fresh =
-                    ConnectionManager::new_with_config(master, self.settings.clone()).await?;
-                redis::cmd("PING").query_async::<String>(&mut fresh).await?;
-                Ok::<_, RedisError>(fresh)
-            };
-            let Ok(Ok(fresh)) = tokio::time::timeout(LOOKUP_PAUSE, fresh).await else {
-                return Ok(false);
-            };
-            self.generation.fetch_add(1, Ordering::AcqRel);
-            self.current.write().unwrap_or_else(|e| e.into_inner()).0 = fresh;
-            self.moved.notify_waiters();
-            debug!(master = %address, "the master's connection stopped answering while a new one answers: replaced");
-            return Ok(true);
+            return self.replace_silent(master).await;
         }
-        let mut conn =
-            ConnectionManager::new_with_config(master.clone(), self.settings.clone()).await?;
-        let counted = self.count_at(&mut conn).await;
+        let mut conn = connect_lanes(&master, &self.settings, self.lanes()).await?;
+        let counted = self.count_at(&mut conn[0]).await;
         warn!(from = %self.address(), to = %address, "the master moved (failover); following it");
         *self
             .master_client
@@ -368,37 +359,45 @@ impl Follower {
     }
 }
 
-/// The command connection through a [`Follower`].
-pub(crate) fn request<'a>(follower: &'a Arc<Follower>, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+/// The command connection's `lane` through a [`Follower`].
+pub(crate) fn request<'a>(
+    follower: &'a Arc<Follower>,
+    lane: usize,
+    cmd: &'a Cmd,
+) -> RedisFuture<'a, Value> {
     Box::pin(async move {
         follower
-            .on_master(|mut conn| async move { conn.req_packed_command(cmd).await })
+            .on_master(lane, |mut conn| async move {
+                conn.req_packed_command(cmd).await
+            })
             .await
     })
 }
 
-/// A pipeline through a [`Follower`].
+/// A pipeline on `lane` through a [`Follower`].
 pub(crate) fn request_many<'a>(
     follower: &'a Arc<Follower>,
+    lane: usize,
     pipeline: &'a Pipeline,
     offset: usize,
     count: usize,
 ) -> RedisFuture<'a, Vec<Value>> {
     Box::pin(async move {
         follower
-            .on_master(
-                |mut conn| async move { conn.req_packed_commands(pipeline, offset, count).await },
-            )
+            .on_master(lane, |mut conn| async move {
+                conn.req_packed_commands(pipeline, offset, count).await
+            })
             .await
     })
 }
 
 impl Follower {
-    /// Runs `call` on the master's connection; gives up with a dropped-connection
-    /// error if the connection moves to another master meanwhile, and looks the
-    /// master up again on a sign that it moved.
+    /// Runs `call` on the master's connection on `lane`; gives up with a
+    /// dropped-connection error if the connection moves to another master
+    /// meanwhile, and looks the master up again on a sign that it moved.
     async fn on_master<T, F>(
         self: &Arc<Self>,
+        lane: usize,
         call: impl FnOnce(ConnectionManager) -> F,
     ) -> RedisResult<T>
     where
@@ -408,7 +407,7 @@ impl Follower {
         // Listen before taking the connection, so a move in between is heard.
         let mut moved = std::pin::pin!(self.moved.notified());
         moved.as_mut().enable();
-        let call = std::pin::pin!(call(self.conn()));
+        let call = std::pin::pin!(call(self.conn(lane)));
         let outcome = match futures::future::select(call, moved).await {
             futures::future::Either::Left((outcome, _)) => outcome,
             futures::future::Either::Right(((), _)) => Err(RedisError::from(std::io::Error::new(
@@ -449,7 +448,7 @@ impl Moved for Vec<Value> {
 
 /// The database of the master's connection.
 pub(crate) fn db(follower: &Follower) -> i64 {
-    follower.conn().get_db()
+    follower.conn(0).get_db()
 }
 
 /// Whether the Sentinels of `config` monitor its master name: `Some(true)` if one

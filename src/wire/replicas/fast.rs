@@ -30,8 +30,8 @@ use crate::config::{ReplicaSync, WAIT_SLACK};
 pub(super) struct Fast {
     /// The short `WAIT`'s timeout ([`FAST_WAIT`]).
     timeout: Duration,
-    /// Places for short `WAIT`s on the connection at once.
-    places: Semaphore,
+    /// Places for short `WAIT`s at once, one budget per lane.
+    places: Vec<Semaphore>,
     /// A short `WAIT` ran out: the fast path is closed until a whole `WAIT`
     /// confirms again or the replicas are counted anew.
     closed: AtomicBool,
@@ -72,7 +72,7 @@ impl Confirmation {
         if room > 2 * (FAST_WAIT + WAIT_SLACK) {
             self.fast = Some(Fast {
                 timeout: FAST_WAIT,
-                places: Semaphore::new(places),
+                places: self.places.iter().map(|_| Semaphore::new(places)).collect(),
                 closed: AtomicBool::new(false),
                 generation,
             });
@@ -89,27 +89,41 @@ impl Confirmation {
         }
     }
 
-    /// A place for a short `WAIT`, while the fast path is open (waiting for
-    /// one until it closes or the connection turns short).
-    pub(super) async fn fast_place(&self) -> Option<SemaphorePermit<'_>> {
+    /// A place for a short `WAIT` on `lane`, while the fast path is open
+    /// (waiting for one until it closes or the connection turns short).
+    pub(super) async fn fast_place(&self, lane: usize) -> Option<SemaphorePermit<'_>> {
         let fast = self.fast.as_ref()?;
+        let places = &fast.places[lane];
         let open = || !fast.closed.load(Ordering::Acquire) && !self.is_short();
         if !open() {
             return None;
         }
         let mut turned = pin!(self.turned_short.notified());
         turned.as_mut().enable();
-        if let Ok(place) = fast.places.try_acquire() {
+        if let Ok(place) = places.try_acquire() {
             return Some(place);
         }
-        match select(pin!(fast.places.acquire()), turned).await {
+        match select(pin!(places.acquire()), turned).await {
             Either::Left((Ok(place), _)) if open() => Some(place),
             _ => None,
         }
     }
 }
 
-/// [`send`](super::send) on the fast path ([`Confirmation::fast`]), in `place`: the script,
+impl Fast {
+    /// Whether a short `WAIT` ran out and the fast path is closed.
+    pub(super) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Free places for short `WAIT`s on `lane`.
+    pub(super) fn free(&self, lane: usize) -> usize {
+        self.places[lane].available_permits()
+    }
+}
+
+/// [`send`](super::send) on the fast path ([`Confirmation::fast`]), in `place` of `lane`
+/// (whose budget a second `WAIT` takes a place in): the script,
 /// `CLIENT ID` and a short `WAIT` in one pipeline; if that `WAIT` runs out, the
 /// fast path closes and the call asks again with a whole one.
 pub(super) async fn send_fast<C: ConnectionLike>(
@@ -117,6 +131,7 @@ pub(super) async fn send_fast<C: ConnectionLike>(
     confirmation: &Confirmation,
     cmd: &Cmd,
     place: SemaphorePermit<'_>,
+    lane: usize,
 ) -> RedisResult<(Value, Confirmed)> {
     let Some(fast) = confirmation.fast.as_ref() else {
         return Err(crate::wire::unexpected("a fast WAIT without a fast path"));
@@ -155,7 +170,7 @@ pub(super) async fn send_fast<C: ConnectionLike>(
             "a short WAIT ran out: lock changes ask with whole WAITs until replicas answer again"
         );
     }
-    let again = match confirmation.places.try_acquire() {
+    let again = match confirmation.places[lane].try_acquire() {
         Ok(_place) => {
             let mut pipe = redis::pipe();
             let sync = ReplicaSync {

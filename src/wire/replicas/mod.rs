@@ -29,7 +29,7 @@
 //! pipelined behind a few of them outlast the response timeout: a release was seen
 //! answered "timed out" again and again for 5 s. So each connection has a budget
 //! ([`Confirmation`]): at most `k` `WAIT`s on it at once, where `k` whole `WAIT`s
-//! (each its timeout plus the [`WAIT_SLACK`] Redis may take beyond it) leave at
+//! (each its timeout plus the [`WAIT_SLACK`](crate::config::WAIT_SLACK) Redis may take beyond it) leave at
 //! least one more before the response timeout, so that nothing queued behind
 //! them times out. And once a `WAIT` found too few replicas, the
 //! connection knows they are *short* until a `WAIT` finds enough again: then a
@@ -44,10 +44,15 @@
 //! One whole `WAIT` at a time queues a busy manager's changes one by one, so a
 //! connection to one server also has a fast lane ([`Confirmation::fast`]):
 //! while replicas answer, several changes at once carry a short `WAIT`
-//! (`FAST_WAIT` in `fast.rs`), sized so that all of them running out still leave room for
+//! (`FAST_WAIT`, 50 ms), sized so that all of them running out still leave room for
 //! one whole `WAIT` and one more before the response timeout. One that runs out
 //! closes the lane and its change asks again, `CLIENT ID` and a whole `WAIT`,
 //! counted only on the very connection the script ran on.
+//!
+//! Still, `WAIT`s on one connection run one after the other: Redis reads the
+//! next script only once the `WAIT` before it answered. So a manager on one
+//! server spreads its confirmed changes over a few connections, its lanes
+//! (`lanes.rs`), each with a budget and fast places of its own.
 //!
 //! A master with AOF on can also be asked to have written the change to its own
 //! disk: `WAITAOF 1 0 <timeout>` (Redis 7.2+) behind the `WAIT` ([`Confirm`]),
@@ -61,7 +66,7 @@
 //! master's `INFO` when the manager starts (`node/checks.rs`).
 
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,13 +76,16 @@ use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 use tracing::{info, warn};
 
 mod fast;
+mod lanes;
 mod replies;
 
 use fast::{send_fast, Fast};
+use lanes::budget;
+pub(crate) use lanes::Lanes;
 use replies::confirmed;
-pub(crate) use replies::{judge, Confirmed};
+pub(crate) use replies::{confirm_with, judge, Confirm, Confirmed};
 
-use crate::config::{ReplicaSync, WAIT_SLACK};
+use crate::config::ReplicaSync;
 use crate::durations::millis;
 use crate::error::not_replicated;
 use redis::aio::ConnectionLike;
@@ -98,40 +106,6 @@ pub(crate) enum Need {
     Must,
 }
 
-/// Which commands confirm a lock change on the master in use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Confirm {
-    /// `WAIT` alone: the master has AOF off.
-    Wait,
-    /// `WAIT` alone although the master has AOF on, for this reason.
-    WaitOnly(&'static str),
-    /// `WAIT`, then `WAITAOF 1 0 <timeout>`: the master's own AOF too.
-    WaitAndAof,
-}
-
-/// The commands for a master of `INFO`'s `redis_version` and `aof_enabled`,
-/// with this `appendfsync` (`None`: the server would not say).
-pub(crate) fn confirm_with(version: &str, aof: bool, appendfsync: Option<&str>) -> Confirm {
-    if !aof {
-        return Confirm::Wait;
-    }
-    let mut parts = version.split('.').map(|p| {
-        let digits: String = p.chars().take_while(char::is_ascii_digit).collect();
-        digits.parse::<u32>().unwrap_or(0)
-    });
-    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    if (major, minor) < (7, 2) {
-        return Confirm::WaitOnly("WAITAOF needs Redis 7.2 or later");
-    }
-    match appendfsync {
-        Some(policy) if policy.eq_ignore_ascii_case("always") => Confirm::WaitAndAof,
-        Some(_) => Confirm::WaitOnly(
-            "appendfsync is not `always`: WAITAOF would hold each lock change until the next fsync",
-        ),
-        None => Confirm::WaitOnly("the master would not tell its appendfsync (CONFIG GET)"),
-    }
-}
-
 /// Replica confirmation on one connection: what is required, how many replicas
 /// can answer now (kept current by `node/replicas.rs`), and the budget of
 /// `WAIT`s that may block it at once (see the module documentation). Shared by
@@ -143,8 +117,11 @@ pub(crate) struct Confirmation {
     /// How many of the master's replicas can answer now: a `WAIT` asks for
     /// `min(sync.min, live)`, and none at all when that is 0.
     live: AtomicU32,
-    /// Places for `WAIT`s on the connection at once.
-    places: Semaphore,
+    /// Places for `WAIT`s at once, one budget per lane ([`Confirmation::lanes`]):
+    /// a `WAIT` blocks only the lane it went on.
+    places: Vec<Semaphore>,
+    /// Where the next call starts looking for a lane.
+    next: AtomicUsize,
     /// The last `WAIT` found too few replicas (or failed).
     short: AtomicBool,
     /// How many replicas the last `WAIT` counted.
@@ -191,7 +168,8 @@ impl Confirmation {
         Confirmation {
             sync,
             live: AtomicU32::new(live),
-            places: Semaphore::new(budget(sync.timeout, response_timeout)),
+            places: vec![Semaphore::new(budget(sync.timeout, response_timeout))],
+            next: AtomicUsize::new(0),
             short: AtomicBool::new(false),
             acked: AtomicU32::new(0),
             turned_short: Notify::new(),
@@ -280,24 +258,24 @@ impl Confirmation {
         Arc::clone(&self.look).notified_owned()
     }
 
-    /// The way a call with `need` (not read-only) goes out now.
-    async fn way(&self, need: Need) -> Way<'_> {
+    /// The way a call with `need` (not read-only) goes out now, on `lane`.
+    async fn way(&self, need: Need, lane: usize) -> Way<'_> {
+        let places = &self.places[lane];
         // Listen before looking, so that turning short in between is heard.
         let mut turned = pin!(self.turned_short.notified());
         turned.as_mut().enable();
         if !self.is_short() {
-            if let Ok(place) = self.places.try_acquire() {
+            if let Ok(place) = places.try_acquire() {
                 return Way::Wait(place);
             }
-            if let Either::Left((Ok(place), _)) = select(pin!(self.places.acquire()), turned).await
-            {
+            if let Either::Left((Ok(place), _)) = select(pin!(places.acquire()), turned).await {
                 if !self.is_short() {
                     return Way::Wait(place);
                 }
             }
         }
         match need {
-            Need::Must => match self.places.try_acquire() {
+            Need::Must => match places.try_acquire() {
                 // A grant may ask again whether the replicas are back.
                 Ok(place) => Way::Wait(place),
                 Err(_) => Way::Refused,
@@ -350,17 +328,6 @@ impl Confirmation {
     }
 }
 
-/// How many `WAIT`s of `timeout` may block a connection at once so that a call
-/// queued behind all of them still has a whole `WAIT` left of
-/// `response_timeout`, counting the [`WAIT_SLACK`] Redis may take beyond each
-/// timeout: at least one.
-fn budget(timeout: Duration, response_timeout: Duration) -> usize {
-    let whole = response_timeout.as_nanos() / (timeout + WAIT_SLACK).as_nanos();
-    usize::try_from(whole.saturating_sub(1))
-        .unwrap_or(usize::MAX)
-        .clamp(1, Semaphore::MAX_PERMITS)
-}
-
 /// Sends `cmd`, followed by `WAIT` when the connection asks replicas to confirm
 /// and `need` is not read-only, within the connection's budget of `WAIT`s (see
 /// the module documentation); answers the script's reply as Redis sent it. A
@@ -372,7 +339,7 @@ fn budget(timeout: Duration, response_timeout: Duration) -> usize {
 /// (which names [`Confirmation`]).
 ///
 /// [`ScriptConn::confirmation`]: super::ScriptConn::confirmation
-pub(crate) async fn send<C: ConnectionLike + Clone + Send + 'static>(
+pub(crate) async fn send<C: ConnectionLike + Lanes + Clone + Send + 'static>(
     conn: &mut C,
     confirmation: Option<Arc<Confirmation>>,
     cmd: &Cmd,
@@ -404,7 +371,7 @@ pub(crate) async fn send<C: ConnectionLike + Clone + Send + 'static>(
 }
 
 /// [`send`] to a master not in doubt.
-async fn send_confirmed<C: ConnectionLike + Clone + Send + 'static>(
+async fn send_confirmed<C: ConnectionLike + Lanes + Clone + Send + 'static>(
     conn: &mut C,
     confirmation: &Arc<Confirmation>,
     cmd: &Cmd,
@@ -416,10 +383,14 @@ async fn send_confirmed<C: ConnectionLike + Clone + Send + 'static>(
         // Sentinel, that this master was not demoted before it lowered the count.
         return Ok((conn.req_packed_command(cmd).await?, Confirmed::NotAsked));
     }
-    if let Some(place) = confirmation.fast_place().await {
-        return send_fast(conn, confirmation, cmd, place).await;
+    // The script, its WAIT and a fast lane's second WAIT all go on one lane:
+    // a WAIT covers only what its own connection wrote.
+    let lane = confirmation.pick();
+    let conn = &mut conn.lane(lane);
+    if let Some(place) = confirmation.fast_place(lane).await {
+        return send_fast(conn, confirmation, cmd, place, lane).await;
     }
-    let _place = match confirmation.way(need).await {
+    let _place = match confirmation.way(need, lane).await {
         Way::Wait(place) => place,
         // No replica can answer any more (counted while this call waited for
         // its way): nothing to wait for.
@@ -480,42 +451,4 @@ fn push_waits(pipe: &mut redis::Pipeline, sync: ReplicaSync, aof: bool) -> usize
         return 2;
     }
     1
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn waitaof_only_on_a_recent_master_that_fsyncs_every_write() {
-        assert_eq!(confirm_with("7.2.4", false, None), Confirm::Wait);
-        for old in ["7.0.15", "6.2.14", "7.1.242"] {
-            assert!(matches!(
-                confirm_with(old, true, Some("always")),
-                Confirm::WaitOnly(_)
-            ));
-        }
-        assert_eq!(
-            confirm_with("7.2.0", true, Some("always")),
-            Confirm::WaitAndAof
-        );
-        assert_eq!(
-            confirm_with("8.0.1-rc1", true, Some("ALWAYS")),
-            Confirm::WaitAndAof
-        );
-        for fsync in [Some("everysec"), Some("no"), None] {
-            assert!(matches!(
-                confirm_with("7.4.1", true, fsync),
-                Confirm::WaitOnly(_)
-            ));
-        }
-    }
-
-    #[test]
-    fn the_budget_leaves_a_whole_wait_of_the_response_timeout() {
-        let ms = Duration::from_millis;
-        assert_eq!(budget(ms(200), ms(400)), 1);
-        assert_eq!(budget(ms(500), ms(2000)), 2);
-        assert_eq!(budget(ms(10), ms(2000)), 17);
-    }
 }

@@ -28,6 +28,40 @@ pub(crate) enum Confirmed {
     Failed(RedisError),
 }
 
+/// Which commands confirm a lock change on the master in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Confirm {
+    /// `WAIT` alone: the master has AOF off.
+    Wait,
+    /// `WAIT` alone although the master has AOF on, for this reason.
+    WaitOnly(&'static str),
+    /// `WAIT`, then `WAITAOF 1 0 <timeout>`: the master's own AOF too.
+    WaitAndAof,
+}
+
+/// The commands for a master of `INFO`'s `redis_version` and `aof_enabled`,
+/// with this `appendfsync` (`None`: the server would not say).
+pub(crate) fn confirm_with(version: &str, aof: bool, appendfsync: Option<&str>) -> Confirm {
+    if !aof {
+        return Confirm::Wait;
+    }
+    let mut parts = version.split('.').map(|p| {
+        let digits: String = p.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse::<u32>().unwrap_or(0)
+    });
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if (major, minor) < (7, 2) {
+        return Confirm::WaitOnly("WAITAOF needs Redis 7.2 or later");
+    }
+    match appendfsync {
+        Some(policy) if policy.eq_ignore_ascii_case("always") => Confirm::WaitAndAof,
+        Some(_) => Confirm::WaitOnly(
+            "appendfsync is not `always`: WAITAOF would hold each lock change until the next fsync",
+        ),
+        None => Confirm::WaitOnly("the master would not tell its appendfsync (CONFIG GET)"),
+    }
+}
+
 /// Reads `WAIT`'s reply, and `WAITAOF`'s if it was sent, against what `sync`
 /// requires.
 pub(super) fn confirmed(wait: Value, waitaof: Option<Value>, sync: ReplicaSync) -> Confirmed {
@@ -113,6 +147,31 @@ pub(crate) fn judge(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn waitaof_only_on_a_recent_master_that_fsyncs_every_write() {
+        assert_eq!(confirm_with("7.2.4", false, None), Confirm::Wait);
+        for old in ["7.0.15", "6.2.14", "7.1.242"] {
+            assert!(matches!(
+                confirm_with(old, true, Some("always")),
+                Confirm::WaitOnly(_)
+            ));
+        }
+        assert_eq!(
+            confirm_with("7.2.0", true, Some("always")),
+            Confirm::WaitAndAof
+        );
+        assert_eq!(
+            confirm_with("8.0.1-rc1", true, Some("ALWAYS")),
+            Confirm::WaitAndAof
+        );
+        for fsync in [Some("everysec"), Some("no"), None] {
+            assert!(matches!(
+                confirm_with("7.4.1", true, fsync),
+                Confirm::WaitOnly(_)
+            ));
+        }
+    }
 
     fn sync(min: u32) -> ReplicaSync {
         ReplicaSync {
