@@ -452,7 +452,7 @@ async fn trusted(follower: &Arc<Follower>) -> bool {
         Some(false) => {
             warn!(
                 master = %follower.address(),
-                "the master lost its replicas and the Sentinels name another master or are \
+                "the master lost its replicas or went silent, and the Sentinels name another master or are \
                  failing over: its answers are not trusted; following the new master"
             );
             follower.look_again();
@@ -461,7 +461,7 @@ async fn trusted(follower: &Arc<Follower>) -> bool {
         None => {
             warn!(
                 master = %follower.address(),
-                "the master lost its replicas and no Sentinel answered whether it still is the \
+                "the master lost its replicas or went silent, and no Sentinel answered whether it still is the \
                  master: its answers stay unconfirmed until one does"
             );
             false

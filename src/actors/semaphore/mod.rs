@@ -79,6 +79,24 @@ pub(crate) struct TakePermits {
     pub(crate) gone: oneshot::Receiver<()>,
 }
 
+impl TakePermits {
+    /// Answers the take at once, and says so, when it must not queue: the
+    /// manager is shutting down, or it is a single try while `queued` callers
+    /// here arrived first (what frees up is theirs, in either kind of
+    /// semaphore). Otherwise hands the take back.
+    pub(crate) fn answered_at_once(self, shared: &Shared, queued: bool) -> Option<TakePermits> {
+        let refusal = if shared.is_shutting_down() {
+            LockError::ShuttingDown
+        } else if queued && self.wait == Some(Duration::ZERO) {
+            timeout(Duration::ZERO)
+        } else {
+            return Some(self);
+        };
+        let _ = self.reply.send(Err(refusal));
+        None
+    }
+}
+
 /// Sends [`TakePermits`] to a semaphore's actor (either kind, or the fair one)
 /// and waits for the answer; dropping this future takes the waiter out at once
 /// ([`LockError::Stopped`] if the actor stopped first).
@@ -424,6 +442,9 @@ impl Handler<TakePermits> for SemaphoreActor {
         // `gone` is not watched: a caller that left is skipped when the head
         // gets to it (its answer channel is closed), and a grant that crosses
         // it goes back; a wake per finished call would cost an attempt each.
+        let Some(msg) = msg.answered_at_once(&self.shared, !self.waiters.is_empty()) else {
+            return;
+        };
         let TakePermits {
             permits,
             wait,
@@ -431,16 +452,7 @@ impl Handler<TakePermits> for SemaphoreActor {
             reply,
             ..
         } = msg;
-        if self.shared.is_shutting_down() {
-            let _ = reply.send(Err(LockError::ShuttingDown));
-            return;
-        }
         let once = wait == Some(Duration::ZERO);
-        if once && !self.waiters.is_empty() {
-            // What frees up is promised to the waiters already queued here.
-            let _ = reply.send(Err(timeout(Duration::ZERO)));
-            return;
-        }
         let first = self.waiters.is_empty();
         self.waiters
             .arrive_with(Want { permits, lease }, wait, once, reply);

@@ -20,7 +20,7 @@ use crate::actors::shared::Shared;
 use crate::actors::shared::ShutDown;
 use crate::actors::subscriber::{Resync, Unlocked};
 use crate::actors::waiting::{
-    self, keep_refreshing, on_leaving, timeout, PlaceCalls, Placed, Places, Waited, Waiting, Waits,
+    self, keep_refreshing, on_leaving, PlaceCalls, Placed, Places, Waited, Waiting, Waits,
 };
 use crate::durations::millis;
 use crate::error::LockError;
@@ -142,6 +142,9 @@ impl Handler<TakePermits> for FairSemaphoreActor {
     type Result = ();
 
     fn handle(&mut self, msg: TakePermits, ctx: &mut Context<Self>) {
+        let Some(msg) = msg.answered_at_once(&self.shared, !self.waiters.is_empty()) else {
+            return;
+        };
         let TakePermits {
             permits,
             wait,
@@ -149,16 +152,7 @@ impl Handler<TakePermits> for FairSemaphoreActor {
             gone,
             ..
         } = msg;
-        if self.shared.is_shutting_down() {
-            let _ = reply.send(Err(LockError::ShuttingDown));
-            return;
-        }
         let once = wait == Some(Duration::ZERO);
-        if once && !self.waiters.is_empty() {
-            // Waiters here arrived first: in a fair semaphore they go first.
-            let _ = reply.send(Err(timeout(Duration::ZERO)));
-            return;
-        }
         let want = FairWant {
             permits,
             id: Arc::from(""),
