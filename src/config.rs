@@ -75,6 +75,8 @@ pub struct Config {
     /// After how long a waiter kept out by another owner of this same process is
     /// reported (it may be waiting for itself).
     pub(crate) stall_warning: Duration,
+    /// After how long a lock wait looks for a deadlock; `None`: never.
+    pub(crate) deadlock_timeout: Option<Duration>,
     /// Most exclusive-lock acquisitions and releases sent as one script call.
     pub(crate) batch_max_ops: usize,
     /// Most coalesced script calls awaiting their reply at once.
@@ -142,6 +144,7 @@ impl Config {
             latch_ttl: Duration::from_secs(10),
             fair_waiter_lease: Duration::from_secs(5),
             stall_warning: Duration::from_secs(30),
+            deadlock_timeout: Some(Duration::from_secs(1)),
             batch_max_ops: 32,
             batch_in_flight: 16,
             token_ttl: Duration::from_secs(3600),
@@ -316,6 +319,28 @@ impl Config {
         self
     }
 
+    /// After how long a lock wait looks for a deadlock, and then again each
+    /// time as long while it lasts (PostgreSQL's `deadlock_timeout`): it records
+    /// in Redis what its owner waits for and follows the wait-for graph (the
+    /// lock's holders, what they wait for, their holders ...). A wait found in a
+    /// cycle that started last gives up with [`LockError::Deadlock`], naming
+    /// the cycle; the other waits of the cycle go on. A wait shorter than this
+    /// costs nothing. At least 10 ms. Defaults to 1 second.
+    pub fn deadlock_timeout(mut self, after: Duration) -> Config {
+        self.deadlock_timeout = Some(after);
+        self
+    }
+
+    /// Never look for deadlocks: a wait in a cycle lasts until its deadline (or
+    /// for ever without one), as with every other Redis lock library, and this
+    /// manager's waits are not recorded for others' checks either (a cycle
+    /// through one of them is not found by anyone). Saves the record and the walk
+    /// of each wait longer than [`Config::deadlock_timeout`]. Defaults to on.
+    pub fn no_deadlock_detection(mut self) -> Config {
+        self.deadlock_timeout = None;
+        self
+    }
+
     /// How long a fair-lock waiter keeps its place in the queue without refreshing
     /// it. Live waiters refresh their place every third of this (on the Redis
     /// server's clock), so a waiter whose process died holds up the queue for at
@@ -480,6 +505,15 @@ impl Config {
             return bad(format!(
                 "token counter lifetime {:?} is under 1 second",
                 self.token_ttl
+            ));
+        }
+        if let Some(d) = self
+            .deadlock_timeout
+            .filter(|d| *d < Duration::from_millis(10))
+        {
+            return bad(format!(
+                "deadlock timeout {d:?} is under 10 ms (a check costs Redis round trips; \
+                 no_deadlock_detection() turns it off)"
             ));
         }
         if self.fair_waiter_lease < Duration::from_millis(3) {

@@ -138,6 +138,18 @@ pub enum LockError {
         /// Boxed, so that the error stays small.
         holder: Option<Box<Holder>>,
     },
+    /// The wait was in a deadlock and was chosen to end it: its owner holds a
+    /// lock that another waits for, which (through any number of others) waits
+    /// for what this one holds. Found after
+    /// [`Config::deadlock_timeout`](crate::Config::deadlock_timeout) by
+    /// following who waits for whom across processes; of every wait in the
+    /// cycle, the one that started last gives up, and the others go on and are
+    /// granted once this caller releases what it holds. Nothing was acquired.
+    /// What to do is the caller's, as with a database's deadlock error: release
+    /// the locks this owner holds, then try the whole unit of work again
+    /// (taking locks in one global order avoids the cycle; see
+    /// docs/operations.md, "Deadlocks"). Retryable.
+    Deadlock(Box<crate::deadlock::Deadlock>),
     /// The release found that this owner does not hold the lock: its lease ran out
     /// or it was force-unlocked, and someone else may hold it now. Nothing changed.
     NotHeld,
@@ -273,7 +285,9 @@ impl LockError {
     /// out, or a Redis error that a reconnect or a pause may cure.
     pub fn is_retryable(&self) -> bool {
         match self {
-            LockError::Timeout { .. } | LockError::NotReplicated { .. } => true,
+            LockError::Timeout { .. }
+            | LockError::NotReplicated { .. }
+            | LockError::Deadlock(_) => true,
             LockError::Redis(e) => redis_is_transient(e),
             _ => false,
         }
@@ -419,6 +433,7 @@ impl fmt::Display for LockError {
                     None => Ok(()),
                 }
             }
+            LockError::Deadlock(cycle) => write!(f, "lock not acquired: {cycle}"),
             LockError::NotHeld => f.write_str("lock is not held by this owner"),
             LockError::Lost(reason) => write!(f, "lock was lost while held: {reason}"),
             LockError::Redis(e) => write!(f, "redis error: {e}"),

@@ -99,6 +99,7 @@
 mod actors;
 mod client;
 mod config;
+mod deadlock;
 mod durations;
 mod error;
 mod front;
@@ -119,6 +120,7 @@ mod wire;
 
 pub use client::{ClientInfo, UNKNOWN_CLIENT};
 pub use config::{Config, MAX_LEASE};
+pub use deadlock::{Deadlock, DeadlockLink};
 pub use error::{LockError, LostReason, NameError, FENCE_TOKEN_MARGIN};
 pub use front::acquire::{Acquire, AcquireResponse};
 pub use front::admin::{check_lease, check_lock_name, Admin, LockSummary};

@@ -127,6 +127,12 @@ pub(crate) mod record {
                     counter!("lockwarden_acquisitions_total", "outcome" => "timeout")
                 )
             }
+            LockError::Deadlock(_) => {
+                by_kind!(
+                    kind,
+                    counter!("lockwarden_acquisitions_total", "outcome" => "deadlock")
+                )
+            }
             LockError::UpgradeRefused | LockError::ReentryRefused => {
                 by_kind!(
                     kind,
@@ -139,6 +145,11 @@ pub(crate) mod record {
             ),
         }
         .increment(1);
+    }
+
+    /// A wait was failed to break a deadlock.
+    pub(crate) fn deadlock(kind: AcquireKind) {
+        by_kind!(kind, counter!("lockwarden_deadlocks_total")).increment(1);
     }
 
     /// A holding ended (released or lost) after being held `held` (from its

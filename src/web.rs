@@ -68,6 +68,9 @@ fn answer(e: &LockError) -> Answer {
         LockError::Timeout { .. } => {
             Answer::unavailable("busy: the lock is held elsewhere; try again later")
         }
+        LockError::Deadlock(_) => Answer::unavailable(
+            "busy: the request waited for a lock in a deadlock and gave way; try again",
+        ),
         LockError::NotReplicated { .. } => {
             Answer::unavailable("unavailable: the lock could not be confirmed; try again later")
         }
@@ -109,6 +112,7 @@ fn answer(e: &LockError) -> Answer {
 /// | Error | Status | Why |
 /// |---|---|---|
 /// | `Timeout` (a wait that ran out) | 503, `Retry-After` | held elsewhere: the same request may pass later |
+/// | `Deadlock` | 503, `Retry-After` | the request's wait was chosen to end a deadlock: once the handler has released what it held, the same request may pass |
 /// | `NotReplicated` | 503, `Retry-After` | replicas behind: a later attempt may be confirmed |
 /// | `Redis` that may pass (a dropped connection, a timeout, a failover, BUSY, LOADING, OOM) | 503, `Retry-After` | Redis is unreachable or busy for now |
 /// | `Stopped`, `ShuttingDown` (the manager is gone or handing over: a deploy, the mailbox closed) | 503, `Retry-After` | another instance, or this one restarted, can serve it |
@@ -184,6 +188,7 @@ mod tests {
             LockError::InvalidLease { .. } => "InvalidLease",
             LockError::InvalidConfig(_) => "InvalidConfig",
             LockError::Timeout { .. } => "Timeout",
+            LockError::Deadlock(_) => "Deadlock",
             LockError::NotHeld => "NotHeld",
             LockError::Lost(_) => "Lost",
             LockError::Redis(_) => "Redis",
@@ -232,6 +237,10 @@ mod tests {
                     acked: 0,
                     wanted: 1,
                 },
+                503,
+            ),
+            (
+                LockError::Deadlock(Box::new(crate::deadlock::Deadlock { links: Vec::new() })),
                 503,
             ),
             (LockError::Redis(transient), 503),

@@ -2,7 +2,7 @@
 //!
 //! One value per manager, behind an `Arc`: the client id that names its holders,
 //! the settings, the Redis node and its coalescer, the subscriber, the counters and
-//! the renewal table. Lock actors hold it strongly (a held lock keeps what it needs
+//! the renewal table, this process's long lock waits. Lock actors hold it strongly (a held lock keeps what it needs
 //! to be released); the renewer holds only the table, weakly, so it stops once the
 //! manager and every lock actor are gone.
 
@@ -14,6 +14,7 @@ use actix::{Addr, Message};
 
 use super::renewer::RenewTable;
 use super::subscriber::Subscriber;
+use super::waiting::LocalWaits;
 use crate::config::Config;
 use crate::node::{Coalescer, Node};
 use crate::stats::Counters;
@@ -36,6 +37,9 @@ pub(crate) struct Shared {
     pub(crate) counters: Arc<Counters>,
     /// The watchdog holdings of all lock actors, swept by the renewer.
     pub(crate) renewals: Arc<RenewTable>,
+    /// The lock waits past `Config::deadlock_timeout`, for deadlock checks
+    /// that need no Redis (`actors/waiting/deadlock.rs`).
+    pub(crate) local_waits: LocalWaits,
     /// Dropped with the last holder of this: tells the subscriber to stop.
     pub(crate) _alive: tokio::sync::watch::Sender<()>,
     /// Set once, by the manager's `Shutdown`: from then on every actor of this

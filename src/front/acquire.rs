@@ -57,6 +57,8 @@ pub struct Acquire {
     on_lost: Option<Recipient<LockLost>>,
     /// `false`: refuse a second acquisition by an owner that holds it.
     reentrant: bool,
+    /// Owner fields this wait also counts for in deadlock checks.
+    behalf: Vec<String>,
 }
 
 impl Acquire {
@@ -70,6 +72,7 @@ impl Acquire {
             owner: None,
             on_lost: None,
             reentrant: true,
+            behalf: Vec::new(),
         }
     }
 
@@ -107,6 +110,28 @@ impl Acquire {
     #[doc(alias = "getNonReentrantFairLock")]
     pub fn non_reentrant(mut self) -> Acquire {
         self.reentrant = false;
+        self
+    }
+
+    /// Count this wait also as a wait of the holder whose owner field is
+    /// `owner_field` (`<client id>:<n>`, as [`LockGuard::owner_field`] gives it,
+    /// in this process or another), for deadlock detection: that holder cannot
+    /// go on until this acquisition ends. It is how a child process of a holder
+    /// says so (`lockwarden run` passes `LOCKWARDEN_HOLDER` to its command, and a
+    /// nested `lockwarden run` calls this with it): two nested pipelines that
+    /// take two locks in opposite orders then form a cycle that is found and
+    /// broken, and a child that asks for a lock its parent holds is told
+    /// [`LockError::Deadlock`] instead of waiting for ever. Can be given more
+    /// than once (a holder's holder). Nothing else changes: the lock is taken
+    /// for this acquisition's own owner. Defaults to none.
+    pub fn on_behalf_of(mut self, owner_field: impl Into<String>) -> Acquire {
+        let field = owner_field.into();
+        let field = field
+            .strip_suffix(":write")
+            .map_or(field.clone(), str::to_string);
+        if !self.behalf.contains(&field) {
+            self.behalf.push(field);
+        }
         self
     }
 
@@ -158,6 +183,7 @@ impl Handler<Acquire> for LockManager {
                 AcquireKind::Write => keys::write_field(&field),
                 _ => field,
             }),
+            behalf: msg.behalf,
             lease: msg.lease,
             wait: msg.wait,
             since,

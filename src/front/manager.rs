@@ -144,6 +144,7 @@ impl LockManager {
             subscriber,
             counters,
             renewals,
+            local_waits: Default::default(),
             _alive: alive,
             shutting_down: Default::default(),
         });

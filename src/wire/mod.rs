@@ -31,6 +31,7 @@
 
 mod batch;
 mod by_name;
+pub(crate) mod deadlock;
 mod exclusive;
 mod expirable;
 mod fair;

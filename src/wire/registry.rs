@@ -119,7 +119,7 @@ pub(crate) async fn read_clients<C: ConnectionLike + Clone>(
 
 /// The field-value pairs of an HGETALL reply (a map in RESP3, a flat array in
 /// RESP2); `None` for any other shape.
-fn pairs(value: Value) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+pub(super) fn pairs(value: Value) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
     let bytes = |v: Value| match v {
         Value::BulkString(b) => Some(b),
         Value::SimpleString(s) => Some(s.into_bytes()),

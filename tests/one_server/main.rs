@@ -13,6 +13,7 @@ mod support;
 
 mod bad_input;
 mod coalesce;
+mod deadlock;
 mod exclusion;
 mod fair;
 mod fair_semaphore;

@@ -1,6 +1,6 @@
 //! The behaviour tests on a Redis Cluster: the scenarios of `exclusion.rs`,
 //! `reentrancy.rs`, `waiting.rs`, `watchdog.rs`, `fair.rs`, `rwlock.rs`,
-//! `spin.rs`, `non_reentrant.rs`, `fenced.rs`, `lock_delay.rs` and `bad_input.rs` (kept once, in `tests/scenarios/`, written against
+//! `spin.rs`, `non_reentrant.rs`, `fenced.rs`, `lock_delay.rs`, `deadlock.rs` and `bad_input.rs` (kept once, in `tests/scenarios/`, written against
 //! `support::Target`) run here in turn on one three-master cluster, since a
 //! cluster takes seconds to form. Each file's `each!` lists its scenarios once, for
 //! its standalone tests and for this run; each scenario's doc is on its body. The
@@ -15,6 +15,8 @@ use crate::support;
 
 #[path = "../scenarios/bad_input.rs"]
 mod bad_input;
+#[path = "../scenarios/deadlock.rs"]
+mod deadlock;
 #[path = "../scenarios/exclusion.rs"]
 mod exclusion;
 #[path = "../scenarios/fair.rs"]
@@ -88,5 +90,6 @@ async fn behaviour_scenarios_on_a_three_master_cluster() {
     non_reentrant::each!(run!(&t, began, non_reentrant));
     fenced::each!(run!(&t, began, fenced));
     lock_delay::each!(run!(&t, began, lock_delay));
+    deadlock::each!(run!(&t, began, deadlock));
     eprintln!("all scenarios passed in {:?}", began.elapsed());
 }

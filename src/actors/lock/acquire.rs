@@ -369,6 +369,7 @@ impl LockActor {
             // Someone waits: a wait that lasts is recorded for operators (only
             // here, not at every enqueue: a lock granted at once costs nothing).
             crate::actors::waiting::watch(self, ctx);
+            self.watch_for_deadlocks(ctx);
         }
         let now = Instant::now();
         let at = [retry.map(|r| now + r), self.queue.nearest_deadline()]

@@ -171,6 +171,9 @@ impl Supervised for LockActor {
         if let Some(w) = &mut self.waiting {
             w.forget();
         }
+        if let Some(d) = &mut self.detector {
+            d.forget();
+        }
         // Subscribed again at the next busy answer (the route is simply replaced).
         self.subs.clear();
         self.life.restart_requested = false;

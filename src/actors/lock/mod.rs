@@ -24,6 +24,7 @@
 
 mod acquire;
 mod attempts;
+mod deadlock;
 mod handover;
 mod holding;
 mod kinds;
@@ -137,6 +138,9 @@ pub(crate) struct LockActor {
     /// and only while someone waits: a held lock's actor stays as small as it
     /// was (docs/performance.md, client bytes per held lock).
     waiting: Option<Box<Waiting>>,
+    /// Its deadlock checks (`deadlock.rs`), boxed and only while a wait is
+    /// past `Config::deadlock_timeout`, for the same reason.
+    detector: Option<Box<deadlock::Detector>>,
 }
 
 impl LockActor {
@@ -148,6 +152,7 @@ impl LockActor {
     ) -> Self {
         LockActor {
             waiting: None,
+            detector: None,
             name,
             kind: KindState::new(kind),
             shared,
@@ -180,6 +185,7 @@ impl LockActor {
         self.subs = subs;
         self.kind_timers(ctx);
         self.send_chores(ctx);
+        self.forget_ended_waits(ctx);
         self.idle_countdown(ctx);
     }
 
@@ -192,6 +198,7 @@ impl LockActor {
             && self.releases.none()
             && !self.kind.busy_with_chores()
             && self.subs.is_empty()
+            && self.detector.is_none()
     }
 
     /// The channel its waiters listen on (for the fair lock, the prefix of each

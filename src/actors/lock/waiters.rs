@@ -73,6 +73,9 @@ pub(crate) struct Request {
     /// The hash field it will hold: `<client id>:<owner>`, with `:write` after it
     /// for a writer; computed once.
     pub(crate) field: Arc<str>,
+    /// Owners on whose behalf it also waits (a nested command's outer holder):
+    /// a deadlock check counts the wait as theirs too.
+    pub(crate) behalf: Vec<String>,
     /// The explicit lease, or `None` for watchdog mode.
     pub(crate) lease: Option<Duration>,
     /// How long to wait: `None` until acquired, zero for one attempt.

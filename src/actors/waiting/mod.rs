@@ -14,6 +14,8 @@
 //!   its process dies.
 //! - `records.rs`: [`Waiting`], the waits that last made visible in Redis for
 //!   operators, and the warning for a missing semaphore key.
+//! - `deadlock.rs`: this process's long lock waits ([`LocalWaits`]) and one
+//!   deadlock check of a wait ([`check`]): over this process, then over Redis.
 //!
 //! The channels a waiting actor listens on and its alarms are the kit's too;
 //! they live in `actors/listen.rs` ([`Channel`](crate::actors::listen::Channel),
@@ -24,11 +26,13 @@
 //! "The waiting kit", says where the kit's [`Queue`] falls short of a lock's).
 
 mod attempt;
+mod deadlock;
 mod places;
 mod queue;
 mod records;
 
 pub(crate) use attempt::Attempt;
+pub(crate) use deadlock::{check, check_here, Checked, LocalWaits, Published};
 pub(crate) use places::{keep_refreshing, leave, PlaceCalls, Placed, Places};
 pub(crate) use queue::{on_leaving, timeout, Queue};
 pub(crate) use records::{watch, Waited, Waiting, Waits};

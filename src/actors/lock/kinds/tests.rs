@@ -28,6 +28,7 @@ fn waiter(id: u64, owner: Owner, field: &str, wait: Option<Duration>) -> Waiter 
         new_owner: false,
         reentrant: true,
         field: Arc::from(field),
+        behalf: Vec::new(),
         lease: None,
         wait,
         since: Instant::now(),

@@ -1,0 +1,264 @@
+//! The lock actor's deadlock checks: which of its waits are due, what each
+//! check found, and failing the wait a cycle chose (`crate::deadlock` has the
+//! walk and the choice, `actors/waiting/deadlock.rs` the check itself).
+//!
+//! A wait is first checked when it has lasted `Config::deadlock_timeout`, then
+//! again every as long while it lasts: the other members of a cycle may start
+//! waiting (or write their records) after this one looked, and a victim that
+//! another process named may not have seen the cycle yet. At most one round
+//! of checks is in flight per actor. The actor keeps what it checked in a
+//! boxed [`Detector`] that exists only while it has a wait past the timeout, so
+//! a held lock's actor does not grow: it removes each record and its local
+//! publication as soon as the wait ends, however it ends.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use futures::future::join_all;
+use tracing::{debug, info, warn};
+
+use super::waiters::Gone;
+use super::LockActor;
+use crate::actors::listen::Alarm;
+use crate::actors::waiting::{check, Checked, Published};
+use crate::deadlock::{owner_of, victim, Wait};
+use crate::error::{is_noperm, LockError};
+use crate::wire::deadlock::forget;
+use crate::wire::waiting::now_ms;
+
+/// The shortest life of a wait's record: long enough that a check or two
+/// missed (a slow round trip) does not drop a live wait from others' walks.
+const MIN_RECORD_LIFE: Duration = Duration::from_secs(10);
+
+/// What one lock actor keeps about its checked waits; see the module docs.
+#[derive(Debug, Default)]
+pub(super) struct Detector {
+    /// Waiter id -> its wait as checked (its start time, fixed at the first
+    /// check, is what every detector compares), and whether Redis has its record.
+    checked: HashMap<u64, (Wait, bool)>,
+    /// The next round.
+    alarm: Alarm,
+    /// A round is in flight.
+    checking: bool,
+    /// Redis refused the records (NOPERM): checks stay within this process.
+    refused: bool,
+}
+
+impl Detector {
+    /// After the actor's restart: its alarm and round belonged to the old context.
+    pub(super) fn forget(&mut self) {
+        self.alarm.forget();
+        self.checking = false;
+    }
+}
+
+impl LockActor {
+    /// Someone waits: arms the next round of checks, if detection is on and
+    /// none is armed or running.
+    pub(super) fn watch_for_deadlocks(&mut self, ctx: &mut Context<Self>) {
+        let Some(timeout) = self.shared.config.deadlock_timeout else {
+            return;
+        };
+        if self
+            .detector
+            .as_ref()
+            .is_some_and(|d| d.checking || d.alarm.is_set())
+        {
+            return;
+        }
+        let first = self
+            .queue
+            .iter()
+            .filter(|w| !w.try_once)
+            .map(|w| w.req.since + timeout)
+            .min();
+        let Some(first) = first else {
+            return;
+        };
+        // A wait already checked is looked at again a timeout after the last round.
+        let rechecking = self
+            .detector
+            .as_ref()
+            .is_some_and(|d| !d.checked.is_empty());
+        let delay = if rechecking {
+            timeout
+        } else {
+            first.saturating_duration_since(Instant::now())
+        };
+        let slot: fn(&mut Self) -> &mut Alarm = |act| &mut act.detector_mut().alarm;
+        self.detector_mut()
+            .alarm
+            .set(ctx, delay, slot, |act, ctx| act.check_deadlocks(ctx));
+    }
+
+    fn detector_mut(&mut self) -> &mut Detector {
+        self.detector.get_or_insert_with(Box::default)
+    }
+
+    /// The waits past the timeout, as the graph shows them.
+    fn due_waits(&mut self, timeout: Duration) -> Vec<(u64, Wait)> {
+        let now_ms = now_ms();
+        let detector = self.detector.get_or_insert_with(Box::default);
+        let name = &self.name;
+        self.queue
+            .iter()
+            .filter(|w| !w.try_once && !w.req.reply.is_closed())
+            .filter(|w| w.req.since.elapsed() >= timeout)
+            .map(|w| {
+                let wait = match detector.checked.get(&w.req.id) {
+                    Some((wait, _)) => wait.clone(),
+                    None => {
+                        let since_ms =
+                            now_ms.saturating_sub(w.req.since.elapsed().as_millis() as u64);
+                        let mut owners = vec![owner_of(&w.req.field).to_string()];
+                        owners.extend(w.req.behalf.iter().cloned());
+                        Wait {
+                            owners,
+                            lock: name.to_string(),
+                            wants: w.req.kind,
+                            field: w.req.field.to_string(),
+                            since_ms,
+                        }
+                    }
+                };
+                (w.req.id, wait)
+            })
+            .collect()
+    }
+
+    /// This lock as this process's walks see it: its holders here, its waits
+    /// past the timeout.
+    fn publish(&self, waits: Vec<Wait>) {
+        let published = (!waits.is_empty()).then(|| Published {
+            holders: self.holdings.iter().map(|h| h.field.to_string()).collect(),
+            waits,
+        });
+        self.shared
+            .local_waits
+            .publish(&self.name, self.kind.kind(), published);
+    }
+
+    /// One round: each wait past the timeout is checked, the rounds' victims
+    /// fail, and the next round is armed.
+    fn check_deadlocks(&mut self, ctx: &mut Context<Self>) {
+        let Some(timeout) = self.shared.config.deadlock_timeout else {
+            return;
+        };
+        let due = self.due_waits(timeout);
+        self.publish(due.iter().map(|(_, w)| w.clone()).collect());
+        if due.is_empty() {
+            self.reconcile(ctx);
+            return;
+        }
+        let detector = self.detector_mut();
+        detector.checking = true;
+        let refused = detector.refused;
+        for (id, wait) in &due {
+            let recorded = detector.checked.get(id).is_some_and(|(_, r)| *r);
+            detector.checked.insert(*id, (wait.clone(), recorded));
+        }
+        let life = MIN_RECORD_LIFE.max(3 * timeout);
+        let checks = due.into_iter().map(|(id, wait)| {
+            let shared = self.shared.clone();
+            async move {
+                let checked = if refused {
+                    crate::actors::waiting::check_here(shared, wait).await
+                } else {
+                    check(shared, wait, life).await
+                };
+                (id, checked)
+            }
+        });
+        ctx.spawn(join_all(checks).into_actor(self).map(|results, act, ctx| {
+            act.detector_mut().checking = false;
+            for (id, checked) in results {
+                act.checked(id, checked, ctx);
+            }
+            act.pump(ctx);
+        }));
+    }
+
+    /// What the check of waiter `id` found.
+    fn checked(&mut self, id: u64, checked: Checked, ctx: &mut Context<Self>) {
+        let Checked {
+            cycle,
+            recorded,
+            commands,
+            error,
+        } = checked;
+        let detector = self.detector_mut();
+        if let Some((_, r)) = detector.checked.get_mut(&id) {
+            *r |= recorded;
+        }
+        if let Some(e) = error {
+            if is_noperm(&e) && !detector.refused {
+                detector.refused = true;
+                warn!(lock = %self.name, error = %e, "could not record or read what this process waits for (the ACL lacks hset/hdel/hgetall on ~lockwarden:client:*, docs/operations.md): deadlocks are found only within this process");
+            } else {
+                debug!(lock = %self.name, error = %e, "deadlock check could not finish; trying again");
+            }
+        }
+        let Some(cycle) = cycle else {
+            debug!(lock = %self.name, waiter = id, commands, "deadlock check: no cycle");
+            return;
+        };
+        if victim(&cycle) != 0 {
+            // Another wait of the cycle started later: it gives up, not this one.
+            debug!(lock = %self.name, waiter = id, %cycle, "in a deadlock another wait breaks");
+            return;
+        }
+        let Some(w) = self.queue.take(id) else {
+            return;
+        };
+        w.req.span.in_scope(
+            || info!(lock = %self.name, commands, %cycle, "deadlock: this wait gives up"),
+        );
+        crate::stats::record::deadlock(w.req.kind);
+        self.left(Gone::of(&w));
+        self.abandon(&w, ctx);
+        w.fail(LockError::Deadlock(Box::new(cycle)));
+    }
+
+    /// Drops what was checked of waits that ended (records in Redis, the local
+    /// publication), and the detector once nothing is left.
+    pub(super) fn forget_ended_waits(&mut self, ctx: &mut Context<Self>) {
+        let Some(detector) = self.detector.as_mut() else {
+            return;
+        };
+        let queue = &self.queue;
+        let ended: Vec<u64> = detector
+            .checked
+            .keys()
+            .filter(|id| queue.find(**id).is_none_or(|w| w.req.reply.is_closed()))
+            .copied()
+            .collect();
+        if !ended.is_empty() {
+            let mut removals = Vec::new();
+            for id in ended {
+                if let Some((wait, true)) = detector.checked.remove(&id) {
+                    removals.push(wait);
+                }
+            }
+            let left: Vec<Wait> = detector.checked.values().map(|(w, _)| w.clone()).collect();
+            self.publish(left);
+            if !removals.is_empty() {
+                let conn = self.shared.node.conn();
+                let name = self.name.clone();
+                actix::spawn(async move {
+                    for wait in removals {
+                        if let Err(e) = forget(&conn, &wait).await {
+                            // Its expiry drops it from every walk.
+                            debug!(lock = %name, error = %e, "could not remove a wait's record");
+                        }
+                    }
+                });
+            }
+        }
+        let detector = self.detector.as_mut().expect("checked above");
+        if self.queue.is_empty() && detector.checked.is_empty() && !detector.checking {
+            detector.alarm.cancel(ctx);
+            self.detector = None;
+        }
+    }
+}
