@@ -41,6 +41,8 @@ pub(super) struct Detector {
     alarm: Alarm,
     /// A round is in flight.
     checking: bool,
+    /// When the last round started.
+    last_round: Option<Instant>,
     /// Redis refused the records (NOPERM): checks stay within this process.
     refused: bool,
 }
@@ -67,25 +69,24 @@ impl LockActor {
         {
             return;
         }
-        let first = self
+        // A wait not checked yet is due a timeout after it began; one checked
+        // already, a timeout after the last round.
+        let checked = self.detector.as_ref().map(|d| (&d.checked, d.last_round));
+        let first_check = self
             .queue
             .iter()
             .filter(|w| !w.try_once)
+            .filter(|w| checked.is_none_or(|(c, _)| !c.contains_key(&w.req.id)))
             .map(|w| w.req.since + timeout)
             .min();
-        let Some(first) = first else {
+        let recheck = checked
+            .filter(|(c, _)| !c.is_empty())
+            .and_then(|(_, last)| last)
+            .map(|last| last + timeout);
+        let Some(at) = first_check.into_iter().chain(recheck).min() else {
             return;
         };
-        // A wait already checked is looked at again a timeout after the last round.
-        let rechecking = self
-            .detector
-            .as_ref()
-            .is_some_and(|d| !d.checked.is_empty());
-        let delay = if rechecking {
-            timeout
-        } else {
-            first.saturating_duration_since(Instant::now())
-        };
+        let delay = at.saturating_duration_since(Instant::now());
         let slot: fn(&mut Self) -> &mut Alarm = |act| &mut act.detector_mut().alarm;
         self.detector_mut()
             .alarm
@@ -149,10 +150,12 @@ impl LockActor {
         self.publish(due.iter().map(|(_, w)| w.clone()).collect());
         if due.is_empty() {
             self.reconcile(ctx);
+            self.watch_for_deadlocks(ctx);
             return;
         }
         let detector = self.detector_mut();
         detector.checking = true;
+        detector.last_round = Some(Instant::now());
         let refused = detector.refused;
         for (id, wait) in &due {
             let recorded = detector.checked.get(id).is_some_and(|(_, r)| *r);
@@ -176,6 +179,7 @@ impl LockActor {
                 act.checked(id, checked, ctx);
             }
             act.pump(ctx);
+            act.watch_for_deadlocks(ctx);
         }));
     }
 
@@ -233,27 +237,27 @@ impl LockActor {
             .filter(|id| queue.find(**id).is_none_or(|w| w.req.reply.is_closed()))
             .copied()
             .collect();
-        if !ended.is_empty() {
-            let mut removals = Vec::new();
-            for id in ended {
-                if let Some((wait, true)) = detector.checked.remove(&id) {
-                    removals.push(wait);
-                }
+        let mut removals = Vec::new();
+        for id in ended {
+            if let Some((wait, true)) = detector.checked.remove(&id) {
+                removals.push(wait);
             }
-            let left: Vec<Wait> = detector.checked.values().map(|(w, _)| w.clone()).collect();
-            self.publish(left);
-            if !removals.is_empty() {
-                let conn = self.shared.node.conn();
-                let name = self.name.clone();
-                actix::spawn(async move {
-                    for wait in removals {
-                        if let Err(e) = forget(&conn, &wait).await {
-                            // Its expiry drops it from every walk.
-                            debug!(lock = %name, error = %e, "could not remove a wait's record");
-                        }
+        }
+        // Published again at each change, not only when a wait ends: the
+        // holders this process's walks read must be the ones holding now.
+        let left: Vec<Wait> = detector.checked.values().map(|(w, _)| w.clone()).collect();
+        self.publish(left);
+        if !removals.is_empty() {
+            let conn = self.shared.node.conn();
+            let name = self.name.clone();
+            actix::spawn(async move {
+                for wait in removals {
+                    if let Err(e) = forget(&conn, &wait).await {
+                        // Its expiry drops it from every walk.
+                        debug!(lock = %name, error = %e, "could not remove a wait's record");
                     }
-                });
-            }
+                }
+            });
         }
         let detector = self.detector.as_mut().expect("checked above");
         if self.queue.is_empty() && detector.checked.is_empty() && !detector.checking {
