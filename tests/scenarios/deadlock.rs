@@ -59,11 +59,22 @@ fn spread(t: &Target, prefix: &str, n: usize) -> Vec<String> {
 /// victim's index and its cycle.
 async fn one_gives_way(
     waits: Vec<(Addr<LockManager>, String, AcquireKind, Owner)>,
+    holds: Vec<Option<LockGuard>>,
+) -> (usize, Deadlock) {
+    let asks = waits
+        .into_iter()
+        .map(|(m, name, kind, owner)| (m, Acquire::new(name).kind(kind).owner(owner)))
+        .collect();
+    one_of_these_gives_way(asks, holds).await
+}
+
+/// [`one_gives_way`] for requests made by the caller.
+async fn one_of_these_gives_way(
+    asks: Vec<(Addr<LockManager>, Acquire)>,
     mut holds: Vec<Option<LockGuard>>,
 ) -> (usize, Deadlock) {
     let mut pending = Vec::new();
-    for (i, (m, name, kind, owner)) in waits.into_iter().enumerate() {
-        let ask = Acquire::new(name).kind(kind).owner(owner);
+    for (i, (m, ask)) in asks.into_iter().enumerate() {
         pending.push(Box::pin(
             async move { (i, m.send(ask).await.expect("running")) },
         ));
@@ -219,6 +230,26 @@ pub async fn fair_waiters_in_a_cycle(t: &Target) {
     assert_eq!(cycle.links[0].wants, AcquireKind::Fair);
 }
 
+/// A spin lock's waiter and a non-reentrant lock's waiter in one cycle: the
+/// kinds that wait differently (a spin waiter polls; a non-reentrant one is
+/// refused only when it asks for what it holds itself) deadlock the same way.
+pub async fn spin_and_non_reentrant_waits_in_a_cycle(t: &Target) {
+    let m = managers(t, 2).await;
+    let names = spread(t, "dl:spin", 2);
+    let (o1, o2) = (Owner::new(), Owner::new());
+    let g1 = hold(&m[0], &names[0], |a| a.spin().owner(o1)).await;
+    let g2 = hold(&m[1], &names[1], |a| a.non_reentrant().owner(o2)).await;
+    let asks = vec![
+        (m[0].clone(), Acquire::new(&names[1]).spin().owner(o1)),
+        (
+            m[1].clone(),
+            Acquire::new(&names[0]).non_reentrant().owner(o2),
+        ),
+    ];
+    let (_, cycle) = one_of_these_gives_way(asks, vec![Some(g1), Some(g2)]).await;
+    assert_eq!(cycle.links.len(), 2, "{cycle}");
+}
+
 /// A wait on behalf of the holder of the very lock it wants (a nested
 /// command asking for its outer command's lock) waits for itself: it gets
 /// `Deadlock` instead of waiting for ever, and the holder keeps its lock.
@@ -339,6 +370,7 @@ macro_rules! each {
             three_managers_over_three_locks,
             a_writer_and_a_reader_wait_for_each_other,
             fair_waiters_in_a_cycle,
+            spin_and_non_reentrant_waits_in_a_cycle,
             a_wait_on_behalf_of_its_own_holder_gives_way,
             a_redisson_holder_ends_the_search,
             ended_waits_leave_no_record,
