@@ -250,6 +250,46 @@ pub async fn spin_and_non_reentrant_waits_in_a_cycle(t: &Target) {
     assert_eq!(cycle.links.len(), 2, "{cycle}");
 }
 
+/// The read-write upgrade deadlock: two readers that both want the write lock.
+/// Asked by the reading owner itself, each is refused at once
+/// (`UpgradeRefused`: it would wait for its own reads), so the cycle never
+/// forms. Asked for a reading owner by another (a task or a child process
+/// waiting on its behalf), each write wait waits for its own reader among
+/// others: each is a deadlock with itself and gets `Deadlock`, and the reads
+/// stay held.
+pub async fn two_readers_that_both_want_to_write(t: &Target) {
+    let m = managers(t, 2).await;
+    let (o1, o2) = (Owner::new(), Owner::new());
+    let r1 = hold(&m[0], "dl:up", |a| a.read().owner(o1)).await;
+    let r2 = hold(&m[1], "dl:up", |a| a.read().owner(o2)).await;
+    for (mgr, owner) in [(&m[0], o1), (&m[1], o2)] {
+        let began = Instant::now();
+        let asked = mgr
+            .send(
+                Acquire::new("dl:up")
+                    .write()
+                    .owner(owner)
+                    .wait(Duration::from_secs(5)),
+            )
+            .await
+            .expect("running");
+        assert!(matches!(asked, Err(LockError::UpgradeRefused)), "{asked:?}");
+        assert!(began.elapsed() < Duration::from_secs(1));
+    }
+    let w1 = m[0].send(Acquire::new("dl:up").write().on_behalf_of(r1.owner_field()));
+    let w2 = m[1].send(Acquire::new("dl:up").write().on_behalf_of(r2.owner_field()));
+    let began = Instant::now();
+    let (a, b) = futures::future::join(w1, w2).await;
+    for asked in [a.expect("running"), b.expect("running")] {
+        match asked {
+            Err(LockError::Deadlock(cycle)) => assert_eq!(cycle.links.len(), 1, "{cycle}"),
+            other => panic!("not a deadlock: {other:?}"),
+        }
+    }
+    assert!(began.elapsed() <= BOUND, "{:?}", began.elapsed());
+    assert!(r1.release().await.is_ok() && r2.release().await.is_ok());
+}
+
 /// A wait on behalf of the holder of the very lock it wants (a nested
 /// command asking for its outer command's lock) waits for itself: it gets
 /// `Deadlock` instead of waiting for ever, and the holder keeps its lock.
@@ -371,6 +411,7 @@ macro_rules! each {
             a_writer_and_a_reader_wait_for_each_other,
             fair_waiters_in_a_cycle,
             spin_and_non_reentrant_waits_in_a_cycle,
+            two_readers_that_both_want_to_write,
             a_wait_on_behalf_of_its_own_holder_gives_way,
             a_redisson_holder_ends_the_search,
             ended_waits_leave_no_record,
