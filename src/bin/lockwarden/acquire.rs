@@ -123,6 +123,9 @@ pub async fn acquire(
     if let Some(lease) = opts.lease {
         msg = msg.lease(lease);
     }
+    for holder in &opts.behalf {
+        msg = msg.on_behalf_of(holder.as_str());
+    }
     let started = Instant::now();
     let show_progress = std::io::stderr().is_terminal();
     let mut request = Box::pin(manager.send(msg).fuse());

@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub use crate::cli_help::parse_from;
 pub use crate::cli_ops::{ListArgs, StatusArgs, TopArgs, UnlockArgs};
 pub use crate::cli_sync::{LatchAction, LatchArgs, SemaphoreAction, SemaphoreArgs};
-use crate::duration::{parse_duration, parse_lease, parse_timeout};
+use crate::duration::{parse_deadlock_timeout, parse_duration, parse_lease, parse_timeout};
 
 /// The exit codes, shown by `lockwarden --help` (same table as docs/operations.md).
 const EXIT_CODES: &str = "\
@@ -24,6 +24,8 @@ Exit codes:
   2    bad input or Redis unreachable; nothing was changed
   75   --wait ran out before the lock was acquired (the message names the holder)
   76   the lock was lost while held (force-unlocked, expired, or Redis unreachable)
+  78   run/hold: the wait was in a deadlock and was chosen to end it (the message
+       names the cycle); release what the caller holds, then retry
   126  run: the command could not be executed;  127: not found
   128+N  ended by signal N (run: the command was; run/hold: interrupted while waiting)
   any other: run exits with the command's own exit code
@@ -32,6 +34,8 @@ Environment:
   REDIS_URL                   Redis to use when --redis is not given
   LOCKWARDEN_WATCHDOG_LEASE   same as --watchdog-lease (run, hold)
   LOCKWARDEN_LABEL            same as --label
+  LOCKWARDEN_HOLDER           set by run for its command: the holder chain a nested
+                              run waits on behalf of (deadlock detection)
   RUST_LOG                    tracing filter for -v output (e.g. lockwarden=debug)
 
 Examples:
@@ -151,9 +155,30 @@ pub struct Common {
     )]
     pub label: Option<String>,
 
+    /// How long a lock wait (run, hold) lasts before it looks for a deadlock,
+    /// and then again each time as long: a wait in a cycle that started last
+    /// gives up with exit 78, naming the cycle. At least 10ms; `off` never
+    /// looks (a wait in a cycle then lasts until --wait runs out). Default 1s.
+    #[arg(
+        long = "deadlock-timeout",
+        global = true,
+        value_name = "DURATION|off",
+        value_parser = parse_deadlock_timeout
+    )]
+    pub deadlock_timeout: Option<DeadlockTimeout>,
+
     /// Log what happens on stderr (-v info, -vv debug, -vvv trace).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+}
+
+/// `--deadlock-timeout`: look for deadlocks after this long, or never.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeadlockTimeout {
+    /// After this long.
+    After(Duration),
+    /// `off`: never.
+    Off,
 }
 
 /// The subcommands.
@@ -174,9 +199,15 @@ and LOCKWARDEN_PERMITS (how many it took) instead of a token.
 The command sees LOCKWARDEN_LOCK (the lock name) and LOCKWARDEN_TOKEN (the fencing
 token of this acquisition) in its environment; with --redlock, LOCKWARDEN_TOKENS
 instead: node=token for each server that granted (node = its place among the --redis
-options, from 0; tokens of different servers are not comparable). Exit: the
-command's own code; 75 if --wait ran out (the holder is named); 76 if the lock was
-lost while it ran (with --redlock: when fewer than a majority still hold it).")]
+options, from 0; tokens of different servers are not comparable).
+It also sees LOCKWARDEN_HOLDER: the owner fields of the holders it runs under,
+outermost first, comma-separated (this lock's last). A lockwarden run inside it
+waits on their behalf, so nested runs that take two locks in opposite orders, or an
+inner run that asks for its outer run's lock, are found as a deadlock (exit 78)
+instead of waiting for ever. With --semaphore or --redlock the variable is passed on
+unchanged. Exit: the command's own code; 75 if --wait ran out (the holder is named);
+76 if the lock was lost while it ran (with --redlock: when fewer than a majority
+still hold it); 78 if the wait was chosen to end a deadlock (the cycle is named).")]
     Run(RunArgs),
 
     /// Acquire a lock, hold it for a while (or until Ctrl-C), release it.
@@ -280,6 +311,11 @@ pub struct AcquireOpts {
     /// of it (set by the command, not a flag).
     #[arg(skip)]
     pub began: Option<std::time::Instant>,
+
+    /// The holders this wait is on behalf of, outermost first (`run` reads them
+    /// from `LOCKWARDEN_HOLDER`; set by the command, not a flag).
+    #[arg(skip)]
+    pub behalf: Vec<String>,
 
     /// Hold for at most this long, without renewal. Without it the lock is renewed
     /// while held (watchdog) and frees within the watchdog lease if this process dies.
@@ -507,6 +543,22 @@ mod tests {
         let err = tls("maybe").expect_err("refused").to_string();
         assert!(err.contains("'maybe' is neither yes nor no"), "{err}");
         assert!(!err.contains("true, false"), "{err}");
+    }
+
+    #[test]
+    fn deadlock_timeout_takes_a_duration_or_off() {
+        let parse = |v: &str| {
+            Cli::try_parse_from(["lockwarden", "--deadlock-timeout", v, "status", "a"])
+                .map(|cli| cli.common.deadlock_timeout)
+        };
+        assert_eq!(
+            parse("200ms").expect("parses"),
+            Some(DeadlockTimeout::After(Duration::from_millis(200)))
+        );
+        assert_eq!(parse("off").expect("parses"), Some(DeadlockTimeout::Off));
+        for bad in ["0s", "5ms", "never", "1"] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -57,6 +57,24 @@ const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// How long a probe may take before Redis counts as not answering.
 const PROBE_BUDGET: Duration = Duration::from_secs(1);
 
+/// The variable that tells a command which lock holders it runs under (owner
+/// fields, outermost first, comma-separated): a nested `run` waits on their
+/// behalf ([`lockwarden::Acquire::on_behalf_of`]), so a cycle through a
+/// pipeline of nested commands is found as a deadlock.
+pub const HOLDER_VAR: &str = "LOCKWARDEN_HOLDER";
+
+/// The holder chain this process runs under, from [`HOLDER_VAR`]; empty
+/// outside a `run`. Fields that are empty after splitting are left out.
+pub fn inherited_holders() -> Vec<String> {
+    std::env::var(HOLDER_VAR)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
 /// Where signals for the command go.
 #[derive(Clone, Copy, Debug)]
 struct Target {
@@ -112,8 +130,9 @@ impl Held {
         }
     }
 
-    /// What the command finds in its environment about what it runs under.
-    fn env(&self, name: &str) -> Vec<(&'static str, String)> {
+    /// What the command finds in its environment about what it runs under;
+    /// `inherited` is the holder chain this command itself runs under.
+    fn env(&self, name: &str, inherited: &[String]) -> Vec<(&'static str, String)> {
         let (token_var, tokens) = match self {
             Held::Permits(guard) => {
                 return vec![
@@ -122,7 +141,18 @@ impl Held {
                     ("LOCKWARDEN_PERMIT_IDS", guard.ids().join(",")),
                 ];
             }
-            Held::One(guard) => ("LOCKWARDEN_TOKEN", guard.fencing_token().to_string()),
+            Held::One(guard) => {
+                // Who holds the lock, after the holders this command runs
+                // under: a nested `run` waits on behalf of all of them.
+                let own = guard.owner_field();
+                let own = own.strip_suffix(":write").unwrap_or(own);
+                let chain: Vec<&str> = inherited.iter().map(String::as_str).chain([own]).collect();
+                return vec![
+                    ("LOCKWARDEN_LOCK", name.to_string()),
+                    ("LOCKWARDEN_TOKEN", guard.fencing_token().to_string()),
+                    (HOLDER_VAR, chain.join(",")),
+                ];
+            }
             Held::Red(guard, places, _) => {
                 let pairs: Vec<String> = guard
                     .node_tokens()
@@ -161,6 +191,7 @@ pub async fn run(session: &Session, args: RunArgs) -> Result<i32, Failure> {
     let opts = AcquireOpts {
         wait: session.wait_left(args.acquire.wait),
         began: Some(session.began()),
+        behalf: inherited_holders(),
         ..args.acquire.clone()
     };
     let mut signals = Signals::install()?;
@@ -305,7 +336,9 @@ async fn supervise(guard: Held, args: &RunArgs, signals: &mut Signals, watch: &W
         return outcome::USAGE;
     };
     let mut cmd = child::command(program, rest, !on_terminal);
-    cmd.envs(guard.env(&args.name));
+    // The chain this command runs under; a semaphore or a RedLock passes it on
+    // unchanged (the child inherits it), since they are not in the wait-for graph.
+    cmd.envs(guard.env(&args.name, &inherited_holders()));
     let what = guard.what(&args.name);
     let mut child = match cmd.spawn() {
         Ok(child) => child,
