@@ -17,6 +17,7 @@
 //! - `session`: URL, name and kind checks, connecting.
 //! - `acquire`: waiting with progress, signals, timeout messages.
 //! - `child`: the command `run` starts, which dies with this process.
+//! - `waits`: recorded waiters and deadlocks as `status` and `top` show them.
 //! - `run`, `hold`, `inspect` (status, list), `unlock`, `top`: the subcommands; `redlock`:
 //!   what `run --redlock` does before and after the command; `sync`: `run
 //!   --semaphore`, `latch` and `semaphore`.
@@ -48,6 +49,7 @@ mod session;
 mod sync;
 mod top;
 mod unlock;
+mod waits;
 
 use std::io::Write;
 
