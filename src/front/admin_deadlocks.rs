@@ -26,10 +26,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::admin::Admin;
-use crate::deadlock::{find_cycle, owner_of, victim, Deadlock, Wait};
+use redis::RedisError;
+
+use crate::deadlock::{find_cycle, owner_of, victim, Deadlock, Graph, LockState, OwnerState, Wait};
 use crate::error::{is_noperm, LockError};
 use crate::keys;
 use crate::kind::AcquireKind;
+use crate::node::Conn;
 use crate::wire::deadlock::{read_owner, RedisGraph};
 use crate::wire::waiting::{self, WaitKind};
 
@@ -37,6 +40,41 @@ use crate::wire::waiting::{self, WaitKind};
 const CLIENT_ENTRIES: &str = "lockwarden:client:*";
 /// The prefix of a wait record's field in a client entry (`wire/deadlock.rs`).
 const WAIT_FIELD: &str = "wait:";
+
+/// The graph as Redis holds it, plus the waits only the waiting records show:
+/// an owner whose process runs with detection off records no wait in its
+/// registry entry, and the walk must still see what it waits for.
+struct KnownWaits {
+    /// Locks and owners as the detectors read them.
+    redis: RedisGraph<Conn>,
+    /// Every wait found before the walk ([`Admin::start_waits`]).
+    waits: Vec<Wait>,
+}
+
+impl Graph for KnownWaits {
+    type Error = RedisError;
+
+    async fn lock(&mut self, name: &str) -> Result<LockState, RedisError> {
+        self.redis.lock(name).await
+    }
+
+    async fn owner(&mut self, owner: &str) -> Result<Option<OwnerState>, RedisError> {
+        let Some(mut state) = self.redis.owner(owner).await? else {
+            // No registry entry: the search ends here, as in the detectors.
+            return Ok(None);
+        };
+        for wait in self
+            .waits
+            .iter()
+            .filter(|w| w.owners.iter().any(|o| o == owner))
+        {
+            if !state.waits.iter().any(|w| w.lock == wait.lock) {
+                state.waits.push(wait.clone());
+            }
+        }
+        Ok(Some(state))
+    }
+}
 
 impl Admin {
     /// The deadlocks now: every cycle of waits, each once, its first link the
@@ -47,13 +85,16 @@ impl Admin {
     /// detectors. Semaphores and latches are not in the graph.
     pub async fn deadlocks(&self) -> Result<Vec<Deadlock>, LockError> {
         let starts = self.start_waits().await?;
-        let mut graph = RedisGraph {
-            conn: self.conn.clone(),
+        let mut graph = KnownWaits {
+            redis: RedisGraph {
+                conn: self.conn.clone(),
+            },
+            waits: starts.values().cloned().collect(),
         };
         let mut seen: BTreeSet<Vec<(String, String)>> = BTreeSet::new();
         let mut found = Vec::new();
         for wait in starts.into_values() {
-            let client = match read_owner(&mut graph.conn, &wait.owners[0]).await {
+            let client = match read_owner(&mut graph.redis.conn, &wait.owners[0]).await {
                 Ok(owner) => owner.and_then(|o| o.client),
                 Err(e) if is_noperm(&e) => None,
                 Err(e) => return Err(e.into()),

@@ -66,6 +66,12 @@ pub fn parse_deadlock_timeout(text: &str) -> Result<crate::cli::DeadlockTimeout,
     Ok(DeadlockTimeout::After(after))
 }
 
+/// A Unix time as `HH:MM:SS` (UTC), for a line that says when.
+pub fn clock(at: Duration) -> String {
+    let s = at.as_secs();
+    format!("{:02}:{:02}:{:02}", s / 3600 % 24, s / 60 % 60, s % 60)
+}
+
 /// Parses an explicit `--lease`: a duration of at least 1 ms. A zero lease is
 /// refused here, in the operator's own words (`0s`), with the reason, before
 /// anything connects: Redis would delete the lock at once (`PEXPIRE 0`).

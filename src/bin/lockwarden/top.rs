@@ -34,7 +34,7 @@ use serde_json::json;
 
 use crate::acquire::Signals;
 use crate::cli::TopArgs;
-use crate::duration::human;
+use crate::duration::{clock, human};
 use crate::inspect::{number_text, sync_json, to_json, ttl_text, Row};
 use crate::outcome::{self, printable, Failure};
 use crate::session::Session;
@@ -231,12 +231,6 @@ fn waiters_text(waiters: &[RecordedWaiter], compact: bool) -> String {
     } else {
         each.join("; ")
     }
-}
-
-/// Seconds and milliseconds of a Unix time as `HH:MM:SS` (UTC).
-fn clock(at: Duration) -> String {
-    let s = at.as_secs();
-    format!("{:02}:{:02}:{:02}", s / 3600 % 24, s / 60 % 60, s % 60)
 }
 
 /// A whole screen: cursor home, clear, a header, one row a lock.

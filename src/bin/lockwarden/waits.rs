@@ -10,12 +10,12 @@
 use lockwarden::{Admin, ClientInfo, Deadlock, DeadlockLink, RecordedWaiter};
 use serde_json::{json, Value};
 
-use crate::duration::{human, millis};
+use crate::duration::{clock, human, millis};
 use crate::outcome::{field, note};
 
 /// One recorded waiter for people, who first (a narrow terminal cuts the
 /// end): `host web-3 pid 4211 label "api" (...) waits for 2 permits, 12.0s so
-/// far  [<owner field>]`.
+/// far (since 09:13:30 UTC)  [<owner field>]`.
 pub fn waiter_text(w: &RecordedWaiter) -> String {
     let waited = w.since.elapsed().unwrap_or_default();
     let wants = if w.wants == 1 {
@@ -23,10 +23,15 @@ pub fn waiter_text(w: &RecordedWaiter) -> String {
     } else {
         format!(" for {} permits", w.wants)
     };
+    let since = w
+        .since
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     format!(
-        "{} waits{wants}, {} so far  [{}]",
+        "{} waits{wants}, {} so far (since {} UTC)  [{}]",
         w.who(),
         human(waited),
+        clock(since),
         field(&w.owner_field)
     )
 }
@@ -92,7 +97,7 @@ fn who(link: &DeadlockLink) -> String {
 }
 
 /// The cycle in one line: `<who> waits for exclusive lock "b", held by
-/// <who>, which waits for exclusive lock "a", held by the first; a detector
+/// <who>, which waits for exclusive lock "a", held by the first owner; a detector
 /// fails the first wait (it started last)`.
 pub fn text(cycle: &Deadlock) -> String {
     let mut out = String::new();
@@ -106,7 +111,7 @@ pub fn text(cycle: &Deadlock) -> String {
             link.wants, link.lock
         ));
         if i + 1 == n {
-            out.push_str("the first");
+            out.push_str("the first owner");
         } else {
             out.push_str(&format!("{}, which", who(&cycle.links[i + 1])));
         }
