@@ -230,6 +230,8 @@ Examples:
   lockwarden status orders:42
   lockwarden status orders:42 --json
   lockwarden status partner-api      (a semaphore: its available permits, who waits)
+Who waits for a lock is shown once a wait has lasted a second (host, pid, since
+when), and a DEADLOCK line names the cycle when the lock is in one.
 A semaphore or a count-down latch shows by its kind (from the label lockwarden writes
 when it makes one, else from what waits on it), with its permits or count (a latch at
 zero has no key); an integer nothing labels is a 'counter'.
@@ -266,7 +268,9 @@ Examples:
 On a terminal the screen is redrawn every --interval, most-waited-for first; piped,
 plain lines (a '# <time> <n> locks' line, then one line a row). WAITING counts the
 connections subscribed to the lock's or synchronizer's channel (about one per waiting
-process); QUEUE is a fair lock's queue. Ctrl-C ends it (exit 0).")]
+process); QUEUE is a fair lock's queue. A lock in a deadlock (a cycle of waits, whether or not a
+detector breaks it) is marked DEADLOCK and the cycle is printed under the table.
+Ctrl-C ends it (exit 0).")]
     Top(TopArgs),
 
     /// Work a count-down latch (Redisson's RCountDownLatch): set, count down, wait.

@@ -16,8 +16,13 @@
 //!   far) and `KEY MISSING` for a semaphore whose key is gone under its waiters;
 //! - a pipe or a file: plain lines, a `# <time> <n> locks[, <m> synchronizers]`
 //!   line and then one tab-separated line a row per refresh;
-//! - `--json`: one object per refresh, `{"at_ms", "locks": [...]}`, each row in the
-//!   shape of `status --json` (a lock's with `waiting` added).
+//! - `--json`: one object per refresh, `{"at_ms", "locks": [...], "deadlocks":
+//!   [...]}`, each row in the shape of `status --json` (a lock's with `waiting`
+//!   and `deadlock` added).
+//!
+//! Each refresh also reads the deadlocks standing ([`Admin::deadlocks`]): a lock
+//! in a cycle is marked `DEADLOCK` (before its holders on a screen, a last
+//! column piped) and each cycle is printed under the rows.
 //!
 //! A refresh that fails (Redis unreachable for a moment) is shown as such and the
 //! next one is tried; Ctrl-C (or SIGTERM/SIGHUP) ends it with exit 0, and so does a
