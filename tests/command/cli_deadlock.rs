@@ -93,6 +93,40 @@ async fn a_nested_run_of_its_outer_lock_exits_78() {
     assert!(!support::exists(&server, "nest:a"), "the lock is free");
 }
 
+/// A nested command sees the whole holder chain, outermost first, a writer's
+/// field without `:write`; a semaphore's `run` passes the chain on unchanged.
+#[actix_rt::test]
+async fn the_holder_chain_grows_with_each_lock() {
+    let server = RedisServer::start();
+    let out = lockwarden(&server)
+        .args(["run", "chain:a", "--write", "--", "sh", "-c"])
+        .arg(
+            r#""$LW" run chain:b --fair -- sh -c 'echo "$LOCKWARDEN_HOLDER"' &&
+               "$LW" run chain:s --semaphore --permits 1 -- sh -c 'echo "$LOCKWARDEN_HOLDER"'"#,
+        )
+        .output()
+        .await
+        .expect("run lockwarden");
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    let [nested, semaphore] = lines[..] else {
+        panic!("two lines: {stdout}")
+    };
+    let chain: Vec<&str> = nested.split(',').collect();
+    assert_eq!(chain.len(), 2, "outer, then inner: {nested}");
+    for field in &chain {
+        let (id, n) = field.rsplit_once(':').expect("<client id>:<n>");
+        assert_eq!(id.len(), 36, "{field}");
+        assert!(n.parse::<u64>().is_ok(), "no :write: {field}");
+    }
+    assert_ne!(chain[0], chain[1]);
+    assert_eq!(
+        semaphore, chain[0],
+        "the semaphore's run passed the chain on"
+    );
+}
+
 /// One trial of two nested pipelines in opposite orders: `run <a> -- run <b>`
 /// and `run <b> -- run <a>`, each inner starting once both outers hold. The
 /// inners' exit codes, and the time from the cycle closing (the later inner

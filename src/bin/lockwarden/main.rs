@@ -10,7 +10,7 @@
 //!
 //! - `cli`: the command line (clap), help texts and the exit-code table; `cli_sync`:
 //!   the `latch` and `semaphore` subcommands' shapes; `cli_ops`: `status`,
-//!   `unlock`, `list` and `top`'s; `cli_help`: the command as parsed, with the
+//!   `unlock`, `list` and `top`'s; `cli_run`: `run` and `hold`'s; `cli_help`: the command as parsed, with the
 //!   Sentinel and Cluster options shown once in `lockwarden --help`.
 //! - `duration`: `30s`-style durations.
 //! - `outcome`: exit codes and the error type.
@@ -38,6 +38,7 @@ mod child;
 mod cli;
 mod cli_help;
 mod cli_ops;
+mod cli_run;
 mod cli_sync;
 mod duration;
 mod hold;

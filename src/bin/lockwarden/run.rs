@@ -42,7 +42,9 @@ use nix::unistd::Pid;
 use tokio::time::Instant;
 use tracing::info;
 
-use crate::acquire::{acquire, report_timeout, Signals, Waited};
+use crate::acquire::{
+    acquire, holder_chain, inherited_holders, report_timeout, Signals, Waited, HOLDER_VAR,
+};
 use crate::child;
 use crate::cli::{AcquireOpts, OnLost, RunArgs};
 use crate::duration::human;
@@ -56,24 +58,6 @@ use crate::session::Session;
 const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// How long a probe may take before Redis counts as not answering.
 const PROBE_BUDGET: Duration = Duration::from_secs(1);
-
-/// The variable that tells a command which lock holders it runs under (owner
-/// fields, outermost first, comma-separated): a nested `run` waits on their
-/// behalf ([`lockwarden::Acquire::on_behalf_of`]), so a cycle through a
-/// pipeline of nested commands is found as a deadlock.
-pub const HOLDER_VAR: &str = "LOCKWARDEN_HOLDER";
-
-/// The holder chain this process runs under, from [`HOLDER_VAR`]; empty
-/// outside a `run`. Fields that are empty after splitting are left out.
-pub fn inherited_holders() -> Vec<String> {
-    std::env::var(HOLDER_VAR)
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|f| !f.is_empty())
-        .map(str::to_string)
-        .collect()
-}
 
 /// Where signals for the command go.
 #[derive(Clone, Copy, Debug)]
@@ -142,15 +126,10 @@ impl Held {
                 ];
             }
             Held::One(guard) => {
-                // Who holds the lock, after the holders this command runs
-                // under: a nested `run` waits on behalf of all of them.
-                let own = guard.owner_field();
-                let own = own.strip_suffix(":write").unwrap_or(own);
-                let chain: Vec<&str> = inherited.iter().map(String::as_str).chain([own]).collect();
                 return vec![
                     ("LOCKWARDEN_LOCK", name.to_string()),
                     ("LOCKWARDEN_TOKEN", guard.fencing_token().to_string()),
-                    (HOLDER_VAR, chain.join(",")),
+                    (HOLDER_VAR, holder_chain(inherited, guard.owner_field())),
                 ];
             }
             Held::Red(guard, places, _) => {
@@ -336,8 +315,7 @@ async fn supervise(guard: Held, args: &RunArgs, signals: &mut Signals, watch: &W
         return outcome::USAGE;
     };
     let mut cmd = child::command(program, rest, !on_terminal);
-    // The chain this command runs under; a semaphore or a RedLock passes it on
-    // unchanged (the child inherits it), since they are not in the wait-for graph.
+    // A RedLock or a semaphore (not in the wait-for graph) passes the chain on as is.
     cmd.envs(guard.env(&args.name, &inherited_holders()));
     let what = guard.what(&args.name);
     let mut child = match cmd.spawn() {
