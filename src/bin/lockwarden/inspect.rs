@@ -56,10 +56,11 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
     {
         return Err(not_a_lock("reading lock", &args.name));
     }
-    // The cycles through this lock, whoever would break them (issue 40).
-    let cycles: Vec<_> = match summary {
-        Some(_) => waits::now(&admin).await,
-        None => Vec::new(),
+    // The cycles through this lock, whoever would break them (issue 40). A lock
+    // in one has a recorded waiter, and the walk SCANs the keyspace: only then.
+    let cycles: Vec<_> = match &summary {
+        Some(lock) if !lock.waiters.is_empty() => waits::now(&admin).await,
+        _ => Vec::new(),
     };
     let cycles: Vec<_> = cycles
         .iter()

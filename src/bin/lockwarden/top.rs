@@ -20,7 +20,8 @@
 //!   [...]}`, each row in the shape of `status --json` (a lock's with `waiting`
 //!   and `deadlock` added).
 //!
-//! Each refresh also reads the deadlocks standing ([`Admin::deadlocks`]): a lock
+//! When a lock shown has recorded waiters, the refresh also reads the deadlocks
+//! standing ([`Admin::deadlocks`], two more SCANs and a walk per wait): a lock
 //! in a cycle is marked `DEADLOCK` (before its holders on a screen, a last
 //! column piped) and each cycle is printed under the rows.
 //!
@@ -57,8 +58,8 @@ struct Seen {
     rows: Vec<(Row, u64)>,
     /// Why no synchronizer is shown, when the user may not read them.
     unseen: Option<String>,
-    /// The deadlocks standing now (issue 40), over every lock, not only those
-    /// the pattern shows.
+    /// The deadlocks standing now (issue 40), every one, read only when a lock
+    /// shown has recorded waiters.
     cycles: Vec<Deadlock>,
 }
 
@@ -133,7 +134,15 @@ async fn look(admin: &Admin, pattern: &str) -> Frame {
         })
         .collect();
     rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.name().cmp(b.0.name())));
-    let cycles = waits::now(admin).await;
+    // A lock in a cycle has a recorded waiter; the walk SCANs the keyspace twice
+    // more, so only when a lock shown has one.
+    let waited = rows
+        .iter()
+        .any(|(row, _)| matches!(row, Row::Lock(lock) if !lock.waiters.is_empty()));
+    let cycles = match waited {
+        true => waits::now(admin).await,
+        false => Vec::new(),
+    };
     Ok(Seen {
         rows,
         unseen,
