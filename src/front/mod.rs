@@ -31,13 +31,15 @@
 //! - `ping`: [`Ping`](ping::Ping), whether the manager reaches Redis now (for a
 //!   readiness endpoint);
 //! - `admin`: [`Admin`](admin::Admin), the operator's read-only views, which need no
-//!   manager.
+//!   manager; `admin_waiters` and `admin_deadlocks` add who waits on what and
+//!   the cycles among those waits.
 //!
 //! Everything here sits on the actors, the node seam and the wire layer, and
 //! nothing below imports it.
 
 pub(crate) mod acquire;
 pub(crate) mod admin;
+mod admin_deadlocks;
 mod admin_waiters;
 pub(crate) mod fenced;
 pub(crate) mod handle;

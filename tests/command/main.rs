@@ -12,6 +12,7 @@
 mod support;
 
 mod cli;
+mod cli_deadlock;
 mod cli_faults;
 mod cli_json;
 mod cli_rough_edges;

@@ -150,6 +150,7 @@ pub fn lockwarden_at(bin: &str, url: &str) -> tokio::process::Command {
         .env_remove("REDIS_URL")
         .env_remove("LOCKWARDEN_WATCHDOG_LEASE")
         .env_remove("LOCKWARDEN_LABEL")
+        .env_remove("LOCKWARDEN_HOLDER")
         .env_remove("RUST_LOG")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())

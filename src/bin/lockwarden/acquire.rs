@@ -1,6 +1,8 @@
 //! Waiting for a lock the way an operator expects, shared by `run` and `hold`: a
-//! progress line on a terminal, Ctrl-C that leaves the queue, and a timeout message
-//! that names who holds the lock.
+//! progress line on a terminal, Ctrl-C that leaves the queue, a timeout message
+//! that names who holds the lock, and, inside another `run`, waiting on behalf of
+//! its holders (`LOCKWARDEN_HOLDER`) so that deadlock detection sees through
+//! nested commands.
 //!
 //! The waiting itself is the library's ([`Acquire`] with its wait budget and the
 //! unlock-message wake-ups); this module only races it against the signals the
@@ -89,6 +91,32 @@ impl Signals {
     }
 }
 
+/// The variable that tells a command which lock holders it runs under (owner
+/// fields, outermost first, comma-separated): a nested `run` waits on their
+/// behalf ([`Acquire::on_behalf_of`]), so a cycle through a
+/// pipeline of nested commands is found as a deadlock.
+pub const HOLDER_VAR: &str = "LOCKWARDEN_HOLDER";
+
+/// The holder chain this process runs under, from [`HOLDER_VAR`]; empty
+/// outside a `run`. Fields that are empty after splitting are left out.
+pub fn inherited_holders() -> Vec<String> {
+    std::env::var(HOLDER_VAR)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The chain a command under the lock held as `own_field` sees: `inherited`,
+/// then `own_field` without a writer's `:write` (the owner, not the hold).
+pub fn holder_chain(inherited: &[String], own_field: &str) -> String {
+    let own = own_field.strip_suffix(":write").unwrap_or(own_field);
+    let chain: Vec<&str> = inherited.iter().map(String::as_str).chain([own]).collect();
+    chain.join(",")
+}
+
 /// How waiting ended.
 #[derive(Debug)]
 pub enum Waited {
@@ -122,6 +150,9 @@ pub async fn acquire(
     }
     if let Some(lease) = opts.lease {
         msg = msg.lease(lease);
+    }
+    for holder in &opts.behalf {
+        msg = msg.on_behalf_of(holder.as_str());
     }
     let started = Instant::now();
     let show_progress = std::io::stderr().is_terminal();

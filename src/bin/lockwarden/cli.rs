@@ -6,15 +6,15 @@
 //! texts carry an example per subcommand and the exit-code table, because the
 //! operator reading `--help` at 3 a.m. should not need another document.
 
-use std::ffi::OsString;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
 pub use crate::cli_help::parse_from;
 pub use crate::cli_ops::{ListArgs, StatusArgs, TopArgs, UnlockArgs};
+pub use crate::cli_run::{AcquireOpts, HoldArgs, OnLost, RunArgs};
 pub use crate::cli_sync::{LatchAction, LatchArgs, SemaphoreAction, SemaphoreArgs};
-use crate::duration::{parse_duration, parse_lease, parse_timeout};
+use crate::duration::{parse_deadlock_timeout, parse_lease, parse_timeout};
 
 /// The exit codes, shown by `lockwarden --help` (same table as docs/operations.md).
 const EXIT_CODES: &str = "\
@@ -24,6 +24,8 @@ Exit codes:
   2    bad input or Redis unreachable; nothing was changed
   75   --wait ran out before the lock was acquired (the message names the holder)
   76   the lock was lost while held (force-unlocked, expired, or Redis unreachable)
+  78   run/hold: the wait was in a deadlock and was chosen to end it (the message
+       names the cycle); release what the caller holds, then retry
   126  run: the command could not be executed;  127: not found
   128+N  ended by signal N (run: the command was; run/hold: interrupted while waiting)
   any other: run exits with the command's own exit code
@@ -32,6 +34,8 @@ Environment:
   REDIS_URL                   Redis to use when --redis is not given
   LOCKWARDEN_WATCHDOG_LEASE   same as --watchdog-lease (run, hold)
   LOCKWARDEN_LABEL            same as --label
+  LOCKWARDEN_HOLDER           set by run for its command: the holder chain a nested
+                              run waits on behalf of (deadlock detection)
   RUST_LOG                    tracing filter for -v output (e.g. lockwarden=debug)
 
 Examples:
@@ -151,9 +155,30 @@ pub struct Common {
     )]
     pub label: Option<String>,
 
+    /// How long a lock wait (run, hold) lasts before it looks for a deadlock,
+    /// and then again each time as long: a wait in a cycle that started last
+    /// gives up with exit 78, naming the cycle. At least 10ms; `off` never
+    /// looks (a wait in a cycle then lasts until --wait runs out). Default 1s.
+    #[arg(
+        long = "deadlock-timeout",
+        global = true,
+        value_name = "DURATION|off",
+        value_parser = parse_deadlock_timeout
+    )]
+    pub deadlock_timeout: Option<DeadlockTimeout>,
+
     /// Log what happens on stderr (-v info, -vv debug, -vvv trace).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+}
+
+/// `--deadlock-timeout`: look for deadlocks after this long, or never.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeadlockTimeout {
+    /// After this long.
+    After(Duration),
+    /// `off`: never.
+    Off,
 }
 
 /// The subcommands.
@@ -174,9 +199,16 @@ and LOCKWARDEN_PERMITS (how many it took) instead of a token.
 The command sees LOCKWARDEN_LOCK (the lock name) and LOCKWARDEN_TOKEN (the fencing
 token of this acquisition) in its environment; with --redlock, LOCKWARDEN_TOKENS
 instead: node=token for each server that granted (node = its place among the --redis
-options, from 0; tokens of different servers are not comparable). Exit: the
-command's own code; 75 if --wait ran out (the holder is named); 76 if the lock was
-lost while it ran (with --redlock: when fewer than a majority still hold it).")]
+options, from 0; tokens of different servers are not comparable).
+It also sees LOCKWARDEN_HOLDER: the owner fields of the holders it runs under,
+outermost first, comma-separated (this lock's last). A lockwarden run (or hold)
+inside it waits on their behalf, so nested runs that take two locks in opposite
+orders, or an inner run that asks for its outer run's lock, are found as a deadlock
+(exit 78) instead of waiting for ever. With --semaphore or --redlock the variable
+is passed on unchanged. Exit: the command's own code; 75 if --wait ran out (the
+holder is named); 76 if the lock was lost while it ran (with --redlock: when fewer
+than a majority still hold it); 78 if the wait was chosen to end a deadlock (the
+cycle is named).")]
     Run(RunArgs),
 
     /// Acquire a lock, hold it for a while (or until Ctrl-C), release it.
@@ -199,6 +231,8 @@ Examples:
   lockwarden status orders:42
   lockwarden status orders:42 --json
   lockwarden status partner-api      (a semaphore: its available permits, who waits)
+Who waits for a lock is shown once a wait has lasted a second (host, pid, since
+when), and a DEADLOCK line names the cycle when the lock is in one.
 A semaphore or a count-down latch shows by its kind (from the label lockwarden writes
 when it makes one, else from what waits on it), with its permits or count (a latch at
 zero has no key); an integer nothing labels is a 'counter'.
@@ -235,7 +269,9 @@ Examples:
 On a terminal the screen is redrawn every --interval, most-waited-for first; piped,
 plain lines (a '# <time> <n> locks' line, then one line a row). WAITING counts the
 connections subscribed to the lock's or synchronizer's channel (about one per waiting
-process); QUEUE is a fair lock's queue. Ctrl-C ends it (exit 0).")]
+process); QUEUE is a fair lock's queue. A lock in a deadlock (a cycle of waits, whether or not a
+detector breaks it) is marked DEADLOCK and the cycle is printed under the table.
+Ctrl-C ends it (exit 0).")]
     Top(TopArgs),
 
     /// Work a count-down latch (Redisson's RCountDownLatch): set, count down, wait.
@@ -261,179 +297,6 @@ Taking permits to run a command is `lockwarden run NAME --semaphore --permits N`
 available (it was set up with more; `drain` and `set` again to lower it).
 Exit: 0; set: 1 as above; 2 if the key is not a semaphore (nothing changed).")]
     Semaphore(SemaphoreArgs),
-}
-
-/// How to acquire: shared by `run` and `hold`.
-#[derive(Debug, Clone, Args)]
-pub struct AcquireOpts {
-    /// Give up after waiting this long (0s: one attempt). Waits forever if not given.
-    ///
-    /// It bounds the wait for a lock someone else holds, counted from the start
-    /// (finding the master during a failover is part of it; with --redlock, from
-    /// when the servers answered). It does not bound the round trips to connect
-    /// and to make the attempt, which a slow link can stretch to seconds: bound
-    /// those with --connect-timeout.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub wait: Option<Duration>,
-
-    /// When the wait began: the command's start, since finding the master is part
-    /// of it (set by the command, not a flag).
-    #[arg(skip)]
-    pub began: Option<std::time::Instant>,
-
-    /// Hold for at most this long, without renewal. Without it the lock is renewed
-    /// while held (watchdog) and frees within the watchdog lease if this process dies.
-    #[arg(long, value_name = "DURATION", value_parser = parse_lease)]
-    pub lease: Option<Duration>,
-
-    /// Lease of a watchdog-renewed lock (renewed every third of it); a crashed
-    /// holder's lock frees within this time, and a force-unlock is noticed within a
-    /// third of it.
-    // Only `run` and `hold` hold a lock, so only they take it (status, list and
-    // unlock would ignore it). The env value is hidden: clap shows an unset
-    // variable as a dangling `[env: NAME=]`.
-    #[arg(
-        long,
-        env = "LOCKWARDEN_WATCHDOG_LEASE",
-        default_value = "30s",
-        value_name = "DURATION",
-        value_parser = parse_duration,
-        hide_env_values = true,
-        hide_short_help = true
-    )]
-    pub watchdog_lease: Duration,
-
-    /// Lock-delay: if this process dies, freezes or is cut off and the lock's lease
-    /// runs out unreleased, nobody may take the lock for this long after (so a
-    /// frozen holder has time to notice); a normal exit or release is not delayed.
-    /// Exclusive and spin locks; 0s (the default) for none. Consul uses 15s.
-    #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = parse_duration)]
-    pub lock_delay: Duration,
-
-    /// Use a fair lock: granted in the order waiters queued, across all clients.
-    /// With --semaphore: a fair semaphore, its permits granted in the order the
-    /// waiters queued across processes (strict: a head that wants more than is
-    /// free holds up those behind it); plain takers of the name do not queue and
-    /// can overtake. Not with --expirable.
-    #[arg(long, conflicts_with_all = ["read", "write", "spin"])]
-    pub fair: bool,
-
-    /// Use a spin lock: the exclusive lock, but waiting by asking again after a
-    /// growing delay (1 ms doubling to 128 ms) instead of listening for the unlock
-    /// message; for a Redis that refuses SUBSCRIBE.
-    #[arg(long, conflicts_with_all = ["read", "write"])]
-    pub spin: bool,
-
-    /// Take a read hold of a read-write lock: shared with other readers.
-    #[arg(long, conflicts_with = "write")]
-    pub read: bool,
-
-    /// Take the write side of a read-write lock: excludes readers and writers.
-    #[arg(long)]
-    pub write: bool,
-}
-
-impl AcquireOpts {
-    /// The kind of acquisition the flags ask for (exclusive without any).
-    pub fn kind(&self) -> lockwarden::AcquireKind {
-        use lockwarden::AcquireKind;
-        match (self.fair, self.read, self.write, self.spin) {
-            (true, _, _, _) => AcquireKind::Fair,
-            (_, true, _, _) => AcquireKind::Read,
-            (_, _, true, _) => AcquireKind::Write,
-            (_, _, _, true) => AcquireKind::Spin,
-            _ => AcquireKind::Exclusive,
-        }
-    }
-}
-
-/// What to do with the command when the lock is lost while it runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum OnLost {
-    /// SIGTERM, then SIGKILL after --grace; exit 76.
-    Kill,
-    /// Say so on stderr and let the command finish; exit with its code.
-    Warn,
-}
-
-/// `lockwarden run`.
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    /// The lock name.
-    pub name: String,
-
-    /// How to acquire.
-    #[command(flatten)]
-    pub acquire: AcquireOpts,
-
-    /// Take the lock on a majority of independent servers, one per --redis (at
-    /// least 3), as the RedLock algorithm does; a server that is down or slow
-    /// holds nobody up past --node-wait.
-    #[arg(long, conflicts_with_all = ["fair", "read", "write", "spin"])]
-    pub redlock: bool,
-
-    /// With --redlock: how long one server may take to grant in one round.
-    #[arg(long, requires = "redlock", default_value = "50ms", value_name = "DURATION", value_parser = parse_lease)]
-    pub node_wait: Duration,
-
-    /// NAME is a semaphore: take permits of it instead of a lock, so that at most
-    /// its number of permits of commands run at once.
-    #[arg(long, conflicts_with_all = ["redlock", "read", "write", "spin", "lease"])]
-    pub semaphore: bool,
-
-    /// With --semaphore: the permits the semaphore is given if it does not exist
-    /// yet; needed then (a wait on a semaphore with no key never ends). An existing
-    /// semaphore keeps its own number: one process's flag does not change the
-    /// fleet's (said on stderr when it plainly differs).
-    #[arg(long, requires = "semaphore", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub permits: Option<u32>,
-
-    /// With --semaphore: take the permits of a permit-expirable semaphore
-    /// (Redisson's RPermitExpirableSemaphore) instead: renewed while the command
-    /// runs, back by themselves within one --watchdog-lease if this process dies,
-    /// and lost (--on-lost applies) if they expire meanwhile. Not with --fair.
-    #[arg(long, requires = "semaphore", conflicts_with = "fair")]
-    pub expirable: bool,
-
-    /// With --semaphore: how many permits this command takes.
-    #[arg(long, requires = "semaphore", default_value = "1", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub take: u32,
-
-    /// What to do if the lock is lost while the command runs.
-    #[arg(long, value_enum, default_value = "kill", value_name = "ACTION")]
-    pub on_lost: OnLost,
-
-    /// With --on-lost kill: time between SIGTERM and SIGKILL.
-    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
-    pub grace: Duration,
-
-    /// Print one JSON object on stdout when done, after the command's own output:
-    /// {"event":"finished","name","kind","exit_code","error","at_ms"}.
-    #[arg(long)]
-    pub json: bool,
-
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
-    pub command: Vec<OsString>,
-}
-
-/// `lockwarden hold`.
-#[derive(Debug, Args)]
-pub struct HoldArgs {
-    /// The lock name.
-    pub name: String,
-
-    /// How long to hold it; until Ctrl-C (or SIGTERM) if not given.
-    #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration)]
-    pub hold_for: Option<Duration>,
-
-    /// How to acquire.
-    #[command(flatten)]
-    pub acquire: AcquireOpts,
-
-    /// Print one JSON object per event on stdout.
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// `yes` or `no` (and, quietly, the usual spellings of either), for a flag whose
@@ -507,6 +370,22 @@ mod tests {
         let err = tls("maybe").expect_err("refused").to_string();
         assert!(err.contains("'maybe' is neither yes nor no"), "{err}");
         assert!(!err.contains("true, false"), "{err}");
+    }
+
+    #[test]
+    fn deadlock_timeout_takes_a_duration_or_off() {
+        let parse = |v: &str| {
+            Cli::try_parse_from(["lockwarden", "--deadlock-timeout", v, "status", "a"])
+                .map(|cli| cli.common.deadlock_timeout)
+        };
+        assert_eq!(
+            parse("200ms").expect("parses"),
+            Some(DeadlockTimeout::After(Duration::from_millis(200)))
+        );
+        assert_eq!(parse("off").expect("parses"), Some(DeadlockTimeout::Off));
+        for bad in ["0s", "5ms", "never", "1"] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -48,6 +48,30 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("'{text}' is too large"))
 }
 
+/// Parses `--deadlock-timeout`: `off`, or a duration of at least 10 ms (a
+/// check costs Redis round trips; the library refuses less).
+pub fn parse_deadlock_timeout(text: &str) -> Result<crate::cli::DeadlockTimeout, String> {
+    use crate::cli::DeadlockTimeout;
+    if text.trim().eq_ignore_ascii_case("off") {
+        return Ok(DeadlockTimeout::Off);
+    }
+    let after = parse_duration(text).map_err(|e| format!("{e}, or off"))?;
+    if after < Duration::from_millis(10) {
+        return Err(format!(
+            "'{}' is under 10ms: each check costs Redis round trips (write off to \
+             turn deadlock detection off)",
+            text.trim()
+        ));
+    }
+    Ok(DeadlockTimeout::After(after))
+}
+
+/// A Unix time as `HH:MM:SS` (UTC), for a line that says when.
+pub fn clock(at: Duration) -> String {
+    let s = at.as_secs();
+    format!("{:02}:{:02}:{:02}", s / 3600 % 24, s / 60 % 60, s % 60)
+}
+
 /// Parses an explicit `--lease`: a duration of at least 1 ms. A zero lease is
 /// refused here, in the operator's own words (`0s`), with the reason, before
 /// anything connects: Redis would delete the lock at once (`PEXPIRE 0`).

@@ -146,9 +146,12 @@ impl Events<'_> {
 pub async fn hold(session: &Session, args: HoldArgs) -> Result<i32, Failure> {
     let manager = session.manager().await?;
     // Finding the master took part of --wait.
+    // Inside a `run`, a hold waits on behalf of the run's holders too, as a
+    // nested `run` does.
     let opts = AcquireOpts {
         wait: session.wait_left(args.acquire.wait),
         began: Some(session.began()),
+        behalf: crate::acquire::inherited_holders(),
         ..args.acquire.clone()
     };
     let mut signals = Signals::install()?;

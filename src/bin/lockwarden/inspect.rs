@@ -16,8 +16,7 @@
 //! the same text as `who`.
 
 use lockwarden::{
-    Admin, ClientInfo, LockError, LockKind, LockSummary, QueuedWaiter, RecordedWaiter,
-    SynchronizerKind, SynchronizerSummary,
+    Admin, LockError, LockKind, LockSummary, QueuedWaiter, SynchronizerKind, SynchronizerSummary,
 };
 use serde_json::{json, Value};
 
@@ -25,6 +24,7 @@ use crate::cli::{ListArgs, StatusArgs};
 use crate::duration::{human, millis};
 use crate::outcome::{self, field, note, Failure};
 use crate::session::Session;
+use crate::waits::{self, client_json, waiter_json, waiter_text};
 
 /// Runs `lockwarden status`; answers the exit code.
 pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure> {
@@ -56,8 +56,20 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
     {
         return Err(not_a_lock("reading lock", &args.name));
     }
+    // The cycles through this lock, whoever would break them (issue 40). A lock
+    // in one has a recorded waiter, and the walk SCANs the keyspace: only then.
+    let cycles: Vec<_> = match &summary {
+        Some(lock) if !lock.waiters.is_empty() => waits::now(&admin).await,
+        _ => Vec::new(),
+    };
+    let cycles: Vec<_> = cycles
+        .iter()
+        .filter(|c| waits::through(c, &args.name))
+        .collect();
     if args.json {
-        say!("{}", to_json(&args.name, summary.as_ref()));
+        let mut v = to_json(&args.name, summary.as_ref());
+        v["deadlocks"] = cycles.iter().map(|c| waits::to_json(c)).collect();
+        say!("{v}");
         return Ok(outcome::OK);
     }
     let Some(lock) = summary else {
@@ -91,6 +103,9 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
     say_queue(&lock.queue);
     for w in &lock.waiters {
         say!("  {}", waiter_text(w));
+    }
+    for c in cycles {
+        say!("  DEADLOCK: {}", waits::text(c));
     }
     Ok(outcome::OK)
 }
@@ -264,41 +279,6 @@ pub fn number_text(sync: &SynchronizerSummary, fields: bool) -> String {
     }
 }
 
-/// One recorded waiter for people, who first (a narrow terminal cuts the
-/// end): `host web-3 pid 4211 label "api" (...) waits for 2 permits, 12.0s so
-/// far  [<owner field>]`.
-pub fn waiter_text(w: &RecordedWaiter) -> String {
-    let waited = w.since.elapsed().unwrap_or_default();
-    let wants = if w.wants == 1 {
-        String::new()
-    } else {
-        format!(" for {} permits", w.wants)
-    };
-    format!(
-        "{} waits{wants}, {} so far  [{}]",
-        w.who(),
-        human(waited),
-        field(&w.owner_field)
-    )
-}
-
-/// A recorded waiter as JSON.
-fn waiter_json(w: &RecordedWaiter) -> Value {
-    let since_ms = w
-        .since
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(millis)
-        .unwrap_or(0);
-    json!({
-        "owner": w.owner_field,
-        "wants": w.wants,
-        "since_ms": since_ms,
-        "waited_ms": w.since.elapsed().map(millis).unwrap_or(0),
-        "client": client_json(w.client.as_ref()),
-        "who": w.who(),
-    })
-}
-
 /// The JSON form of a synchronizer: `name`, `kind`, `labelled`, `value`,
 /// `taken`, `ttl_ms`, `waiting` (listeners), `waiters` (recorded, who each is),
 /// `key_missing`, `queue` (a fair semaphore's, by `status` only); and `lock`, the same as `name`, kept for scripts written
@@ -331,23 +311,6 @@ pub fn who_text(lock: &LockSummary) -> String {
         .map(|h| h.who())
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-/// A holder's registry entry as JSON (`null` when unknown); strings as
-/// registered (JSON escapes control characters itself).
-fn client_json(client: Option<&ClientInfo>) -> Value {
-    let Some(c) = client else {
-        return Value::Null;
-    };
-    let started_ms = c
-        .started
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(millis)
-        .unwrap_or(0);
-    json!({
-        "host": c.host, "pid": c.pid, "program": c.program, "label": c.label,
-        "started_ms": started_ms, "version": c.version,
-    })
 }
 
 /// The refusal for a key that exists and is not a lock: bad input, exit 2.

@@ -10,13 +10,14 @@
 //!
 //! - `cli`: the command line (clap), help texts and the exit-code table; `cli_sync`:
 //!   the `latch` and `semaphore` subcommands' shapes; `cli_ops`: `status`,
-//!   `unlock`, `list` and `top`'s; `cli_help`: the command as parsed, with the
+//!   `unlock`, `list` and `top`'s; `cli_run`: `run` and `hold`'s; `cli_help`: the command as parsed, with the
 //!   Sentinel and Cluster options shown once in `lockwarden --help`.
 //! - `duration`: `30s`-style durations.
 //! - `outcome`: exit codes and the error type.
 //! - `session`: URL, name and kind checks, connecting.
 //! - `acquire`: waiting with progress, signals, timeout messages.
 //! - `child`: the command `run` starts, which dies with this process.
+//! - `waits`: recorded waiters and deadlocks as `status` and `top` show them.
 //! - `run`, `hold`, `inspect` (status, list), `unlock`, `top`: the subcommands; `redlock`:
 //!   what `run --redlock` does before and after the command; `sync`: `run
 //!   --semaphore`, `latch` and `semaphore`.
@@ -37,6 +38,7 @@ mod child;
 mod cli;
 mod cli_help;
 mod cli_ops;
+mod cli_run;
 mod cli_sync;
 mod duration;
 mod hold;
@@ -48,6 +50,7 @@ mod session;
 mod sync;
 mod top;
 mod unlock;
+mod waits;
 
 use std::io::Write;
 

@@ -25,6 +25,10 @@ pub const TIMEOUT: i32 = 75;
 /// The lock was lost while held (force-unlocked, expired, or Redis unreachable for
 /// a whole lease).
 pub const LOST: i32 = 76;
+/// The wait was in a deadlock and was chosen to end it (`run`, `hold`): the
+/// message names the cycle. Nothing was acquired; retrying after the caller
+/// released what it holds is safe.
+pub const DEADLOCK: i32 = 78;
 /// The command was found but could not be executed (as in shells).
 pub const CANNOT_EXECUTE: i32 = 126;
 /// The command was not found (as in shells).
@@ -94,7 +98,8 @@ impl Failure {
 
     /// A library error met while working, with what was being done. Errors that
     /// mean "your input is wrong" (a name, a lease, a key that is not a lock) exit 2
-    /// like any bad input; a lost lock exits 76; the rest exit 1.
+    /// like any bad input; a lost lock exits 76; a wait chosen to end a deadlock
+    /// exits 78; the rest exit 1.
     pub fn from_lock(doing: &str, e: LockError) -> Failure {
         let code = match &e {
             LockError::InvalidName(_) | LockError::InvalidLease { .. } => USAGE,
@@ -105,6 +110,7 @@ impl Failure {
             // (--sync-replicas): a timeout, not a failure of the command.
             LockError::Timeout { .. } | LockError::NotReplicated { .. } => TIMEOUT,
             LockError::Lost(_) => LOST,
+            LockError::Deadlock(_) => DEADLOCK,
             _ => FAILED,
         };
         let message = match &e {

@@ -42,7 +42,9 @@ use nix::unistd::Pid;
 use tokio::time::Instant;
 use tracing::info;
 
-use crate::acquire::{acquire, report_timeout, Signals, Waited};
+use crate::acquire::{
+    acquire, holder_chain, inherited_holders, report_timeout, Signals, Waited, HOLDER_VAR,
+};
 use crate::child;
 use crate::cli::{AcquireOpts, OnLost, RunArgs};
 use crate::duration::human;
@@ -112,8 +114,9 @@ impl Held {
         }
     }
 
-    /// What the command finds in its environment about what it runs under.
-    fn env(&self, name: &str) -> Vec<(&'static str, String)> {
+    /// What the command finds in its environment about what it runs under;
+    /// `inherited` is the holder chain this command itself runs under.
+    fn env(&self, name: &str, inherited: &[String]) -> Vec<(&'static str, String)> {
         let (token_var, tokens) = match self {
             Held::Permits(guard) => {
                 return vec![
@@ -122,7 +125,13 @@ impl Held {
                     ("LOCKWARDEN_PERMIT_IDS", guard.ids().join(",")),
                 ];
             }
-            Held::One(guard) => ("LOCKWARDEN_TOKEN", guard.fencing_token().to_string()),
+            Held::One(guard) => {
+                return vec![
+                    ("LOCKWARDEN_LOCK", name.to_string()),
+                    ("LOCKWARDEN_TOKEN", guard.fencing_token().to_string()),
+                    (HOLDER_VAR, holder_chain(inherited, guard.owner_field())),
+                ];
+            }
             Held::Red(guard, places, _) => {
                 let pairs: Vec<String> = guard
                     .node_tokens()
@@ -161,6 +170,7 @@ pub async fn run(session: &Session, args: RunArgs) -> Result<i32, Failure> {
     let opts = AcquireOpts {
         wait: session.wait_left(args.acquire.wait),
         began: Some(session.began()),
+        behalf: inherited_holders(),
         ..args.acquire.clone()
     };
     let mut signals = Signals::install()?;
@@ -305,7 +315,8 @@ async fn supervise(guard: Held, args: &RunArgs, signals: &mut Signals, watch: &W
         return outcome::USAGE;
     };
     let mut cmd = child::command(program, rest, !on_terminal);
-    cmd.envs(guard.env(&args.name));
+    // A RedLock or a semaphore (not in the wait-for graph) passes the chain on as is.
+    cmd.envs(guard.env(&args.name, &inherited_holders()));
     let what = guard.what(&args.name);
     let mut child = match cmd.spawn() {
         Ok(child) => child,

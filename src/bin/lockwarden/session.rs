@@ -14,7 +14,7 @@ use std::time::Duration;
 use actix::Addr;
 use lockwarden::{check_lock_name, Admin, Config, LockError, LockManager};
 
-use crate::cli::Common;
+use crate::cli::{Common, DeadlockTimeout};
 use crate::outcome::Failure;
 
 /// The checked settings of one invocation.
@@ -34,6 +34,15 @@ pub struct Session {
     waits: bool,
     /// `--connect-timeout`: how long after `began` connecting may end.
     connect_timeout: Option<Duration>,
+}
+
+/// `config` with `--deadlock-timeout` applied (the library's 1 s when not given).
+fn with_deadlock_timeout(config: Config, common: &Common) -> Config {
+    match common.deadlock_timeout {
+        Some(DeadlockTimeout::After(after)) => config.deadlock_timeout(after),
+        Some(DeadlockTimeout::Off) => config.no_deadlock_detection(),
+        None => config,
+    }
 }
 
 /// Fewest servers `run --redlock` takes: with two, the majority is both, so one
@@ -117,6 +126,7 @@ impl Session {
         if let Some(label) = &common.label {
             config = config.label(label.as_str());
         }
+        config = with_deadlock_timeout(config, common);
         config
             .validate()
             .map_err(|e| Failure::usage(e.to_string()))?;
@@ -180,6 +190,7 @@ impl Session {
             if let Some(label) = &common.label {
                 config = config.label(label.as_str());
             }
+            config = with_deadlock_timeout(config, common);
             config
                 .validate()
                 .map_err(|e| Failure::usage(format!("--watchdog-lease or --label: {e}")))?;

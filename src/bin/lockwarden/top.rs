@@ -16,8 +16,14 @@
 //!   far) and `KEY MISSING` for a semaphore whose key is gone under its waiters;
 //! - a pipe or a file: plain lines, a `# <time> <n> locks[, <m> synchronizers]`
 //!   line and then one tab-separated line a row per refresh;
-//! - `--json`: one object per refresh, `{"at_ms", "locks": [...]}`, each row in the
-//!   shape of `status --json` (a lock's with `waiting` added).
+//! - `--json`: one object per refresh, `{"at_ms", "locks": [...], "deadlocks":
+//!   [...]}`, each row in the shape of `status --json` (a lock's with `waiting`
+//!   and `deadlock` added).
+//!
+//! When a lock shown has recorded waiters, the refresh also reads the deadlocks
+//! standing ([`Admin::deadlocks`], two more SCANs and a walk per wait): a lock
+//! in a cycle is marked `DEADLOCK` (before its holders on a screen, a last
+//! column piped) and each cycle is printed under the rows.
 //!
 //! A refresh that fails (Redis unreachable for a moment) is shown as such and the
 //! next one is tried; Ctrl-C (or SIGTERM/SIGHUP) ends it with exit 0, and so does a
@@ -27,15 +33,18 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::FutureExt;
-use lockwarden::{Admin, ClientInfo, LockError, LockSummary, RecordedWaiter, SynchronizerSummary};
+use lockwarden::{
+    Admin, ClientInfo, Deadlock, LockError, LockSummary, RecordedWaiter, SynchronizerSummary,
+};
 use serde_json::json;
 
 use crate::acquire::Signals;
 use crate::cli::TopArgs;
-use crate::duration::human;
+use crate::duration::{clock, human};
 use crate::inspect::{number_text, sync_json, to_json, ttl_text, Row};
 use crate::outcome::{self, printable, Failure};
 use crate::session::Session;
+use crate::waits;
 
 /// Widest line drawn on a terminal: a longer one would wrap and scroll the screen.
 const MAX_COLUMNS: usize = 160;
@@ -49,6 +58,16 @@ struct Seen {
     rows: Vec<(Row, u64)>,
     /// Why no synchronizer is shown, when the user may not read them.
     unseen: Option<String>,
+    /// The deadlocks standing now (issue 40), every one, read only when a lock
+    /// shown has recorded waiters.
+    cycles: Vec<Deadlock>,
+}
+
+impl Seen {
+    /// Whether the lock `name` is in one of the cycles.
+    fn in_cycle(&self, name: &str) -> bool {
+        self.cycles.iter().any(|c| waits::through(c, name))
+    }
 }
 
 /// Runs `lockwarden top`; answers the exit code.
@@ -115,7 +134,20 @@ async fn look(admin: &Admin, pattern: &str) -> Frame {
         })
         .collect();
     rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.name().cmp(b.0.name())));
-    Ok(Seen { rows, unseen })
+    // A lock in a cycle has a recorded waiter; the walk SCANs the keyspace twice
+    // more, so only when a lock shown has one.
+    let waited = rows
+        .iter()
+        .any(|(row, _)| matches!(row, Row::Lock(lock) if !lock.waiters.is_empty()));
+    let cycles = match waited {
+        true => waits::now(admin).await,
+        false => Vec::new(),
+    };
+    Ok(Seen {
+        rows,
+        unseen,
+        cycles,
+    })
 }
 
 /// "3 locks" or "3 locks, 2 synchronizers".
@@ -215,12 +247,6 @@ fn waiters_text(waiters: &[RecordedWaiter], compact: bool) -> String {
     }
 }
 
-/// Seconds and milliseconds of a Unix time as `HH:MM:SS` (UTC).
-fn clock(at: Duration) -> String {
-    let s = at.as_secs();
-    format!("{:02}:{:02}:{:02}", s / 3600 % 24, s / 60 % 60, s % 60)
-}
-
 /// A whole screen: cursor home, clear, a header, one row a lock.
 fn screen_frame(url: &str, at: Duration, frame: &Frame, limit: usize) -> String {
     let mut lines = vec![format!(
@@ -229,7 +255,7 @@ fn screen_frame(url: &str, at: Duration, frame: &Frame, limit: usize) -> String 
     )];
     match frame {
         Err(e) => lines.push(format!("Redis did not answer this refresh: {e}")),
-        Ok(Seen { rows, unseen }) => {
+        Ok(seen @ Seen { rows, unseen, .. }) => {
             lines.push(counted(rows));
             lines.extend(unseen.clone());
             lines.push(String::new());
@@ -240,12 +266,17 @@ fn screen_frame(url: &str, at: Duration, frame: &Frame, limit: usize) -> String 
             for (row, waiting) in rows.iter().take(limit) {
                 lines.push(match row {
                     Row::Lock(lock) => format!(
-                        "{:<32} {:<16} {:>7} {:>5} {:<18} {}{}",
+                        "{:<32} {:<16} {:>7} {:>5} {:<18} {}{}{}",
                         lock.name,
                         lock.kind.as_str(),
                         waiting,
                         lock.queue.len(),
                         ttl_text(lock.ttl),
+                        if seen.in_cycle(&lock.name) {
+                            "DEADLOCK "
+                        } else {
+                            ""
+                        },
                         holders_text(lock, true),
                         waiters_text(&lock.waiters, true)
                     ),
@@ -264,6 +295,9 @@ fn screen_frame(url: &str, at: Duration, frame: &Frame, limit: usize) -> String 
             if rows.len() > limit {
                 lines.push(format!("... and {} more (--limit)", rows.len() - limit));
             }
+            for cycle in &seen.cycles {
+                lines.push(format!("DEADLOCK: {}", waits::text(cycle)));
+            }
         }
     }
     let body: Vec<String> = lines
@@ -278,19 +312,24 @@ fn plain_frame(at: Duration, frame: &Frame) -> String {
     let mut lines = Vec::new();
     match frame {
         Err(e) => lines.push(format!("# {} UTC error: {e}", clock(at))),
-        Ok(Seen { rows, unseen }) => {
+        Ok(seen @ Seen { rows, unseen, .. }) => {
             lines.push(format!("# {} UTC {}", clock(at), counted(rows)));
             lines.extend(unseen.iter().map(|why| format!("# {why}")));
             for (row, waiting) in rows {
                 lines.push(match row {
                     Row::Lock(lock) => format!(
-                        "{}\t{}\twaiting={waiting}\tqueue={}\t{}\tholders={}\twaiters={}",
+                        "{}\t{}\twaiting={waiting}\tqueue={}\t{}\tholders={}\twaiters={}{}",
                         outcome::field(&lock.name),
                         lock.kind.as_str(),
                         lock.queue.len(),
                         ttl_text(lock.ttl),
                         outcome::field(&holders_text(lock, false)),
                         outcome::field(&waiters_text(&lock.waiters, false)),
+                        if seen.in_cycle(&lock.name) {
+                            "\tDEADLOCK"
+                        } else {
+                            ""
+                        },
                     ),
                     Row::Sync(sync) => format!(
                         "{}\t{}\twaiting={waiting}\t{}\t{}{}\twaiters={}",
@@ -306,6 +345,9 @@ fn plain_frame(at: Duration, frame: &Frame) -> String {
                         outcome::field(&waiters_text(&sync.waiters, false)),
                     ),
                 });
+            }
+            for cycle in &seen.cycles {
+                lines.push(format!("# DEADLOCK: {}", waits::text(cycle)));
             }
         }
     }
@@ -323,21 +365,25 @@ fn json_frame(at: Duration, frame: &Frame) -> String {
     let at_ms = at.as_millis() as u64;
     let value = match frame {
         Err(e) => json!({ "at_ms": at_ms, "error": e.to_string() }),
-        Ok(Seen { rows, unseen }) => {
+        Ok(seen @ Seen { rows, unseen, .. }) => {
             let locks: Vec<serde_json::Value> = rows
                 .iter()
                 .map(|(row, waiting)| match row {
                     Row::Lock(lock) => {
                         let mut v = to_json(&lock.name, Some(lock));
                         v["waiting"] = json!(waiting);
+                        v["deadlock"] = json!(seen.in_cycle(&lock.name));
                         v
                     }
                     Row::Sync(sync) => sync_json(sync),
                 })
                 .collect();
+            let cycles: Vec<serde_json::Value> = seen.cycles.iter().map(waits::to_json).collect();
             match unseen {
-                Some(why) => json!({ "at_ms": at_ms, "locks": locks, "unseen": why }),
-                None => json!({ "at_ms": at_ms, "locks": locks }),
+                Some(why) => {
+                    json!({ "at_ms": at_ms, "locks": locks, "deadlocks": cycles, "unseen": why })
+                }
+                None => json!({ "at_ms": at_ms, "locks": locks, "deadlocks": cycles }),
             }
         }
     };
@@ -362,6 +408,7 @@ mod tests {
         let frame: Frame = Ok(Seen {
             rows: Vec::new(),
             unseen: None,
+            cycles: Vec::new(),
         });
         let text = screen_frame("redis://h", Duration::ZERO, &frame, 5);
         assert!(text.starts_with("\x1b[H\x1b[2J"));
