@@ -226,8 +226,14 @@ pub(crate) async fn find_cycle<G: Graph>(
             continue;
         };
         if start.owners.contains(&owner) {
-            // Back at the start: its link names the identity the cycle closes on.
-            path[0].link.owner = owner;
+            // Back at the start: its link names the identity the cycle closes
+            // on, with that identity's client (a nested wait closes on its
+            // outer holder, which runs elsewhere).
+            if owner != path[0].link.owner {
+                reads += 1;
+                path[0].link.client = graph.owner(&owner).await?.and_then(|o| o.client);
+                path[0].link.owner = owner;
+            }
             let links = path.into_iter().map(|s| s.link).collect();
             return Ok((Some(Deadlock { links }), reads));
         }

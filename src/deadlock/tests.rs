@@ -225,6 +225,11 @@ fn a_nested_wait_for_what_its_outer_owner_holds_waits_for_itself() {
         .cycle_from(&inner)
         .expect("waits for its own outer holder");
     assert_eq!(owners(&d), [("c1:4", "a")]);
+    // Named with the outer holder's client, not the inner waiter's.
+    assert_eq!(
+        d.links[0].client.as_ref().map(|c| c.host.as_str()),
+        Some("host-c1:4")
+    );
     assert_eq!(victim(&d), 0);
 }
 
