@@ -2,7 +2,7 @@
 //! and no trust in a master the rest of the cluster has demoted.
 //!
 //! On one server or under Sentinel a connection has one master, so one
-//! [`Confirmation`] (`node/replicas.rs` keeps its count). A cluster connection
+//! [`Confirmation`] (`node/replicas/` keeps its count). A cluster connection
 //! talks to every master, each with replicas of its own and its own socket for
 //! a `WAIT` to block, so here each master gets a `Confirmation` of its own, and a
 //! script call takes the one of the master that serves its key's slot

@@ -144,7 +144,7 @@ impl Invocation {
     /// lone one into an error). Not `Script::invoke_async`, which turns an error
     /// anywhere in a reply into an error for the whole reply. When the connection
     /// asks replicas to confirm, a shortfall is judged by [`Need`]
-    /// (`replicas.rs`).
+    /// (`replicas/`).
     pub(crate) async fn run<C: ScriptConn>(&self, conn: &mut C) -> RedisResult<Value> {
         let (reply, confirmed) = self.run_confirmed(conn).await?;
         judge(

@@ -9,7 +9,7 @@
 //! round trip and the `WAIT` covers the script's write (it counts the replicas that
 //! acknowledged everything this connection wrote so far; a batch of many lock
 //! changes is one script, so one `WAIT`). `n` is the configured minimum, or the
-//! number of replicas that can answer now when that is smaller (`node/replicas.rs`
+//! number of replicas that can answer now when that is smaller (`node/replicas/`
 //! counts them): with none, no `WAIT` is sent at all. What a shortfall means
 //! depends on the script ([`Need`]): a grant, a renewal, a release, a fenced write
 //! or a force-unlock that too few replicas confirmed is not reported as done (the
@@ -107,7 +107,7 @@ pub(crate) enum Need {
 }
 
 /// Replica confirmation on one connection: what is required, how many replicas
-/// can answer now (kept current by `node/replicas.rs`), and the budget of
+/// can answer now (kept current by `node/replicas/`), and the budget of
 /// `WAIT`s that may block it at once (see the module documentation). Shared by
 /// every clone of the connection.
 #[derive(Debug)]
@@ -220,7 +220,7 @@ impl Confirmation {
     }
 
     /// The master stopped answering, or could not be reached, when its replicas
-    /// were counted (`node/replicas.rs`, under Sentinel): until the Sentinels
+    /// were counted (`node/replicas/`, under Sentinel): until the Sentinels
     /// vouch for it again ([`Confirmation::trust_master`]) or the connection
     /// moves to the master they name, no change it answers is confirmed, with
     /// replicas or without. A master frozen through a failover answers as
@@ -379,7 +379,7 @@ async fn send_confirmed<C: ConnectionLike + Lanes + Clone + Send + 'static>(
 ) -> RedisResult<(Value, Confirmed)> {
     if confirmation.required() == 0 && !confirmation.aof {
         // No replica can answer (none, or every one frozen or gone): a WAIT
-        // would only last its timeout. `node/replicas.rs` made sure, under
+        // would only last its timeout. `node/replicas/` made sure, under
         // Sentinel, that this master was not demoted before it lowered the count.
         return Ok((conn.req_packed_command(cmd).await?, Confirmed::NotAsked));
     }
