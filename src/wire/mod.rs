@@ -59,7 +59,9 @@ pub(crate) use fair_semaphore::{
 pub(crate) use fenced::{FencedReply, FencedWrite};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
 pub(crate) use registry::{read_clients, register};
-pub(crate) use replicas::{confirm_with, judge, Confirm, Confirmation, Confirmed, Lanes, Need};
+pub(crate) use replicas::{
+    confirm_with, judge, Confirm, Confirmation, Confirmed, Lanes, Look, Need,
+};
 pub(crate) use rw::{ReadAcquire, ReadRelease, RwRenew, WriteAcquire, WriteRelease};
 pub(crate) use synchronizer::{
     key_exists, label, read_number, CountedDown, LatchCountDown, LatchSet, SemAcquire, SemAdded,

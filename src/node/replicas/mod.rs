@@ -105,16 +105,18 @@ pub(super) fn watch(
         doubts: Doubts::default(),
         failing: false,
     };
+    let look = confirmation.look();
     tokio::spawn(async move {
         loop {
             // A first look at once: a master that went silent while the
             // manager started is doubted before its first answers come back.
+            let covers = look.starting();
             if !watcher.look(&weak).await {
                 return;
             }
-            let Some(asked) = weak.upgrade().map(|c| c.look_asked()) else {
-                return;
-            };
+            // Calls held back by a short WAIT go out by this count now.
+            look.finished(covers);
+            let asked = look.asked();
             // A periodic look, one asked for by a short WAIT, or one for the
             // master the connection just moved to.
             let tick = std::pin::pin!(tokio::time::sleep(EVERY));
