@@ -5,10 +5,10 @@
 //! (`node/replicas/`, `node/cluster_replicas.rs`) for a look at once, and the
 //! connection turns short. A call that must be confirmed used to take the next
 //! free place for a whole `WAIT` right then, a few milliseconds before the
-//! look found the replica frozen and lowered the count: after a grant whose
-//! `WAIT` ran out, its give-back waited out a second whole `WAIT` for the same
-//! frozen replica, and the lock was blind for two timeouts instead of one
-//! (2.1 s in issue 36's Sentinel probe, with a 1 s timeout). So such a call
+//! look found the replica frozen and lowered the count: in issue 36's Sentinel
+//! probe, a waiter whose grant's `WAIT` ran out tried again at once, waited
+//! out a second whole `WAIT` for the same frozen replica, and the lock was
+//! blind for two timeouts instead of one (2.1 s with a 1 s timeout). So such a call
 //! first waits for the look asked before it (a few milliseconds, at most the
 //! confirmation timeout it would have spent on the `WAIT`), and goes out by
 //! the count that look left: without a `WAIT` when no replica can answer,
@@ -86,6 +86,75 @@ impl Look {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ReplicaSync;
+    use crate::wire::replicas::{Confirm, Confirmation, Confirmed, Need, Way};
+
+    /// What a `Need::Must` call on `c` would send now: `Some(n)`, a `WAIT`
+    /// for n replicas; `None`, no `WAIT` (or not sent at all).
+    async fn sends(c: &Confirmation) -> Option<u32> {
+        let way = c.way(Need::Must, 0).await;
+        match (way, c.required()) {
+            (Way::Wait(_), n) if n > 0 => Some(n),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_that_must_be_confirmed_goes_by_the_count_its_shortfall_asked_for() {
+        let sync = ReplicaSync {
+            min: 1,
+            timeout: Duration::from_secs(5),
+        };
+        let c = Arc::new(Confirmation::new(
+            sync,
+            Duration::from_secs(12),
+            Confirm::Wait,
+            1,
+        ));
+        let look = c.look();
+        // A WAIT came back short: a look is asked for, the connection is short.
+        c.record(&Confirmed::Short {
+            acked: 0,
+            wanted: 1,
+        });
+        let mut call = tokio::spawn({
+            let c = Arc::clone(&c);
+            async move { sends(&c).await }
+        });
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), &mut call)
+                .await
+                .is_err(),
+            "went out before the look"
+        );
+        // The look found the replica frozen: no WAIT for it.
+        c.set_live(0);
+        look.finished(look.starting());
+        let sent = tokio::time::timeout(Duration::from_secs(1), call)
+            .await
+            .expect("went out once looked")
+            .expect("joined");
+        assert_eq!(sent, None);
+
+        // Short again, and this time the look keeps the count: a WAIT as before.
+        c.set_live(1);
+        let covers = look.starting();
+        c.record(&Confirmed::Short {
+            acked: 0,
+            wanted: 1,
+        });
+        let call = tokio::spawn({
+            let c = Arc::clone(&c);
+            async move { sends(&c).await }
+        });
+        tokio::task::yield_now().await;
+        look.finished(covers + 1);
+        let sent = tokio::time::timeout(Duration::from_secs(1), call)
+            .await
+            .expect("went out once looked")
+            .expect("joined");
+        assert_eq!(sent, Some(1));
+    }
 
     #[tokio::test]
     async fn a_call_waits_for_the_look_asked_before_it() {
