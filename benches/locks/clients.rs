@@ -69,6 +69,10 @@ impl Impl {
         Impl::LockwardenWait300,
     ];
 
+    /// Scenario Y's far-replica rows: lockwarden at its default against
+    /// confirmation off (which the replica's distance does not touch).
+    pub const FAR: [Impl; 2] = [Impl::Lockwarden, Impl::LockwardenNoSync];
+
     /// The name used in tables, JSON and `LOCKWARDEN_BENCH_IMPLS`.
     pub fn name(self) -> &'static str {
         match self {

@@ -14,7 +14,8 @@
 //! loop with every client a process of its own, `fleet.rs`), K scenarios A and B
 //! once more on a three-master Redis Cluster (`lockwarden-cluster` rows), Y A's and
 //! B's loops on a master with one replica, replica confirmation on against off
-//! (`lockwarden-nosync`); settings in
+//! (`lockwarden-nosync`), and A's once more with the replica a network hop
+//! away (its link behind a delaying proxy); settings in
 //! `settings.rs`; how to read the output in `docs/performance.md`.
 
 #[path = "../../tests/support/mod.rs"]
@@ -27,6 +28,7 @@ mod direct;
 mod fleet;
 mod many;
 mod probe;
+mod replicated;
 mod report;
 mod settings;
 mod stats;
@@ -86,6 +88,28 @@ fn main() {
         (master, replica)
     });
     let replicated_url = replicated.as_ref().map(|(m, _)| m.url());
+    // And a second master whose replica is a network hop away: its replication
+    // link goes through a proxy that delays every byte each way (the delay set
+    // once the first sync is done, which it would only slow down).
+    let far = replicated
+        .is_some()
+        .then_some(settings.replica_delay)
+        .flatten()
+        .map(|delay| {
+            let master = support::RedisServer::start();
+            let link = support::Proxy::start(master.port());
+            let replica = support::RedisServer::start_replica_through(&master, link.port());
+            link.set(support::Mode::Delay(delay));
+            // What such a link adds to a round trip, measured with PINGs
+            // through a proxy of its own set alike.
+            let beside = support::Proxy::start(master.port());
+            beside.set(support::Mode::Delay(delay));
+            let added =
+                probe::round_trip(&beside.url()).saturating_sub(probe::round_trip(&master.url()));
+            (master, link, replica, (delay, added))
+        });
+    let far_url = far.as_ref().map(|(m, _, _, _)| m.url());
+    let far_link = far.as_ref().map(|(_, _, _, link)| *link);
     let started = Instant::now();
     let mut results = Results::default();
     for round in 0..settings.rounds {
@@ -225,6 +249,27 @@ fn main() {
                     results.y_a.entry((c, which)).or_default().add(cell);
                 }
             }
+            for &c in settings
+                .replicated_holders()
+                .iter()
+                .filter(|_| far_url.is_some())
+            {
+                let at = far_url.as_deref().unwrap_or_default();
+                let mut order = Impl::FAR.to_vec();
+                order.rotate_left(round % Impl::FAR.len());
+                for &which in &order {
+                    probe::flush(at);
+                    let tag = format!("r{round}-yfar-c{c}-{}", which.name());
+                    let cell = uncontended::run(which, at, c, settings.cell, &tag);
+                    progress(format!(
+                        "Y far C={c} {}: {:.0} pairs/s, {} WAITs",
+                        which.name(),
+                        cell.pairs as f64 / cell.elapsed.as_secs_f64(),
+                        cell.redis.waits
+                    ));
+                    results.y_far.entry((c, which)).or_default().add(cell);
+                }
+            }
             for &w in settings.replicated_waiters() {
                 for &which in &order {
                     probe::flush(at);
@@ -296,7 +341,7 @@ fn main() {
     report::fleet(&results);
     report::slot_purity(&results);
     report::redlock(&results);
-    report::replicated(&results);
+    replicated::table(&results, far_link);
     targets::check(&results, &settings);
     if !results.b.is_empty() {
         match chart::draw(&results, &settings, &settings.chart) {

@@ -152,6 +152,24 @@ pub fn redis_version(url: &str) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// The median round trip of 50 `PING`s to `url` (blocking: called outside any
+/// runtime): scenario Y's far replica reports what its proxy really adds, as
+/// tokio's timer rounds each delay up to its next millisecond.
+pub fn round_trip(url: &str) -> Duration {
+    let mut conn = redis::Client::open(url)
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+        .expect("a connection for PING");
+    let mut times: Vec<Duration> = (0..50)
+        .map(|_| {
+            let start = Instant::now();
+            let _: String = redis::cmd("PING").query(&mut conn).expect("PING");
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[times.len() / 2]
+}
+
 /// Empties the server (each of a comma-separated list) between cells (blocking:
 /// called outside any runtime), so that keys one implementation left behind
 /// (latches, expired leases, counters) cost the next one nothing.

@@ -33,6 +33,9 @@ pub struct Results {
     pub y_a: BTreeMap<(usize, Impl), uncontended::Merged>,
     /// Scenario Y's contended loop (one manager) by (waiters, implementation).
     pub y_b: BTreeMap<(usize, Impl), contended::Merged>,
+    /// Scenario Y's uncontended loop on the master whose replica is far, by
+    /// (holders, implementation).
+    pub y_far: BTreeMap<(usize, Impl), uncontended::Merged>,
     /// Scenario K: whether every script call kept to one slot.
     pub k_slots: Option<SlotPurity>,
 }
@@ -179,7 +182,7 @@ pub fn header(machine: &Machine, redis: &str, settings: &Settings) {
 }
 
 /// Ratio `a / b` as `1.23x`, or `-`.
-fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+pub fn ratio(a: Option<f64>, b: Option<f64>) -> String {
     match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
         _ => "-".into(),
@@ -517,101 +520,4 @@ fn many_table(rows: &[(usize, usize, &many::Cell)], lease: std::time::Duration, 
         }));
     }
     t.print(0);
-}
-
-/// Scenario Y's table and JSON lines: A's and B's loops on a master with one
-/// replica, each lockwarden setting against `lockwarden-nosync` in the same run.
-pub fn replicated(results: &Results) {
-    if results.y_a.is_empty() && results.y_b.is_empty() {
-        return;
-    }
-    println!("\n## Y. replicated: confirmation on vs off (a master with one replica)");
-    let mut t = Table::new(vec![
-        "loop",
-        "impl",
-        "per s",
-        "vs nosync",
-        "rounds per s",
-        "acq p50",
-        "acq p99",
-        "WAITs/acq",
-        "reqs/acq",
-        "cmds/acq",
-        "redis cpu",
-    ]);
-    for (&(c, which), m) in &results.y_a {
-        let off = results
-            .y_a
-            .get(&(c, Impl::LockwardenNoSync))
-            .map(|r| r.rate());
-        let s = m.acquire.summary();
-        let rounds: Vec<String> = m.per_round.iter().map(|r| format!("{r:.0}")).collect();
-        t.row(vec![
-            format!("A C={c} (pairs)"),
-            which.name().into(),
-            format!("{:.0}", m.rate()),
-            ratio(Some(m.rate()), off),
-            rounds.join("/"),
-            fmt_opt(s.map(|s| s.p50_us)),
-            fmt_opt(s.map(|s| s.p99_us)),
-            format!("{:.3}", m.per_pair(m.waits)),
-            format!("{:.3}", m.per_pair(m.top_level)),
-            format!("{:.2}", m.per_pair(m.commands)),
-            format!("{:.0}%", m.cpu_percent()),
-        ]);
-        json_line(json!({
-            "scenario": "Y",
-            "loop": "A",
-            "holders": c,
-            "impl": which.name(),
-            "pairs_per_sec": m.rate(),
-            "pairs_per_sec_rounds": m.per_round,
-            "vs_nosync": off.map(|o| m.rate() / o.max(1e-9)),
-            "acquire_p50_us": s.map(|s| s.p50_us),
-            "acquire_p99_us": s.map(|s| s.p99_us),
-            "waits_per_acquisition": m.per_pair(m.waits),
-            "requests_per_pair": m.per_pair(m.top_level),
-            "commands_per_pair": m.per_pair(m.commands),
-            "redis_cpu_pct": m.cpu_percent(),
-        }));
-    }
-    for (&(w, which), r) in &results.y_b {
-        let off = results
-            .y_b
-            .get(&(w, Impl::LockwardenNoSync))
-            .map(|r| r.rate());
-        let s = r.handoff.summary();
-        let rounds: Vec<String> = r.per_round.iter().map(|v| format!("{v:.0}")).collect();
-        let waits = r.waits as f64 / r.acquisitions.max(1) as f64;
-        t.row(vec![
-            format!("B W={w} m=1 (acq)"),
-            which.name().into(),
-            format!("{:.0}", r.rate()),
-            ratio(Some(r.rate()), off),
-            rounds.join("/"),
-            fmt_opt(s.map(|s| s.p50_us)),
-            fmt_opt(s.map(|s| s.p99_us)),
-            format!("{waits:.3}"),
-            format!("{:.3}", r.requests_per_acquisition()),
-            format!("{:.2}", r.commands_per_acquisition()),
-            format!("{:.0}%", r.cpu_percent()),
-        ]);
-        json_line(json!({
-            "scenario": "Y",
-            "loop": "B",
-            "waiters": w,
-            "clients": 1,
-            "impl": which.name(),
-            "acquisitions_per_sec": r.rate(),
-            "acquisitions_per_sec_rounds": r.per_round,
-            "vs_nosync": off.map(|o| r.rate() / o.max(1e-9)),
-            "handoff_p50_us": s.map(|s| s.p50_us),
-            "handoff_p99_us": s.map(|s| s.p99_us),
-            "waits_per_acquisition": waits,
-            "requests_per_acquisition": r.requests_per_acquisition(),
-            "commands_per_acquisition": r.commands_per_acquisition(),
-            "redis_cpu_pct": r.cpu_percent(),
-        }));
-    }
-    t.print(2);
 }

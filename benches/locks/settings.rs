@@ -42,6 +42,11 @@ pub struct Settings {
     /// Concurrent holders of scenario A (`LOCKWARDEN_BENCH_A_HOLDERS`, default
     /// `1,16,64`): one value alone is handy under a profiler.
     pub holders: Vec<usize>,
+    /// Scenario Y's far replica: the delay a proxy adds each way on its
+    /// replication link (`LOCKWARDEN_BENCH_REPLICA_DELAY_US`, default 500: a
+    /// round trip 1 ms longer, a replica in another zone); `None` (0) runs no
+    /// far rows.
+    pub replica_delay: Option<Duration>,
 }
 
 /// Independent servers of scenario R.
@@ -110,6 +115,11 @@ impl Settings {
                 .filter_map(|c| c.trim().parse().ok())
                 .filter(|&c| c > 0)
                 .collect(),
+            replica_delay: Some(Duration::from_micros(env_or(
+                "LOCKWARDEN_BENCH_REPLICA_DELAY_US",
+                500,
+            )))
+            .filter(|d| !d.is_zero()),
         }
     }
 
@@ -192,6 +202,9 @@ impl Settings {
         if self.scenarios.contains(&'Y') {
             cells += ((self.replicated_holders().len() + self.replicated_waiters().len())
                 * Impl::REPLICATED.len()) as u32;
+            if self.replica_delay.is_some() {
+                cells += (self.replicated_holders().len() * Impl::FAR.len()) as u32;
+            }
         }
         let mut total = per_cell * cells;
         if self.scenarios.contains(&'K') && self.impls.contains(&Impl::Lockwarden) {

@@ -5,7 +5,7 @@
 //! behind each lock script by default (for the replicas the master has, within
 //! one second) and fails the call when none confirmed; lockwarden does the same
 //! by default, with two differences the wire and node layers carry out
-//! (`wire/replicas/`, `node/replicas.rs`): it counts only the replicas that can
+//! (`wire/replicas/`, `node/replicas/`): it counts only the replicas that can
 //! answer now (a frozen or vanished replica stops counting after about one
 //! confirmation timeout, and a master without replicas costs nothing), and a
 //! release no replica confirmed is redone, not trusted. The setting here is

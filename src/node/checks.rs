@@ -9,7 +9,7 @@
 //! (an ACL without CONFIG, a managed service that renames it) is not checked.
 //!
 //! Replica confirmation (`Config::sync_replicas`, on by default) starts from the
-//! master's `INFO`: how many replicas can confirm now (`node/replicas.rs` keeps
+//! master's `INFO`: how many replicas can confirm now (`node/replicas/` keeps
 //! the count current afterwards), the server's version and whether it keeps an
 //! AOF, which decide whether `WAITAOF` follows each `WAIT` (`wire/replicas/`).
 //! An explicit setting on a server that is not a master, or that will not
@@ -44,7 +44,7 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
         Err(e) if e.is_timeout() || e.is_io_error() || e.is_connection_dropped() => {
             // A slow or cut link at start is no reason to fail it, nor to turn
             // confirmation off: assume the replicas asked for until
-            // `node/replicas.rs` counts them (a second later).
+            // `node/replicas/` counts them (a second later).
             warn!(
                 error = %e,
                 assumed = sync.min,

@@ -2,7 +2,7 @@
 //! and no trust in a master the rest of the cluster has demoted.
 //!
 //! On one server or under Sentinel a connection has one master, so one
-//! [`Confirmation`] (`node/replicas.rs` keeps its count). A cluster connection
+//! [`Confirmation`] (`node/replicas/` keeps its count). A cluster connection
 //! talks to every master, each with replicas of its own and its own socket for
 //! a `WAIT` to block, so here each master gets a `Confirmation` of its own, and a
 //! script call takes the one of the master that serves its key's slot
@@ -37,13 +37,12 @@ use futures::future::{join_all, select};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{RedisResult, Value};
-use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 use super::cluster::{at, slot, SLOTS};
 use super::replicas::{parse, Doubts, Replication};
 use crate::config::ReplicaSync;
-use crate::wire::{confirm_with, Confirm, Confirmation};
+use crate::wire::{confirm_with, Confirm, Confirmation, Look};
 
 /// How often the masters are asked when no `WAIT` came back short.
 const EVERY: Duration = Duration::from_secs(1);
@@ -59,8 +58,9 @@ pub(crate) struct PerMaster {
     sync: ReplicaSync,
     /// The command connection's response timeout (each `WAIT` budget fits it).
     response_timeout: Duration,
-    /// Told by any master's `Confirmation` when its `WAIT` came back short.
-    look: Arc<Notify>,
+    /// Asked by any master's `Confirmation` when its `WAIT` came back short,
+    /// and told of each look made.
+    look: Arc<Look>,
     /// Which master serves which slot, as last looked.
     map: RwLock<SlotMap>,
     /// For a key of a slot no look has placed: the replicas asked for.
@@ -280,7 +280,7 @@ pub(super) async fn start(
     sync: ReplicaSync,
     response_timeout: Duration,
 ) -> RedisResult<Arc<PerMaster>> {
-    let look = Arc::new(Notify::new());
+    let look = Arc::new(Look::default());
     let per = Arc::new(PerMaster {
         sync,
         response_timeout,
@@ -312,14 +312,17 @@ pub(super) async fn start(
     let weak = Arc::downgrade(&per);
     tokio::spawn(async move {
         loop {
-            let Some(asked) = weak.upgrade().map(|p| Arc::clone(&p.look).notified_owned()) else {
+            let Some(look) = weak.upgrade().map(|p| Arc::clone(&p.look)) else {
                 return;
             };
             let tick = std::pin::pin!(tokio::time::sleep(EVERY));
-            let _ = select(tick, std::pin::pin!(asked)).await;
+            let _ = select(tick, std::pin::pin!(look.asked())).await;
+            let covers = look.starting();
             if !watcher.look_again(&weak).await {
                 return;
             }
+            // Calls held back by a short WAIT go out by these counts now.
+            look.finished(covers);
         }
     });
     Ok(per)

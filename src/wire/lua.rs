@@ -38,7 +38,7 @@ pub(crate) trait ScriptConn: ConnectionLike + Lanes + Clone + Send + 'static {
 
     /// How many replicas must confirm a change of `key` (a script's first key,
     /// which a cluster routes it by), how long to wait for them, and how many
-    /// `WAIT`s may block the connection at once (`replicas.rs`); `None`, the
+    /// `WAIT`s may block the connection at once (`replicas/`); `None`, the
     /// default, asks none.
     fn confirmation(&self, _key: Option<&str>) -> Option<Arc<Confirmation>> {
         None

@@ -60,7 +60,9 @@ pub(crate) use fair_semaphore::{
 pub(crate) use fenced::{FencedReply, FencedWrite};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
 pub(crate) use registry::{read_clients, register};
-pub(crate) use replicas::{confirm_with, judge, Confirm, Confirmation, Confirmed, Lanes, Need};
+pub(crate) use replicas::{
+    confirm_with, judge, Confirm, Confirmation, Confirmed, Lanes, Look, Need,
+};
 pub(crate) use rw::{ReadAcquire, ReadRelease, RwRenew, WriteAcquire, WriteRelease};
 pub(crate) use synchronizer::{
     key_exists, label, read_number, CountedDown, LatchCountDown, LatchSet, SemAcquire, SemAdded,
@@ -145,7 +147,7 @@ impl Invocation {
     /// lone one into an error). Not `Script::invoke_async`, which turns an error
     /// anywhere in a reply into an error for the whole reply. When the connection
     /// asks replicas to confirm, a shortfall is judged by [`Need`]
-    /// (`replicas.rs`).
+    /// (`replicas/`).
     pub(crate) async fn run<C: ScriptConn>(&self, conn: &mut C) -> RedisResult<Value> {
         let (reply, confirmed) = self.run_confirmed(conn).await?;
         judge(

@@ -389,7 +389,7 @@ impl RedisServer {
         // The master counts it as a replica that can confirm writes (WAIT) only
         // once it is online there too, a moment after the replica's side is up,
         // and has acknowledged something, within the last second (lockwarden
-        // counts only those, src/node/replicas.rs).
+        // counts only those, src/node/replicas/count.rs).
         let online = format!("port={},state=online", replica.port());
         let ready = |info: &str| {
             info.lines().any(|l| {

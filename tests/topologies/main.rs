@@ -16,6 +16,7 @@ mod support;
 mod chaos;
 mod cluster;
 mod on_cluster;
+mod replica_faults;
 mod replicas;
 mod sentinel;
 mod sentinel_tls;

@@ -54,7 +54,7 @@ pub(crate) struct Follower {
     /// every call that asks no replica), and that master's address.
     current: RwLock<(Vec<ConnectionManager>, String)>,
     /// A client for that master, for connections of their own beside the
-    /// shared one (`node/replicas.rs` must not wait behind a `WAIT` on it).
+    /// shared one (`node/replicas/` must not wait behind a `WAIT` on it).
     master_client: RwLock<Client>,
     /// A lookup is under way (one at a time).
     looking: AtomicBool,
@@ -75,7 +75,7 @@ pub(crate) struct Follower {
     /// Dropped with the Follower: the `+switch-master` listeners then end.
     gone: watch::Sender<()>,
     /// The command connection's replica confirmation, and how to count the
-    /// replicas in an `INFO replication` reply (`node/replicas.rs`, passed in
+    /// replicas in an `INFO replication` reply (`node/replicas/count.rs`, passed in
     /// so that this file needs nothing of it): a move takes the new master's
     /// count before the first call goes there ([`Follower::count_on_move`]).
     counted: RwLock<Option<Counted>>,
@@ -173,7 +173,7 @@ impl Follower {
     /// under way: `Some(true)` if every Sentinel that answered does, `Some(false)`
     /// if one names another master or is failing over (or down-flags it), `None`
     /// if none answered. Asked when the master lost replicas
-    /// (`node/replicas.rs`), to tell a replica's trouble from a demotion.
+    /// (`node/replicas/`), to tell a replica's trouble from a demotion.
     pub(in crate::node) async fn still_master(&self) -> Option<bool> {
         let address = self.address();
         let asks = self.sentinel_clients.iter().map(|client| {
@@ -291,7 +291,7 @@ impl Follower {
 
     /// Has each move set `confirmation`'s count of replicas from the new
     /// master's `INFO replication` (read by `count`) as the connection moves.
-    /// The counting task (`node/replicas.rs`) hears of the move too, but only
+    /// The counting task (`node/replicas/`) hears of the move too, but only
     /// after it: in between, the first lock changes on a master left with no
     /// replica asked for the old master's and waited out a whole `WAIT`, to
     /// be refused `NotReplicated`.

@@ -9,7 +9,7 @@
 //! round trip and the `WAIT` covers the script's write (it counts the replicas that
 //! acknowledged everything this connection wrote so far; a batch of many lock
 //! changes is one script, so one `WAIT`). `n` is the configured minimum, or the
-//! number of replicas that can answer now when that is smaller (`node/replicas.rs`
+//! number of replicas that can answer now when that is smaller (`node/replicas/`
 //! counts them): with none, no `WAIT` is sent at all. What a shortfall means
 //! depends on the script ([`Need`]): a grant, a renewal, a release, a fenced write
 //! or a force-unlock that too few replicas confirmed is not reported as done (the
@@ -34,9 +34,11 @@
 //! them times out. And once a `WAIT` found too few replicas, the
 //! connection knows they are *short* until a `WAIT` finds enough again: then a
 //! call that only hopes (a release) is sent without a `WAIT` at all (its change
-//! stands; logged), and a call that must be confirmed takes a free place in the
-//! budget to ask again, or, with none free, is refused `NotReplicated` at once
-//! without being sent (nothing written). Calls already waiting for a place when the
+//! stands; logged), and a call that must be confirmed waits for the count of
+//! replicas that shortfall asked for (`look.rs`: a replica it finds frozen is
+//! not waited for again), then takes a free place in the budget to ask again,
+//! or, with none free, is refused `NotReplicated` at once without being sent
+//! (nothing written). Calls already waiting for a place when the
 //! connection turns short stop waiting and go the same way. A round trip with a
 //! `WAIT` that failed (a timeout: its `WAIT` may still be blocking) also counts as
 //! short.
@@ -77,11 +79,13 @@ use tracing::{info, warn};
 
 mod fast;
 mod lanes;
+mod look;
 mod replies;
 
 use fast::{send_fast, Fast};
 use lanes::budget;
 pub(crate) use lanes::Lanes;
+pub(crate) use look::Look;
 use replies::confirmed;
 pub(crate) use replies::{confirm_with, judge, Confirm, Confirmed};
 
@@ -107,7 +111,7 @@ pub(crate) enum Need {
 }
 
 /// Replica confirmation on one connection: what is required, how many replicas
-/// can answer now (kept current by `node/replicas.rs`), and the budget of
+/// can answer now (kept current by `node/replicas/`), and the budget of
 /// `WAIT`s that may block it at once (see the module documentation). Shared by
 /// every clone of the connection.
 #[derive(Debug)]
@@ -128,9 +132,10 @@ pub(crate) struct Confirmation {
     acked: AtomicU32,
     /// Wakes the calls waiting for a place when the connection turns short.
     turned_short: Notify,
-    /// Told when a `WAIT` came back short: whoever keeps `live` current looks
-    /// at the replicas again at once.
-    look: Arc<Notify>,
+    /// Asked when a `WAIT` came back short: whoever keeps `live` current looks
+    /// at the replicas again at once, and a call that must be confirmed waits
+    /// for that look before it spends a whole `WAIT` (`look.rs`).
+    look: Arc<Look>,
     /// `WAITAOF 1 0` follows the `WAIT` ([`Confirm::WaitAndAof`]).
     aof: bool,
     /// The fast path, on a connection to one server ([`Confirmation::fast`]).
@@ -173,7 +178,7 @@ impl Confirmation {
             short: AtomicBool::new(false),
             acked: AtomicU32::new(0),
             turned_short: Notify::new(),
-            look: Arc::new(Notify::new()),
+            look: Arc::default(),
             aof: confirm == Confirm::WaitAndAof,
             fast: None,
             master_doubted: AtomicBool::new(false),
@@ -181,10 +186,10 @@ impl Confirmation {
         }
     }
 
-    /// The same, but a short `WAIT` tells `look` instead of a notifier of its
-    /// own: on a cluster one task counts the replicas of every master
+    /// The same, but a short `WAIT` asks `look` instead of a look of its own:
+    /// on a cluster one task counts the replicas of every master
     /// (`node/cluster_replicas.rs`), each with a confirmation of its own.
-    pub(crate) fn sharing_look(mut self, look: Arc<Notify>) -> Confirmation {
+    pub(crate) fn sharing_look(mut self, look: Arc<Look>) -> Confirmation {
         self.look = look;
         self
     }
@@ -220,7 +225,7 @@ impl Confirmation {
     }
 
     /// The master stopped answering, or could not be reached, when its replicas
-    /// were counted (`node/replicas.rs`, under Sentinel): until the Sentinels
+    /// were counted (`node/replicas/`, under Sentinel): until the Sentinels
     /// vouch for it again ([`Confirmation::trust_master`]) or the connection
     /// moves to the master they name, no change it answers is confirmed, with
     /// replicas or without. A master frozen through a failover answers as
@@ -252,14 +257,20 @@ impl Confirmation {
         self.master_doubted.load(Ordering::Acquire)
     }
 
-    /// Resolves when a `WAIT` came back short since the last call (or at once if
-    /// one did and nobody looked yet).
-    pub(crate) fn look_asked(&self) -> tokio::sync::futures::OwnedNotified {
-        Arc::clone(&self.look).notified_owned()
+    /// The looks at the replicas this connection asks for after a short
+    /// `WAIT`: the counting task waits on it and tells it each look it made.
+    pub(crate) fn look(&self) -> Arc<Look> {
+        Arc::clone(&self.look)
     }
 
     /// The way a call with `need` (not read-only) goes out now, on `lane`.
     async fn way(&self, need: Need, lane: usize) -> Way<'_> {
+        if need == Need::Must && self.is_short() {
+            // The shortfall asked for a look at the replicas, a few
+            // milliseconds away: one it finds frozen stops counting, and this
+            // call need not wait out a whole WAIT for it (`look.rs`).
+            self.look.answered(self.sync.timeout).await;
+        }
         let places = &self.places[lane];
         // Listen before looking, so that turning short in between is heard.
         let mut turned = pin!(self.turned_short.notified());
@@ -304,7 +315,7 @@ impl Confirmation {
         self.acked.store(acked, Ordering::Release);
         // The replicas that did not answer may be gone or frozen: have them
         // counted again now rather than at the next periodic look.
-        self.look.notify_one();
+        self.look.ask();
         if !self.short.swap(true, Ordering::AcqRel) {
             match failed {
                 Some(e) => warn!(
@@ -379,7 +390,7 @@ async fn send_confirmed<C: ConnectionLike + Lanes + Clone + Send + 'static>(
 ) -> RedisResult<(Value, Confirmed)> {
     if confirmation.required() == 0 && !confirmation.aof {
         // No replica can answer (none, or every one frozen or gone): a WAIT
-        // would only last its timeout. `node/replicas.rs` made sure, under
+        // would only last its timeout. `node/replicas/` made sure, under
         // Sentinel, that this master was not demoted before it lowered the count.
         return Ok((conn.req_packed_command(cmd).await?, Confirmed::NotAsked));
     }
@@ -390,13 +401,14 @@ async fn send_confirmed<C: ConnectionLike + Lanes + Clone + Send + 'static>(
     if let Some(place) = confirmation.fast_place(lane).await {
         return send_fast(conn, confirmation, cmd, place, lane).await;
     }
-    let _place = match confirmation.way(need, lane).await {
-        Way::Wait(place) => place,
+    let way = confirmation.way(need, lane).await;
+    if confirmation.required() == 0 && !confirmation.aof {
         // No replica can answer any more (counted while this call waited for
         // its way): nothing to wait for.
-        Way::Alone | Way::Refused if confirmation.required() == 0 && !confirmation.aof => {
-            return Ok((conn.req_packed_command(cmd).await?, Confirmed::NotAsked));
-        }
+        return Ok((conn.req_packed_command(cmd).await?, Confirmed::NotAsked));
+    }
+    let _place = match way {
+        Way::Wait(place) => place,
         Way::Alone => {
             let reply = conn.req_packed_command(cmd).await?;
             let (acked, wanted) = confirmation.shortfall();

@@ -1,17 +1,15 @@
-//! Counting the replicas that can confirm a lock change, and not trusting a
-//! master that lost them all to a failover.
+//! The task that keeps a connection's count of replicas current, and does not
+//! trust a master that lost them all to a failover.
 //!
 //! A `WAIT` for a replica that cannot answer (frozen, killed, cut off) lasts its
 //! whole timeout, and a fixed count of replicas turns that replica's trouble into
 //! a stalled lock: after a failover the new master has no replica until the old
 //! one comes back as one, and every grant waited for it. So the connection's
 //! [`Confirmation`] asks only for the replicas that can answer now, and this task
-//! keeps that number current from the master's `INFO replication`: a replica
-//! counts while it is online and acknowledged within the last second (`lag` 0 or
-//! 1: replicas acknowledge every second), and one that let a `WAIT` run out is
-//! doubted until it acknowledges again (`lag` 0), so a frozen replica stops
-//! counting right after the first `WAIT` it missed instead of a second later.
-//! The task looks every second, and at once when a `WAIT` came back short.
+//! keeps that number current from the master's `INFO replication`, on a
+//! connection of its own; which replicas count, and which are doubted after a
+//! short `WAIT`, is `count.rs`'s to say. The task looks every second, and at
+//! once when a `WAIT` came back short.
 //!
 //! Fewer replicas is also what a demoted master sees: when Sentinel promotes its
 //! replica, the replica leaves it, and the old master, frozen through the
@@ -27,7 +25,8 @@
 //! is (the Sentinels named it), by the Follower itself as it moves, so that the
 //! first calls there do not wait for the old master's replicas.
 
-use std::collections::HashSet;
+mod count;
+
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -40,6 +39,7 @@ use redis::{AsyncConnectionConfig, Client, RedisError, RedisResult};
 use super::sentinel::Follower;
 use super::Link;
 use crate::wire::Confirmation;
+pub(crate) use count::{parse, Doubts, Replication};
 
 /// How often the replicas are counted when no `WAIT` came back short.
 const EVERY: Duration = Duration::from_secs(1);
@@ -51,117 +51,6 @@ const EVERY: Duration = Duration::from_secs(1);
 /// place before a demoted master can answer again. A master merely slow for a
 /// moment costs a question to the Sentinels.
 const SILENT: Duration = Duration::from_millis(500);
-
-/// Highest `lag` (seconds since the replica's last acknowledgement) of a replica
-/// that can answer: replicas acknowledge every second, so 0 or 1.
-const LIVE_LAG: u64 = 1;
-
-/// One replica as `INFO replication` lists it on its master.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Replica {
-    /// `ip:port`, which names it across looks.
-    pub(crate) address: String,
-    /// `state=online`: past its first full synchronisation.
-    pub(crate) online: bool,
-    /// Seconds since its last acknowledgement.
-    pub(crate) lag: u64,
-    /// The replication offset it last acknowledged.
-    pub(crate) offset: u64,
-}
-
-/// What `INFO replication` (or a default `INFO`) says of replication.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Replication {
-    /// `role:master`.
-    pub(crate) master: bool,
-    /// Its replicas (none on a replica).
-    pub(crate) replicas: Vec<Replica>,
-    /// `master_repl_offset`: how far its own replication stream has gone.
-    pub(crate) offset: u64,
-}
-
-/// Reads the replication fields of an `INFO` reply.
-pub(crate) fn parse(info: &str) -> Replication {
-    let mut replication = Replication {
-        master: false,
-        replicas: Vec::new(),
-        offset: 0,
-    };
-    for line in info.lines().map(str::trim) {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        if name == "role" {
-            replication.master = value == "master";
-        } else if name == "master_repl_offset" {
-            replication.offset = value.parse().unwrap_or(0);
-        } else if name.starts_with("slave") && name[5..].bytes().all(|b| b.is_ascii_digit()) {
-            let field = |key: &str| {
-                value
-                    .split(',')
-                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-            };
-            replication.replicas.push(Replica {
-                address: format!(
-                    "{}:{}",
-                    field("ip").unwrap_or("?"),
-                    field("port").unwrap_or("?")
-                ),
-                online: field("state") == Some("online"),
-                lag: field("lag")
-                    .and_then(|l| l.parse().ok())
-                    .unwrap_or(u64::MAX),
-                offset: field("offset").and_then(|o| o.parse().ok()).unwrap_or(0),
-            });
-        }
-    }
-    replication
-}
-
-/// The replicas doubted since they let a `WAIT` run out, and the count of those
-/// that can answer.
-#[derive(Debug, Default)]
-pub(crate) struct Doubts(HashSet<String>);
-
-impl Doubts {
-    /// Counts the replicas of `replication` that can answer. After a short
-    /// `WAIT` that `short` replicas confirmed (`Some`), every replica that has
-    /// not acknowledged this very second, or is behind what that `WAIT` needed,
-    /// is doubted; what it needed is at most the master's offset when none
-    /// confirmed (one frozen a moment ago still shows `lag` 0, but not the
-    /// offset of the write it missed), and at most the newest replica's offset
-    /// when some did. A doubted replica is trusted again once it acknowledges
-    /// within the second while nothing is short.
-    pub(crate) fn count(&mut self, replication: &Replication, short: Option<u32>) -> u32 {
-        if !replication.master {
-            return 0;
-        }
-        let online = || replication.replicas.iter().filter(|r| r.online);
-        let needed = match short {
-            Some(0) => replication.offset,
-            _ => online().map(|r| r.offset).max().unwrap_or(0),
-        };
-        let mut live = 0;
-        for r in online() {
-            if short.is_some() {
-                if r.lag >= 1 || r.offset < needed {
-                    self.0.insert(r.address.clone());
-                }
-            } else if r.lag == 0 {
-                self.0.remove(&r.address);
-            }
-            // Offset 0: it has not acknowledged anything since it synced, and
-            // the master streams nothing to it until it does (diskless sync).
-            // (A master that has never written anything at all also shows 0;
-            // its first change then goes unconfirmed, as no replica has it.)
-            let acked = r.offset > 0;
-            if acked && r.lag <= LIVE_LAG && !self.0.contains(&r.address) {
-                live += 1;
-            }
-        }
-        live
-    }
-}
 
 /// The confirmation of a connection under Sentinel with replica confirmation
 /// off (`Config::no_replica_sync`): it never asks for a `WAIT`, but its master
@@ -188,13 +77,6 @@ pub(super) fn doubts_only(link: &Link, config: &crate::config::Config) -> Arc<Co
     confirmation
 }
 
-/// The replicas that can answer on a master just moved to, from its `INFO
-/// replication`, with nothing doubted yet (`sentinel/mod.rs` sets it as the
-/// connection moves).
-pub(super) fn count_new_master(info: &str) -> u32 {
-    Doubts::default().count(&parse(info), None)
-}
-
 /// Keeps `confirmation`'s count of replicas current for the master behind
 /// `link` (reached with `client` on a single server), until the confirmation
 /// (the manager's connection) is gone. `bounds` are the connection and
@@ -207,7 +89,7 @@ pub(super) fn watch(
 ) {
     let weak = Arc::downgrade(confirmation);
     if let Link::Sentinel(follower) = link {
-        follower.count_on_move(confirmation, count_new_master);
+        follower.count_on_move(confirmation, count::count_new_master);
     }
     let follower = match link {
         Link::Sentinel(f) => Some(Arc::clone(f)),
@@ -223,16 +105,18 @@ pub(super) fn watch(
         doubts: Doubts::default(),
         failing: false,
     };
+    let look = confirmation.look();
     tokio::spawn(async move {
         loop {
             // A first look at once: a master that went silent while the
             // manager started is doubted before its first answers come back.
+            let covers = look.starting();
             if !watcher.look(&weak).await {
                 return;
             }
-            let Some(asked) = weak.upgrade().map(|c| c.look_asked()) else {
-                return;
-            };
+            // Calls held back by a short WAIT go out by this count now.
+            look.finished(covers);
+            let asked = look.asked();
             // A periodic look, one asked for by a short WAIT, or one for the
             // master the connection just moved to.
             let tick = std::pin::pin!(tokio::time::sleep(EVERY));
@@ -466,84 +350,5 @@ async fn trusted(follower: &Arc<Follower>) -> bool {
             );
             false
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const INFO: &str = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\n\
-        slave0:ip=127.0.0.1,port=7001,state=online,offset=100,lag=0\r\n\
-        slave1:ip=127.0.0.1,port=7002,state=online,offset=100,lag=1\r\n\
-        master_failover_state:no-failover\r\nmaster_repl_offset:100\r\n";
-
-    #[test]
-    fn replicas_are_read_from_info() {
-        let r = parse(INFO);
-        assert!(r.master);
-        assert_eq!(r.replicas.len(), 2);
-        assert_eq!(r.replicas[1].address, "127.0.0.1:7002");
-        assert_eq!(r.replicas[1].lag, 1);
-        let replica = parse("role:slave\r\nmaster_host:127.0.0.1\r\nslave_read_only:1\r\n");
-        assert!(!replica.master && replica.replicas.is_empty());
-    }
-
-    #[test]
-    fn a_replica_that_missed_a_wait_is_doubted_until_it_acknowledges() {
-        let mut doubts = Doubts::default();
-        let r = parse(INFO);
-        assert_eq!(doubts.count(&r, None), 2, "lag 0 and 1 both count");
-        assert_eq!(
-            doubts.count(&r, Some(1)),
-            1,
-            "after a short WAIT, lag 1 is doubted"
-        );
-        assert_eq!(doubts.count(&r, None), 1, "and stays doubted at lag 1");
-        let back = parse(&INFO.replace("lag=1", "lag=0"));
-        assert_eq!(
-            doubts.count(&back, None),
-            2,
-            "trusted again once it acknowledged"
-        );
-        let behind = parse(&INFO.replace("offset=100,lag=1", "offset=90,lag=0"));
-        assert_eq!(
-            doubts.count(&behind, Some(1)),
-            1,
-            "lag 0, behind the one that confirmed"
-        );
-        assert_eq!(doubts.count(&back, None), 2);
-        let busy = INFO.replace("master_repl_offset:100", "master_repl_offset:120");
-        assert_eq!(
-            doubts.count(&parse(&busy), Some(1)),
-            1,
-            "the one that confirmed is not doubted for newer writes"
-        );
-        assert_eq!(doubts.count(&back, None), 2);
-        let none = parse(&busy.replace("lag=1", "lag=0"));
-        assert_eq!(
-            doubts.count(&none, Some(0)),
-            0,
-            "none confirmed: all behind are doubted"
-        );
-        assert_eq!(doubts.count(&back, None), 2);
-        let frozen = parse(&INFO.replace("lag=1", "lag=3"));
-        assert_eq!(
-            doubts.count(&frozen, None),
-            1,
-            "a silent replica does not count"
-        );
-        let syncing = parse(&INFO.replace("port=7002,state=online", "port=7002,state=wait_bgsave"));
-        assert_eq!(doubts.count(&syncing, None), 1);
-        assert_eq!(doubts.count(&parse("role:slave\r\n"), None), 0);
-        let unacked = parse(&INFO.replace(
-            "port=7002,state=online,offset=100",
-            "port=7002,state=online,offset=0",
-        ));
-        assert_eq!(
-            Doubts::default().count(&unacked, None),
-            1,
-            "not acknowledged since it synced"
-        );
     }
 }
