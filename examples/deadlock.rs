@@ -99,11 +99,25 @@ async fn release_all(held: &mut Vec<(LockGuard, u64)>, log: &mut Log) -> Result<
     Ok(())
 }
 
+/// How long a victim waits before it runs its unit again: 10-100 ms.
+///
+/// Not at once: a released lock is not handed to a waiter of another process
+/// (that waiter hears of the release and then asks), so a victim that asks
+/// again at once mostly takes back the lock it just let go of and closes the
+/// same cycle again, to be broken a deadlock timeout later (a third of the
+/// trials of `abba` did without the pause). A few milliseconds are enough
+/// for the other waiter's turn; the randomness keeps two victims of
+/// successive cycles from retrying in step.
+fn pause(rng: &mut Rng) -> Duration {
+    Duration::from_millis(10 + rng.below(90))
+}
+
 /// The pattern: take `names` in the order given, as one owner, do the work,
 /// let go. On `LockError::Deadlock` (this wait was chosen to end a cycle), let
-/// go of everything taken so far, pause a moment and run the unit again: the
-/// other waits of the cycle are granted as soon as this one has let go. Any
-/// other error is the caller's. Answers how many times the unit was run again.
+/// go of everything taken so far, pause a moment ([`pause`]) and run the unit
+/// again: the other waits of the cycle are granted as soon as this one has let
+/// go. Any other error is the caller's. Answers how many times the unit was
+/// run again.
 async fn unit_of_work(
     manager: &Addr<LockManager>,
     owner: Owner,
@@ -133,7 +147,7 @@ async fn unit_of_work(
                     eprintln!("{cycle}");
                     release_all(&mut held, log).await?;
                     again += 1;
-                    actix_rt::time::sleep(Duration::from_millis(10 + rng.below(90))).await;
+                    actix_rt::time::sleep(pause(rng)).await;
                     continue 'unit;
                 }
                 Err(e) => return Err(e),
@@ -206,8 +220,9 @@ async fn abba(url: &str, role: u64, trials: u64, timeout: Duration) -> Result<Va
                 if t == 0 {
                     println!("{cycle}");
                 }
-                // What a victim's caller does: let go, run the unit again.
+                // What a victim's caller does: let go, pause, run the unit again.
                 held.release().await.map_err(|x| e(&x))?;
+                actix_rt::time::sleep(pause(&mut rng)).await;
                 let names = [first.clone(), second.clone()];
                 unit_of_work(&manager, owner, &names, Duration::ZERO, &mut rng, &mut log)
                     .await
@@ -291,17 +306,19 @@ fn demo() -> ExitCode {
         eprintln!("cannot find this example's binary");
         return ExitCode::FAILURE;
     };
+    // Both started before either is waited for: each meets the other per trial.
     let sides: Vec<_> = (0..2)
         .map(|role| {
             std::process::Command::new(&me)
                 .args(["abba", &url, &role.to_string(), "3", "1000"])
+                .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::null())
-                .output()
+                .spawn()
         })
         .collect();
     let mut ok = true;
     for side in sides {
-        match side {
+        match side.and_then(std::process::Child::wait_with_output) {
             Ok(out) if out.status.success() => {
                 for line in String::from_utf8_lossy(&out.stdout).lines() {
                     if !line.starts_with('{') {
