@@ -177,11 +177,11 @@ fn abba_between_two_processes_one_side_gives_way_every_trial() {
     broken.sort_by(f64::total_cmp);
     let second_round = broken
         .iter()
-        .filter(|&&ms| ms > 1.5 * ABBA_TIMEOUT_MS)
+        .filter(|&&ms| ms > 1.1 * ABBA_TIMEOUT_MS)
         .count();
     eprintln!(
         "{trials} ABBA trials in {took:?}: deadlock error after the cycle closed: median {:.0} ms, \
-         max {:.0} ms; {second_round} found by the second check",
+         max {:.0} ms; {second_round} found by a later check than the first",
         broken[broken.len() / 2],
         broken[broken.len() - 1]
     );
