@@ -198,7 +198,8 @@ async fn abba(url: &str, role: u64, trials: u64, timeout: Duration) -> Result<Va
         meet(&manager, &format!("abba:{t}:holding"), 2).await?;
         let start = now_us();
         let _: () = redis
-            .set(format!("abba:{t}:start:{role}"), start)
+            // Gone a minute later: a demo run leaves nothing of its own behind.
+            .pset_ex(format!("abba:{t}:start:{role}"), start, 60_000)
             .await
             .map_err(|x| e(&x))?;
         let answer = manager.acquire(Acquire::new(&second).owner(owner)).await;
