@@ -198,7 +198,7 @@ async fn abba(url: &str, role: u64, trials: u64, timeout: Duration) -> Result<Va
         meet(&manager, &format!("abba:{t}:holding"), 2).await?;
         let start = now_us();
         let _: () = redis
-            // Gone a minute later: a demo run leaves nothing of its own behind.
+            // Gone a minute later, so that a demo run leaves no key of its own.
             .pset_ex(format!("abba:{t}:start:{role}"), start, 60_000)
             .await
             .map_err(|x| e(&x))?;
