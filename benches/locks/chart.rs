@@ -43,6 +43,7 @@ fn load_font() -> Result<(), String> {
 fn colour(which: Impl) -> RGBColor {
     match which {
         Impl::Lockwarden => RGBColor(31, 119, 180),
+        Impl::LockwardenNoDeadlock => RGBColor(174, 199, 232),
         Impl::Raw => RGBColor(44, 160, 44),
         Impl::LockwardenSpin => RGBColor(140, 86, 75),
         Impl::Rslock => RGBColor(214, 39, 40),

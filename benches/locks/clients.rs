@@ -44,6 +44,11 @@ pub enum Impl {
     /// (`Config::sync_replicas(1, 300 ms)`: a budget of 4 `WAIT`s in flight
     /// against the default's 1), scenario Y only.
     LockwardenWait300,
+    /// lockwarden with deadlock detection off (`Config::no_deadlock_detection`):
+    /// the baseline that shows what detection costs waits shorter than its
+    /// timeout (nothing). Not in the default set: name it in
+    /// `LOCKWARDEN_BENCH_IMPLS` (scenarios A and B).
+    LockwardenNoDeadlock,
 }
 
 impl Impl {
@@ -56,6 +61,9 @@ impl Impl {
         Impl::RslockTuned,
         Impl::Naive,
     ];
+
+    /// Implementations that run only when `LOCKWARDEN_BENCH_IMPLS` names them.
+    pub const OPTIONAL: [Impl; 1] = [Impl::LockwardenNoDeadlock];
 
     /// Scenario R's implementations: RedLock clients over the same servers
     /// (rslock is one, with either retry setting).
@@ -86,6 +94,7 @@ impl Impl {
             Impl::LockwardenCluster => "lockwarden-cluster",
             Impl::LockwardenNoSync => "lockwarden-nosync",
             Impl::LockwardenWait300 => "lockwarden-wait300ms",
+            Impl::LockwardenNoDeadlock => "lockwarden-nodeadlock",
         }
     }
 
@@ -120,7 +129,8 @@ impl Impl {
             | Impl::RedLock
             | Impl::LockwardenCluster
             | Impl::LockwardenNoSync
-            | Impl::LockwardenWait300 => SCRIPTED,
+            | Impl::LockwardenWait300
+            | Impl::LockwardenNoDeadlock => SCRIPTED,
             Impl::Rslock | Impl::RslockTuned | Impl::Naive => PLAIN,
         }
     }
@@ -168,11 +178,15 @@ impl Client {
                 let config = Config::from_url(url).expect("redis url");
                 Client::LockwardenSpin(LockManager::start(config).await.expect("lockwarden start"))
             }
-            Impl::Lockwarden | Impl::LockwardenNoSync | Impl::LockwardenWait300 => {
+            Impl::Lockwarden
+            | Impl::LockwardenNoSync
+            | Impl::LockwardenWait300
+            | Impl::LockwardenNoDeadlock => {
                 let mut config = Config::from_url(url).expect("redis url");
                 config = match which {
                     Impl::LockwardenNoSync => config.no_replica_sync(),
                     Impl::LockwardenWait300 => config.sync_replicas(1, Duration::from_millis(300)),
+                    Impl::LockwardenNoDeadlock => config.no_deadlock_detection(),
                     _ => config,
                 };
                 // LOCKWARDEN_BENCH_BATCHING="max_ops,in_flight" tries other coalescing

@@ -75,7 +75,10 @@ impl Settings {
             Ok(list) => list
                 .split(',')
                 .filter_map(|name| {
-                    let found = Impl::ALL.into_iter().find(|i| i.name() == name.trim());
+                    let found = Impl::ALL
+                        .into_iter()
+                        .chain(Impl::OPTIONAL)
+                        .find(|i| i.name() == name.trim());
                     if found.is_none() {
                         eprintln!("ignoring unknown implementation {name:?}");
                     }

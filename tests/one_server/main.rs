@@ -14,6 +14,7 @@ mod support;
 mod bad_input;
 mod coalesce;
 mod deadlock;
+mod deadlock_cost;
 mod exclusion;
 mod fair;
 mod fair_semaphore;

@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 
 use support::{free_port, raw, RedisServer};
 
-/// `target/debug/examples/<name>`, built once per test run.
-fn example(name: &str) -> PathBuf {
+/// `target/debug/examples/<name>`, built once per test run (`deadlock_processes.rs`
+/// runs `deadlock` from here too).
+pub(crate) fn example(name: &str) -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -53,6 +54,8 @@ fn example(name: &str) -> PathBuf {
                 "fenced",
                 "--example",
                 "web",
+                "--example",
+                "deadlock",
             ])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .output()

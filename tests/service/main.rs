@@ -1,6 +1,7 @@
 //! What a service's first users and operators meet: a new user's first hour, the
 //! examples run as a user runs them, ACL users with only the rights the docs list,
-//! the client registry, the tokio runtime, and the Grafana dashboard's queries.
+//! the client registry, the tokio runtime, the Grafana dashboard's queries, and
+//! deadlocks between real processes.
 //!
 //! Each file was a test binary of its own; as modules of one binary they share one
 //! build of `tests/support/`. How to add a file: docs/architecture.md, "Where a new
@@ -13,6 +14,7 @@ mod support;
 
 mod acl;
 mod dashboard;
+mod deadlock_processes;
 mod examples;
 mod first_hour;
 mod registry;
