@@ -86,6 +86,19 @@ impl Map {
     }
 }
 
+/// The two-lock cycle most tests start from: c1:1 holds x and waits for y
+/// (wanting `a`, since `a_since`), c2:1 holds y and waits for x.
+fn crossed(a: (AcquireKind, u64), b: (AcquireKind, u64)) -> (Map, Wait, Wait) {
+    let wa = wait("c1:1", "y", a.0, a.1);
+    let wb = wait("c2:1", "x", b.0, b.1);
+    let map = Map::default()
+        .held("x", &["c1:1"])
+        .held("y", &["c2:1"])
+        .waiting(wa.clone())
+        .waiting(wb.clone());
+    (map, wa, wb)
+}
+
 fn owners(d: &Deadlock) -> Vec<(&str, &str)> {
     d.links
         .iter()
@@ -95,13 +108,7 @@ fn owners(d: &Deadlock) -> Vec<(&str, &str)> {
 
 #[test]
 fn two_owners_in_opposite_order_form_a_cycle_and_the_later_wait_gives_up() {
-    let a = wait("c1:1", "y", AcquireKind::Exclusive, 100);
-    let b = wait("c2:1", "x", AcquireKind::Exclusive, 200);
-    let mut map = Map::default()
-        .held("x", &["c1:1"])
-        .held("y", &["c2:1"])
-        .waiting(a.clone())
-        .waiting(b.clone());
+    let (mut map, a, b) = crossed((AcquireKind::Exclusive, 100), (AcquireKind::Exclusive, 200));
     let from_a = map.cycle_from(&a).expect("a cycle");
     assert_eq!(owners(&from_a), [("c1:1", "y"), ("c2:1", "x")]);
     let from_b = map.cycle_from(&b).expect("a cycle");
@@ -272,13 +279,7 @@ fn an_owner_with_two_waits_is_followed_through_either() {
 
 #[test]
 fn equal_start_times_are_decided_by_owner_field() {
-    let a = wait("c1:1", "y", AcquireKind::Exclusive, 7);
-    let b = wait("c2:1", "x", AcquireKind::Exclusive, 7);
-    let mut map = Map::default()
-        .held("x", &["c1:1"])
-        .held("y", &["c2:1"])
-        .waiting(a.clone())
-        .waiting(b.clone());
+    let (mut map, a, b) = crossed((AcquireKind::Exclusive, 7), (AcquireKind::Exclusive, 7));
     let from_a = map.cycle_from(&a).expect("a cycle");
     let from_b = map.cycle_from(&b).expect("a cycle");
     assert_eq!(from_a.links[victim(&from_a)].owner, "c2:1");
@@ -307,13 +308,7 @@ fn the_walk_is_bounded() {
 
 #[test]
 fn the_message_names_each_lock_and_holder_in_order() {
-    let a = wait("c1:1", "y", AcquireKind::Exclusive, 100);
-    let b = wait("c2:1", "x", AcquireKind::Write, 200);
-    let mut map = Map::default()
-        .held("x", &["c1:1"])
-        .held("y", &["c2:1"])
-        .waiting(a)
-        .waiting(b.clone());
+    let (mut map, _, b) = crossed((AcquireKind::Exclusive, 100), (AcquireKind::Write, 200));
     let d = map.cycle_from(&b).expect("a cycle");
     let text = d.to_string();
     assert!(

@@ -198,35 +198,42 @@ pub async fn three_managers_over_three_locks(t: &Target) {
     assert_eq!(cycle.links.len(), 3, "{cycle}");
 }
 
+/// Two managers: the first holds one lock (`held[0]`) and waits for the other
+/// (`wanted[0]`); the second holds the other (`held[1]`) and waits for the
+/// first (`wanted[1]`). Answers the cycle after [`one_gives_way`].
+async fn crossed(
+    t: &Target,
+    prefix: &str,
+    held: [AcquireKind; 2],
+    wanted: [AcquireKind; 2],
+) -> Deadlock {
+    let m = managers(t, 2).await;
+    let names = spread(t, prefix, 2);
+    let owners = [Owner::new(), Owner::new()];
+    let mut holds = Vec::new();
+    let mut waits = Vec::new();
+    for i in 0..2 {
+        let guard = hold(&m[i], &names[i], |a| a.kind(held[i]).owner(owners[i])).await;
+        holds.push(Some(guard));
+        waits.push((m[i].clone(), names[1 - i].clone(), wanted[i], owners[i]));
+    }
+    one_gives_way(waits, holds).await.1
+}
+
 /// A writer waiting for a reader that waits for the writer's other lock.
 pub async fn a_writer_and_a_reader_wait_for_each_other(t: &Target) {
-    let m = managers(t, 2).await;
-    let names = spread(t, "dl:rw", 2);
-    let (o1, o2) = (Owner::new(), Owner::new());
-    // o1 writes names[0]; o2 reads names[1].
-    let g1 = hold(&m[0], &names[0], |a| a.write().owner(o1)).await;
-    let g2 = hold(&m[1], &names[1], |a| a.read().owner(o2)).await;
-    let waits = vec![
-        (m[0].clone(), names[1].clone(), AcquireKind::Write, o1),
-        (m[1].clone(), names[0].clone(), AcquireKind::Read, o2),
-    ];
-    let (_, cycle) = one_gives_way(waits, vec![Some(g1), Some(g2)]).await;
+    // o1 writes the first lock and wants to write the second; o2 reads the
+    // second and wants to read the first.
+    let kinds = [AcquireKind::Write, AcquireKind::Read];
+    let cycle = crossed(t, "dl:rw", kinds, kinds).await;
     let kinds: Vec<AcquireKind> = cycle.links.iter().map(|l| l.wants).collect();
     assert!(kinds.contains(&AcquireKind::Write) && kinds.contains(&AcquireKind::Read));
 }
 
 /// Two fair locks, each held and each waited for in opposite orders.
 pub async fn fair_waiters_in_a_cycle(t: &Target) {
-    let m = managers(t, 2).await;
-    let names = spread(t, "dl:fair", 2);
-    let (o1, o2) = (Owner::new(), Owner::new());
-    let g1 = hold(&m[0], &names[0], |a| a.fair().owner(o1)).await;
-    let g2 = hold(&m[1], &names[1], |a| a.fair().owner(o2)).await;
-    let waits = vec![
-        (m[0].clone(), names[1].clone(), AcquireKind::Fair, o1),
-        (m[1].clone(), names[0].clone(), AcquireKind::Fair, o2),
-    ];
-    let (_, cycle) = one_gives_way(waits, vec![Some(g1), Some(g2)]).await;
+    let fair = [AcquireKind::Fair; 2];
+    let cycle = crossed(t, "dl:fair", fair, fair).await;
     assert_eq!(cycle.links[0].wants, AcquireKind::Fair);
 }
 
