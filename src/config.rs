@@ -320,7 +320,8 @@ impl Config {
     }
 
     /// After how long a lock wait looks for a deadlock, and then again each
-    /// time as long while it lasts (PostgreSQL's `deadlock_timeout`): it records
+    /// time as long while it lasts (a quarter of it after a first look that
+    /// found nothing; PostgreSQL's `deadlock_timeout`): it records
     /// in Redis what its owner waits for and follows the wait-for graph (the
     /// lock's holders, what they wait for, their holders ...). A wait found in a
     /// cycle that started last gives up with [`LockError::Deadlock`], naming
