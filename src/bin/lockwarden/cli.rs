@@ -14,6 +14,7 @@ pub use crate::cli_help::parse_from;
 pub use crate::cli_ops::{ListArgs, StatusArgs, TopArgs, UnlockArgs};
 pub use crate::cli_run::{AcquireOpts, HoldArgs, OnLost, RunArgs};
 pub use crate::cli_sync::{LatchAction, LatchArgs, SemaphoreAction, SemaphoreArgs};
+pub use crate::duration::DeadlockTimeout;
 use crate::duration::{parse_deadlock_timeout, parse_lease, parse_timeout};
 
 /// The exit codes, shown by `lockwarden --help` (same table as docs/operations.md).
@@ -170,15 +171,6 @@ pub struct Common {
     /// Log what happens on stderr (-v info, -vv debug, -vvv trace).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
-}
-
-/// `--deadlock-timeout`: look for deadlocks after this long, or never.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeadlockTimeout {
-    /// After this long.
-    After(Duration),
-    /// `off`: never.
-    Off,
 }
 
 /// The subcommands.

@@ -48,10 +48,18 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("'{text}' is too large"))
 }
 
+/// `--deadlock-timeout`: look for deadlocks after this long, or never.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeadlockTimeout {
+    /// After this long.
+    After(Duration),
+    /// `off`: never.
+    Off,
+}
+
 /// Parses `--deadlock-timeout`: `off`, or a duration of at least 10 ms (a
 /// check costs Redis round trips; the library refuses less).
-pub fn parse_deadlock_timeout(text: &str) -> Result<crate::cli::DeadlockTimeout, String> {
-    use crate::cli::DeadlockTimeout;
+pub fn parse_deadlock_timeout(text: &str) -> Result<DeadlockTimeout, String> {
     if text.trim().eq_ignore_ascii_case("off") {
         return Ok(DeadlockTimeout::Off);
     }
