@@ -33,13 +33,11 @@ use crate::error::{is_noperm, LockError};
 use crate::keys;
 use crate::kind::AcquireKind;
 use crate::node::Conn;
-use crate::wire::deadlock::{read_owner, RedisGraph};
+use crate::wire::deadlock::{read_owner, recorded_owners, RedisGraph};
 use crate::wire::waiting::{self, WaitKind};
 
 /// The glob of the client registry entries (`keys::client_key`).
 const CLIENT_ENTRIES: &str = "lockwarden:client:*";
-/// The prefix of a wait record's field in a client entry (`wire/deadlock.rs`).
-const WAIT_FIELD: &str = "wait:";
 
 /// The graph as Redis holds it, plus the waits only the waiting records show:
 /// an owner whose process runs with detection off records no wait in its
@@ -166,15 +164,6 @@ impl Admin {
         };
         let mut owners: BTreeSet<String> = BTreeSet::new();
         for key in entries {
-            let Some(id) = key
-                .strip_prefix("lockwarden:client:{")
-                .and_then(|k| k.strip_suffix('}'))
-            else {
-                continue;
-            };
-            if keys::client_key(id) != key {
-                continue;
-            }
             let fields: Vec<String> = match redis::cmd("HKEYS")
                 .arg(&key)
                 .query_async(&mut self.conn.clone())
@@ -184,14 +173,7 @@ impl Admin {
                 Err(e) if is_noperm(&e) => continue,
                 Err(e) => return Err(e.into()),
             };
-            for field in fields {
-                let Some(rest) = field.strip_prefix(WAIT_FIELD) else {
-                    continue;
-                };
-                if let Some((n, _lock)) = rest.split_once('|') {
-                    owners.insert(format!("{id}:{n}"));
-                }
-            }
+            owners.extend(recorded_owners(&key, &fields));
         }
         let mut waits = Vec::new();
         for owner in owners {

@@ -68,6 +68,26 @@ fn place(owner: &str) -> Option<(String, String)> {
     Some((keys::client_key(id), format!("{FIELD_PREFIX}{n}|")))
 }
 
+/// The owners that have a record in the client entry at `key`, from its
+/// field names (`fields`, as `HKEYS` answers); none for a key that is not a
+/// client entry.
+pub(crate) fn recorded_owners(key: &str, fields: &[String]) -> Vec<String> {
+    let id = key
+        .strip_prefix("lockwarden:client:{")
+        .and_then(|k| k.strip_suffix('}'));
+    let Some(id) = id.filter(|id| keys::client_key(id) == key) else {
+        return Vec::new();
+    };
+    let mut owners: Vec<String> = fields
+        .iter()
+        .filter_map(|f| f.strip_prefix(FIELD_PREFIX)?.split_once('|'))
+        .map(|(n, _lock)| format!("{id}:{n}"))
+        .collect();
+    owners.sort_unstable();
+    owners.dedup();
+    owners
+}
+
 /// The value of a record of `wait` that lives `life` from now.
 fn value(wait: &Wait, life: Duration) -> String {
     let expiry = now_ms() + life.as_millis() as u64;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use actix::Addr;
 use lockwarden::{Acquire, AcquireKind, Deadlock, LockError, LockGuard, LockManager, Owner};
 
-use crate::support::{hold, Target};
+use crate::support::{eventually, hold, Target};
 
 /// The deadlock timeout of these tests: short, so that the trials are quick.
 const TIMEOUT: Duration = Duration::from_millis(250);
@@ -382,11 +382,8 @@ pub async fn ended_waits_leave_no_record(t: &Target) {
     let held = hold(&m[0], "dl:rec", |a| a).await;
     let owner = Owner::new();
     let waiting = tokio::spawn(m[1].send(Acquire::new("dl:rec").owner(owner)));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !has_record(owner.id()) {
-        assert!(Instant::now() < deadline, "a long wait was never recorded");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let recorded = eventually(Duration::from_secs(5), || has_record(owner.id())).await;
+    assert!(recorded, "a long wait was never recorded");
     drop(held);
     drop(
         waiting
@@ -395,14 +392,8 @@ pub async fn ended_waits_leave_no_record(t: &Target) {
             .expect("running")
             .expect("granted"),
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while has_record(owner.id()) {
-        assert!(
-            Instant::now() < deadline,
-            "the record stayed after the wait"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let removed = eventually(Duration::from_secs(5), || !has_record(owner.id())).await;
+    assert!(removed, "the record stayed after the wait");
     drop(probe);
 }
 

@@ -75,6 +75,16 @@ pub async fn hold(
         .unwrap_or_else(|e| panic!("acquire {name}: {e}"))
 }
 
+/// The owner field of a hold of the lock `name`, read back from `server` (a
+/// replica, say); `None`: not held there.
+pub fn holder_on(server: &RedisServer, name: &str) -> Option<String> {
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(name)
+        .query(&mut server.conn())
+        .unwrap_or_default();
+    fields.into_iter().find(|f| f.contains(':'))
+}
+
 /// Runs a raw command on the test server and returns its reply.
 pub fn raw<T: redis::FromRedisValue>(server: &RedisServer, args: &[&str]) -> T {
     let mut cmd = redis::cmd(args[0]);

@@ -9,16 +9,7 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use lockwarden::{Acquire, Config, LockError, LockManager};
-use support::{eventually, RedisServer, Sentinel, MASTER_NAME};
-
-/// The owner field of a guard's hold, read back from `server` (None: not held).
-fn holder_on(server: &RedisServer, name: &str) -> Option<String> {
-    let fields: Vec<String> = redis::cmd("HKEYS")
-        .arg(name)
-        .query(&mut server.conn())
-        .unwrap_or_default();
-    fields.into_iter().find(|f| f.contains(':'))
-}
+use support::{eventually, holder_on, RedisServer, Sentinel, MASTER_NAME};
 
 /// A replica frozen with SIGSTOP (its link kept): the first grant after the
 /// freeze is not confirmed and is answered `NotReplicated` (a zero wait) and

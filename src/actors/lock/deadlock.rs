@@ -186,23 +186,20 @@ impl LockActor {
             let recorded = detector.checked.get(id).is_some_and(|(_, r)| *r);
             detector.checked.insert(*id, (wait.clone(), recorded));
         }
-        let life = MIN_RECORD_LIFE.max(3 * timeout);
+        // Refused records: this process's own waits are all a check can see.
+        let life = (!refused).then(|| MIN_RECORD_LIFE.max(3 * timeout));
         let checks = due.into_iter().map(|(id, wait)| {
             let shared = self.shared.clone();
             async move {
-                let checked = if refused {
-                    crate::actors::waiting::check_here(shared, wait).await
-                } else {
-                    check(shared, wait, life).await
-                };
-                (id, checked)
+                let checked = check(shared, wait.clone(), life).await;
+                (id, wait, checked)
             }
         });
         ctx.spawn(join_all(checks).into_actor(self).map(|results, act, ctx| {
             act.detector_mut().checking = false;
             let mut failed = false;
-            for (id, checked) in results {
-                failed |= act.checked(id, checked, ctx);
+            for (id, wait, checked) in results {
+                failed |= act.checked(id, wait, checked, ctx);
             }
             // Only a wait that left changes who tries next; otherwise pumping
             // would send an attempt nobody asked for.
@@ -216,7 +213,7 @@ impl LockActor {
     }
 
     /// What the check of waiter `id` found; answers whether it failed the wait.
-    fn checked(&mut self, id: u64, checked: Checked, ctx: &mut Context<Self>) -> bool {
+    fn checked(&mut self, id: u64, wait: Wait, checked: Checked, ctx: &mut Context<Self>) -> bool {
         let Checked {
             cycle,
             recorded,
@@ -225,10 +222,17 @@ impl LockActor {
         } = checked;
         let detector = self.detector_mut();
         let mut first = false;
-        if let Some((_, r)) = detector.checked.get_mut(&id) {
-            first = recorded && !*r;
-            *r |= recorded;
+        match detector.checked.get_mut(&id) {
+            Some((_, r)) => {
+                first = recorded && !*r;
+                *r |= recorded;
+            }
+            // The wait ended while its check wrote the record: nobody else
+            // knows it is there.
+            None if recorded => self.forget_records(vec![wait]),
+            None => {}
         }
+        let detector = self.detector_mut();
         detector.soon |= first && cycle.is_none();
         if let Some(e) = error {
             if is_noperm(&e) && !detector.refused {
@@ -260,6 +264,20 @@ impl LockActor {
         true
     }
 
+    /// Removes the Redis records of waits that ended, in the background.
+    fn forget_records(&self, waits: Vec<Wait>) {
+        let conn = self.shared.node.conn();
+        let name = self.name.clone();
+        actix::spawn(async move {
+            for wait in waits {
+                if let Err(e) = forget(&conn, &wait).await {
+                    // Its expiry drops it from every walk.
+                    debug!(lock = %name, error = %e, "could not remove a wait's record");
+                }
+            }
+        });
+    }
+
     /// Drops what was checked of waits that ended (records in Redis, the local
     /// publication), and the detector once nothing is left.
     pub(super) fn forget_ended_waits(&mut self, ctx: &mut Context<Self>) {
@@ -284,16 +302,7 @@ impl LockActor {
         let left: Vec<Wait> = detector.checked.values().map(|(w, _)| w.clone()).collect();
         self.publish(left);
         if !removals.is_empty() {
-            let conn = self.shared.node.conn();
-            let name = self.name.clone();
-            actix::spawn(async move {
-                for wait in removals {
-                    if let Err(e) = forget(&conn, &wait).await {
-                        // Its expiry drops it from every walk.
-                        debug!(lock = %name, error = %e, "could not remove a wait's record");
-                    }
-                }
-            });
+            self.forget_records(removals);
         }
         let detector = self.detector.as_mut().expect("checked above");
         if self.queue.is_empty() && detector.checked.is_empty() && !detector.checking {

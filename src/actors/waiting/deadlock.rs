@@ -122,33 +122,29 @@ pub(crate) struct Checked {
     pub(crate) error: Option<RedisError>,
 }
 
-/// Checks `wait` over this process's own waits only: no Redis (a cycle whose
-/// every owner is here, or all there is when Redis refuses the records).
-pub(crate) async fn check_here(shared: Arc<Shared>, wait: Wait) -> Checked {
+/// Checks `wait`: over this process, then (writing its record first) over
+/// Redis. `record_life`: how long the record lives unless the next check
+/// refreshes it; `None` checks this process only (Redis refused the records).
+pub(crate) async fn check(
+    shared: Arc<Shared>,
+    wait: Wait,
+    record_life: Option<Duration>,
+) -> Checked {
     let me = ClientInfo::this_process(shared.config.label.as_deref());
     let mut local = LocalGraph {
         locks: shared.local_waits.snapshot(),
         client_id: shared.client_id.clone(),
         me: me.clone(),
     };
-    let Ok((cycle, _)) = find_cycle(&mut local, &wait, Some(me)).await;
-    Checked {
-        cycle,
-        recorded: false,
-        commands: 0,
-        error: None,
-    }
-}
-
-/// Checks `wait`: over this process, then (writing its record first) over
-/// Redis. `record_life`: how long the record lives unless the next check
-/// refreshes it.
-pub(crate) async fn check(shared: Arc<Shared>, wait: Wait, record_life: Duration) -> Checked {
-    let here = check_here(shared.clone(), wait.clone()).await;
-    if here.cycle.is_some() {
-        return here;
-    }
-    let me = ClientInfo::this_process(shared.config.label.as_deref());
+    let Ok((cycle, _)) = find_cycle(&mut local, &wait, Some(me.clone())).await;
+    let Some(record_life) = record_life.filter(|_| cycle.is_none()) else {
+        return Checked {
+            cycle,
+            recorded: false,
+            commands: 0,
+            error: None,
+        };
+    };
     let conn = shared.node.conn();
     let entry_ttl = shared.config.watchdog_lease;
     let written = record(&conn, &wait, record_life, entry_ttl).await;

@@ -32,7 +32,7 @@ mod queue;
 mod records;
 
 pub(crate) use attempt::Attempt;
-pub(crate) use deadlock::{check, check_here, Checked, LocalWaits, Published};
+pub(crate) use deadlock::{check, Checked, LocalWaits, Published};
 pub(crate) use places::{keep_refreshing, leave, PlaceCalls, Placed, Places};
 pub(crate) use queue::{on_leaving, timeout, Queue};
 pub(crate) use records::{watch, Waited, Waiting, Waits};
