@@ -13,7 +13,14 @@
 -- ARGV[1]  permits to take, >= 0 (0 only reclaims and reports)
 -- ARGV[2]  the lease in ms, >= 1
 -- ARGV[3]  Redisson's "no expiry" score; a permit with it never expires
--- ARGV[4..] one permit id per permit, 32 hex digits (stored as 16 bytes)
+-- ARGV[4]  the op marker's lifetime in ms
+-- ARGV[5..] one permit id per permit, 32 hex digits (stored as 16 bytes)
+-- KEYS[4]  the waiter's op marker (once_prelude.lua)
+--
+-- A waiter keeps its op id and its permit ids across its attempts: asked again
+-- after a lost reply, the marker says whether a copy took them already
+-- ({1, available}, nothing taken twice). A waiter that left undid the id
+-- (expirable_release.lua with the marker): a later copy takes nothing.
 --
 -- Returns {1, left} when taken (left: available after), or {0, available, wait,
 -- missing}: too few available; wait is the ms until the nearest expiry, -1 for
@@ -30,7 +37,17 @@ need({
   {'ZADD on the permits', 'zadd', KEYS[2], '1', 'x'},
   {'PEXPIRE on the permits', 'pexpire', KEYS[2], '1'},
   {'PUBLISH on the semaphore channel', 'publish', KEYS[3], '0'},
+  once_need(KEYS[4]),
 })
+local ttl = once_ttl(4)
+local seen = once_seen(KEYS[4])
+if seen then
+  local have = tonumber(redis.call('get', KEYS[1]) or '0') or 0
+  if seen == 'taken' then
+    return {1, have}
+  end
+  return {0, have, -1, 0}
+end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lapsed = redis.call('zrangebyscore', KEYS[2], 0, now)
@@ -49,15 +66,16 @@ if have >= want then
   if want > 0 then
     left = redis.call('decrby', KEYS[1], want)
     local expiry = now + tonumber(ARGV[2])
-    for i = 4, #ARGV do
+    for i = 5, #ARGV do
       local id = ARGV[i]:gsub('..', function(h) return string.char(tonumber(h, 16)) end)
       redis.call('zadd', KEYS[2], expiry, id)
     end
     -- A TTL a Java user put on the semaphore covers its permits too.
-    local ttl = redis.call('pttl', KEYS[1])
-    if ttl > 0 then
-      redis.call('pexpire', KEYS[2], ttl)
+    local key_ttl = redis.call('pttl', KEYS[1])
+    if key_ttl > 0 then
+      redis.call('pexpire', KEYS[2], key_ttl)
     end
+    once_note(KEYS[4], 'taken', ttl)
   end
   return {1, left}
 end

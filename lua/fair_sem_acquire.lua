@@ -10,6 +10,13 @@
 -- ARGV[3]  how long a place is kept without a refresh, whole ms >= 1
 -- ARGV[4]  '1' to take a place when the permits cannot be taken now, '0' to
 --          only try
+-- KEYS[6]  the waiter's op marker (once_prelude.lua; the waiter id is its op id)
+-- ARGV[5]  the op marker's lifetime in ms
+--
+-- A waiter asks again under the same id when a reply was lost: the marker says
+-- whether a copy took its permits already ({1, available}, nothing taken
+-- twice). A waiter that left undid the id (fair_sem_undo.lua): a copy that runs
+-- after that takes neither permits nor a place.
 --
 -- Returns {1, left} when taken (left: available now), or {0, available,
 -- missing} when not (missing: 1 when the semaphore's key does not exist).
@@ -44,6 +51,13 @@ local have, refused, absent = number_at_key()
 if refused then
   return refused
 end
+local ttl = once_ttl(5)
+local seen = once_seen(KEYS[6])
+if seen == 'taken' then
+  return {1, have}
+elseif seen then
+  return {0, have, 0}
+end
 local me = ARGV[2]
 local now = server_ms()
 
@@ -54,6 +68,7 @@ local take_needs = {
   {'LPOP on the queue', 'lpop', KEYS[2]},
   {'ZREM on the places', 'zrem', KEYS[3], me},
   {'PUBLISH on a waiter channel', 'publish', waiter_channel(me), '0'},
+  once_need(KEYS[6]),
 }
 local queue_needs = {
   {'ZADD on the places', 'zadd', KEYS[3], '1', me},
@@ -74,6 +89,7 @@ local head = run('LINDEX on the queue', 'lindex', KEYS[2], 0)
 if (not head or head == me) and have >= want then
   need(take_needs)
   local left = redis.call('decrby', KEYS[1], want)
+  once_note(KEYS[6], 'taken', ttl)
   if head == me then
     redis.call('lpop', KEYS[2])
     redis.call('zrem', KEYS[3], me)

@@ -213,6 +213,21 @@ pub enum LockError {
         /// Replicas required (0: the master itself was in doubt).
         wanted: u32,
     },
+    /// A change that must count once (permits given back, a count-down, a
+    /// drain) was sent, but Redis did not answer it within the time its op id is
+    /// sure to be remembered (half of [`Config::latch_ttl`](crate::Config::latch_ttl),
+    /// 5 s by default), so it is not known whether it applied. It was not sent
+    /// again past that point: every copy that reaches Redis carries the same op
+    /// id, so it applies at most once, and a frozen server that resumes applies
+    /// it then. Do not redo it by hand (adding permits again would count them
+    /// twice); a server that lost it (restarted without its data) lost the
+    /// semaphore's count with it. Not retryable.
+    InFlight {
+        /// What was sent ("giving back 1 permit of semaphore "api"").
+        what: String,
+        /// How long it went unanswered.
+        waited: Duration,
+    },
     /// A number of permits or a count was refused (zero where at least one is
     /// needed, over the limit Redisson can read, more than a guard holds), or the
     /// change would carry a semaphore past that limit; nothing was changed in
@@ -463,6 +478,10 @@ impl fmt::Display for LockError {
             LockError::NotReplicated { acked, wanted } => write!(
                 f,
                 "lock not acquired: only {acked} of the {wanted} replicas required confirmed the grant in time, so it was undone (are the replicas up and in sync?)"
+            ),
+            LockError::InFlight { what, waited } => write!(
+                f,
+                "{what}: Redis did not answer within {waited:?}; the change was sent and applies                  at most once if Redis still has it (its op id makes a repeat do nothing), so do                  not redo it by hand"
             ),
             LockError::InvalidAmount {
                 what,

@@ -53,6 +53,9 @@ const SEM_TIMEOUT_PREFIX: &str = "lockwarden_semaphore_timeout";
 const SEM_WAITER_CHANNEL_PREFIX: &str = "lockwarden_semaphore_channel";
 /// Suffix of a permit-expirable semaphore's zset of taken permits.
 const PERMIT_TIMEOUT_SUFFIX: &str = "timeout";
+/// The part between a synchronizer's tagged name and an op id in an op marker
+/// (lockwarden's own: `lua/once_prelude.lua`).
+const OP_MARKER_INFIX: &str = ":lockwarden_done:";
 
 /// The key families above, each as the text a key of it starts with and what it
 /// is: the keys that only lockwarden's (and Redisson's) scripts may write, which
@@ -224,6 +227,17 @@ pub(crate) fn permit_timeouts(name: &str) -> String {
     format!("{}:{PERMIT_TIMEOUT_SUFFIX}", tagged(name))
 }
 
+/// The marker of a synchronizer's change `op_id` (a permit given back, permits
+/// taken for a waiter, a count-down): `{<name>}:lockwarden_done:<op id>`
+/// (`<name>:lockwarden_done:<op id>` when the name brings its own hash tag), a
+/// short-lived string in the name's slot that records what the change's first
+/// copy did, so that a retry or a late copy changes nothing
+/// (`lua/once_prelude.lua`). Under the name's tag, an ACL that lets a user work
+/// a permit-expirable semaphore (`~{<prefix>*`) covers it.
+pub(crate) fn op_marker(name: &str, op_id: &str) -> String {
+    format!("{}{OP_MARKER_INFIX}{op_id}", tagged(name))
+}
+
 /// A fair lock's queue: a list of waiting owner fields, head first.
 pub(crate) fn fair_queue(name: &str) -> String {
     prefixed(QUEUE_PREFIX, name)
@@ -305,6 +319,10 @@ pub(crate) fn reserved(key: &str) -> Option<&'static str> {
         if counted && head.ends_with(&format!(":{READ_TIMEOUT_SUFFIX}")) {
             return Some("a read hold's timeout key");
         }
+    }
+    // `{<name>}:lockwarden_done:<op id>` (op_marker).
+    if hash_tag(key).is_some() && key.contains(OP_MARKER_INFIX) {
+        return Some("a synchronizer's op marker");
     }
     // `{<name>}:timeout`, or `<name>:timeout` for a name with its own tag
     // (permit_timeouts): whichever, a tagged key ending in `:timeout`.
@@ -450,6 +468,7 @@ mod tests {
                 kind_label(name),
                 waiters(name),
                 permit_timeouts(name),
+                op_marker(name, "r1"),
                 fair_queue(name),
                 fair_timeouts(name),
                 fair_channel(name, "id:7"),

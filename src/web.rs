@@ -74,6 +74,9 @@ fn answer(e: &LockError) -> Answer {
         LockError::NotReplicated { .. } => {
             Answer::unavailable("unavailable: the lock could not be confirmed; try again later")
         }
+        LockError::InFlight { .. } => Answer::unavailable(
+            "unavailable: the lock service did not hear back from Redis; try again later",
+        ),
         LockError::Redis(_) if e.is_retryable() || e.is_failover_in_progress() => {
             Answer::unavailable("unavailable: the lock service cannot reach Redis; try again later")
         }
@@ -115,6 +118,7 @@ fn answer(e: &LockError) -> Answer {
 /// | `Deadlock` | 503, `Retry-After` | the request's wait was chosen to end a deadlock: once the handler has released what it held, the same request may pass |
 /// | `NotReplicated` | 503, `Retry-After` | replicas behind: a later attempt may be confirmed |
 /// | `Redis` that may pass (a dropped connection, a timeout, a failover, BUSY, LOADING, OOM) | 503, `Retry-After` | Redis is unreachable or busy for now |
+/// | `InFlight` (permits given back, a count-down, sent but not answered in time) | 503, `Retry-After` | Redis is unreachable or frozen; the change applies once if it gets there |
 /// | `Stopped`, `ShuttingDown` (the manager is gone or handing over: a deploy, the mailbox closed) | 503, `Retry-After` | another instance, or this one restarted, can serve it |
 /// | `Lost` (any reason) | 503, `Retry-After` | this process lost its lock (paused, cut off, stopping): the request may be tried again |
 /// | `StaleToken`, `NotHeld` | 409 | a later holder of the lock took over first (a fenced write that meets it is refused and writes nothing) |
@@ -200,6 +204,7 @@ mod tests {
             LockError::InvalidRequest(_) => "InvalidRequest",
             LockError::StaleToken { .. } => "StaleToken",
             LockError::NotReplicated { .. } => "NotReplicated",
+            LockError::InFlight { .. } => "InFlight",
             LockError::InvalidAmount { .. } => "InvalidAmount",
             LockError::NotANumber { .. } => "NotANumber",
             LockError::ReservedKey { .. } => "ReservedKey",
@@ -244,6 +249,13 @@ mod tests {
                 503,
             ),
             (LockError::Redis(transient), 503),
+            (
+                LockError::InFlight {
+                    what: "giving back 1 permit".to_owned(),
+                    waited: Duration::from_secs(5),
+                },
+                503,
+            ),
             (LockError::Stopped, 503),
             (LockError::ShuttingDown, 503),
             (LockError::Lost(LostReason::ShutDown), 503),
@@ -326,7 +338,7 @@ mod tests {
         let mut seen: Vec<&str> = rows.iter().map(|(e, _)| variant(e)).collect();
         seen.sort_unstable();
         seen.dedup();
-        assert_eq!(seen.len(), 21, "a row for every variant: {seen:?}");
+        assert_eq!(seen.len(), 22, "a row for every variant: {seen:?}");
         for (e, status) in &rows {
             let response = e.error_response();
             assert_eq!(response.status().as_u16(), *status, "{e:?}");

@@ -16,6 +16,7 @@ use actix::prelude::*;
 
 use crate::actors::latch::{AwaitZero, LatchActor};
 use crate::actors::shared::Shared;
+use crate::actors::waiting;
 use crate::error::LockError;
 use crate::sync_view::SynchronizerKind;
 use crate::wire::{self, CountedDown, LatchCountDown, LatchSet};
@@ -93,11 +94,32 @@ impl LatchHandle {
     /// Takes one from the count and answers what is left; the call that reaches
     /// zero opens the latch for every waiter. On an open latch it does nothing
     /// and answers 0.
+    ///
+    /// It counts once: sent under one op id, it is sent again through a
+    /// dropped connection or a Redis that does not answer, and a copy that
+    /// runs twice counts nothing the second time. When Redis has not answered
+    /// within half of [`Config::latch_ttl`](crate::Config::latch_ttl) it
+    /// answers [`LockError::InFlight`]: the count-down may still apply, once;
+    /// do not count down again for it.
     pub async fn count_down(&self) -> Result<u64, LockError> {
-        let mut conn = self.shared.node.conn();
-        match wire::call(&mut conn, &LatchCountDown { name: &self.name }).await? {
+        let op = waiting::op_id();
+        let once = waiting::once(&self.shared.config, &op);
+        let what = || format!("counting down latch {:?}", self.name);
+        let counted = waiting::send_once(&self.shared.config, what, || {
+            let mut conn = self.shared.node.conn();
+            async move {
+                let call = LatchCountDown {
+                    name: &self.name,
+                    once,
+                };
+                wire::call(&mut conn, &call).await
+            }
+        })
+        .await?;
+        match counted {
             CountedDown::Left(0) => {
                 // The key is gone: its kind label goes too.
+                let mut conn = self.shared.node.conn();
                 wire::label(&mut conn, &self.name, None).await;
                 Ok(0)
             }

@@ -20,6 +20,7 @@ use super::semaphore::{add, check_permits, try_set};
 use crate::actors::semaphore::permits::{Granted, ReturnPermits};
 use crate::actors::semaphore::{take, SemaphoreActor};
 use crate::actors::shared::Shared;
+use crate::actors::waiting;
 use crate::error::{LockError, LostReason};
 use crate::reply::{ask, Reply};
 use crate::signal::LostWatch;
@@ -94,10 +95,13 @@ impl PermitSemaphoreHandle {
     /// How many permits are available now, after giving back every expired one.
     pub async fn available(&self) -> Result<u64, LockError> {
         let mut conn = self.shared.node.conn();
+        // Taking no permits records nothing under the op id: a fresh one.
+        let op = waiting::op_id();
         let call = ExpirableAcquire {
             name: &self.name,
             ids: &[],
             lease_ms: 1,
+            once: waiting::once(&self.shared.config, &op),
         };
         match wire::call(&mut conn, &call).await? {
             ExpirableTake::Taken { left } => Ok(left),

@@ -22,6 +22,7 @@ use actix::prelude::*;
 use crate::actors::semaphore::permits::GivePermits;
 use crate::actors::semaphore::{take, TakePermits};
 use crate::actors::shared::Shared;
+use crate::actors::waiting;
 use crate::error::LockError;
 use crate::reply::{ask, Reply};
 use crate::sync_view::SynchronizerKind;
@@ -308,10 +309,24 @@ impl SemaphoreHandle {
 
     /// Takes every available permit at once and answers how many that was. The
     /// permits are not held by any guard: give them back with
-    /// [`release`](Self::release) if needed.
+    /// [`release`](Self::release) if needed. Sent under one op id, so a drain
+    /// retried after a lost reply takes nothing more
+    /// ([`LockError::InFlight`] when Redis did not answer in time).
     pub async fn drain(&self) -> Result<u64, LockError> {
-        let mut conn = self.shared.node.conn();
-        Ok(wire::call(&mut conn, &SemDrain { name: &self.name }).await?)
+        let op = waiting::op_id();
+        let once = waiting::once(&self.shared.config, &op);
+        let what = || format!("draining semaphore {:?}", self.name);
+        waiting::send_once(&self.shared.config, what, || {
+            let mut conn = self.shared.node.conn();
+            async move {
+                let call = SemDrain {
+                    name: &self.name,
+                    once,
+                };
+                wire::call(&mut conn, &call).await
+            }
+        })
+        .await
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 use redis::{RedisResult, Value};
 
 use super::lua::Lua;
-use super::{unexpected, Invocation, ScriptCall};
+use super::{unexpected, Invocation, Once, ScriptCall};
 use crate::keys;
 
 // Each script gets `lua/acl_prelude.lua` in front (`need`: its writes and the
@@ -20,12 +20,14 @@ use crate::keys;
 static XSEM_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
+        include_str!("../../lua/once_prelude.lua"),
         include_str!("../../lua/expirable_acquire.lua")
     ))
 });
 static XSEM_RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
+        include_str!("../../lua/once_prelude.lua"),
         include_str!("../../lua/expirable_release.lua")
     ))
 });
@@ -49,6 +51,8 @@ pub(crate) struct ExpirableAcquire<'a> {
     pub(crate) ids: &'a [String],
     /// Their lease, in ms.
     pub(crate) lease_ms: u64,
+    /// The waiter's op id, the same for each of its attempts.
+    pub(crate) once: Once<'a>,
 }
 
 /// What a take attempt of the permit-expirable semaphore found.
@@ -74,9 +78,11 @@ impl ScriptCall for ExpirableAcquire<'_> {
             .key(self.name)
             .key(keys::permit_timeouts(self.name))
             .key(keys::semaphore_channel(self.name))
+            .key(self.once.marker(self.name))
             .arg(self.ids.len())
             .arg(self.lease_ms)
-            .arg(NO_EXPIRY);
+            .arg(NO_EXPIRY)
+            .arg(self.once.ttl_ms);
         for id in self.ids {
             call = call.arg(id);
         }
@@ -105,6 +111,10 @@ pub(crate) struct ExpirableRelease<'a> {
     pub(crate) name: &'a str,
     /// The permits' ids.
     pub(crate) ids: &'a [String],
+    /// Set for an undo (a waiter that left after a lost reply, or whose grant
+    /// found nobody): its op id is marked too, so that a late copy of its take
+    /// takes nothing.
+    pub(crate) undo: Option<Once<'a>>,
 }
 
 impl ScriptCall for ExpirableRelease<'_> {
@@ -116,6 +126,10 @@ impl ScriptCall for ExpirableRelease<'_> {
             .key(self.name)
             .key(keys::permit_timeouts(self.name))
             .key(keys::semaphore_channel(self.name));
+        call = match self.undo {
+            Some(once) => call.key(once.marker(self.name)).arg(once.ttl_ms),
+            None => call.arg(0),
+        };
         for id in self.ids {
             call = call.arg(id);
         }

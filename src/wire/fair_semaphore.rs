@@ -15,8 +15,8 @@ use std::sync::LazyLock;
 use redis::{RedisResult, Value};
 
 use super::lua::Lua;
-use super::synchronizer::{SemAdded, SemTake, MAX_PERMITS};
-use super::{answers, flag, unexpected, Invocation, Place, ScriptCall};
+use super::synchronizer::{SemAdded, SemTake, Undone, MAX_PERMITS};
+use super::{answers, flag, unexpected, Invocation, Once, Place, ScriptCall};
 use crate::keys;
 
 /// Each gets the ACL helpers, the number reader and the fair semaphore's prelude
@@ -27,6 +27,7 @@ macro_rules! fair_sem_script {
             Lua::new(concat!(
                 include_str!("../../lua/acl_prelude.lua"),
                 include_str!("../../lua/number_prelude.lua"),
+                include_str!("../../lua/once_prelude.lua"),
                 include_str!("../../lua/fair_sem_prelude.lua"),
                 include_str!($file)
             ))
@@ -38,6 +39,7 @@ static ACQUIRE: LazyLock<Lua> = fair_sem_script!("../../lua/fair_sem_acquire.lua
 static REFRESH: LazyLock<Lua> = fair_sem_script!("../../lua/fair_sem_refresh.lua");
 static LEAVE: LazyLock<Lua> = fair_sem_script!("../../lua/fair_sem_leave.lua");
 static RELEASE: LazyLock<Lua> = fair_sem_script!("../../lua/fair_sem_release.lua");
+static UNDO: LazyLock<Lua> = fair_sem_script!("../../lua/fair_sem_undo.lua");
 
 /// The keys every fair semaphore script starts with: the permits, the queue,
 /// the places, the waiters' channel prefix.
@@ -64,6 +66,9 @@ pub(crate) struct FairSemAcquire<'a> {
     pub(crate) place_ms: u64,
     /// Take a place when the permits cannot be taken now (not for a try-once).
     pub(crate) queue: bool,
+    /// How long Redis remembers what a copy of this take did (its op id is the
+    /// waiter id), in ms.
+    pub(crate) once_ttl_ms: u64,
 }
 
 impl ScriptCall for FairSemAcquire<'_> {
@@ -73,10 +78,12 @@ impl ScriptCall for FairSemAcquire<'_> {
         queue_keys(&ACQUIRE, self.name)
             .must_replicate()
             .key(keys::semaphore_channel(self.name))
+            .key(keys::op_marker(self.name, self.waiter))
             .arg(self.permits)
             .arg(self.waiter)
             .arg(self.place_ms)
             .arg(flag(self.queue))
+            .arg(self.once_ttl_ms)
     }
 
     fn parse(&self, reply: Value) -> RedisResult<SemTake> {
@@ -167,6 +174,8 @@ pub(crate) struct FairSemRelease<'a> {
     pub(crate) name: &'a str,
     /// How many, at least 1.
     pub(crate) permits: u32,
+    /// This give-back's op id, the same for each of its tries.
+    pub(crate) once: Once<'a>,
 }
 
 impl ScriptCall for FairSemRelease<'_> {
@@ -175,12 +184,46 @@ impl ScriptCall for FairSemRelease<'_> {
     fn invocation(&self) -> Invocation {
         queue_keys(&RELEASE, self.name)
             .key(keys::semaphore_channel(self.name))
+            .key(self.once.marker(self.name))
             .arg(self.permits)
             .arg(MAX_PERMITS)
+            .arg(self.once.ttl_ms)
     }
 
     fn parse(&self, reply: Value) -> RedisResult<SemAdded> {
         SemAdded::parse(&reply, "fair semaphore release")
+    }
+}
+
+/// A fair waiter left while a take of its id may have run unseen, or its
+/// grant found nobody: it leaves the queue, its permits go back if a copy
+/// took them, and a later copy takes nothing (`lua/fair_sem_undo.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FairSemUndo<'a> {
+    /// The semaphore.
+    pub(crate) name: &'a str,
+    /// The waiter id (its op id).
+    pub(crate) waiter: &'a str,
+    /// The permits its attempts asked for.
+    pub(crate) permits: u32,
+    /// How long Redis remembers the undo, in ms.
+    pub(crate) once_ttl_ms: u64,
+}
+
+impl ScriptCall for FairSemUndo<'_> {
+    type Reply = Undone;
+
+    fn invocation(&self) -> Invocation {
+        queue_keys(&UNDO, self.name)
+            .key(keys::semaphore_channel(self.name))
+            .key(keys::op_marker(self.name, self.waiter))
+            .arg(self.waiter)
+            .arg(self.permits)
+            .arg(self.once_ttl_ms)
+    }
+
+    fn parse(&self, reply: Value) -> RedisResult<Undone> {
+        Undone::parse(&reply)
     }
 }
 

@@ -128,6 +128,8 @@ mod tests {
             include_str!("../../lua/fair_sem_refresh.lua"),
             include_str!("../../lua/fair_sem_leave.lua"),
             include_str!("../../lua/fair_sem_release.lua"),
+            include_str!("../../lua/fair_sem_undo.lua"),
+            include_str!("../../lua/sem_undo.lua"),
         ] {
             let sharded = sharded(code).to_lowercase();
             assert!(sharded.contains("'spublish'"));

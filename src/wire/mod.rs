@@ -55,7 +55,7 @@ pub(crate) use exclusive::{Acquire, Release, RenewHashes, Transfer, TransferRepl
 pub(crate) use expirable::{ExpirableAcquire, ExpirableRelease, ExpirableRenew, ExpirableTake};
 pub(crate) use fair::{FairAcquire, FairLeave, FairRefresh, FairRelease, Place};
 pub(crate) use fair_semaphore::{
-    read_sem_queue, FairSemAcquire, FairSemLeave, FairSemRefresh, FairSemRelease,
+    read_sem_queue, FairSemAcquire, FairSemLeave, FairSemRefresh, FairSemRelease, FairSemUndo,
 };
 pub(crate) use fenced::{FencedReply, FencedWrite};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
@@ -66,7 +66,7 @@ pub(crate) use replicas::{
 pub(crate) use rw::{ReadAcquire, ReadRelease, RwRenew, WriteAcquire, WriteRelease};
 pub(crate) use synchronizer::{
     key_exists, label, read_number, CountedDown, LatchCountDown, LatchSet, SemAcquire, SemAdded,
-    SemDrain, SemRelease, SemTake, SemTrySet, SyncInspect, MAX_PERMITS,
+    SemDrain, SemRelease, SemTake, SemTrySet, SemUndo, SyncInspect, Undone, MAX_PERMITS,
 };
 
 /// One script call laid out for the wire: which script, its KEYS and its ARGV.
@@ -174,6 +174,24 @@ impl Invocation {
             }
             answer => Ok(answer),
         }
+    }
+}
+
+/// The op id of a synchronizer's change that a retry or a late copy could
+/// apply twice, and how long Redis remembers what its first copy did
+/// (`lua/once_prelude.lua`, `keys::op_marker`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Once<'a> {
+    /// The op id (a request id, or a fair waiter's id).
+    pub(crate) id: &'a str,
+    /// The marker's lifetime, in ms (`Config::latch_ttl`).
+    pub(crate) ttl_ms: u64,
+}
+
+impl Once<'_> {
+    /// The marker key of this op on synchronizer `name`.
+    fn marker(&self, name: &str) -> String {
+        crate::keys::op_marker(name, self.id)
     }
 }
 

@@ -15,7 +15,7 @@ use redis::aio::ConnectionLike;
 use redis::{RedisResult, Value};
 
 use super::lua::Lua;
-use super::{unexpected, Invocation, ScriptCall};
+use super::{unexpected, Invocation, Once, ScriptCall};
 use crate::keys;
 use crate::sync_view::{Looked, SynchronizerKind};
 
@@ -27,6 +27,7 @@ static SEM_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/number_prelude.lua"),
+        include_str!("../../lua/once_prelude.lua"),
         include_str!("../../lua/sem_acquire.lua")
     ))
 });
@@ -34,6 +35,7 @@ static SEM_RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/number_prelude.lua"),
+        include_str!("../../lua/once_prelude.lua"),
         include_str!("../../lua/sem_release.lua")
     ))
 });
@@ -45,8 +47,18 @@ static SEM_TRY_SET: LazyLock<Lua> = LazyLock::new(|| {
 });
 static SEM_DRAIN: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/number_prelude.lua"),
+        include_str!("../../lua/once_prelude.lua"),
         include_str!("../../lua/sem_drain.lua")
+    ))
+});
+static SEM_UNDO: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("../../lua/acl_prelude.lua"),
+        include_str!("../../lua/number_prelude.lua"),
+        include_str!("../../lua/once_prelude.lua"),
+        include_str!("../../lua/sem_undo.lua")
     ))
 });
 static LATCH_SET: LazyLock<Lua> = LazyLock::new(|| {
@@ -59,6 +71,7 @@ static LATCH_COUNT_DOWN: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/number_prelude.lua"),
+        include_str!("../../lua/once_prelude.lua"),
         include_str!("../../lua/latch_count_down.lua")
     ))
 });
@@ -76,6 +89,8 @@ pub(crate) struct SemAcquire<'a> {
     pub(crate) name: &'a str,
     /// How many, at least 1.
     pub(crate) permits: u32,
+    /// The waiter's op id, the same for each of its attempts.
+    pub(crate) once: Once<'a>,
 }
 
 /// What a take attempt found.
@@ -96,7 +111,9 @@ impl ScriptCall for SemAcquire<'_> {
             .must_replicate()
             .key(self.name)
             .key(keys::semaphore_channel(self.name))
+            .key(self.once.marker(self.name))
             .arg(self.permits)
+            .arg(self.once.ttl_ms)
     }
 
     fn parse(&self, reply: Value) -> RedisResult<SemTake> {
@@ -121,6 +138,8 @@ pub(crate) struct SemRelease<'a> {
     pub(crate) name: &'a str,
     /// How many, at least 1.
     pub(crate) permits: u32,
+    /// This give-back's op id, the same for each of its tries.
+    pub(crate) once: Once<'a>,
 }
 
 /// What adding permits did.
@@ -161,12 +180,67 @@ impl ScriptCall for SemRelease<'_> {
         Invocation::new(&SEM_RELEASE)
             .key(self.name)
             .key(keys::semaphore_channel(self.name))
+            .key(self.once.marker(self.name))
             .arg(self.permits)
             .arg(MAX_PERMITS)
+            .arg(self.once.ttl_ms)
     }
 
     fn parse(&self, reply: Value) -> RedisResult<SemAdded> {
         SemAdded::parse(&reply, "semaphore release")
+    }
+}
+
+/// A waiter of semaphore `name` left while a take of its op id may have run
+/// unseen, or its grant found nobody: give the permits back if a copy took
+/// them, and keep a later copy from taking any (`lua/sem_undo.lua`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SemUndo<'a> {
+    /// The semaphore.
+    pub(crate) name: &'a str,
+    /// The permits its attempts asked for.
+    pub(crate) permits: u32,
+    /// The waiter's op id.
+    pub(crate) once: Once<'a>,
+}
+
+/// What undoing a waiter's take did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Undone {
+    /// A copy had taken the permits: they are back.
+    GaveBack,
+    /// No copy had taken any: none will.
+    Cancelled,
+    /// A copy of this undo ran before.
+    Already,
+}
+
+impl Undone {
+    /// Reads an undo script's answer (1, 0 or 2).
+    pub(crate) fn parse(reply: &Value) -> RedisResult<Undone> {
+        match redis::from_redis_value_ref::<i64>(reply)? {
+            1 => Ok(Undone::GaveBack),
+            0 => Ok(Undone::Cancelled),
+            2 => Ok(Undone::Already),
+            _ => Err(unexpected("an undo returned an unknown answer")),
+        }
+    }
+}
+
+impl ScriptCall for SemUndo<'_> {
+    type Reply = Undone;
+
+    fn invocation(&self) -> Invocation {
+        Invocation::new(&SEM_UNDO)
+            .key(self.name)
+            .key(keys::semaphore_channel(self.name))
+            .key(self.once.marker(self.name))
+            .arg(self.permits)
+            .arg(self.once.ttl_ms)
+    }
+
+    fn parse(&self, reply: Value) -> RedisResult<Undone> {
+        Undone::parse(&reply)
     }
 }
 
@@ -201,6 +275,8 @@ impl ScriptCall for SemTrySet<'_> {
 pub(crate) struct SemDrain<'a> {
     /// The semaphore.
     pub(crate) name: &'a str,
+    /// This drain's op id, the same for each of its tries.
+    pub(crate) once: Once<'a>,
 }
 
 impl ScriptCall for SemDrain<'_> {
@@ -208,7 +284,11 @@ impl ScriptCall for SemDrain<'_> {
     type Reply = u64;
 
     fn invocation(&self) -> Invocation {
-        Invocation::new(&SEM_DRAIN).must_replicate().key(self.name)
+        Invocation::new(&SEM_DRAIN)
+            .must_replicate()
+            .key(self.name)
+            .key(self.once.marker(self.name))
+            .arg(self.once.ttl_ms)
     }
 
     fn parse(&self, reply: Value) -> RedisResult<u64> {
@@ -247,6 +327,8 @@ impl ScriptCall for LatchSet<'_> {
 pub(crate) struct LatchCountDown<'a> {
     /// The latch.
     pub(crate) name: &'a str,
+    /// This count-down's op id, the same for each of its tries.
+    pub(crate) once: Once<'a>,
 }
 
 /// What a count-down did.
@@ -265,6 +347,8 @@ impl ScriptCall for LatchCountDown<'_> {
         Invocation::new(&LATCH_COUNT_DOWN)
             .key(self.name)
             .key(keys::latch_channel(self.name))
+            .key(self.once.marker(self.name))
+            .arg(self.once.ttl_ms)
     }
 
     fn parse(&self, reply: Value) -> RedisResult<CountedDown> {

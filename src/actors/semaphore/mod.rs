@@ -137,13 +137,33 @@ pub(crate) struct Grant {
 }
 
 /// What one waiting caller wants (the rest of it, deadline and answer, is the
-/// kit's waiter: `actors/waiting/queue.rs`).
-#[derive(Debug, Clone, Copy)]
+/// kit's waiter: `actors/waiting/queue.rs`), and the op id its attempts carry.
+#[derive(Debug, Clone)]
 pub(super) struct Want {
     /// Permits it wants.
     pub(super) permits: u32,
     /// A permit-expirable semaphore's lease for it (`None`: watchdog).
     pub(super) lease: Option<Duration>,
+    /// The op id of its take, the same for each of its attempts
+    /// (`actors/waiting/once.rs`): an attempt asked again after a lost reply
+    /// learns what the first copy did.
+    pub(super) op: Arc<str>,
+    /// A permit-expirable semaphore's permit ids for it, made once so that
+    /// every attempt asks for the same permits (empty for a plain one).
+    pub(super) ids: Vec<String>,
+    /// Its attempt is in flight.
+    pub(super) asking: bool,
+    /// An attempt of its op id failed without an answer: a copy may have run,
+    /// or may still run. Until an answer says `Taken`, leaving undoes its take.
+    pub(super) lost: bool,
+}
+
+impl Want {
+    /// Whether a copy of its take may have run unseen: if it leaves now, its
+    /// take is undone (`SemaphoreActor::undo`).
+    fn unsure(&self) -> bool {
+        self.asking || self.lost
+    }
 }
 
 /// See the module documentation.
@@ -195,8 +215,19 @@ impl SemaphoreActor {
     }
 
     /// Answers the waiters whose caller left or whose deadline passed.
-    fn sweep(&mut self) {
-        self.waiters.sweep(|waited| Err(timeout(waited)));
+    fn sweep(&mut self, ctx: &mut Context<Self>) {
+        let gone = self.waiters.sweep(|waited| Err(timeout(waited)));
+        self.left(gone, ctx);
+    }
+
+    /// These waiters are done here: a take of theirs that may have run unseen
+    /// is undone.
+    fn left(&mut self, gone: Vec<Want>, ctx: &mut Context<Self>) {
+        for want in gone {
+            if want.unsure() {
+                self.undo(want, ctx);
+            }
+        }
     }
 
     /// Lets the head ask Redis, if it may now.
@@ -204,8 +235,8 @@ impl SemaphoreActor {
         if !self.attempt.wake() {
             return;
         }
-        self.sweep();
-        let Some(head) = self.waiters.front() else {
+        self.sweep(ctx);
+        let Some(head) = self.waiters.front_mut() else {
             self.went_idle(ctx);
             return;
         };
@@ -223,23 +254,31 @@ impl SemaphoreActor {
             return;
         }
         self.attempt.start();
-        let Want { permits, lease } = head.want;
+        head.want.asking = true;
+        let Want {
+            permits,
+            lease,
+            op,
+            ids,
+            ..
+        } = head.want.clone();
         let name = self.name.clone();
         let mut conn = self.shared.node.conn();
-        let ids = if self.expirable {
-            permits::new_ids(permits)
-        } else {
-            Vec::new()
-        };
         let lease_ms = millis(lease.unwrap_or(self.shared.config.watchdog_lease));
+        let once_ms = millis(self.shared.config.latch_ttl);
         let sent = Instant::now();
         let expirable = self.expirable;
         let attempt = async move {
-            let res = if expirable {
+            let once = wire::Once {
+                id: &op,
+                ttl_ms: once_ms,
+            };
+            if expirable {
                 let call = ExpirableAcquire {
                     name: &name,
                     ids: &ids,
                     lease_ms,
+                    once,
                 };
                 wire::call(&mut conn, &call).await.map(|t| match t {
                     ExpirableTake::Taken { left } => Found::Taken { left },
@@ -256,6 +295,7 @@ impl SemaphoreActor {
                 let call = SemAcquire {
                     name: &name,
                     permits,
+                    once,
                 };
                 wire::call(&mut conn, &call).await.map(|t| match t {
                     SemTake::Taken { left } => Found::Taken { left },
@@ -264,34 +304,35 @@ impl SemaphoreActor {
                         missing,
                     },
                 })
-            };
-            (res, ids)
+            }
         };
-        ctx.spawn(attempt.into_actor(self).map(move |(res, ids), act, ctx| {
+        ctx.spawn(attempt.into_actor(self).map(move |res, act, ctx| {
             act.attempt.finish();
-            act.attempted(res, ids, sent, ctx);
+            act.attempted(res, sent, ctx);
         }));
     }
 
-    /// What the head's attempt found.
+    /// What the head's attempt found. The head is the waiter that asked: it
+    /// stays at the front while its attempt is in flight (`pump` sweeps only
+    /// between attempts), unless the manager shut down meanwhile, which undid
+    /// its take already.
     fn attempted(
         &mut self,
         res: redis::RedisResult<Found>,
-        ids: Vec<String>,
         sent: Instant,
         ctx: &mut Context<Self>,
     ) {
-        if res.is_err() && !ids.is_empty() {
-            // The reply is lost, not the script: it may have taken these permits.
-            // Giving back ids that were not taken changes nothing.
-            self.give_ids(ids.clone(), ctx);
-        }
         let Some(head) = self.waiters.front_mut() else {
-            if res.as_ref().is_ok_and(|a| matches!(a, Found::Taken { .. })) {
-                self.give_ids(ids, ctx);
-            }
             return;
         };
+        if !head.want.asking {
+            // Not the waiter that asked (it was answered meanwhile).
+            return;
+        }
+        head.want.asking = false;
+        if res.is_err() {
+            head.want.lost = true;
+        }
         match res {
             Ok(Found::Taken { left }) => {
                 self.attempt.succeeded();
@@ -299,9 +340,9 @@ impl SemaphoreActor {
                 let Some(w) = self.waiters.pop_front() else {
                     return;
                 };
-                let Want { permits, lease } = w.want;
+                let want = w.want.clone();
                 let grant = if self.expirable {
-                    let granted = self.hold(ids.clone(), lease, sent, ctx);
+                    let granted = self.hold(want.ids.clone(), want.lease, sent, ctx);
                     Grant {
                         permits: Some(granted),
                     }
@@ -309,12 +350,13 @@ impl SemaphoreActor {
                     Grant { permits: None }
                 };
                 if let Err(Ok(grant)) = w.answer(Ok(grant)) {
-                    // The caller went away while its permits were being taken.
-                    debug!(semaphore = %self.name, permits, "taken for a caller that left; giving back");
-                    match grant.permits {
-                        Some(granted) => self.end_holding(granted.epoch, ctx),
-                        None => self.give(permits, ctx),
+                    // The caller went away while its permits were being taken:
+                    // its op id gives them back once.
+                    debug!(semaphore = %self.name, permits = want.permits, "taken for a caller that left; giving back");
+                    if let Some(granted) = grant.permits {
+                        let _ = self.forget(granted.epoch, ctx);
                     }
+                    self.undo(want, ctx);
                 }
                 let next_fits = self
                     .waiters
@@ -361,7 +403,11 @@ impl SemaphoreActor {
             Err(e) => {
                 warn!(semaphore = %self.name, error = %e, "semaphore attempt failed");
                 if let Some(w) = self.waiters.pop_front() {
+                    let want = w.want.clone();
                     let _ = w.answer(Err(e.into()));
+                    // A refused take changed nothing; one whose answer is lost
+                    // (or unconfirmed by replicas) may have: undone either way.
+                    self.undo(want, ctx);
                 }
                 self.pump(ctx);
             }
@@ -415,7 +461,8 @@ impl Handler<ShutDown> for SemaphoreActor {
     type Result = usize;
 
     fn handle(&mut self, _msg: ShutDown, ctx: &mut Context<Self>) -> usize {
-        self.waiters.answer_all(|| Err(LockError::ShuttingDown));
+        let gone = self.waiters.answer_all(|| Err(LockError::ShuttingDown));
+        self.left(gone, ctx);
         self.timer.cancel(ctx);
         0
     }
@@ -454,8 +501,20 @@ impl Handler<TakePermits> for SemaphoreActor {
         } = msg;
         let once = wait == Some(Duration::ZERO);
         let first = self.waiters.is_empty();
-        self.waiters
-            .arrive_with(Want { permits, lease }, wait, once, reply);
+        let ids = if self.expirable {
+            permits::new_ids(permits)
+        } else {
+            Vec::new()
+        };
+        let want = Want {
+            permits,
+            lease,
+            op: waiting::op_id(),
+            ids,
+            asking: false,
+            lost: false,
+        };
+        self.waiters.arrive_with(want, wait, once, reply);
         if !once {
             waiting::watch(self, ctx);
         }

@@ -20,17 +20,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use tracing::warn;
+use tracing::{debug, warn};
 
-use super::SemaphoreActor;
+use super::{SemaphoreActor, Want};
 use crate::actors::renewer::{Lapsed, Renewal, Watched};
 use crate::actors::shared::Shared;
+use crate::actors::waiting::{self, op_id, send_once};
 use crate::durations::backoff;
 use crate::error::{redis_is_transient, LockError, LostReason};
 use crate::reply::Reply;
 use crate::signal::{LostSignal, LostWatch};
 use crate::sync_view::SynchronizerKind;
-use crate::wire::{self, ExpirableRelease, FairSemRelease, SemAdded, SemRelease};
+use crate::wire::{self, ExpirableRelease, FairSemRelease, SemAdded, SemRelease, SemUndo, Undone};
 
 /// Holding epochs of permits, from the top half of the range: the renewal table
 /// is keyed by epoch, and lock holdings count up from 1, so the two never meet.
@@ -83,18 +84,58 @@ pub(crate) struct GivePermits {
 }
 
 impl SemaphoreActor {
-    /// Gives permits back in the background (a grant that reached nobody).
-    pub(super) fn give(&mut self, permits: u32, ctx: &mut Context<Self>) {
-        let fut = give_back(
-            self.shared.clone(),
-            self.name.clone(),
-            permits,
-            self.kind(),
-            false,
-        );
-        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
-            if let Err(e) = res {
-                warn!(semaphore = %act.name, permits, error = %e, "giving back permits failed");
+    /// Undoes the take of a waiter that left while a copy of its take may have
+    /// run (its op id): permits back if one took them, none taken by a copy
+    /// that runs later. In the background; the head asks again when it is done.
+    pub(super) fn undo(&mut self, want: Want, ctx: &mut Context<Self>) {
+        let (shared, name) = (self.shared.clone(), self.name.clone());
+        let expirable = self.expirable;
+        let fut = async move {
+            let once = waiting::once(&shared.config, &want.op);
+            let what = || {
+                format!(
+                    "undoing a take of {} permit(s) of semaphore {name:?}",
+                    want.permits
+                )
+            };
+            send_once(&shared.config, what, || {
+                let (mut conn, name) = (shared.node.conn(), name.clone());
+                let ids = want.ids.clone();
+                async move {
+                    if expirable {
+                        let call = ExpirableRelease {
+                            name: &name,
+                            ids: &ids,
+                            undo: Some(once),
+                        };
+                        wire::call(&mut conn, &call).await.map(|back| {
+                            if back > 0 {
+                                Undone::GaveBack
+                            } else {
+                                Undone::Cancelled
+                            }
+                        })
+                    } else {
+                        let call = SemUndo {
+                            name: &name,
+                            permits: want.permits,
+                            once,
+                        };
+                        wire::call(&mut conn, &call).await
+                    }
+                }
+            })
+            .await
+        };
+        ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
+            match res {
+                Ok(Undone::GaveBack) => {
+                    debug!(semaphore = %act.name, "permits taken for a waiter that left are back")
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(semaphore = %act.name, error = %e, "undoing a waiter's take failed")
+                }
             }
             act.pump(ctx);
         }));
@@ -102,8 +143,10 @@ impl SemaphoreActor {
 }
 
 /// Runs the release script (`fair`: the fair semaphore's, which also tells
-/// the head of its queue), retrying transient errors for up to one watchdog
-/// lease: permits given back must not be lost to a passing hiccup.
+/// the head of its queue) under one op id, so that it adds the permits once
+/// however often it is sent (`actors/waiting/once.rs`); transient errors are
+/// retried within the op id's window, after which the caller hears
+/// [`LockError::InFlight`].
 pub(super) async fn give_back(
     shared: Arc<Shared>,
     name: Arc<str>,
@@ -111,50 +154,45 @@ pub(super) async fn give_back(
     kind: SynchronizerKind,
     fair: bool,
 ) -> Result<u64, LockError> {
-    let mut conn = shared.node.conn();
-    let give_up = Instant::now() + shared.config.watchdog_lease;
-    let mut attempt = 0;
-    loop {
-        let added = if fair {
-            let call = FairSemRelease {
-                name: &name,
-                permits,
-            };
-            wire::call(&mut conn, &call).await
-        } else {
-            let call = SemRelease {
-                name: &name,
-                permits,
-            };
-            wire::call(&mut conn, &call).await
-        };
-        match added {
-            Ok(SemAdded::Available { now, created }) => {
-                if created {
-                    // Permits added to no semaphore made it: label it.
-                    wire::label(&mut conn, &name, Some(kind)).await;
-                }
-                return Ok(now);
+    let op = op_id();
+    let once = waiting::once(&shared.config, &op);
+    let what = || format!("giving back {permits} permit(s) of semaphore {name:?}");
+    let added = send_once(&shared.config, what, || {
+        let mut conn = shared.node.conn();
+        let name = name.clone();
+        async move {
+            if fair {
+                let call = FairSemRelease {
+                    name: &name,
+                    permits,
+                    once,
+                };
+                wire::call(&mut conn, &call).await
+            } else {
+                let call = SemRelease {
+                    name: &name,
+                    permits,
+                    once,
+                };
+                wire::call(&mut conn, &call).await
             }
-            Ok(SemAdded::Overflow(_)) => {
-                return Err(LockError::InvalidAmount {
-                    what: "permits",
-                    amount: u64::from(permits),
-                    reason: "the semaphore would hold more than 2147483647 permits",
-                })
-            }
-            Err(e) if redis_is_transient(&e) && Instant::now() < give_up => {
-                let delay = backoff(
-                    shared.config.reconnect_min,
-                    shared.config.reconnect_max,
-                    attempt,
-                );
-                warn!(semaphore = %name, error = %e, retry_in = ?delay, "giving back permits failed; retrying");
-                attempt += 1;
-                tokio::time::sleep(delay).await;
-            }
-            Err(e) => return Err(e.into()),
         }
+    })
+    .await?;
+    match added {
+        SemAdded::Available { now, created } => {
+            if created {
+                // Permits added to no semaphore made it: label it.
+                let mut conn = shared.node.conn();
+                wire::label(&mut conn, &name, Some(kind)).await;
+            }
+            Ok(now)
+        }
+        SemAdded::Overflow(_) => Err(LockError::InvalidAmount {
+            what: "permits",
+            amount: u64::from(permits),
+            reason: "the semaphore would hold more than 2147483647 permits",
+        }),
     }
 }
 
@@ -260,32 +298,14 @@ impl SemaphoreActor {
         }
     }
 
-    /// Ends a holding and gives its permits back in the background.
-    pub(super) fn end_holding(&mut self, epoch: u64, ctx: &mut Context<Self>) {
-        if let Some(ids) = self.forget(epoch, ctx) {
-            self.give_ids(ids, ctx);
-        }
-    }
-
     /// Takes a holding out (renewal, timer); answers its ids.
-    fn forget(&mut self, epoch: u64, ctx: &mut Context<Self>) -> Option<Vec<String>> {
+    pub(super) fn forget(&mut self, epoch: u64, ctx: &mut Context<Self>) -> Option<Vec<String>> {
         self.shared.renewals.unwatch(epoch);
         let h = self.holdings.map.remove(&epoch)?;
         if let Some(timer) = h.timer {
             ctx.cancel_future(timer);
         }
         Some(h.ids)
-    }
-
-    /// Gives back permits by id in the background (ids not taken change nothing).
-    pub(super) fn give_ids(&mut self, ids: Vec<String>, ctx: &mut Context<Self>) {
-        let fut = return_ids(self.shared.clone(), self.name.clone(), ids);
-        ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
-            if let Err(e) = res {
-                warn!(semaphore = %act.name, error = %e, "giving back permits failed; they expire with their lease");
-            }
-            act.pump(ctx);
-        }));
     }
 }
 
@@ -306,6 +326,7 @@ async fn return_ids(
             &ExpirableRelease {
                 name: &name,
                 ids: &ids,
+                undo: None,
             },
         )
         .await

@@ -14,6 +14,9 @@
 //!   its process dies.
 //! - `records.rs`: [`Waiting`], the waits that last made visible in Redis for
 //!   operators, and the warning for a missing semaphore key.
+//! - `once.rs`: changes that count once ([`send_once`]): permits given back,
+//!   a waiter's take undone, a count-down, each under an op id its script
+//!   remembers, retried only while a repeat is sure to be recognised.
 //! - `deadlock.rs`: this process's long lock waits ([`LocalWaits`]) and one
 //!   deadlock check of a wait ([`check`]): over this process, then over Redis.
 //!
@@ -27,12 +30,14 @@
 
 mod attempt;
 mod deadlock;
+mod once;
 mod places;
 mod queue;
 mod records;
 
 pub(crate) use attempt::Attempt;
 pub(crate) use deadlock::{check, Checked, LocalWaits, Published};
+pub(crate) use once::{once, op_id, send_once};
 pub(crate) use places::{keep_refreshing, leave, PlaceCalls, Placed, Places};
 pub(crate) use queue::{on_leaving, timeout, Queue};
 pub(crate) use records::{watch, Waited, Waiting, Waits};

@@ -277,10 +277,13 @@ async fn supervise(guard: SemaphoreGuard, args: &RunArgs, signals: &mut Signals)
         }
         Err(_) => {
             note(format!(
-                "the command finished but Redis did not take back the permits of semaphore \
-                 \"{}\" within {}; `lockwarden semaphore add` returns them",
+                "the command finished but Redis did not answer the give-back of the permits of \
+                 semaphore \"{}\" within {}: it was sent under an op id and applies once if \
+                 Redis still has it, so do not add permits for it; `lockwarden status {}` shows \
+                 the count once Redis answers",
                 args.name,
-                human(RELEASE_BUDGET)
+                human(RELEASE_BUDGET),
+                args.name
             ));
             if code == 0 {
                 outcome::FAILED

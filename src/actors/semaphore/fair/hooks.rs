@@ -158,6 +158,8 @@ impl Handler<TakePermits> for FairSemaphoreActor {
             id: Arc::from(""),
             queued: false,
             due: true,
+            asking: false,
+            lost: false,
         };
         let client_id = self.shared.client_id.clone();
         let w = self.waiters.arrive_with(want, wait, once, reply);

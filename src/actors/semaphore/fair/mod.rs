@@ -29,17 +29,18 @@ use std::time::Duration;
 use actix::prelude::*;
 use tracing::{debug, warn};
 
-use super::permits::give_back;
 use super::Grant;
 use crate::actors::listen::{self, Alarm, Channel};
 use crate::actors::shared::{until_first, Shared};
-use crate::actors::waiting::{keep_refreshing, leave, timeout, Attempt, Places, Queue, Waiting};
+use crate::actors::waiting::{
+    keep_refreshing, leave, send_once, timeout, Attempt, Places, Queue, Waiting,
+};
 use crate::durations::millis;
 use crate::error::redis_is_transient;
 use crate::keys;
 use crate::sync_view::SynchronizerKind;
 use crate::wire::waiting::WaitKind;
-use crate::wire::{self, FairSemAcquire, SemTake};
+use crate::wire::{self, FairSemAcquire, FairSemUndo, SemTake, Undone};
 
 /// What one fair waiter wants, and where it stands in the queue.
 #[derive(Debug, Clone)]
@@ -54,6 +55,19 @@ struct FairWant {
     /// It should ask Redis at the next pump: it has no place yet, or it was
     /// told it may be at the head.
     due: bool,
+    /// Its attempt is in flight.
+    asking: bool,
+    /// An attempt of its id failed without an answer: a copy may have run, or
+    /// may still run. Until an answer says `Taken`, leaving undoes its take.
+    lost: bool,
+}
+
+impl FairWant {
+    /// Whether a copy of its take may have run unseen (see `lost`): leaving
+    /// then goes through the undo script rather than a plain leave.
+    fn unsure(&self) -> bool {
+        self.asking || self.lost
+    }
 }
 
 /// See the module documentation.
@@ -115,12 +129,59 @@ impl FairSemaphoreActor {
                 channel.unsubscribe(&self.shared.subscriber);
             }
         }
-        let queued = gone
+        let (unsure, sure): (Vec<FairWant>, Vec<FairWant>) =
+            gone.into_iter().partition(FairWant::unsure);
+        for w in unsure {
+            // The undo leaves the queue too.
+            self.undo(w, ctx);
+        }
+        let queued = sure
             .into_iter()
             .filter(|w| w.queued)
             .map(|w| w.id)
             .collect();
         leave(self, queued, ctx);
+    }
+
+    /// Undoes the take of waiter `w` (it left, or its grant found nobody):
+    /// out of the queue, its permits back if a copy took them, none taken by a
+    /// copy that runs later (`lua/fair_sem_undo.lua`). In the background.
+    fn undo(&mut self, w: FairWant, ctx: &mut Context<Self>) {
+        let (shared, name) = (self.shared.clone(), self.name.clone());
+        let fut = async move {
+            let once_ttl_ms = millis(shared.config.latch_ttl);
+            let what = || {
+                format!(
+                    "undoing a take of {} permit(s) of fair semaphore {name:?}",
+                    w.permits
+                )
+            };
+            send_once(&shared.config, what, || {
+                let (mut conn, name, id) = (shared.node.conn(), name.clone(), w.id.clone());
+                async move {
+                    let call = FairSemUndo {
+                        name: &name,
+                        waiter: &id,
+                        permits: w.permits,
+                        once_ttl_ms,
+                    };
+                    wire::call(&mut conn, &call).await
+                }
+            })
+            .await
+        };
+        ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
+            match res {
+                Ok(Undone::GaveBack) => {
+                    debug!(semaphore = %act.name, "permits taken for a waiter that left are back")
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(semaphore = %act.name, error = %e, "undoing a fair waiter's take failed")
+                }
+            }
+            act.pump(ctx);
+        }));
     }
 
     /// Lets the first due waiter ask Redis, if one may now.
@@ -155,9 +216,13 @@ impl FairSemaphoreActor {
             }
         }
         self.attempt.start();
+        if let Some(w) = self.waiters.get_mut(local) {
+            w.want.asking = true;
+        }
         let name = self.name.clone();
         let mut conn = self.shared.node.conn();
         let place_ms = millis(self.shared.config.fair_waiter_lease);
+        let once_ttl_ms = millis(self.shared.config.latch_ttl);
         let (waiter, permits) = (want.id.clone(), want.permits);
         let call = async move {
             let call = FairSemAcquire {
@@ -166,6 +231,7 @@ impl FairSemaphoreActor {
                 permits,
                 place_ms,
                 queue: !once,
+                once_ttl_ms,
             };
             wire::call(&mut conn, &call).await
         };
@@ -185,29 +251,28 @@ impl FairSemaphoreActor {
         ctx: &mut Context<Self>,
     ) {
         let permits = asked.permits;
+        let Some(w) = self.waiters.get_mut(local) else {
+            // Answered meanwhile (shutdown): leaving undid its take already.
+            return self.pump(ctx);
+        };
+        w.want.asking = false;
         match res {
             Ok(SemTake::Taken { left }) => {
                 self.attempt.succeeded();
                 self.waiting.key_found();
-                match self.waiters.remove(local) {
-                    Some(w) => {
-                        let want = w.want.clone();
-                        if w.answer(Ok(Grant { permits: None })).is_err() {
-                            debug!(semaphore = %self.name, permits, "taken for a caller that left; giving back");
-                            self.give(permits, ctx);
-                        }
-                        self.forget(
-                            vec![FairWant {
-                                queued: false,
-                                ..want
-                            }],
-                            ctx,
-                        );
+                if let Some(w) = self.waiters.remove(local) {
+                    let want = FairWant {
+                        queued: false,
+                        lost: false,
+                        ..w.want.clone()
+                    };
+                    if w.answer(Ok(Grant { permits: None })).is_err() {
+                        // The caller left while its permits were being taken:
+                        // its id gives them back once.
+                        debug!(semaphore = %self.name, permits, "taken for a caller that left; giving back");
+                        self.undo(want.clone(), ctx);
                     }
-                    None => {
-                        // Answered meanwhile (shutdown): nobody holds them.
-                        self.give(permits, ctx);
-                    }
+                    self.forget(vec![want], ctx);
                 }
                 if left > 0 {
                     // The script told the new head; if it is here, it asks now.
@@ -220,15 +285,6 @@ impl FairSemaphoreActor {
                 self.attempt.succeeded();
                 let lasting = self.waiters.lasting();
                 let Some(w) = self.waiters.get_mut(local) else {
-                    // Answered meanwhile (shutdown): the place it may have
-                    // taken goes now rather than at its lapse.
-                    self.forget(
-                        vec![FairWant {
-                            queued: true,
-                            ..asked
-                        }],
-                        ctx,
-                    );
                     return self.pump(ctx);
                 };
                 if w.once {
@@ -248,6 +304,7 @@ impl FairSemaphoreActor {
             }
             Err(e) if redis_is_transient(&e) => {
                 warn!(semaphore = %self.name, error = %e, "fair semaphore attempt failed; retrying");
+                w.want.lost = true;
                 let delay = self.attempt.failed(&self.shared.config, e.clone());
                 match self.waiters.get_mut(local) {
                     Some(w) if !w.once => {
@@ -265,6 +322,7 @@ impl FairSemaphoreActor {
             }
             Err(e) => {
                 warn!(semaphore = %self.name, error = %e, "fair semaphore attempt failed");
+                w.want.lost = true;
                 if let Some(w) = self.waiters.remove(local) {
                     let want = w.want.clone();
                     let _ = w.answer(Err(e.into()));
@@ -273,17 +331,6 @@ impl FairSemaphoreActor {
             }
         }
         self.pump(ctx);
-    }
-
-    /// Gives permits back in the background (a grant that reached nobody).
-    fn give(&mut self, permits: u32, ctx: &mut Context<Self>) {
-        let kind = SynchronizerKind::Semaphore;
-        let fut = give_back(self.shared.clone(), self.name.clone(), permits, kind, true);
-        ctx.spawn(fut.into_actor(self).map(move |res, act, _| {
-            if let Err(e) = res {
-                warn!(semaphore = %act.name, permits, error = %e, "giving back permits failed");
-            }
-        }));
     }
 
     /// The first local waiter with a place asks at the next pump: it is the
