@@ -14,7 +14,7 @@ use actix::{Addr, Message};
 
 use super::renewer::RenewTable;
 use super::subscriber::Subscriber;
-use super::waiting::LocalWaits;
+use super::waiting::{LocalWaits, Unsettled};
 use crate::config::Config;
 use crate::node::{Coalescer, Node};
 use crate::stats::Counters;
@@ -40,6 +40,9 @@ pub(crate) struct Shared {
     /// The lock waits past `Config::deadlock_timeout`, for deadlock checks
     /// that need no Redis (`actors/waiting/deadlock.rs`).
     pub(crate) local_waits: LocalWaits,
+    /// The synchronizer changes that count once (give-backs, undos) not yet
+    /// answered: `Settle` waits for them (`actors/waiting/once.rs`).
+    pub(crate) unsettled: Arc<Unsettled>,
     /// Dropped with the last holder of this: tells the subscriber to stop.
     pub(crate) _alive: tokio::sync::watch::Sender<()>,
     /// Set once, by the manager's `Shutdown`: from then on every actor of this

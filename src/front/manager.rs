@@ -145,6 +145,7 @@ impl LockManager {
             counters,
             renewals,
             local_waits: Default::default(),
+            unsettled: Default::default(),
             _alive: alive,
             shutting_down: Default::default(),
         });

@@ -9,7 +9,8 @@
 //! exits right after a timeout took those settlements with it, and Redis kept the
 //! lock for a whole lease (a proxy adding 300-800 ms each way leaked it in 9 of 9
 //! tries). `Settle` is what such a process sends before it exits: it answers once
-//! every lock actor of the manager is quiet, or at its bound.
+//! every lock actor of the manager is quiet and no semaphore give-back or undo
+//! of a waiter's take is left unanswered, or at its bound.
 
 use std::time::{Duration, Instant};
 
@@ -42,6 +43,7 @@ impl Handler<Settle> for LockManager {
 
     fn handle(&mut self, msg: Settle, _ctx: &mut Context<Self>) -> Self::Result {
         let actors: Vec<_> = self.lock_actors().collect();
+        let unsettled = self.shared().unsettled.clone();
         let deadline = Instant::now() + msg.within;
         Box::pin(async move {
             for actor in actors {
@@ -52,6 +54,15 @@ impl Handler<Settle> for LockManager {
                         Ok(false) => tokio::time::sleep(POLL).await,
                     }
                 }
+            }
+            // Permits given back and takes undone: each is on the wire from
+            // its first try, and answered or given up within its op id's
+            // window (`actors/waiting/once.rs`).
+            while !unsettled.is_empty() {
+                if Instant::now() + POLL > deadline {
+                    return false;
+                }
+                tokio::time::sleep(POLL).await;
             }
             true
         })

@@ -37,7 +37,7 @@ use tracing::{debug, warn};
 use crate::actors::listen::{self, Alarm, Channel, Listener};
 use crate::actors::shared::{until_first, Shared, ShutDown};
 use crate::actors::subscriber::{Resync, Unlocked};
-use crate::actors::waiting::{self, timeout, Attempt, Queue, Waited, Waiting, Waits};
+use crate::actors::waiting::{self, on_leaving, timeout, Attempt, Queue, Waited, Waiting, Waits};
 use crate::durations::millis;
 use crate::error::{redis_is_transient, LockError};
 use crate::keys;
@@ -214,10 +214,13 @@ impl SemaphoreActor {
         kind_of(self.expirable)
     }
 
-    /// Answers the waiters whose caller left or whose deadline passed.
-    fn sweep(&mut self, ctx: &mut Context<Self>) {
+    /// Answers the waiters whose caller left or whose deadline passed; answers
+    /// whether there were any.
+    fn sweep(&mut self, ctx: &mut Context<Self>) -> bool {
         let gone = self.waiters.sweep(|waited| Err(timeout(waited)));
+        let any = !gone.is_empty();
         self.left(gone, ctx);
+        any
     }
 
     /// These waiters are done here: a take of theirs that may have run unseen
@@ -232,10 +235,14 @@ impl SemaphoreActor {
 
     /// Lets the head ask Redis, if it may now.
     pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
+        // Waiters that left or ran out of time are answered now, even while
+        // an attempt is in flight: a caller hears its deadline on time, and the
+        // take of an asking head that left is undone at once, while this
+        // process still runs to send it.
+        let _ = self.sweep(ctx);
         if !self.attempt.wake() {
             return;
         }
-        self.sweep(ctx);
         let Some(head) = self.waiters.front_mut() else {
             self.went_idle(ctx);
             return;
@@ -310,6 +317,8 @@ impl SemaphoreActor {
             act.attempt.finish();
             act.attempted(res, sent, ctx);
         }));
+        // Deadlines are kept while the attempt is in flight too.
+        self.arm(ctx, self.shared.config.max_retry_interval);
     }
 
     /// What the head's attempt found. The head is the waiter that asked: it
@@ -326,8 +335,9 @@ impl SemaphoreActor {
             return;
         };
         if !head.want.asking {
-            // Not the waiter that asked (it was answered meanwhile).
-            return;
+            // The waiter that asked left meanwhile, and its take was undone:
+            // the new head asks for itself.
+            return self.pump(ctx);
         }
         head.want.asking = false;
         if res.is_err() {
@@ -486,9 +496,6 @@ impl Handler<TakePermits> for SemaphoreActor {
     type Result = ();
 
     fn handle(&mut self, msg: TakePermits, ctx: &mut Context<Self>) {
-        // `gone` is not watched: a caller that left is skipped when the head
-        // gets to it (its answer channel is closed), and a grant that crosses
-        // it goes back; a wake per finished call would cost an attempt each.
         let Some(msg) = msg.answered_at_once(&self.shared, !self.waiters.is_empty()) else {
             return;
         };
@@ -497,8 +504,16 @@ impl Handler<TakePermits> for SemaphoreActor {
             wait,
             lease,
             reply,
-            ..
+            gone,
         } = msg;
+        // A caller that stops waiting is swept at once (its take undone if an
+        // attempt of it is in flight). Only a sweep that took someone out
+        // pumps: a wake per finished call would cost an attempt each.
+        on_leaving(gone, ctx, |act: &mut Self, ctx| {
+            if act.sweep(ctx) {
+                act.pump(ctx);
+            }
+        });
         let once = wait == Some(Duration::ZERO);
         let first = self.waiters.is_empty();
         let ids = if self.expirable {

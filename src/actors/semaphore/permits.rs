@@ -90,7 +90,9 @@ impl SemaphoreActor {
     pub(super) fn undo(&mut self, want: Want, ctx: &mut Context<Self>) {
         let (shared, name) = (self.shared.clone(), self.name.clone());
         let expirable = self.expirable;
+        let ticket = shared.unsettled.enter();
         let fut = async move {
+            let _counted = ticket;
             let once = waiting::once(&shared.config, &want.op);
             let what = || {
                 format!(
@@ -154,6 +156,7 @@ pub(super) async fn give_back(
     kind: SynchronizerKind,
     fair: bool,
 ) -> Result<u64, LockError> {
+    let _counted = shared.unsettled.enter();
     let op = op_id();
     let once = waiting::once(&shared.config, &op);
     let what = || format!("giving back {permits} permit(s) of semaphore {name:?}");

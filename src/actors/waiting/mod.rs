@@ -37,7 +37,7 @@ mod records;
 
 pub(crate) use attempt::Attempt;
 pub(crate) use deadlock::{check, Checked, LocalWaits, Published};
-pub(crate) use once::{once, op_id, send_once};
+pub(crate) use once::{once, op_id, send_once, Unsettled};
 pub(crate) use places::{keep_refreshing, leave, PlaceCalls, Placed, Places};
 pub(crate) use queue::{on_leaving, timeout, Queue};
 pub(crate) use records::{watch, Waited, Waiting, Waits};

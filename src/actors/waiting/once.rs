@@ -18,6 +18,7 @@
 //! (permits back if a copy took them; none taken by a later copy).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,37 @@ use crate::wire::Once;
 /// The longest pause between two tries: a change that found Redis gone should
 /// land soon after it is back, well inside its window.
 const RETRY_MAX: Duration = Duration::from_millis(500);
+
+/// The changes that count once a manager has decided on and not yet seen
+/// answered (give-backs, undos), so that a process on its way out can wait
+/// until they are on the wire (`Settle`): an undo that never left the process
+/// would leave permits taken by a late copy of a take for good.
+#[derive(Debug, Default)]
+pub(crate) struct Unsettled(AtomicUsize);
+
+impl Unsettled {
+    /// Counts one change from now until the [`Ticket`] is dropped (with the
+    /// future that sends it).
+    pub(crate) fn enter(self: &Arc<Self>) -> Ticket {
+        self.0.fetch_add(1, Ordering::AcqRel);
+        Ticket(self.clone())
+    }
+
+    /// Whether no counted change is left.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.load(Ordering::Acquire) == 0
+    }
+}
+
+/// One change counted in [`Unsettled`] while this lives.
+#[derive(Debug)]
+pub(crate) struct Ticket(Arc<Unsettled>);
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// A fresh op id.
 pub(crate) fn op_id() -> Arc<str> {

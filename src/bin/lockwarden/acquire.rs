@@ -24,7 +24,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::AcquireOpts;
 use crate::duration::human;
-use crate::outcome::{note, printable, Failure};
+use crate::outcome::{note, printable, Failure, SETTLE_BUDGET};
 
 /// Longest the command asks Redis anything once `--wait` has run out.
 const AFTER_DEADLINE: Duration = Duration::from_millis(250);
@@ -40,14 +40,6 @@ const PROGRESS_WIDTH: usize = 79;
 /// After leaving the queue, time given to the in-process actors to cancel the
 /// waiter before the process asks them to settle.
 const SETTLE: Duration = Duration::from_millis(100);
-/// Longest the command waits, on its way out without the lock, for what it sent to
-/// Redis to settle (`Settle`): an attempt still on the wire when the wait ran out
-/// (a slow link, a grant waiting for replicas) may yet be granted, and the grant
-/// must be given back before the process is gone. That is the attempt's round
-/// trip, then the release's: up to three round trips for a server that has not
-/// seen the release script yet (NOSCRIPT, SCRIPT LOAD, EVALSHA); with a link that
-/// delays 700 ms each way that took 5.6 s.
-const SETTLE_BUDGET: Duration = Duration::from_secs(10);
 
 /// The signals that end waiting or holding: SIGINT, SIGTERM, SIGHUP. Once these
 /// are installed their default action (exit at once) is replaced by ours, which

@@ -34,6 +34,15 @@ pub const CANNOT_EXECUTE: i32 = 126;
 /// The command was not found (as in shells).
 pub const NOT_FOUND: i32 = 127;
 
+/// Longest the command waits, on its way out without the lock, for what it sent to
+/// Redis to settle (`Settle`): an attempt still on the wire when the wait ran out
+/// (a slow link, a grant waiting for replicas) may yet be granted, and the grant
+/// must be given back before the process is gone. That is the attempt's round
+/// trip, then the release's: up to three round trips for a server that has not
+/// seen the release script yet (NOSCRIPT, SCRIPT LOAD, EVALSHA); with a link that
+/// delays 700 ms each way that took 5.6 s.
+pub const SETTLE_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Longest a semaphore's `run` may take to give its permits back (the library's
 /// default response timeout): plain permits have no lease to wait out.
 pub const RELEASE_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);

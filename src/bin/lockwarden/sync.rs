@@ -21,7 +21,7 @@ use std::io::{ErrorKind, IsTerminal};
 use std::time::Duration;
 
 use futures::FutureExt;
-use lockwarden::{LockError, Locks, PermitSemaphore, Semaphore, SemaphoreGuard};
+use lockwarden::{LockError, Locks, PermitSemaphore, Semaphore, SemaphoreGuard, Settle};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use serde_json::json;
@@ -31,8 +31,8 @@ use crate::acquire::Signals;
 use crate::child;
 use crate::cli::{LatchAction, LatchArgs, RunArgs, SemaphoreAction, SemaphoreArgs};
 use crate::duration::human;
-use crate::outcome::RELEASE_BUDGET;
 use crate::outcome::{self, child_code, note, signal_code, Failure};
+use crate::outcome::{RELEASE_BUDGET, SETTLE_BUDGET};
 use crate::session::Session;
 
 /// Runs `lockwarden run NAME --semaphore`; answers the exit code.
@@ -64,11 +64,28 @@ pub async fn run_semaphore(session: &Session, args: RunArgs) -> Result<i32, Fail
         sem.available(),
         &mut signals,
     )
-    .await?;
-    Ok(match took {
-        Took::Guard(guard) => supervise(guard, &args, &mut signals).await,
-        Took::Exit(code) => code,
-    })
+    .await;
+    let code = match took {
+        Ok(Took::Guard(guard)) => Ok(supervise(guard, &args, &mut signals).await),
+        Ok(Took::Exit(code)) => Ok(code),
+        Err(failure) => Err(failure),
+    };
+    settle(&manager, &args.name).await;
+    code
+}
+
+/// Waits, within [`SETTLE_BUDGET`], until the permits this process gave back
+/// and the takes it undid (a wait that ran out or was interrupted while its
+/// attempt was on the wire) have left for Redis: a take that a frozen server
+/// runs after this process is gone is given back only if its undo went out.
+async fn settle(manager: &actix::Addr<lockwarden::LockManager>, name: &str) {
+    if !matches!(manager.send(Settle::within(SETTLE_BUDGET)).await, Ok(true)) {
+        note(format!(
+            "a change to semaphore \"{name}\" had no answer from Redis within {}; it was sent \
+             under an op id and applies once if Redis still has it",
+            human(SETTLE_BUDGET)
+        ));
+    }
 }
 
 /// Runs `lockwarden run NAME --semaphore --expirable`: waits as the plain kind
@@ -99,13 +116,16 @@ async fn run_expirable(session: &Session, args: RunArgs) -> Result<i32, Failure>
         sem.available(),
         &mut signals,
     )
-    .await?;
-    Ok(match took {
-        Took::Guard(guard) => {
-            crate::run::run_permits(session, manager, guard, &args, &mut signals).await
+    .await;
+    let code = match took {
+        Ok(Took::Guard(guard)) => {
+            Ok(crate::run::run_permits(session, manager.clone(), guard, &args, &mut signals).await)
         }
-        Took::Exit(code) => code,
-    })
+        Ok(Took::Exit(code)) => Ok(code),
+        Err(failure) => Err(failure),
+    };
+    settle(&manager, &args.name).await;
+    code
 }
 
 /// What waiting for permits ended in.

@@ -148,7 +148,9 @@ impl FairSemaphoreActor {
     /// copy that runs later (`lua/fair_sem_undo.lua`). In the background.
     fn undo(&mut self, w: FairWant, ctx: &mut Context<Self>) {
         let (shared, name) = (self.shared.clone(), self.name.clone());
+        let ticket = shared.unsettled.enter();
         let fut = async move {
+            let _counted = ticket;
             let once_ttl_ms = millis(shared.config.latch_ttl);
             let what = || {
                 format!(
@@ -186,10 +188,12 @@ impl FairSemaphoreActor {
 
     /// Lets the first due waiter ask Redis, if one may now.
     fn pump(&mut self, ctx: &mut Context<Self>) {
+        // Waiters that left or ran out of time are answered now, even while
+        // an attempt is in flight (an asking waiter's take is undone at once).
+        self.sweep(ctx);
         if !self.attempt.wake() {
             return;
         }
-        self.sweep(ctx);
         keep_refreshing(self, self.shared.config.fair_refresh_every(), ctx);
         if self.waiters.is_empty() {
             self.timer.cancel(ctx);
