@@ -4,7 +4,7 @@
 //! overlaps, overlaps with an unordered token, losses not told, tokens going
 //! backwards, stuck waiters, and the blind time after each fault.
 //!
-//! Topologies (`LOCKWARDEN_CHAOS_TOPOLOGIES`, default all four):
+//! Topologies (`LOCKWARDEN_CHAOS_TOPOLOGIES`, default all five):
 //! - standalone: one server behind the suite's TCP proxy (tests/support/proxy.rs):
 //!   a holder SIGKILLed, the link blackholed and delayed, the server frozen
 //!   (SIGSTOP) and restarted without its data;
@@ -17,20 +17,25 @@
 //!   frozen (SIGSTOP) for 3 s, the killed one back without its data; then the
 //!   third frozen 5 s with all up (the acquisitions queued in its socket run when
 //!   it resumes) and the first killed again, which makes a majority need the
-//!   third: a hold left there by a process that went on shows as blind time.
+//!   third: a hold left there by a process that went on shows as blind time;
+//! - semaphore: one server, the fleet running `run --semaphore --permits 2`
+//!   (plain, `--fair`, `--expirable` in turn), frozen (SIGSTOP) 1.5 s, 4 s and
+//!   14 s: never more holders than permits, and exactly the permits left at the
+//!   end (`semaphores.rs`, a table of its own).
 //!
 //! Knobs: `LOCKWARDEN_CHAOS_WORKERS` (6), `LOCKWARDEN_CHAOS_LOCKS` (2),
 //! `LOCKWARDEN_CHAOS_LEASE` (watchdog lease in s, 30, the default of the command),
 //! `LOCKWARDEN_CHAOS_QUIET` (s of undisturbed running after each fault, 6),
-//! `LOCKWARDEN_CHAOS_WRITE=0` to leave docs/faults.md alone. It prints one table
-//! and writes it into docs/faults.md between the chaos markers. It exits 1 if
-//! anything unsafe was seen.
+//! `LOCKWARDEN_CHAOS_WRITE=0` to leave docs/faults.md alone. It prints its tables
+//! (the locks', the semaphores') and writes each that ran into docs/faults.md
+//! between its markers. It exits 1 if anything unsafe was seen.
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
 mod history;
 mod report;
+mod semaphores;
 mod topologies;
 mod workers;
 
@@ -58,7 +63,7 @@ impl Settings {
                 .unwrap_or(default)
         };
         let topologies = std::env::var("LOCKWARDEN_CHAOS_TOPOLOGIES")
-            .unwrap_or_else(|_| "standalone,sentinel,cluster,redlock".into())
+            .unwrap_or_else(|_| "standalone,sentinel,cluster,redlock,semaphore".into())
             .split(',')
             .map(|t| t.trim().to_string())
             .filter(|t| !t.is_empty())
@@ -96,8 +101,12 @@ fn main() {
         "chaos: {} workers on {} locks, watchdog lease {:?}, topologies {:?}",
         settings.workers, settings.locks, settings.lease, settings.topologies
     );
-    let mut rows = Vec::new();
+    let (mut rows, mut sem_rows) = (Vec::new(), Vec::new());
     for topology in &settings.topologies {
+        if topology == "semaphore" {
+            sem_rows.extend(semaphores::semaphores(&settings));
+            continue;
+        }
         let found = match topology.as_str() {
             "standalone" => topologies::standalone(&settings),
             "sentinel" => topologies::sentinel(&settings),
@@ -105,21 +114,24 @@ fn main() {
             "redlock" => topologies::redlock(&settings),
             other => {
                 eprintln!(
-                    "chaos: unknown topology {other:?} (standalone, sentinel, cluster, redlock)"
+                    "chaos: unknown topology {other:?} (standalone, sentinel, cluster, redlock, semaphore)"
                 );
                 std::process::exit(2);
             }
         };
         rows.extend(found);
     }
-    let table = report::table(&rows);
-    println!("{table}");
+    let table = (!rows.is_empty()).then(|| report::table(&rows));
+    let sem_table = (!sem_rows.is_empty()).then(|| report::semaphore_table(&sem_rows));
+    for t in table.iter().chain(&sem_table) {
+        println!("{t}");
+    }
     let took = began.elapsed();
     eprintln!("chaos: done in {:.0} s", took.as_secs_f64());
     if settings.write {
-        report::write_docs(&table, &settings, took);
+        report::write_docs(table.as_deref(), sem_table.as_deref(), &settings, took);
     }
-    if rows.iter().any(|r| !r.verdict.safe()) {
+    if rows.iter().any(|r| !r.verdict.safe()) || sem_rows.iter().any(|r| !r.safe()) {
         eprintln!("chaos: UNSAFE behaviour seen (see the table)");
         std::process::exit(1);
     }

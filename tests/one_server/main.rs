@@ -32,6 +32,7 @@ mod reentrancy;
 mod rwlock;
 mod semaphore;
 mod spin;
+mod stall;
 mod tls;
 mod waiting;
 mod watchdog;
