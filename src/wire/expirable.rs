@@ -111,10 +111,13 @@ pub(crate) struct ExpirableRelease<'a> {
     pub(crate) name: &'a str,
     /// The permits' ids.
     pub(crate) ids: &'a [String],
-    /// Set for an undo (a waiter that left after a lost reply, or whose grant
-    /// found nobody): its op id is marked too, so that a late copy of its take
-    /// takes nothing.
-    pub(crate) undo: Option<Once<'a>>,
+    /// The op id: a release's own (a retry answers what the first copy gave
+    /// back), or, for an undo, the waiter's.
+    pub(crate) once: Once<'a>,
+    /// An undo (a waiter that left after a lost reply, or whose grant found
+    /// nobody): its op id is marked so that a late copy of its take takes
+    /// nothing.
+    pub(crate) undo: bool,
 }
 
 impl ScriptCall for ExpirableRelease<'_> {
@@ -126,10 +129,10 @@ impl ScriptCall for ExpirableRelease<'_> {
             .key(self.name)
             .key(keys::permit_timeouts(self.name))
             .key(keys::semaphore_channel(self.name));
-        call = match self.undo {
-            Some(once) => call.key(once.marker(self.name)).arg(once.ttl_ms),
-            None => call.arg(0),
-        };
+        call = call
+            .key(self.once.marker(self.name))
+            .arg(self.once.ttl_ms)
+            .arg(if self.undo { "undo" } else { "release" });
         for id in self.ids {
             call = call.arg(id);
         }

@@ -26,8 +26,7 @@ use super::{SemaphoreActor, Want};
 use crate::actors::renewer::{Lapsed, Renewal, Watched};
 use crate::actors::shared::Shared;
 use crate::actors::waiting::{self, op_id, send_once};
-use crate::durations::backoff;
-use crate::error::{redis_is_transient, LockError, LostReason};
+use crate::error::{LockError, LostReason};
 use crate::reply::Reply;
 use crate::signal::{LostSignal, LostWatch};
 use crate::sync_view::SynchronizerKind;
@@ -108,7 +107,8 @@ impl SemaphoreActor {
                         let call = ExpirableRelease {
                             name: &name,
                             ids: &ids,
-                            undo: Some(once),
+                            once,
+                            undo: true,
                         };
                         wire::call(&mut conn, &call).await.map(|back| {
                             if back > 0 {
@@ -312,41 +312,32 @@ impl SemaphoreActor {
     }
 }
 
-/// Runs the release script, retrying transient errors for up to one watchdog
-/// lease (after that the permits have expired anyway); answers how many were
-/// still taken.
+/// Runs the release script under one op id (a retry after a lost reply answers
+/// what the first copy gave back), retrying transient errors within the op id's
+/// window; answers how many were still taken. Past the window the permits
+/// expire with their lease anyway.
 async fn return_ids(
     shared: Arc<Shared>,
     name: Arc<str>,
     ids: Vec<String>,
 ) -> Result<usize, LockError> {
-    let mut conn = shared.node.conn();
-    let give_up = Instant::now() + shared.config.watchdog_lease;
-    let mut attempt = 0;
-    loop {
-        match wire::call(
-            &mut conn,
-            &ExpirableRelease {
+    let _counted = shared.unsettled.enter();
+    let op = op_id();
+    let once = waiting::once(&shared.config, &op);
+    let what = || format!("giving back {} permit(s) of semaphore {name:?}", ids.len());
+    send_once(&shared.config, what, || {
+        let (mut conn, name, ids) = (shared.node.conn(), name.clone(), ids.clone());
+        async move {
+            let call = ExpirableRelease {
                 name: &name,
                 ids: &ids,
-                undo: None,
-            },
-        )
-        .await
-        {
-            Ok(back) => return Ok(back),
-            Err(e) if redis_is_transient(&e) && Instant::now() < give_up => {
-                let delay = backoff(
-                    shared.config.reconnect_min,
-                    shared.config.reconnect_max,
-                    attempt,
-                );
-                attempt += 1;
-                tokio::time::sleep(delay).await;
-            }
-            Err(e) => return Err(e.into()),
+                once,
+                undo: false,
+            };
+            wire::call(&mut conn, &call).await
         }
-    }
+    })
+    .await
 }
 
 impl Handler<ReturnPermits> for SemaphoreActor {
