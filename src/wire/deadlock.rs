@@ -4,12 +4,12 @@
 //! A record lives in the client registry entry of the waiting owner's client
 //! (`lockwarden:client:{<client id>}`, `keys::client_key`), as one field per
 //! owner and lock: `wait:<n>|<lock>` -> `<since ms>|<expiry ms>|<kind
-//! letter>|<hold field>` (the owner is `<client id>:<n>`; the letter is `x`
-//! exclusive, `f` fair, `s` spin, `r` read, `w` write). Beside the entry
-//! because the walk needs both at each owner, so one `HGETALL` answers who an
-//! owner is and what it waits for; and because a walk must end at an owner with
-//! no entry (a Redisson client, an older lockwarden, a process that is gone),
-//! which then has no records either. The entry's own TTL (one watchdog lease,
+//! letter>|<hold field>` (the owner is `<client id>:<n>`; the letter,
+//! `AcquireKind::letter`, is `x` exclusive, `f` fair, `s` spin, `r` read, `w`
+//! write). Beside the entry because the walk needs both at each owner, so one
+//! `HGETALL` answers who an owner is and what it waits for; and because a walk
+//! must end at an owner with no entry (a Redisson client, an older lockwarden,
+//! a process that is gone), which then has no records either. The entry's own TTL (one watchdog lease,
 //! kept by the renewer) takes the records of a process that dies; the expiry in
 //! each value, refreshed at every check, drops one whose removal was lost. A
 //! nested command writes into the entry of the outer command's client, on whose
