@@ -175,12 +175,11 @@ pub(crate) fn blockers(wait: &Wait, lock: &LockState) -> Vec<String> {
         if *h == wait.field || owner_of(h) == owner_of(&wait.field) {
             continue;
         }
-        if wait.wants == AcquireKind::Read && !h.ends_with(":write") {
-            continue;
+        if wait.wants.waits_for_holder(h) {
+            add(owner_of(h));
         }
-        add(owner_of(h));
     }
-    if wait.wants == AcquireKind::Fair {
+    if wait.wants.waits_for_queue_ahead() {
         for q in lock.queue.iter().take_while(|q| **q != wait.field) {
             add(owner_of(q));
         }

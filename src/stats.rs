@@ -6,8 +6,9 @@
 //! also records to the `metrics` facade (module `record`: the metric names and
 //! labels, in one place), which the application wires to Prometheus, OpenTelemetry
 //! or anything else by installing a recorder. With none installed a record is a
-//! load and a call to a no-op: every label is a static string (the `by_kind!`,
-//! `by_reason!` matches pick a literal), so nothing is formatted or allocated.
+//! load and a call to a no-op: every label is a static string (`by_kind_label!`,
+//! from `kind.rs`, and `by_reason!` pick a literal), so nothing is formatted or
+//! allocated.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -86,30 +87,17 @@ pub(crate) mod record {
     use std::time::Duration;
 
     use crate::error::{LockError, LostReason};
-    use crate::kind::AcquireKind;
-
-    /// `$mac!($name, "kind" => <the kind's literal>, ...)`: a static key per kind.
-    macro_rules! by_kind {
-        ($kind:expr, $mac:ident!($name:literal $(, $k:literal => $v:literal)*)) => {
-            match $kind {
-                AcquireKind::Exclusive => metrics::$mac!($name, "kind" => "exclusive" $(, $k => $v)*),
-                AcquireKind::Fair => metrics::$mac!($name, "kind" => "fair" $(, $k => $v)*),
-                AcquireKind::Read => metrics::$mac!($name, "kind" => "read" $(, $k => $v)*),
-                AcquireKind::Write => metrics::$mac!($name, "kind" => "write" $(, $k => $v)*),
-                AcquireKind::Spin => metrics::$mac!($name, "kind" => "spin" $(, $k => $v)*),
-            }
-        };
-    }
+    use crate::kind::{by_kind_label, AcquireKind};
 
     /// A waiter was granted the lock after waiting `waited` (from its request);
     /// `lock` is its name when the config opts in to per-lock series.
     pub(crate) fn acquired(kind: AcquireKind, waited: Duration, lock: Option<&str>) {
-        by_kind!(
+        by_kind_label!(
             kind,
-            counter!("lockwarden_acquisitions_total", "outcome" => "acquired")
+            metrics::counter!("lockwarden_acquisitions_total", "outcome" => "acquired")
         )
         .increment(1);
-        by_kind!(kind, histogram!("lockwarden_acquire_wait_seconds")).record(waited);
+        by_kind_label!(kind, metrics::histogram!("lockwarden_acquire_wait_seconds")).record(waited);
         if let Some(lock) = lock {
             // Opted in: allocating labels from a name is accepted here.
             let labels = [("lock", lock.to_string()), ("kind", kind.to_string())];
@@ -122,26 +110,26 @@ pub(crate) mod record {
     pub(crate) fn failed(kind: AcquireKind, err: &LockError) {
         match err {
             LockError::Timeout { .. } => {
-                by_kind!(
+                by_kind_label!(
                     kind,
-                    counter!("lockwarden_acquisitions_total", "outcome" => "timeout")
+                    metrics::counter!("lockwarden_acquisitions_total", "outcome" => "timeout")
                 )
             }
             LockError::Deadlock(_) => {
-                by_kind!(
+                by_kind_label!(
                     kind,
-                    counter!("lockwarden_acquisitions_total", "outcome" => "deadlock")
+                    metrics::counter!("lockwarden_acquisitions_total", "outcome" => "deadlock")
                 )
             }
             LockError::UpgradeRefused | LockError::ReentryRefused => {
-                by_kind!(
+                by_kind_label!(
                     kind,
-                    counter!("lockwarden_acquisitions_total", "outcome" => "refused")
+                    metrics::counter!("lockwarden_acquisitions_total", "outcome" => "refused")
                 )
             }
-            _ => by_kind!(
+            _ => by_kind_label!(
                 kind,
-                counter!("lockwarden_acquisitions_total", "outcome" => "error")
+                metrics::counter!("lockwarden_acquisitions_total", "outcome" => "error")
             ),
         }
         .increment(1);
@@ -149,13 +137,13 @@ pub(crate) mod record {
 
     /// A wait was failed to break a deadlock.
     pub(crate) fn deadlock(kind: AcquireKind) {
-        by_kind!(kind, counter!("lockwarden_deadlocks_total")).increment(1);
+        by_kind_label!(kind, metrics::counter!("lockwarden_deadlocks_total")).increment(1);
     }
 
     /// A holding ended (released or lost) after being held `held` (from its
     /// first grant, re-entries included).
     pub(crate) fn held(kind: AcquireKind, held: Duration, lock: Option<&str>) {
-        by_kind!(kind, histogram!("lockwarden_hold_seconds")).record(held);
+        by_kind_label!(kind, metrics::histogram!("lockwarden_hold_seconds")).record(held);
         if let Some(lock) = lock {
             let labels = [("lock", lock.to_string()), ("kind", kind.to_string())];
             metrics::histogram!("lockwarden_lock_hold_seconds", &labels).record(held);

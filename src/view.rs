@@ -47,6 +47,14 @@ impl LockKind {
             LockKind::NotALock => "not-a-lock",
         }
     }
+
+    /// A read-write lock's mode (`read` or `write`); `None` for other kinds.
+    pub fn mode(&self) -> Option<&str> {
+        match self {
+            LockKind::ReadWrite { mode } => Some(mode),
+            LockKind::Exclusive | LockKind::NotALock => None,
+        }
+    }
 }
 
 /// One holder of a lock, as [`Inspect`](crate::Inspect) saw it.
@@ -156,10 +164,7 @@ impl LockInfo {
 
     /// A read-write lock's mode (`read` or `write`); `None` for other kinds.
     pub fn mode(&self) -> Option<&str> {
-        match &self.kind {
-            Some(LockKind::ReadWrite { mode }) => Some(mode),
-            _ => None,
-        }
+        self.kind.as_ref().and_then(LockKind::mode)
     }
 
     /// The writer of a read-write lock, if one holds it.

@@ -161,7 +161,7 @@ impl Handler<Acquire> for LockManager {
         if let Err(e) = self.check_name(&msg.name).and(self.check_lease(msg.lease)) {
             return AcquireResponse::Ready(Err(e));
         }
-        if !msg.reentrant && matches!(msg.kind, AcquireKind::Read | AcquireKind::Write) {
+        if !msg.reentrant && !msg.kind.may_refuse_reentry() {
             return AcquireResponse::Ready(Err(LockError::InvalidRequest(RW_ALWAYS_REENTRANT)));
         }
         if self.shared().is_shutting_down() {
@@ -179,10 +179,7 @@ impl Handler<Acquire> for LockManager {
             owner,
             new_owner,
             reentrant: msg.reentrant,
-            field: Arc::from(match msg.kind {
-                AcquireKind::Write => keys::write_field(&field),
-                _ => field,
-            }),
+            field: Arc::from(msg.kind.hold_field(field)),
             behalf: msg.behalf,
             lease: msg.lease,
             wait: msg.wait,

@@ -217,10 +217,7 @@ impl Admin {
                     .map(|(r, _)| Wait {
                         owners: vec![owner_of(&r.owner_field).to_string()],
                         lock: name.clone(),
-                        wants: match r.owner_field.ends_with(":write") {
-                            true => AcquireKind::Write,
-                            false => AcquireKind::Exclusive,
-                        },
+                        wants: AcquireKind::of_hold_field(&r.owner_field),
                         field: r.owner_field,
                         since_ms: r.since_ms,
                     }),

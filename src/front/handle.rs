@@ -62,7 +62,7 @@ impl Handler<Handle> for LockManager {
 
     fn handle(&mut self, msg: Handle, ctx: &mut Context<Self>) -> Self::Result {
         self.check_name(&msg.name)?;
-        if !msg.reentrant && matches!(msg.kind, AcquireKind::Read | AcquireKind::Write) {
+        if !msg.reentrant && !msg.kind.may_refuse_reentry() {
             return Err(LockError::InvalidRequest(
                 super::acquire::RW_ALWAYS_REENTRANT,
             ));

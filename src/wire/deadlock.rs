@@ -4,12 +4,12 @@
 //! A record lives in the client registry entry of the waiting owner's client
 //! (`lockwarden:client:{<client id>}`, `keys::client_key`), as one field per
 //! owner and lock: `wait:<n>|<lock>` -> `<since ms>|<expiry ms>|<kind
-//! letter>|<hold field>` (the owner is `<client id>:<n>`; the letter is `x`
-//! exclusive, `f` fair, `s` spin, `r` read, `w` write). Beside the entry
-//! because the walk needs both at each owner, so one `HGETALL` answers who an
-//! owner is and what it waits for; and because a walk must end at an owner with
-//! no entry (a Redisson client, an older lockwarden, a process that is gone),
-//! which then has no records either. The entry's own TTL (one watchdog lease,
+//! letter>|<hold field>` (the owner is `<client id>:<n>`; the letter,
+//! `AcquireKind::letter`, is `x` exclusive, `f` fair, `s` spin, `r` read, `w`
+//! write). Beside the entry because the walk needs both at each owner, so one
+//! `HGETALL` answers who an owner is and what it waits for; and because a walk
+//! must end at an owner with no entry (a Redisson client, an older lockwarden,
+//! a process that is gone), which then has no records either. The entry's own TTL (one watchdog lease,
 //! kept by the renewer) takes the records of a process that dies; the expiry in
 //! each value, refreshed at every check, drops one whose removal was lost. A
 //! nested command writes into the entry of the outer command's client, on whose
@@ -36,28 +36,6 @@ use crate::kind::AcquireKind;
 
 /// The prefix of a wait record's field in a client entry.
 const FIELD_PREFIX: &str = "wait:";
-
-/// The letter of what a wait wants.
-fn letter(kind: AcquireKind) -> char {
-    match kind {
-        AcquireKind::Fair => 'f',
-        AcquireKind::Read => 'r',
-        AcquireKind::Write => 'w',
-        AcquireKind::Spin => 's',
-        _ => 'x',
-    }
-}
-
-fn from_letter(letter: &str) -> Option<AcquireKind> {
-    Some(match letter {
-        "x" => AcquireKind::Exclusive,
-        "f" => AcquireKind::Fair,
-        "r" => AcquireKind::Read,
-        "w" => AcquireKind::Write,
-        "s" => AcquireKind::Spin,
-        _ => return None,
-    })
-}
 
 /// Where `owner`'s records live: its client's entry, and the part of a field
 /// that names the owner there (`wait:<n>|`). `None` for an owner field that is
@@ -94,7 +72,7 @@ fn value(wait: &Wait, life: Duration) -> String {
     format!(
         "{}|{expiry}|{}|{}",
         wait.since_ms,
-        letter(wait.wants),
+        wait.wants.letter(),
         wait.field
     )
 }
@@ -104,7 +82,7 @@ fn parse(owner: &str, lock: &str, value: &str, now: u64) -> Option<Wait> {
     let mut parts = value.splitn(4, '|');
     let since_ms = parts.next()?.parse().ok()?;
     let expiry: u64 = parts.next()?.parse().ok()?;
-    let wants = from_letter(parts.next()?)?;
+    let wants = AcquireKind::from_letter(parts.next()?)?;
     let field = parts.next()?.to_string();
     (expiry > now).then(|| Wait {
         owners: vec![owner.to_string()],

@@ -167,18 +167,17 @@ impl Holdings {
     /// Whether an acquisition of `kind` by `owner` is a re-entry (or a writer's
     /// downgrade) that must not wait behind others who wait for that owner.
     pub(crate) fn reenters(&self, owner: Owner, kind: AcquireKind) -> bool {
-        self.live.iter().any(|h| {
-            h.owner == owner
-                && (h.kind == kind || (kind == AcquireKind::Read && h.kind == AcquireKind::Write))
-        })
+        self.live
+            .iter()
+            .any(|h| h.owner == owner && kind.reenters(h.kind))
     }
 
     /// Whether a write request by `owner` is an upgrade: it holds read holds here
     /// and not the write lock, so waiting would wait for itself.
     pub(crate) fn is_upgrade(&self, owner: Owner, kind: AcquireKind) -> bool {
-        kind == AcquireKind::Write
-            && self.of(owner, AcquireKind::Read).is_some()
-            && self.of(owner, AcquireKind::Write).is_none()
+        kind.upgrade_from()
+            .is_some_and(|from| self.of(owner, from).is_some())
+            && self.of(owner, kind).is_none()
     }
 }
 

@@ -325,6 +325,25 @@ mod tests {
     }
 
     #[test]
+    fn each_kind_flag_takes_its_kind_and_none_the_exclusive_lock() {
+        use lockwarden::AcquireKind;
+        for (flag, kind) in [
+            (None, AcquireKind::Exclusive),
+            (Some("--fair"), AcquireKind::Fair),
+            (Some("--read"), AcquireKind::Read),
+            (Some("--write"), AcquireKind::Write),
+            (Some("--spin"), AcquireKind::Spin),
+        ] {
+            let argv = ["lockwarden", "run", "a"].into_iter().chain(flag);
+            let cli = Cli::try_parse_from(argv.chain(["--", "true"])).expect("parses");
+            let Command::Run(run) = cli.command else {
+                panic!("not run")
+            };
+            assert_eq!(run.acquire.kind(), kind, "{flag:?}");
+        }
+    }
+
+    #[test]
     fn redlock_takes_several_servers_and_no_other_kind() {
         let cli = Cli::try_parse_from([
             "lockwarden",

@@ -89,13 +89,15 @@ impl AcquireOpts {
     /// The kind of acquisition the flags ask for (exclusive without any).
     pub fn kind(&self) -> lockwarden::AcquireKind {
         use lockwarden::AcquireKind;
-        match (self.fair, self.read, self.write, self.spin) {
-            (true, _, _, _) => AcquireKind::Fair,
-            (_, true, _, _) => AcquireKind::Read,
-            (_, _, true, _) => AcquireKind::Write,
-            (_, _, _, true) => AcquireKind::Spin,
-            _ => AcquireKind::Exclusive,
-        }
+        [
+            (self.fair, AcquireKind::Fair),
+            (self.read, AcquireKind::Read),
+            (self.write, AcquireKind::Write),
+            (self.spin, AcquireKind::Spin),
+        ]
+        .into_iter()
+        .find_map(|(given, kind)| given.then_some(kind))
+        .unwrap_or(AcquireKind::Exclusive)
     }
 }
 

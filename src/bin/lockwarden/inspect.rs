@@ -81,10 +81,10 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
         "{}: {} lock{}, {n} holder{}, {}",
         field(&lock.name),
         lock.kind.as_str(),
-        match &lock.kind {
-            LockKind::ReadWrite { mode } => format!(" in {mode} mode"),
-            _ => String::new(),
-        },
+        lock.kind
+            .mode()
+            .map(|mode| format!(" in {mode} mode"))
+            .unwrap_or_default(),
         if n == 1 { "" } else { "s" },
         ttl_text(lock.ttl),
     );
@@ -334,10 +334,9 @@ pub async fn named_wrong_type(
     }
     let what = match session.admin().await {
         Ok(admin) => match admin.describe(name).await {
-            Ok(Some(lock)) if lock.kind != LockKind::NotALock => match lock.kind {
-                LockKind::Exclusive => "an exclusive lock".to_string(),
-                other => format!("a {} lock", other.as_str()),
-            },
+            Ok(Some(lock)) if lock.kind != LockKind::NotALock => {
+                with_article(&format!("{} lock", lock.kind.as_str()))
+            }
             _ => "a key of another type".to_string(),
         },
         Err(_) => "a key of another type".to_string(),
@@ -345,6 +344,13 @@ pub async fn named_wrong_type(
     Failure::usage(format!(
         "\"{name}\" is not a {kind}: the key exists and is {what}; nothing was changed"
     ))
+}
+
+/// `phrase` after "a", or "an" when it starts with a vowel: "an exclusive lock",
+/// "a read-write lock", from the kind's name whatever the kind.
+fn with_article(phrase: &str) -> String {
+    let vowel = phrase.starts_with(['a', 'e', 'i', 'o', 'u']);
+    format!("{} {phrase}", if vowel { "an" } else { "a" })
 }
 
 /// "expires in 29.7s" or "no expiry".
@@ -376,10 +382,7 @@ pub fn to_json(name: &str, lock: Option<&LockSummary>) -> Value {
             })
         })
         .collect();
-    let mode = match &lock.kind {
-        LockKind::ReadWrite { mode } => Some(mode.as_str()),
-        _ => None,
-    };
+    let mode = lock.kind.mode();
     let queue = queue_json(&lock.queue);
     let waiters: Vec<Value> = lock.waiters.iter().map(waiter_json).collect();
     json!({
@@ -448,6 +451,12 @@ mod tests {
         assert_eq!(owner_format(&format!("{id}:x")), OwnerFormat::Other);
         assert_eq!(owner_format("host-1:42"), OwnerFormat::Other);
         assert_eq!(owner_format("worker"), OwnerFormat::Other);
+    }
+
+    #[test]
+    fn a_kind_takes_its_article() {
+        assert_eq!(with_article("exclusive lock"), "an exclusive lock");
+        assert_eq!(with_article("read-write lock"), "a read-write lock");
     }
 
     #[test]
