@@ -15,6 +15,7 @@ mod cli;
 mod cli_deadlock;
 mod cli_faults;
 mod cli_json;
+mod cli_late_grant;
 mod cli_rough_edges;
 mod cli_sync;
 mod cli_top;

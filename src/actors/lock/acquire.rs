@@ -27,7 +27,38 @@ use super::LockActor;
 use crate::actors::listen::{self, Alarm};
 use crate::durations::millis;
 use crate::error::{redis_is_protocol_error, redis_is_transient, replica_shortfall, LockError};
+use crate::keys::Owner;
+use crate::kind::AcquireKind;
 use crate::wire::{self, AcquireReply};
+
+/// What giving back an abandoned attempt needs of its waiter.
+struct Abandoning {
+    /// The waiter.
+    id: u64,
+    /// What it asked for.
+    kind: AcquireKind,
+    /// Its owner.
+    owner: Owner,
+    /// Its hash field.
+    field: Arc<str>,
+    /// Its lease (`None`: the watchdog's).
+    lease: Option<Duration>,
+    /// A re-entry by its owner is allowed.
+    reentrant: bool,
+}
+
+impl Abandoning {
+    fn of(w: &super::Waiter) -> Abandoning {
+        Abandoning {
+            id: w.req.id,
+            kind: w.req.kind,
+            owner: w.req.owner,
+            field: w.req.field.clone(),
+            lease: w.req.lease,
+            reentrant: w.req.reentrant,
+        }
+    }
+}
 
 /// How long an attempt may go unanswered before a waiter whose deadline passes is
 /// told that Redis did not answer rather than that the lock is held.
@@ -251,40 +282,51 @@ impl LockActor {
     /// right behind it on the same connection, so that Redis runs it next
     /// whenever it runs the acquisition: a grant that lands after the waiter
     /// left is undone even if this process exits before the answer comes (a
-    /// frozen server runs both when it resumes). Waiting for the answer to give
-    /// it back, as before, left the hold for its whole lease when the process
-    /// was gone by then (issue 37). It is one `EVAL` carrying the script, never
-    /// resent ([`wire::call_once`]), so that it needs nothing from the server's
-    /// script cache and cannot land behind a later attempt. Only for the
-    /// exclusive and spin locks, whose acquisition one release undoes exactly
-    /// whatever it found (granted or re-entered: one hold more, then one less;
-    /// held elsewhere: nothing, then nothing); a non-reentrant one only while
-    /// its owner holds nothing here (its refused re-entry followed by a release
-    /// would take the hold it had). The other kinds give back a late grant when
-    /// its answer comes, as before.
+    /// frozen server runs both when it resumes); a give-back that waited for the
+    /// answer would leave the hold for its whole lease once the process is gone.
+    /// It is one `EVAL` carrying the script, never resent ([`wire::call_once`]),
+    /// so that it needs nothing from the server's script cache and cannot land
+    /// behind a later attempt. Every kind's acquisition is undone exactly by one
+    /// release of its field (granted or re-entered: one hold more, then one
+    /// less; held elsewhere: nothing, then nothing; the kind's
+    /// `Scripts::undo_abandoned` says how); a non-reentrant one only while its
+    /// owner holds nothing here (its refused re-entry followed by a release
+    /// would take the hold it had).
     pub(super) fn abandon(&mut self, w: &super::Waiter, ctx: &mut Context<Self>) {
+        self.abandon_attempt(Abandoning::of(w), ctx);
+    }
+
+    /// [`LockActor::abandon`] for what it needs of the waiter.
+    fn abandon_attempt(&mut self, w: Abandoning, ctx: &mut Context<Self>) {
+        if self.attempts.in_flight() != Some(w.id) {
+            return;
+        }
         let holds = self
             .holdings
-            .of(w.req.owner, w.req.kind)
+            .of(w.owner, w.kind)
             .is_some_and(|h| h.guards > 0);
-        if !w.req.reentrant && holds {
+        if !w.reentrant && holds {
             return;
         }
         let giveback = Giveback {
             name: self.name.clone(),
-            kind: w.req.kind,
-            field: w.req.field.clone(),
-            lease_ms: millis(w.req.lease.unwrap_or(self.shared.config.watchdog_lease)),
+            kind: w.kind,
+            field: w.field.clone(),
+            lease_ms: millis(w.lease.unwrap_or(self.shared.config.watchdog_lease)),
             request_id: Arc::from(crate::random::request_id()),
             retry: false,
         };
         let Some(undo) = self.kind.scripts().undo_abandoned(&self.shared, giveback) else {
             return;
         };
-        if !self.attempts.abandon(w.req.id) {
+        if !self.attempts.abandon(w.id) {
             return;
         }
-        let unsettled = Unresolved::of(w);
+        let unsettled = Box::new(Unresolved {
+            kind: w.kind,
+            owner: w.owner,
+            field: w.field,
+        });
         ctx.spawn(undo.into_actor(self).map(move |res, act, ctx| match res {
             Ok(reply) => {
                 debug!(lock = %act.name, ?reply, "gave back the attempt of a waiter that left")
@@ -381,6 +423,15 @@ impl LockActor {
             let slot: fn(&mut Self) -> &mut Alarm = |act| &mut act.timers.wake;
             self.timers.wake.set(ctx, delay, slot, |act, ctx| {
                 let now = Instant::now();
+                // A waiter whose attempt is in flight when its deadline passes
+                // leaves as a cancelled one does: its attempt is given back
+                // right behind it, so that a grant Redis makes later (a frozen
+                // server that resumes after this process exited) holds nothing.
+                let asking = act.attempts.in_flight().and_then(|id| act.queue.find(id));
+                if let Some(a) = asking.filter(|w| w.deadline.is_some_and(|d| d <= now)) {
+                    let a = Abandoning::of(a);
+                    act.abandon_attempt(a, ctx);
+                }
                 let silence = act.silence(now);
                 let cause = act.attempts.last_error().or(silence.as_ref());
                 let who = || super::waiters::WhoHolds {

@@ -350,16 +350,36 @@ impl Scripts for FairScripts {
     ) -> LocalBoxFuture<'static, RedisResult<ReleaseReply>> {
         let mut conn = shared.node.conn();
         let latch_ttl_ms = millis(shared.config.latch_ttl);
-        async move {
-            let call = wire::FairRelease {
-                name: &g.name,
-                field: &g.field,
-                lease_ms: g.lease_ms,
-                request_id: &g.request_id,
-                latch_ttl_ms,
-            };
-            wire::call(&mut conn, &call).await
-        }
-        .boxed_local()
+        async move { wire::call(&mut conn, &fair_release_of(&g, latch_ttl_ms)).await }.boxed_local()
+    }
+
+    /// One release undoes exactly what the acquisition did to the lock hash
+    /// (granted or re-entered: one hold more, then one less; busy: nothing,
+    /// then nothing, the release of a field that holds nothing changing
+    /// nothing); a place it took is left by the waiter's leave, or lapses
+    /// within `Config::fair_waiter_lease` if this process is gone first. Sent as
+    /// the exclusive lock's is: one `EVAL`, never resent.
+    fn undo_abandoned(
+        &self,
+        shared: &Shared,
+        g: Giveback,
+    ) -> Option<LocalBoxFuture<'static, RedisResult<ReleaseReply>>> {
+        let mut conn = shared.node.conn();
+        let latch_ttl_ms = millis(shared.config.latch_ttl);
+        Some(
+            async move { wire::call_once(&mut conn, &fair_release_of(&g, latch_ttl_ms)).await }
+                .boxed_local(),
+        )
+    }
+}
+
+/// The fair release script call for `g`.
+fn fair_release_of(g: &Giveback, latch_ttl_ms: u64) -> wire::FairRelease<'_> {
+    wire::FairRelease {
+        name: &g.name,
+        field: &g.field,
+        lease_ms: g.lease_ms,
+        request_id: &g.request_id,
+        latch_ttl_ms,
     }
 }

@@ -142,16 +142,14 @@ pub(super) trait Scripts: Sync {
     }
 
     /// The give-back sent right behind an acquisition in flight whose waiter
-    /// left, if one release undoes exactly whatever that acquisition did (the
-    /// exclusive and spin locks; see `LockActor::abandon`). `None`: a late
-    /// grant is given back when its answer comes.
+    /// left, if one release undoes exactly whatever that acquisition did (every
+    /// kind of this crate; see `LockActor::abandon`). `None`: a late grant is
+    /// given back when its answer comes.
     fn undo_abandoned(
         &self,
-        _shared: &Shared,
-        _giveback: Giveback,
-    ) -> Option<LocalBoxFuture<'static, RedisResult<ReleaseReply>>> {
-        None
-    }
+        shared: &Shared,
+        giveback: Giveback,
+    ) -> Option<LocalBoxFuture<'static, RedisResult<ReleaseReply>>>;
 }
 
 /// A kind's own state and decisions; see the module documentation. The

@@ -117,27 +117,59 @@ impl Scripts for ReadWriteScripts {
     ) -> LocalBoxFuture<'static, RedisResult<ReleaseReply>> {
         let mut conn = shared.node.conn();
         let latch_ttl_ms = millis(shared.config.latch_ttl);
-        async move {
-            let (name, field, request_id) = (&*g.name, &*g.field, &*g.request_id);
-            if g.kind == AcquireKind::Write {
-                let call = wire::WriteRelease {
-                    name,
-                    field,
-                    lease_ms: g.lease_ms,
-                    request_id,
-                    latch_ttl_ms,
-                };
-                wire::call(&mut conn, &call).await
-            } else {
-                let call = wire::ReadRelease {
-                    name,
-                    field,
-                    request_id,
-                    latch_ttl_ms,
-                };
-                wire::call(&mut conn, &call).await
-            }
+        async move { rw_release(&mut conn, &g, latch_ttl_ms, false).await }.boxed_local()
+    }
+
+    /// One release undoes exactly what the acquisition did: an owner that
+    /// holds a side of the lock is always let in again (its read beside its
+    /// reads or its write, its write beside its write), one hold more then one
+    /// less; an owner that holds nothing is either granted (then released) or
+    /// refused (then its release changes nothing). Sent as the exclusive
+    /// lock's is: one `EVAL`, never resent.
+    fn undo_abandoned(
+        &self,
+        shared: &Shared,
+        g: Giveback,
+    ) -> Option<LocalBoxFuture<'static, RedisResult<ReleaseReply>>> {
+        let mut conn = shared.node.conn();
+        let latch_ttl_ms = millis(shared.config.latch_ttl);
+        Some(async move { rw_release(&mut conn, &g, latch_ttl_ms, true).await }.boxed_local())
+    }
+}
+
+/// Gives back one hold of `g`'s side; `once`: as one `EVAL`, never resent
+/// ([`wire::call_once`]).
+async fn rw_release(
+    conn: &mut crate::node::Conn,
+    g: &Giveback,
+    latch_ttl_ms: u64,
+    once: bool,
+) -> RedisResult<ReleaseReply> {
+    let (name, field, request_id) = (&*g.name, &*g.field, &*g.request_id);
+    if g.kind == AcquireKind::Write {
+        let call = wire::WriteRelease {
+            name,
+            field,
+            lease_ms: g.lease_ms,
+            request_id,
+            latch_ttl_ms,
+        };
+        if once {
+            wire::call_once(conn, &call).await
+        } else {
+            wire::call(conn, &call).await
         }
-        .boxed_local()
+    } else {
+        let call = wire::ReadRelease {
+            name,
+            field,
+            request_id,
+            latch_ttl_ms,
+        };
+        if once {
+            wire::call_once(conn, &call).await
+        } else {
+            wire::call(conn, &call).await
+        }
     }
 }

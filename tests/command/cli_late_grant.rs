@@ -1,0 +1,93 @@
+//! A grant that Redis makes after the waiting `lockwarden run` is gone: the
+//! command's attempt sits in a frozen server (SIGSTOP) while its `--wait` runs
+//! out, the command leaves and is then SIGKILLed, and the server resumes and
+//! runs the attempt, granting the lock to nobody. The give-back the command sent
+//! right behind that attempt, on the same connection, must run next and leave no
+//! hold, for every kind of lock.
+#![cfg(feature = "cli")]
+
+use crate::support;
+
+use std::time::Duration;
+
+use lockwarden::{Acquire, Config, LockManager};
+use support::{eventually, raw, RedisServer};
+
+/// The holder's lease: the waiter's retry comes when Redis says it ends, and
+/// the lock is free by then on the server's clock.
+const LEASE: Duration = Duration::from_millis(1500);
+
+/// Holds `name` with `holder`'s kind for [`LEASE`], starts `lockwarden run
+/// name <waiter> --wait 3s`, freezes Redis once the command waits, lets its
+/// wait run out while its retry sits in the frozen server, SIGKILLs it, and
+/// resumes Redis: the lock must be free soon after.
+async fn no_hold_after_the_process_is_gone(
+    name: &str,
+    holder: fn(Acquire) -> Acquire,
+    waiter: &[&str],
+    hash_key: &str,
+) {
+    let mut server = RedisServer::start();
+    let config = Config::from_url(&server.url()).expect("url");
+    let other = LockManager::start(config).await.expect("started");
+    let held = other
+        .send(holder(Acquire::new(name)).lease(LEASE))
+        .await
+        .expect("running")
+        .expect("acquired");
+    let tries = || server.commandstats().get("evalsha").copied().unwrap_or(0);
+    let tried = tries();
+    let mut lw = support::lockwarden_at(env!("CARGO_BIN_EXE_lockwarden"), &server.url());
+    lw.args(["run", name]).args(waiter);
+    lw.args(["--wait", "3s", "--", "true"]);
+    let mut child = lw.spawn().expect("run lockwarden");
+    // Waiting: its first try and the one after it subscribed were refused.
+    let waiting = eventually(Duration::from_secs(5), || tries() >= tried + 2).await;
+    assert!(waiting, "the command never waited on {name}");
+    server.pause();
+    // Its retry goes out when the holder's lease ends (about 1.5 s) and sits in
+    // the frozen server; its wait ends at 3 s with that retry unanswered, and it
+    // sends the give-back right behind it before it settles and exits.
+    tokio::time::sleep(Duration::from_millis(3800)).await;
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    server.resume();
+    // The held guard's lease ran out meanwhile: nobody holds the lock now but
+    // what the late grant left.
+    drop(held);
+    let free = eventually(Duration::from_secs(3), || {
+        raw::<i64>(&server, &["EXISTS", hash_key]) == 0
+    })
+    .await;
+    let left: Vec<(String, String)> = raw(&server, &["HGETALL", hash_key]);
+    assert!(
+        free,
+        "{name}: the late grant left a hold after the command was gone: {left:?}\n{}",
+        server.log()
+    );
+}
+
+/// A fair lock's late grant is given back by the release sent behind it.
+#[actix_rt::test]
+async fn a_fair_grant_that_lands_after_the_command_is_gone_leaves_no_hold() {
+    no_hold_after_the_process_is_gone("late-fair", Acquire::fair, &["--fair"], "late-fair").await;
+}
+
+/// A write lock's late grant is given back by the release sent behind it.
+#[actix_rt::test]
+async fn a_write_grant_that_lands_after_the_command_is_gone_leaves_no_hold() {
+    no_hold_after_the_process_is_gone("late-write", Acquire::write, &["--write"], "late-write")
+        .await;
+}
+
+/// A read hold's late grant is given back by the release sent behind it.
+#[actix_rt::test]
+async fn a_read_grant_that_lands_after_the_command_is_gone_leaves_no_hold() {
+    no_hold_after_the_process_is_gone("late-read", Acquire::write, &["--read"], "late-read").await;
+}
+
+/// An exclusive lock's late grant is given back by the release sent behind it.
+#[actix_rt::test]
+async fn an_exclusive_grant_that_lands_after_the_command_is_gone_leaves_no_hold() {
+    no_hold_after_the_process_is_gone("late-x", |a| a, &[], "late-x").await;
+}
