@@ -15,7 +15,8 @@
 //! once more on a three-master Redis Cluster (`lockwarden-cluster` rows), Y A's and
 //! B's loops on a master with one replica, replica confirmation on against off
 //! (`lockwarden-nosync`), and A's once more with the replica a network hop
-//! away (its link behind a delaying proxy); settings in
+//! away (its link behind a delaying proxy), S semaphores of each kind taken and
+//! given back by 16 callers (`semaphores.rs`, opt-in); settings in
 //! `settings.rs`; how to read the output in `docs/performance.md`.
 
 #[path = "../../tests/support/mod.rs"]
@@ -30,6 +31,7 @@ mod many;
 mod probe;
 mod replicated;
 mod report;
+mod semaphores;
 mod settings;
 mod stats;
 mod targets;
@@ -112,6 +114,7 @@ fn main() {
     let far_link = far.as_ref().map(|(_, _, _, link)| *link);
     let started = Instant::now();
     let mut results = Results::default();
+    let mut s_rows = Vec::new();
     for round in 0..settings.rounds {
         let mut order = settings.impls.clone();
         if !order.is_empty() {
@@ -291,6 +294,17 @@ fn main() {
                 }
             }
         }
+        if settings.scenarios.contains(&'S') {
+            probe::flush(&url);
+            let rows = semaphores::run(&url, 16, settings.cell);
+            for r in &rows {
+                progress(format!(
+                    "S C={} permits={} {}: {:.0} pairs/s",
+                    r.callers, r.permits, r.kind, r.per_sec
+                ));
+            }
+            s_rows.extend(rows);
+        }
         if settings.scenarios.contains(&'C') {
             for &k in &settings.lock_counts {
                 probe::flush(&url);
@@ -341,6 +355,7 @@ fn main() {
     report::fleet(&results);
     report::slot_purity(&results);
     report::redlock(&results);
+    semaphores::table(&s_rows);
     replicated::table(&results, far_link);
     targets::check(&results, &settings);
     if !results.b.is_empty() {

@@ -21,7 +21,7 @@ pub struct Settings {
     pub rounds: usize,
     /// Lock counts of scenario C.
     pub lock_counts: Vec<usize>,
-    /// Which scenarios to run (`A`, `B`, `C`, `R`, `P`, `K`, `Y`).
+    /// Which scenarios to run (`A`, `B`, `C`, `R`, `P`, `K`, `Y`, `S`).
     pub scenarios: Vec<char>,
     /// Which implementations to run in scenarios A and B.
     pub impls: Vec<Impl>,
@@ -215,6 +215,10 @@ impl Settings {
             total += Duration::from_secs(4) / self.rounds.max(1) as u32;
             total += per_cell
                 * (self.holders().len() + self.waiters().len() * self.layouts().len()) as u32;
+        }
+        if self.scenarios.contains(&'S') {
+            // three kinds at two sizes
+            total += per_cell * 6;
         }
         if self.scenarios.contains(&'P') {
             // processes started and warmed up, and the start line's lead
