@@ -99,7 +99,7 @@ impl Settings {
             scenarios: env_or("LOCKWARDEN_BENCH_SCENARIOS", "ABPKCR".to_string())
                 .to_uppercase()
                 .chars()
-                .filter(|c| matches!(c, 'A' | 'B' | 'C' | 'R' | 'P' | 'K' | 'Y'))
+                .filter(|c| matches!(c, 'A' | 'B' | 'C' | 'R' | 'P' | 'K' | 'Y' | 'S'))
                 .collect(),
             impls,
             hold: Duration::from_micros(env_or("LOCKWARDEN_BENCH_HOLD_US", 1000)),
