@@ -1,5 +1,5 @@
 //! The channels-and-timers part of the waiting kit (`actors/waiting/` has the
-//! rest) that the lock, semaphore, fair semaphore and latch actors share: the
+//! rest) that the lock actor and the synchronizers' [`SyncActor`] share: the
 //! channels they listen on, and the alarm that wakes them when no message came.
 //!
 //! A waiting actor subscribes before a waiter that will wait asks Redis, so
@@ -8,15 +8,19 @@
 //! subscriber then makes the subscription on reconnect, and the actor's
 //! [`Alarm`] (its fallback timer, at most `Config::max_retry_interval` away)
 //! covers the gap. It unsubscribes when nobody waits any more. A semaphore or
-//! latch actor has one channel; a lock actor has one, or one per local waiter
+//! latch has one channel; a lock actor has one, or one per local waiter
 //! for a fair lock, and a fair semaphore one per local waiter, which is why
 //! [`Listener`] looks channels up by name.
 //!
 //! A subscription asked for and then dropped before its confirmation came back
 //! must not count as live, nor may the confirmation of an older one stand for
 //! a newer one. Each subscription therefore carries a number, and only the
-//! confirmation of the current one counts. (Before this kit the semaphore could
-//! mark a dropped subscription live, and waited for its fallback timer then.)
+//! confirmation of the current one counts.
+//!
+//! A synchronizer's channels belong to its waiting engine
+//! (`actors/waiting/engine/`), which decides when to subscribe and marks them
+//! ([`Channel::mark_pending`], [`Channel::off`]); its runner asks the
+//! subscriber ([`subscribe`], [`unsubscribe`]).
 
 use std::time::Duration;
 
@@ -24,6 +28,8 @@ use actix::prelude::*;
 use tracing::{debug, warn};
 
 use super::subscriber::{Resync, Subscribe, Subscriber, Unlocked, Unsubscribe};
+#[cfg(doc)]
+use super::waiting::SyncActor;
 
 /// An actor that waits on channels: it is told of unlock messages and of
 /// resubscriptions, and it knows what to do once a subscription is made.
@@ -72,11 +78,6 @@ impl Channel {
         self.state == State::Live
     }
 
-    /// A subscription is asked for and not answered yet.
-    pub(crate) fn is_pending(&self) -> bool {
-        self.state == State::Pending
-    }
-
     /// No subscription is made or asked for.
     pub(crate) fn is_off(&self) -> bool {
         self.state == State::Off
@@ -89,13 +90,38 @@ impl Channel {
 
     /// Drops the subscription, made or asked for.
     pub(crate) fn unsubscribe(&mut self, subscriber: &Addr<Subscriber>) {
-        if self.state != State::Off {
-            self.state = State::Off;
-            subscriber.do_send(Unsubscribe {
-                channel: self.name.clone(),
-            });
+        if self.off() {
+            unsubscribe(subscriber, &self.name);
         }
     }
+
+    /// Marks the subscription dropped without telling the subscriber (a
+    /// waiting engine decides, and its runner tells); answers whether one was
+    /// made or asked for, which the subscriber must then hear of.
+    pub(crate) fn off(&mut self) -> bool {
+        let was_on = self.state != State::Off;
+        self.state = State::Off;
+        was_on
+    }
+
+    /// Marks a subscription asked for (a waiting engine decides to subscribe;
+    /// [`subscribe`] then asks, which marks it again).
+    pub(crate) fn mark_pending(&mut self) {
+        self.state = State::Pending;
+    }
+
+    /// Marks the subscription made ([`subscribe`] does this before it tells the
+    /// actor; a waiting engine's tests do it themselves).
+    pub(crate) fn mark_live(&mut self) {
+        self.state = State::Live;
+    }
+}
+
+/// Tells `subscriber` that channel `name` is no longer wanted here.
+pub(crate) fn unsubscribe(subscriber: &Addr<Subscriber>, name: &str) {
+    subscriber.do_send(Unsubscribe {
+        channel: name.to_owned(),
+    });
 }
 
 /// Asks `subscriber` to route `act`'s channel `name` to it; `act.subscribed`

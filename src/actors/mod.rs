@@ -7,12 +7,14 @@
 //! - `subscriber`: the pub/sub actor that routes unlock messages to lock actors.
 //! - `renewer`: the watchdog, renewing every watchdog holding of a manager in
 //!   batches.
-//! - `semaphore`, `latch`: the synchronizers' actors, one per name, on the same
-//!   subscriber and waiting rules as the locks; `semaphore::permits`: what the
-//!   semaphore actor adds for a permit-expirable semaphore (holdings, renewal,
+//! - `semaphore`, `latch`: the synchronizers' policies (plain, permit-expirable
+//!   and fair semaphore; latch), each run by one `SyncActor` per name, on the
+//!   same subscriber and waiting rules as the locks; `semaphore::permits`: the
+//!   give-backs, and what a permit-expirable semaphore adds (holdings, renewal,
 //!   loss); `semaphore::fair`: the fair (FIFO across processes) semaphore.
-//! - `waiting`, `listen`: the waiting kit those actors are built from (queue,
-//!   attempt, Redis-queue places, waiting records; channels and alarms).
+//! - `waiting`, `listen`: the waiting kit (queue, attempt, Redis-queue places,
+//!   waiting records; the synchronizers' engine and the `SyncActor` that runs
+//!   it; channels and alarms).
 //! - `registry`: the manager's entry in the client registry (who a client id
 //!   is), rewritten by the renewer once per renewal period.
 //! - `shared`: what a manager's lock actors share ([`Shared`](shared::Shared)).

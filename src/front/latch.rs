@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use crate::actors::latch::{AwaitZero, LatchActor};
+use crate::actors::latch::{AwaitZero, Latch as Policy};
 use crate::actors::shared::Shared;
-use crate::actors::waiting;
+use crate::actors::waiting::{self, SyncActor};
 use crate::error::LockError;
 use crate::sync_view::SynchronizerKind;
 use crate::wire::{self, CountedDown, LatchCountDown, LatchSet};
@@ -44,7 +44,7 @@ pub struct LatchHandle {
     /// The latch's name.
     name: Arc<str>,
     /// Its actor in this process (waiters, subscription).
-    actor: Addr<LatchActor>,
+    actor: Addr<SyncActor<Policy>>,
     /// The manager's connection.
     shared: Arc<Shared>,
 }

@@ -18,9 +18,9 @@ use actix::prelude::*;
 
 use super::semaphore::{add, check_permits, try_set};
 use crate::actors::semaphore::permits::{Granted, ReturnPermits};
-use crate::actors::semaphore::{take, SemaphoreActor};
+use crate::actors::semaphore::{take, Expirable};
 use crate::actors::shared::Shared;
-use crate::actors::waiting;
+use crate::actors::waiting::{self, SyncActor};
 use crate::error::{LockError, LostReason};
 use crate::reply::{ask, Reply};
 use crate::signal::LostWatch;
@@ -49,7 +49,7 @@ super::manager::handle_message! {
 #[derive(Clone)]
 pub struct PermitSemaphoreHandle {
     name: Arc<str>,
-    actor: Addr<SemaphoreActor>,
+    actor: Addr<SyncActor<Expirable>>,
     shared: Arc<Shared>,
 }
 

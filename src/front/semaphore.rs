@@ -5,7 +5,7 @@
 //! The semaphore is one string key, its name, holding the permits available; a
 //! release publishes the new number on `redisson_sc:{name}`, so Java services using
 //! Redisson share it. Waiting goes through the name's actor
-//! (`actors/semaphore.rs`: only the head of the local queue asks Redis, woken by the
+//! (`actors/semaphore/`: only the head of the local queue asks Redis, woken by the
 //! channel with a fallback timer); the other calls run one script or a GET on the
 //! manager's command connection. Every amount is checked before anything is sent.
 //!

@@ -1,6 +1,6 @@
-//! The manager's registry of synchronizer actors: one [`SemaphoreActor`] (for a
-//! plain semaphore, another for a permit-expirable one), one
-//! [`FairSemaphoreActor`] and one [`LatchActor`] per name, shared by every handle on that name in the process.
+//! The manager's registry of synchronizer actors: one [`SyncActor`] per name
+//! and policy (a plain semaphore, a permit-expirable one, a fair one, a
+//! latch), shared by every handle on that name in the process.
 //!
 //! One actor per name matters because the subscriber routes a channel to one
 //! actor: a second actor on the same name would take the first one's messages. The
@@ -13,61 +13,72 @@ use std::sync::Arc;
 
 use actix::{Actor, Addr, Recipient, WeakAddr};
 
-use crate::actors::latch::LatchActor;
-use crate::actors::semaphore::fair::FairSemaphoreActor;
-use crate::actors::semaphore::SemaphoreActor;
+use crate::actors::latch::Latch;
+use crate::actors::semaphore::{Expirable, Fair, Plain};
 use crate::actors::shared::{Shared, ShutDown};
+use crate::actors::waiting::SyncActor;
 
 /// See the module documentation.
 #[derive(Debug, Default)]
 pub(crate) struct Synchronizers {
-    semaphores: HashMap<Arc<str>, WeakAddr<SemaphoreActor>>,
-    expirable: HashMap<Arc<str>, WeakAddr<SemaphoreActor>>,
-    fair: HashMap<Arc<str>, WeakAddr<FairSemaphoreActor>>,
-    latches: HashMap<Arc<str>, WeakAddr<LatchActor>>,
+    semaphores: HashMap<Arc<str>, WeakAddr<SyncActor<Plain>>>,
+    expirable: HashMap<Arc<str>, WeakAddr<SyncActor<Expirable>>>,
+    fair: HashMap<Arc<str>, WeakAddr<SyncActor<Fair>>>,
+    latches: HashMap<Arc<str>, WeakAddr<SyncActor<Latch>>>,
 }
 
 impl Synchronizers {
     /// The running actor of semaphore `name`, started if there is none.
-    pub(crate) fn semaphore(&mut self, name: &str, shared: &Arc<Shared>) -> Addr<SemaphoreActor> {
+    pub(crate) fn semaphore(&mut self, name: &str, shared: &Arc<Shared>) -> Addr<SyncActor<Plain>> {
         find_or_start(&mut self.semaphores, name, |name| {
-            SemaphoreActor::new(name, shared.clone(), false).start()
+            SyncActor::new(name.clone(), shared.clone(), Plain::new(name)).start()
         })
     }
 
     /// The running actor of permit-expirable semaphore `name`, started if there is
     /// none. It shares the channel of a plain semaphore of the same name, so a
     /// process should not use both kinds on one name.
-    pub(crate) fn expirable(&mut self, name: &str, shared: &Arc<Shared>) -> Addr<SemaphoreActor> {
+    pub(crate) fn expirable(
+        &mut self,
+        name: &str,
+        shared: &Arc<Shared>,
+    ) -> Addr<SyncActor<Expirable>> {
         find_or_start(&mut self.expirable, name, |name| {
-            SemaphoreActor::new(name, shared.clone(), true).start()
+            SyncActor::new(name.clone(), shared.clone(), Expirable::new(name)).start()
         })
     }
 
     /// The running actor of fair semaphore `name`, started if there is none.
     /// Its waiters listen on channels of their own, so it may run beside a
     /// plain semaphore's actor of the same name.
-    pub(crate) fn fair(&mut self, name: &str, shared: &Arc<Shared>) -> Addr<FairSemaphoreActor> {
+    pub(crate) fn fair(&mut self, name: &str, shared: &Arc<Shared>) -> Addr<SyncActor<Fair>> {
         find_or_start(&mut self.fair, name, |name| {
-            FairSemaphoreActor::new(name, shared.clone()).start()
+            let policy = Fair::new(name.clone(), shared.client_id.clone());
+            SyncActor::new(name, shared.clone(), policy).start()
         })
     }
 
     /// Every synchronizer actor still running, to tell it of a shutdown.
     pub(crate) fn running(&self) -> Vec<Recipient<ShutDown>> {
-        let semaphores = self.semaphores.values().chain(self.expirable.values());
+        let semaphores = self.semaphores.values();
         let semaphores = semaphores.filter_map(|w| w.upgrade().map(Addr::recipient));
+        let expirable = self.expirable.values();
+        let expirable = expirable.filter_map(|w| w.upgrade().map(Addr::recipient));
         let fair = self.fair.values();
         let fair = fair.filter_map(|w| w.upgrade().map(Addr::recipient));
         let latches = self.latches.values();
         let latches = latches.filter_map(|w| w.upgrade().map(Addr::recipient));
-        semaphores.chain(fair).chain(latches).collect()
+        semaphores
+            .chain(expirable)
+            .chain(fair)
+            .chain(latches)
+            .collect()
     }
 
     /// The running actor of latch `name`, started if there is none.
-    pub(crate) fn latch(&mut self, name: &str, shared: &Arc<Shared>) -> Addr<LatchActor> {
+    pub(crate) fn latch(&mut self, name: &str, shared: &Arc<Shared>) -> Addr<SyncActor<Latch>> {
         find_or_start(&mut self.latches, name, |name| {
-            LatchActor::new(name, shared.clone()).start()
+            SyncActor::new(name.clone(), shared.clone(), Latch::new(name)).start()
         })
     }
 }

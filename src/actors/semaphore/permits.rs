@@ -1,7 +1,7 @@
-//! How a [`SemaphoreActor`] gives permits back ([`GivePermits`], for either kind of
-//! semaphore, retried through transient errors), and what it adds for a
-//! permit-expirable semaphore: the permits this process holds, by holding (one per
-//! guard), their renewal and their loss.
+//! How a semaphore's actor gives permits back ([`GivePermits`], for every kind
+//! of semaphore, under one op id through transient errors), and what the
+//! [`Expirable`] policy adds to its [`SyncActor`]: the permits this process
+//! holds, by holding (one per guard), their renewal and their loss.
 //!
 //! Each take gets fresh permit ids (32 hex digits) and one holding. A permit taken
 //! with a lease expires on the Redis clock at that lease after the grant; a timer
@@ -20,17 +20,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use tracing::{debug, warn};
+use tracing::warn;
 
-use super::{SemaphoreActor, Want};
+use super::{Expirable, Takes};
 use crate::actors::renewer::{Lapsed, Renewal, Watched};
 use crate::actors::shared::Shared;
-use crate::actors::waiting::{self, op_id, send_once};
+use crate::actors::waiting::engine::Event;
+use crate::actors::waiting::{self, op_id, send_once, SyncActor};
 use crate::error::{LockError, LostReason};
 use crate::reply::Reply;
 use crate::signal::{LostSignal, LostWatch};
 use crate::sync_view::SynchronizerKind;
-use crate::wire::{self, ExpirableRelease, FairSemRelease, SemAdded, SemRelease, SemUndo, Undone};
+use crate::wire::{self, ExpirableRelease, FairSemRelease, SemAdded, SemRelease};
 
 /// Holding epochs of permits, from the top half of the range: the renewal table
 /// is keyed by epoch, and lock holdings count up from 1, so the two never meet.
@@ -80,68 +81,6 @@ pub(crate) struct GivePermits {
     pub(crate) permits: u32,
     /// Where the permits now available go (sent with `do_send`: see `reply.rs`).
     pub(crate) reply: Reply<Result<u64, LockError>>,
-}
-
-impl SemaphoreActor {
-    /// Undoes the take of a waiter that left while a copy of its take may have
-    /// run (its op id): permits back if one took them, none taken by a copy
-    /// that runs later. In the background; the head asks again when it is done.
-    pub(super) fn undo(&mut self, want: Want, ctx: &mut Context<Self>) {
-        let (shared, name) = (self.shared.clone(), self.name.clone());
-        let expirable = self.expirable;
-        let ticket = shared.unsettled.enter();
-        let fut = async move {
-            let _counted = ticket;
-            let once = waiting::once(&shared.config, &want.op);
-            let what = || {
-                format!(
-                    "undoing a take of {} permit(s) of semaphore {name:?}",
-                    want.permits
-                )
-            };
-            send_once(&shared.config, what, || {
-                let (mut conn, name) = (shared.node.conn(), name.clone());
-                let ids = want.ids.clone();
-                async move {
-                    if expirable {
-                        let call = ExpirableRelease {
-                            name: &name,
-                            ids: &ids,
-                            once,
-                            undo: true,
-                        };
-                        wire::call(&mut conn, &call).await.map(|back| {
-                            if back > 0 {
-                                Undone::GaveBack
-                            } else {
-                                Undone::Cancelled
-                            }
-                        })
-                    } else {
-                        let call = SemUndo {
-                            name: &name,
-                            permits: want.permits,
-                            once,
-                        };
-                        wire::call(&mut conn, &call).await
-                    }
-                }
-            })
-            .await
-        };
-        ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
-            match res {
-                Ok(Undone::GaveBack) => {
-                    debug!(semaphore = %act.name, "permits taken for a waiter that left are back")
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    warn!(semaphore = %act.name, error = %e, "undoing a waiter's take failed")
-                }
-            }
-            act.pump(ctx);
-        }));
-    }
 }
 
 /// Runs the release script (`fair`: the fair semaphore's, which also tells
@@ -199,38 +138,28 @@ pub(super) async fn give_back(
     }
 }
 
-impl Handler<GivePermits> for SemaphoreActor {
+impl<P: Takes> Handler<GivePermits> for SyncActor<P> {
     type Result = ();
 
     fn handle(&mut self, msg: GivePermits, ctx: &mut Context<Self>) {
-        let (shared, name, kind) = (self.shared.clone(), self.name.clone(), self.kind());
-        let me = ctx.address();
+        let (shared, name) = (self.shared.clone(), self.name.clone());
         let GivePermits { permits, reply } = msg;
         let given = async move {
-            let res = give_back(shared, name.clone(), permits, kind, false).await;
+            let res = give_back(shared, name.clone(), permits, P::KIND, P::FAIR).await;
             if let Err(e) = &res {
                 // A guard dropped without awaiting its release learns nothing:
                 // say it here.
                 warn!(semaphore = %name, permits, error = %e, "giving back permits failed");
             }
-            // Local waiters need not wait for the message to come back round.
-            me.do_send(Wake);
             reply.send(res);
         };
-        ctx.spawn(given.into_actor(self));
-    }
-}
-
-/// Let the head ask again now (after a local release).
-#[derive(Message, Debug, Clone, Copy)]
-#[rtype(result = "()")]
-struct Wake;
-
-impl Handler<Wake> for SemaphoreActor {
-    type Result = ();
-
-    fn handle(&mut self, _msg: Wake, ctx: &mut Context<Self>) {
-        self.pump(ctx);
+        // Local waiters need not wait for the message to come back round (a
+        // fair release also tells the head of its queue on its channel).
+        ctx.spawn(
+            given
+                .into_actor(self)
+                .map(|_, act, ctx| act.run(Event::Wake, ctx)),
+        );
     }
 }
 
@@ -244,7 +173,7 @@ pub(crate) struct ReturnPermits {
     pub(crate) reply: Reply<Result<(), LockError>>,
 }
 
-impl SemaphoreActor {
+impl SyncActor<Expirable> {
     /// Records a grant of `ids`: renewed by the renewer without a lease, lost at
     /// the lease's end with one.
     pub(super) fn hold(
@@ -276,7 +205,7 @@ impl SemaphoreActor {
                 }))
             }
         };
-        self.holdings.map.insert(
+        self.extra.map.insert(
             epoch,
             Holding {
                 ids: ids.clone(),
@@ -292,7 +221,7 @@ impl SemaphoreActor {
     /// the guard gives them back (some may still be taken).
     fn lapse(&mut self, epoch: u64, reason: LostReason) {
         self.shared.renewals.unwatch(epoch);
-        if let Some(h) = self.holdings.map.get_mut(&epoch) {
+        if let Some(h) = self.extra.map.get_mut(&epoch) {
             h.timer = None;
             if h.watch.lost().is_none() {
                 warn!(semaphore = %self.name, %reason, permits = h.ids.len(), "permits lost");
@@ -304,7 +233,7 @@ impl SemaphoreActor {
     /// Takes a holding out (renewal, timer); answers its ids.
     pub(super) fn forget(&mut self, epoch: u64, ctx: &mut Context<Self>) -> Option<Vec<String>> {
         self.shared.renewals.unwatch(epoch);
-        let h = self.holdings.map.remove(&epoch)?;
+        let h = self.extra.map.remove(&epoch)?;
         if let Some(timer) = h.timer {
             ctx.cancel_future(timer);
         }
@@ -340,12 +269,12 @@ async fn return_ids(
     .await
 }
 
-impl Handler<ReturnPermits> for SemaphoreActor {
+impl Handler<ReturnPermits> for SyncActor<Expirable> {
     type Result = ();
 
     fn handle(&mut self, msg: ReturnPermits, ctx: &mut Context<Self>) {
         let ReturnPermits { epoch, reply } = msg;
-        let lost = self.holdings.map.get(&epoch).and_then(|h| h.watch.lost());
+        let lost = self.extra.map.get(&epoch).and_then(|h| h.watch.lost());
         let Some(ids) = self.forget(epoch, ctx) else {
             reply.send(Err(LockError::NotHeld));
             return;
@@ -353,7 +282,7 @@ impl Handler<ReturnPermits> for SemaphoreActor {
         let expected = ids.len();
         let fut = return_ids(self.shared.clone(), self.name.clone(), ids);
         ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
-            act.pump(ctx);
+            act.run(Event::Look, ctx);
             let outcome = match (res, lost) {
                 (Err(e), _) => Err(e),
                 (_, Some(reason)) => Err(LockError::Lost(reason)),
@@ -365,7 +294,7 @@ impl Handler<ReturnPermits> for SemaphoreActor {
     }
 }
 
-impl Handler<Lapsed> for SemaphoreActor {
+impl Handler<Lapsed> for SyncActor<Expirable> {
     type Result = ();
 
     fn handle(&mut self, msg: Lapsed, _ctx: &mut Context<Self>) {

@@ -20,20 +20,30 @@
 //! - `deadlock.rs`: this process's long lock waits ([`LocalWaits`]) and one
 //!   deadlock check of a wait ([`check`]): over this process, then over Redis.
 //!
+//! - `engine/`: the [`Engine`](engine::Engine), the waiting loop every
+//!   synchronizer runs, as a state machine (events in, effects out as data),
+//!   with the exactly-once rules; each synchronizer's differences are a
+//!   [`Policy`](engine::Policy).
+//! - `runner.rs`: [`SyncActor`], the one actor, generic over its policy, that
+//!   runs an engine and carries out its effects ([`Calls`]: a policy's Redis
+//!   side).
+//!
 //! The channels a waiting actor listens on and its alarms are the kit's too;
 //! they live in `actors/listen.rs` ([`Channel`](crate::actors::listen::Channel),
-//! [`Alarm`](crate::actors::listen::Alarm)). The semaphore and latch actors and
-//! the fair semaphore (`actors/semaphore/fair/`) are built from these parts;
-//! the lock actor uses the records, the channels and the attempt, and its fair
-//! kind the places; it keeps a waiter queue of its own (docs/architecture.md,
-//! "The waiting kit", says where the kit's [`Queue`] falls short of a lock's).
+//! [`Alarm`](crate::actors::listen::Alarm)). The semaphores and the latch are
+//! policies run by [`SyncActor`]; the lock actor uses the records, the
+//! channels and the attempt, and its fair kind the places; it keeps a waiter
+//! queue of its own (docs/architecture.md, "The waiting kit", says where the
+//! kit's [`Queue`] falls short of a lock's).
 
 mod attempt;
 mod deadlock;
+pub(crate) mod engine;
 mod once;
 mod places;
 mod queue;
 mod records;
+mod runner;
 
 pub(crate) use attempt::Attempt;
 pub(crate) use deadlock::{check, Checked, LocalWaits, Published};
@@ -41,3 +51,4 @@ pub(crate) use once::{once, op_id, send_once, Unsettled};
 pub(crate) use places::{keep_refreshing, leave, PlaceCalls, Placed, Places};
 pub(crate) use queue::{on_leaving, timeout, Queue};
 pub(crate) use records::{watch, Waited, Waiting, Waits};
+pub(crate) use runner::{Calls, SyncActor};

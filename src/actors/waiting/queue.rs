@@ -84,11 +84,9 @@ impl<P, R> Default for Queue<P, R> {
 }
 
 impl<P, R> Queue<P, R> {
-    /// A caller arrives wanting `want` for up to `wait` (`None`: for ever).
-    /// `once`: it makes a single attempt, answered by that attempt (a zero
-    /// wait on a semaphore); a latch, which makes no attempt of its own per
-    /// waiter, expires a zero wait at the first sweep instead. Answers where its
-    /// answer will come.
+    /// As [`arrive_with`](Self::arrive_with), making the answer channel
+    /// (the queue's own tests); answers its receiving end.
+    #[cfg(test)]
     pub(crate) fn arrive(
         &mut self,
         want: P,
@@ -100,10 +98,13 @@ impl<P, R> Queue<P, R> {
         rx
     }
 
-    /// As [`arrive`](Self::arrive), with the answer channel the caller made:
-    /// then the caller's dropping its end is seen here ([`Waiter::is_gone`]),
-    /// which actix's `ResponseFuture` would hide (it runs to its end whoever
-    /// waits for it). Answers the new waiter.
+    /// A caller arrives wanting `want` for up to `wait` (`None`: for ever),
+    /// its answer to go on `tx`. `once`: it makes a single attempt, answered
+    /// by that attempt (a zero wait on a semaphore); a latch, which makes no
+    /// attempt of its own per waiter, expires a zero wait at the first sweep
+    /// instead. The caller's dropping its end of `tx` is seen here
+    /// ([`Waiter::is_gone`]), which actix's `ResponseFuture` would hide (it
+    /// runs to its end whoever waits for it). Answers the new waiter.
     pub(crate) fn arrive_with(
         &mut self,
         want: P,
@@ -135,11 +136,6 @@ impl<P, R> Queue<P, R> {
     /// The waiter that arrived first.
     pub(crate) fn front(&self) -> Option<&Waiter<P, R>> {
         self.waiters.front()
-    }
-
-    /// The waiter that arrived first, to change.
-    pub(crate) fn front_mut(&mut self) -> Option<&mut Waiter<P, R>> {
-        self.waiters.front_mut()
     }
 
     /// Takes out the waiter that arrived first.

@@ -1,0 +1,135 @@
+//! The engine's vocabulary: what goes in ([`Event`]), what comes out
+//! ([`Effect`], with an [`Ask`] or a [`Taken`] waiter), and the [`Mark`] it
+//! keeps on every waiter. Plain data, so that the runner and the tests speak
+//! to the engine the same way, and a test reads an effect as the runner would.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+#[cfg(doc)]
+use super::Engine;
+use super::Policy;
+use crate::actors::waiting::{queue, Queue};
+use crate::error::LockError;
+use crate::wire::Place;
+
+/// What the engine keeps on each waiter beside what it wants.
+#[derive(Debug, Clone)]
+pub(crate) struct Mark<W> {
+    /// What it wants, in the policy's terms.
+    pub(crate) want: W,
+    /// The op id all its attempts carry (`None`: they change nothing).
+    pub(crate) op: Option<Arc<str>>,
+    /// Its attempt is out.
+    pub(crate) asking: bool,
+    /// An attempt of its op id failed without an answer: a copy may have run,
+    /// or may still run.
+    pub(crate) lost: bool,
+}
+
+impl<W> Mark<W> {
+    /// Whether a copy of its take may have run unseen: leaving now undoes it.
+    pub(crate) fn unsure(&self) -> bool {
+        self.op.is_some() && (self.asking || self.lost)
+    }
+}
+
+/// One waiter of policy `P`.
+pub(crate) type Waiter<P> = queue::Waiter<Mark<<P as Policy>::Want>, <P as Policy>::Grant>;
+
+/// The waiters of policy `P`, in arrival order.
+pub(crate) type Waiters<P> = Queue<Mark<<P as Policy>::Want>, <P as Policy>::Grant>;
+
+/// Where a waiter's answer goes.
+pub(crate) type Reply<P> = oneshot::Sender<Result<<P as Policy>::Grant, LockError>>;
+
+/// One attempt to send.
+#[derive(Debug, Clone)]
+pub(crate) struct Ask<W> {
+    /// The waiter it is for (its local id).
+    pub(crate) waiter: u64,
+    /// Its op id.
+    pub(crate) op: Option<Arc<str>>,
+    /// What it wants.
+    pub(crate) want: W,
+    /// It makes this one attempt only.
+    pub(crate) once: bool,
+}
+
+/// A waiter whose wait ended in a grant, out of the queue: the runner makes
+/// its grant and hands both to [`Engine::deliver`].
+#[derive(Debug)]
+pub(crate) struct Taken<P: Policy> {
+    /// The waiter.
+    pub(crate) waiter: Waiter<P>,
+    /// When the attempt that took was sent (a lease counts from then).
+    pub(crate) sent: Instant,
+}
+
+/// What happens to the engine.
+#[derive(Debug)]
+pub(crate) enum Event<P: Policy> {
+    /// A caller waits for `want`, up to `wait` (`None`: for ever).
+    Arrive {
+        want: P::Want,
+        wait: Option<Duration>,
+        reply: Reply<P>,
+    },
+    /// A caller stopped waiting (or got its answer).
+    Left,
+    /// The timer rang (fallback or deadline).
+    Timer,
+    /// The attempt of `waiter`, sent at `sent`, answered.
+    Answered {
+        waiter: u64,
+        reply: redis::RedisResult<P::Reply>,
+        sent: Instant,
+    },
+    /// A message on `channel`.
+    Heard { channel: String, wake_all: bool },
+    /// The subscription to this channel is made.
+    Subscribed(String),
+    /// Something may have been freed (a resubscription, a local give-back).
+    Wake,
+    /// Look at the queue again (an undo or a give-back is done).
+    Look,
+    /// A refresh of the Redis queue said where each place stands.
+    Places(Vec<(Arc<str>, Place)>),
+    /// Nobody waited for the idle timeout.
+    IdleOver,
+    /// The manager shuts down.
+    Shutdown,
+}
+
+/// What the runner is to do.
+#[derive(Debug)]
+pub(crate) enum Effect<P: Policy> {
+    /// Send this attempt; answer with [`Event::Answered`].
+    Ask(Ask<P::Want>),
+    /// Make this waiter's grant and [`Engine::deliver`] it.
+    Grant(Taken<P>),
+    /// Undo the take under `op` (in the background, counted as unsettled);
+    /// then [`Event::Look`].
+    Undo { op: Arc<str>, want: P::Want },
+    /// Take these places out of the Redis queue.
+    Leave(Vec<Arc<str>>),
+    /// Subscribe to this channel; then [`Event::Subscribed`].
+    Subscribe(String),
+    /// Tell the subscriber this channel is not wanted here any more.
+    Unsubscribe(String),
+    /// Ring [`Event::Timer`] after this long, in place of the timer set before.
+    Arm(Duration),
+    /// Unset the timer.
+    Disarm,
+    /// Nobody waits: ring [`Event::IdleOver`] after the idle timeout, unless
+    /// already set; an arrival cancels it.
+    Linger,
+    /// A waiter that lasts arrived: keep its waiting record.
+    Watch,
+    /// The key exists.
+    KeyFound,
+    /// The key is missing while `waiting` wait, the head for `waited`.
+    KeyMissing { waiting: usize, waited: Duration },
+}

@@ -1,0 +1,496 @@
+//! The waiting engine: the one loop every synchronizer runs (a queue of local
+//! waiters, who asks, one Redis call in flight, what the answer means, then
+//! answer, listen or wait), as a plain state machine with no actor and no
+//! Redis in it, so that its rules are written once and tested alone.
+//!
+//! Events go in ([`Event`]: a waiter arrives, a caller leaves, a timer rings,
+//! an attempt answers, a channel speaks, a subscription is made, a shutdown);
+//! effects come out as data ([`Effect`]: send this waiter's attempt under its
+//! op id, make this waiter's grant, undo this take, subscribe, arm the timer).
+//! The runner (`actors/waiting/runner.rs`) carries them out and feeds back what
+//! comes of them. Refusals and timeouts the engine answers itself through the
+//! kit's [`Queue`] (a oneshot send); a grant goes out as an effect because
+//! making one may take the runner's work (a permit holding and its renewal).
+//! What differs between synchronizers is a [`Policy`] (`policy.rs`).
+//!
+//! The rules, stated here once:
+//! - one attempt at a time, however many wait; a wake while it is out makes
+//!   the queue look again once it is answered, since its answer may predate
+//!   what the wake announced ([`Attempt`]);
+//! - a waiter that will wait listens on its channel before it asks, so a
+//!   release between a short answer and the subscription is not missed;
+//! - every attempt of a waiter carries its op id; the waiter is `asking` while
+//!   one is out and `lost` once one failed without an answer; leaving then (a
+//!   deadline, a caller gone, a refusal, a shutdown) undoes its take, and so
+//!   does a grant that finds its caller gone ([`Effect::Undo`]);
+//! - leavers are swept and deadlines answered even while an attempt is out,
+//!   and the timer is armed for the next deadline while it is.
+
+mod events;
+mod policy;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::{debug, warn};
+
+use super::{timeout, Attempt, Queue, Waited};
+use crate::actors::listen::Channel;
+use crate::actors::shared::until_first;
+use crate::config::Config;
+use crate::error::{redis_is_transient, LockError};
+pub(crate) use events::{Ask, Effect, Event, Mark, Reply, Taken, Waiter, Waiters};
+pub(crate) use policy::{Found, Heard, Policy, Scope, Then};
+
+/// See the module documentation.
+#[derive(Debug)]
+pub(crate) struct Engine<P: Policy> {
+    policy: P,
+    waiters: Waiters<P>,
+    attempt: Attempt,
+    channels: Vec<Channel>,
+    /// The settings: the fallback interval and the backoff.
+    config: Arc<Config>,
+    effects: Vec<Effect<P>>,
+}
+
+impl<P: Policy> Engine<P> {
+    /// No waiters yet.
+    pub(crate) fn new(policy: P, config: Arc<Config>) -> Engine<P> {
+        Engine {
+            policy,
+            waiters: Queue::default(),
+            attempt: Attempt::default(),
+            channels: Vec::new(),
+            config,
+            effects: Vec::new(),
+        }
+    }
+
+    /// The policy.
+    pub(crate) fn policy(&self) -> &P {
+        &self.policy
+    }
+
+    /// The waiters, head first.
+    pub(crate) fn waiters(&self) -> impl Iterator<Item = &Waiter<P>> {
+        self.waiters.iter()
+    }
+
+    /// The waits to record.
+    pub(crate) fn waited(&self) -> Vec<Waited> {
+        self.waiters.waited(|m| self.policy.wants(&m.want))
+    }
+
+    /// Its channel `name`, if it has it.
+    pub(crate) fn channel_mut(&mut self, name: &str) -> Option<&mut Channel> {
+        self.channels.iter_mut().find(|c| c.name() == name)
+    }
+
+    /// Every channel subscribed or asked for, each marked dropped (the actor
+    /// stops).
+    pub(crate) fn drop_channels(&mut self) -> Vec<String> {
+        let on = self
+            .channels
+            .iter_mut()
+            .filter_map(|c| c.off().then(|| c.name().to_owned()));
+        on.collect()
+    }
+
+    /// Handles one event; answers what to do.
+    pub(crate) fn handle(&mut self, event: Event<P>) -> Vec<Effect<P>> {
+        match event {
+            Event::Arrive { want, wait, reply } => self.arrive(want, wait, reply),
+            Event::Left => {
+                if self.sweep() {
+                    self.pump();
+                }
+            }
+            Event::Timer | Event::Wake => {
+                self.policy.woken(&mut self.waiters);
+                self.pump();
+            }
+            Event::Answered {
+                waiter,
+                reply,
+                sent,
+            } => self.answered(waiter, reply, sent),
+            Event::Heard { channel, wake_all } => {
+                match self.policy.heard(&channel, wake_all, &mut self.waiters) {
+                    Heard::Wake => self.pump(),
+                    Heard::Open => self.open(Instant::now()),
+                    Heard::Nothing => {}
+                }
+            }
+            Event::Subscribed(name) => self.subscribed(&name),
+            Event::Look => self.pump(),
+            Event::Places(stands) => {
+                self.policy.placed(stands, &mut self.waiters);
+                self.pump();
+            }
+            Event::IdleOver => {
+                if self.waiters.is_empty() {
+                    self.unsubscribe_all();
+                }
+            }
+            Event::Shutdown => self.shut_down(),
+        }
+        self.tidy();
+        self.take_effects()
+    }
+
+    /// Effects that came of [`Engine::deliver`] since the last event.
+    pub(crate) fn take_effects(&mut self) -> Vec<Effect<P>> {
+        std::mem::take(&mut self.effects)
+    }
+
+    /// Answers a taken waiter with `grant`. When its caller left meanwhile,
+    /// its take is undone (an [`Effect::Undo`] among the next effects) and the
+    /// grant comes back, for the runner to drop what it made for it.
+    pub(crate) fn deliver(&mut self, taken: Taken<P>, grant: P::Grant) -> Result<(), P::Grant> {
+        let mark = taken.waiter.want.clone();
+        let Err(answer) = taken.waiter.answer(Ok(grant)) else {
+            return Ok(());
+        };
+        debug!(name = %self.policy.name(), "{} taken for a caller that left; giving back", P::LABEL);
+        if let Some(op) = mark.op {
+            self.effects.push(Effect::Undo {
+                op,
+                want: mark.want,
+            });
+        }
+        match answer {
+            Ok(grant) => Err(grant),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// A caller arrives.
+    fn arrive(&mut self, want: P::Want, wait: Option<Duration>, reply: Reply<P>) {
+        let once = self.policy.once(wait);
+        if once && !self.waiters.is_empty() {
+            // What frees up is promised to those queued first.
+            let _ = reply.send(Err(timeout(Duration::ZERO)));
+            return;
+        }
+        let (first, in_flight) = (self.waiters.is_empty(), self.attempt.in_flight());
+        let mark = Mark {
+            want,
+            op: None,
+            asking: false,
+            lost: false,
+        };
+        let w = self.waiters.arrive_with(mark, wait, once, reply);
+        w.want.op = self.policy.op(w.id);
+        if !once {
+            self.effects.push(Effect::Watch);
+        }
+        if self.policy.asks_on_arrival(first, in_flight) {
+            self.pump();
+        }
+        if wait.is_some() {
+            // Its deadline needs watching whether it asks now or not.
+            self.arm(None);
+        }
+    }
+
+    /// Lets the next waiter ask, if one may now.
+    fn pump(&mut self) {
+        // Leavers are answered even while an attempt is out: a caller hears
+        // its deadline on time, and an asking leaver's take is undone at once.
+        self.sweep();
+        if !self.attempt.wake() || self.waiters.is_empty() {
+            return;
+        }
+        let Some(id) = self.policy.next(&self.waiters) else {
+            self.arm(None);
+            return;
+        };
+        let Some(channel) = self.waiters.get_mut(id).map(|w| self.policy.channel(w)) else {
+            return;
+        };
+        if let Some(name) = channel {
+            if !self.listening(name) {
+                return; // its confirmation looks again
+            }
+        }
+        let Some(w) = self.waiters.get_mut(id) else {
+            return;
+        };
+        self.attempt.start();
+        w.want.asking = true;
+        let ask = Ask {
+            waiter: id,
+            op: w.want.op.clone(),
+            want: w.want.want.clone(),
+            once: w.once,
+        };
+        self.effects.push(Effect::Ask(ask));
+        // Deadlines are kept while the attempt is out too.
+        self.arm(None);
+    }
+
+    /// Whether channel `name` is live; if it is not, it is asked for (once).
+    fn listening(&mut self, name: String) -> bool {
+        let at = match self.channels.iter().position(|c| c.name() == name) {
+            Some(at) => at,
+            None => {
+                self.channels.push(Channel::new(name.clone()));
+                self.channels.len() - 1
+            }
+        };
+        let channel = &mut self.channels[at];
+        if channel.is_live() {
+            return true;
+        }
+        if channel.is_off() {
+            channel.mark_pending();
+            self.effects.push(Effect::Subscribe(name));
+        }
+        false
+    }
+
+    /// A subscription is made: the queue looks again.
+    fn subscribed(&mut self, name: &str) {
+        if let Some(channel) = self.channel_mut(name) {
+            channel.mark_live();
+        }
+        if P::SCOPE == Scope::All {
+            // The read that follows sees what any earlier message announced.
+            self.attempt.settle();
+        }
+        self.pump();
+    }
+
+    /// Answers the waiters that left or whose deadline passed; answers
+    /// whether there were any.
+    fn sweep(&mut self) -> bool {
+        let last = self.attempt.last_error().cloned();
+        let policy = &self.policy;
+        let gone = self
+            .waiters
+            .sweep(|waited| policy.expired(waited, last.as_ref()));
+        let any = !gone.is_empty();
+        self.leave(gone);
+        any
+    }
+
+    /// These waiters are done here: a take of theirs that may have run unseen
+    /// is undone, their own channels dropped, their places left.
+    fn leave(&mut self, gone: Vec<Mark<P::Want>>) {
+        let mut places = Vec::new();
+        for mark in gone {
+            if let Some(name) = self.policy.own_channel(&mark) {
+                self.drop_channel(&name);
+            }
+            if mark.unsure() {
+                // The undo leaves any place too.
+                if let Some(op) = mark.op {
+                    self.effects.push(Effect::Undo {
+                        op,
+                        want: mark.want,
+                    });
+                }
+            } else if let Some(place) = self.policy.place(&mark) {
+                places.push(place);
+            }
+        }
+        if !places.is_empty() {
+            self.effects.push(Effect::Leave(places));
+        }
+    }
+
+    /// Drops channel `name`.
+    fn drop_channel(&mut self, name: &str) {
+        let Some(at) = self.channels.iter().position(|c| c.name() == name) else {
+            return;
+        };
+        let mut channel = self.channels.swap_remove(at);
+        if channel.off() {
+            self.effects.push(Effect::Unsubscribe(name.to_owned()));
+        }
+    }
+
+    /// Every subscription ends.
+    fn unsubscribe_all(&mut self) {
+        let names = self.drop_channels();
+        self.effects
+            .extend(names.into_iter().map(Effect::Unsubscribe));
+    }
+
+    /// Nobody waits and nothing is out: no timer, and the subscription ends
+    /// now or after a while.
+    fn tidy(&mut self) {
+        if !self.waiters.is_empty() || self.attempt.in_flight() {
+            return;
+        }
+        self.effects.push(Effect::Disarm);
+        if !self.policy.lingers() {
+            self.unsubscribe_all();
+        } else if self.channels.iter().any(Channel::is_live) {
+            self.effects.push(Effect::Linger);
+        }
+    }
+
+    /// Arms the timer for `hint` (at most the fallback interval), or for the
+    /// earliest deadline if sooner.
+    fn arm(&mut self, hint: Option<Duration>) {
+        let fallback = self.config.max_retry_interval;
+        self.arm_in(hint.map_or(fallback, |h| h.min(fallback)));
+    }
+
+    /// Arms the timer for `delay`, or for the earliest deadline if sooner.
+    fn arm_in(&mut self, delay: Duration) {
+        let delay = until_first(delay, self.waiters.deadlines());
+        self.effects.push(Effect::Arm(delay));
+    }
+
+    /// What follows an answer.
+    fn then(&mut self, then: Then) {
+        match then {
+            Then::Pump => self.pump(),
+            Then::Wait(_) if self.attempt.again() => self.pump(),
+            Then::Wait(hint) => self.arm(hint),
+        }
+    }
+
+    /// An attempt answered.
+    fn answered(&mut self, asked: u64, reply: redis::RedisResult<P::Reply>, sent: Instant) {
+        self.attempt.finish();
+        let found = reply.map(|r| self.policy.classify(r));
+        match P::SCOPE {
+            Scope::All => self.answered_all(found, sent),
+            Scope::Asker => self.answered_asker(asked, found, sent),
+        }
+    }
+
+    /// An answer for everyone waiting (a latch's read).
+    fn answered_all(&mut self, found: redis::RedisResult<Found>, sent: Instant) {
+        match found {
+            Ok(Found::Taken { .. }) => {
+                self.attempt.succeeded();
+                self.open(sent);
+            }
+            Ok(Found::Short { .. }) => {
+                self.attempt.succeeded();
+                self.then(Then::Wait(None));
+            }
+            Err(e) => {
+                warn!(name = %self.policy.name(), error = %e, "{} attempt failed", P::LABEL);
+                if redis_is_transient(&e) {
+                    let delay = self.attempt.failed(&self.config, e);
+                    self.arm_in(delay);
+                } else {
+                    // It will repeat: everyone hears it now.
+                    let gone = self.waiters.answer_all(|| Err(LockError::from(e.clone())));
+                    self.leave(gone);
+                }
+            }
+        }
+    }
+
+    /// The wait is over for everyone.
+    fn open(&mut self, sent: Instant) {
+        while let Some(waiter) = self.waiters.pop_front() {
+            self.effects.push(Effect::Grant(Taken { waiter, sent }));
+        }
+    }
+
+    /// An answer for the waiter `asked`.
+    fn answered_asker(&mut self, asked: u64, found: redis::RedisResult<Found>, sent: Instant) {
+        let Some(w) = self.waiters.get_mut(asked) else {
+            // It left meanwhile and its take is being undone: the next asks.
+            return self.pump();
+        };
+        w.want.asking = false;
+        match found {
+            Ok(Found::Taken { left }) => {
+                self.attempt.succeeded();
+                self.taken(asked, left, sent);
+            }
+            Ok(Found::Short { retry_in, missing }) => {
+                self.attempt.succeeded();
+                self.short(asked, retry_in, missing);
+            }
+            Err(e) => {
+                w.want.lost = true;
+                self.failed(asked, e);
+            }
+        }
+    }
+
+    /// The take of `asked` succeeded.
+    fn taken(&mut self, asked: u64, left: u64, sent: Instant) {
+        self.effects.push(Effect::KeyFound);
+        let Some(mut waiter) = self.waiters.remove(asked) else {
+            return;
+        };
+        waiter.want.lost = false;
+        if let Some(name) = self.policy.own_channel(&waiter.want) {
+            self.drop_channel(&name);
+        }
+        self.effects.push(Effect::Grant(Taken { waiter, sent }));
+        let then = self.policy.after_grant(left, &mut self.waiters);
+        self.then(then);
+    }
+
+    /// Too few for `asked` now.
+    fn short(&mut self, asked: u64, retry_in: Option<Duration>, missing: bool) {
+        let lasting = self.waiters.lasting();
+        let Some(w) = self.waiters.get_mut(asked) else {
+            return;
+        };
+        if !missing {
+            self.effects.push(Effect::KeyFound);
+        } else if !w.once {
+            let waited = w.since.elapsed();
+            self.effects.push(Effect::KeyMissing {
+                waiting: lasting,
+                waited,
+            });
+        }
+        if w.once {
+            if let Some(w) = self.waiters.remove(asked) {
+                let mark = w.want.clone();
+                w.time_out();
+                self.leave(vec![mark]);
+            }
+            return self.pump();
+        }
+        let then = self.policy.short(&mut w.want.want, retry_in);
+        self.then(then);
+    }
+
+    /// The attempt of `asked` failed (it is marked `lost`).
+    fn failed(&mut self, asked: u64, e: redis::RedisError) {
+        let (name, label) = (self.policy.name(), P::LABEL);
+        let Some(w) = self.waiters.get_mut(asked) else {
+            return;
+        };
+        if redis_is_transient(&e) && !w.once {
+            warn!(%name, error = %e, "{label} attempt failed; retrying");
+            w.last_error = Some(e.clone().into());
+            let delay = self.attempt.failed(&self.config, e);
+            self.arm_in(delay);
+            return;
+        }
+        warn!(%name, error = %e, "{label} attempt failed");
+        if let Some(w) = self.waiters.remove(asked) {
+            // A refused take changed nothing; one whose answer is lost (or
+            // unconfirmed by replicas) may have: undone either way.
+            let mark = w.want.clone();
+            let _ = w.answer(Err(e.into()));
+            self.leave(vec![mark]);
+        }
+        self.pump();
+    }
+
+    /// Every waiter is answered `ShuttingDown` and leaves.
+    fn shut_down(&mut self) {
+        let gone = self.waiters.answer_all(|| Err(LockError::ShuttingDown));
+        self.leave(gone);
+        self.effects.push(Effect::Disarm);
+    }
+}

@@ -1,0 +1,167 @@
+//! What a synchronizer tells the waiting engine about itself: the [`Policy`]
+//! trait, and the small decisions its hooks answer with as data ([`Found`],
+//! [`Then`], [`Heard`], [`Scope`]).
+//!
+//! A policy holds only what makes its synchronizer different: whom it lets ask,
+//! which channel a waiter listens on, what Redis's answer means, what a wake
+//! marks. Its hooks change its own waiters' marks at most; every rule about
+//! attempts, leavers and undos stays in the engine. The defaults are those of
+//! a synchronizer whose head asks, one waiter at a time, and whose every wake
+//! is worth an attempt.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Mark, Waiter, Waiters};
+use crate::actors::waiting::{op_id, timeout};
+use crate::error::LockError;
+use crate::wire::Place;
+
+/// Whom an attempt's answer is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// The waiter that asked (a semaphore: its take).
+    Asker,
+    /// Everyone waiting (a latch: one read of the count opens them all).
+    All,
+}
+
+/// What an answer from Redis says, once the policy read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// Done: taken (or the latch is open); `left` permits remain.
+    Taken {
+        /// Permits left after the take (0 for a latch).
+        left: u64,
+    },
+    /// Not now: too few permits (or a count above zero).
+    Short {
+        /// A hint to ask again this soon (a permit's lease runs out), at most
+        /// the fallback interval.
+        retry_in: Option<Duration>,
+        /// The key does not exist at all.
+        missing: bool,
+    },
+}
+
+/// What follows an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Then {
+    /// Look at the queue again now (someone may ask at once).
+    Pump,
+    /// Wait for a wake, at most the fallback interval (or `Some` sooner); a
+    /// wake that came during the attempt counts, and the head asks again.
+    Wait(Option<Duration>),
+}
+
+/// What a message on a channel means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Heard {
+    /// Something was freed: look at the queue again.
+    Wake,
+    /// The wait is over for everyone, without asking (a latch's `0`).
+    Open,
+    /// Nothing for these waiters.
+    Nothing,
+}
+
+/// A synchronizer's own decisions; see the module documentation.
+pub(crate) trait Policy: Sized {
+    /// What one waiter wants, in the synchronizer's terms.
+    type Want: Clone + Debug + Unpin + 'static;
+    /// What a waiter gets when its wait is over.
+    type Grant: Debug + Unpin + 'static;
+    /// What Redis answers an attempt, before [`Policy::classify`] reads it.
+    type Reply: 'static;
+    /// Whom an answer is for.
+    const SCOPE: Scope = Scope::Asker;
+    /// How the logs name it ("semaphore", "latch").
+    const LABEL: &'static str;
+
+    /// Its name (its key), for the logs.
+    fn name(&self) -> &str;
+
+    /// Whether a waiter that waits `wait` makes one attempt only (answered
+    /// by that attempt, never expired).
+    fn once(&self, wait: Option<Duration>) -> bool {
+        wait == Some(Duration::ZERO)
+    }
+
+    /// The op id of the waiter with local id `local`: every attempt of that
+    /// waiter carries it (`actors/waiting/once.rs`). `None`: its attempts
+    /// change nothing in Redis, so there is nothing to undo.
+    fn op(&self, _local: u64) -> Option<Arc<str>> {
+        Some(op_id())
+    }
+
+    /// How many permits a waiter wants, for its waiting record.
+    fn wants(&self, want: &Self::Want) -> u64;
+
+    /// The answer to a waiter whose deadline passed (`last`: the error the
+    /// last attempts met, while they keep failing).
+    fn expired(
+        &self,
+        waited: Duration,
+        _last: Option<&redis::RedisError>,
+    ) -> Result<Self::Grant, LockError> {
+        Err(timeout(waited))
+    }
+
+    /// Whether a newcomer makes the queue look again (`first`: it found
+    /// nobody waiting; `in_flight`: an attempt is out).
+    fn asks_on_arrival(&self, _first: bool, _in_flight: bool) -> bool {
+        true
+    }
+
+    /// Which waiter asks when the queue looks again; `None`: nobody now.
+    fn next(&self, waiters: &Waiters<Self>) -> Option<u64> {
+        waiters.front().map(|w| w.id)
+    }
+
+    /// The channel `w` listens on before it asks (`None`: it does not wait).
+    fn channel(&self, w: &Waiter<Self>) -> Option<String>;
+
+    /// The channel that is `mark`'s alone, dropped when it leaves.
+    fn own_channel(&self, _mark: &Mark<Self::Want>) -> Option<String> {
+        None
+    }
+
+    /// The place in a Redis queue that `mark` holds, left when it leaves.
+    fn place(&self, _mark: &Mark<Self::Want>) -> Option<Arc<str>> {
+        None
+    }
+
+    /// Whether the subscription outlives the last waiter for a while
+    /// (waiters come in bursts) rather than ending with it.
+    fn lingers(&self) -> bool {
+        false
+    }
+
+    /// Reads Redis's answer to an attempt.
+    fn classify(&self, reply: Self::Reply) -> Found;
+
+    /// A waiter's take succeeded with `left` permits left: what follows.
+    fn after_grant(&mut self, _left: u64, _waiters: &mut Waiters<Self>) -> Then {
+        Then::Pump
+    }
+
+    /// A lasting waiter's attempt came back short: marks it, and says what
+    /// follows.
+    fn short(&mut self, _want: &mut Self::Want, retry_in: Option<Duration>) -> Then {
+        Then::Wait(retry_in)
+    }
+
+    /// A reason to look again came that is not a waiter's own (the fallback
+    /// timer, a resubscription, a local give-back).
+    fn woken(&mut self, _waiters: &mut Waiters<Self>) {}
+
+    /// A message came on `channel` (`wake_all`: the subscriber read it as
+    /// message `1` or a number).
+    fn heard(&mut self, _channel: &str, _wake_all: bool, _waiters: &mut Waiters<Self>) -> Heard {
+        Heard::Wake
+    }
+
+    /// A refresh of the Redis queue said where each place stands.
+    fn placed(&mut self, _stands: Vec<(Arc<str>, Place)>, _waiters: &mut Waiters<Self>) {}
+}
