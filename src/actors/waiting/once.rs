@@ -225,7 +225,7 @@ mod tests {
         let got: Result<(), _> = send_once(
             &config,
             || "x".to_owned(),
-            || futures::future::pending::<redis::RedisResult<()>>(),
+            futures::future::pending::<redis::RedisResult<()>>,
         )
         .await;
         assert!(matches!(got, Err(LockError::InFlight { .. })));
