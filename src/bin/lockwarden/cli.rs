@@ -23,7 +23,8 @@ Exit codes:
   0    success (run: the command exited 0)
   1    failure while working (Redis lost mid-operation, release failed, unlock declined)
   2    bad input or Redis unreachable; nothing was changed
-  75   --wait ran out before the lock was acquired (the message names the holder)
+  75   --wait ran out before the lock was acquired (the message names the holder,
+       or why Redis refused: out of memory, say)
   76   the lock was lost while held (force-unlocked, expired, or Redis unreachable)
   78   run/hold: the wait was in a deadlock and was chosen to end it (the message
        names the cycle); release what the caller holds, then retry

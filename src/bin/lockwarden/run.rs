@@ -179,8 +179,8 @@ pub async fn run(session: &Session, args: RunArgs) -> Result<i32, Failure> {
             info!(lock = %args.name, waited_ms = waited.as_millis(), "acquired");
             guard
         }
-        Waited::TimedOut { waited } => {
-            report_timeout(&manager, &args.name, waited).await;
+        Waited::TimedOut { waited, refused } => {
+            report_timeout(&manager, &args.name, waited, refused.as_deref()).await;
             return Ok(outcome::TIMEOUT);
         }
         Waited::Interrupted(sig) => return Ok(signal_code(sig as i32)),

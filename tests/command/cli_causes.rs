@@ -1,0 +1,80 @@
+//! Commands that end without what they asked for say what is known of why:
+//! a wait that ran out while Redis refused every write (out of memory under
+//! `noeviction`) exits 75 like any wait that ran out, naming the refusal.
+//!
+//! Real processes on real servers.
+
+use crate::support;
+
+use std::process::Output;
+
+use support::RedisServer;
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The command with `--redis` for each of `urls`.
+fn lockwarden(urls: &[String]) -> tokio::process::Command {
+    let mut cmd = support::lockwarden_at(env!("CARGO_BIN_EXE_lockwarden"), &urls[0]);
+    for url in &urls[1..] {
+        cmd.args(["--redis", url]);
+    }
+    cmd
+}
+
+/// Out of memory under `noeviction`, a free lock cannot be taken: a wait (and
+/// a one-try `--wait 0s`, and a semaphore's wait) runs out with exit 75, and
+/// stderr says Redis refused for lack of memory, with Redis's own words.
+#[actix_rt::test]
+async fn a_wait_run_out_under_oom_exits_75_and_names_it() {
+    let server = RedisServer::start();
+    let urls = [server.url()];
+    // The semaphore exists before memory runs out (setting its permits is a
+    // write of its own, refused at once).
+    let made = lockwarden(&urls)
+        .args([
+            "run",
+            "oom:s",
+            "--semaphore",
+            "--permits",
+            "1",
+            "--",
+            "true",
+        ])
+        .output()
+        .await
+        .expect("run lockwarden");
+    assert_eq!(made.status.code(), Some(0), "{}", stderr(&made));
+    support::fill_until_oom(&server);
+    for args in [
+        &["run", "oom:a", "--wait", "1s", "--", "true"][..],
+        &["run", "oom:b", "--wait", "0s", "--", "true"][..],
+        &[
+            "run",
+            "oom:s",
+            "--semaphore",
+            "--permits",
+            "1",
+            "--wait",
+            "1s",
+            "--",
+            "true",
+        ][..],
+    ] {
+        let out = lockwarden(&urls)
+            .args(args)
+            .output()
+            .await
+            .expect("run lockwarden");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(75), "{args:?}: {err}");
+        assert!(
+            err.contains("Redis refused the last attempt"),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains("out of memory"), "{args:?}: {err}");
+        assert!(err.contains("OOM"), "Redis's words: {args:?}: {err}");
+        assert!(!err.contains("redis error"), "{args:?}: {err}");
+    }
+}
