@@ -1,14 +1,20 @@
 //! Commands that end without what they asked for say what is known of why:
 //! a wait that ran out while Redis refused every write (out of memory under
-//! `noeviction`) exits 75 like any wait that ran out, naming the refusal.
+//! `noeviction`) exits 75 like any wait that ran out, naming the refusal, and a
+//! RedLock whose servers lost it while the command ran (restarted without their
+//! data) is told that, not that it expired.
 //!
 //! Real processes on real servers.
 
 use crate::support;
 
 use std::process::Output;
+use std::time::Duration;
 
-use support::RedisServer;
+use support::{eventually, RedisServer};
+
+/// Upper bound for any one invocation: far above what each needs.
+const LIMIT: Duration = Duration::from_secs(30);
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -21,6 +27,13 @@ fn lockwarden(urls: &[String]) -> tokio::process::Command {
         cmd.args(["--redis", url]);
     }
     cmd
+}
+
+async fn finish(child: tokio::process::Child) -> Output {
+    tokio::time::timeout(LIMIT, child.wait_with_output())
+        .await
+        .expect("lockwarden exited in time")
+        .expect("lockwarden ran")
 }
 
 /// Out of memory under `noeviction`, a free lock cannot be taken: a wait (and
@@ -77,4 +90,39 @@ async fn a_wait_run_out_under_oom_exits_75_and_names_it() {
         assert!(err.contains("OOM"), "Redis's words: {args:?}: {err}");
         assert!(!err.contains("redis error"), "{args:?}: {err}");
     }
+}
+
+/// Two of a RedLock's three servers restart without their data while the
+/// command runs: the release finds no majority holding it, and the command
+/// exits 76 saying that servers which granted it lost it, not that it
+/// "expired or force-unlocked while it ran".
+#[actix_rt::test]
+async fn a_redlock_its_servers_lost_says_so() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let script = r#"
+        touch "$DIR/started"
+        while [ ! -e "$DIR/go" ]; do sleep 0.01; done"#;
+    let child = lockwarden(&urls)
+        .args(["run", "red", "--redlock", "--", "sh", "-c", script])
+        .env("DIR", dir.path())
+        .spawn()
+        .expect("start lockwarden");
+    let started = eventually(LIMIT, || dir.path().join("started").exists()).await;
+    assert!(started, "the command never started");
+    servers[0].restart();
+    servers[1].restart();
+    std::fs::write(dir.path().join("go"), "").expect("write go");
+    let out = finish(child).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(76), "{err}");
+    assert!(
+        err.contains(
+            "no longer held when the command finished (a majority of the servers that \
+             granted it no longer held it: a server lost it (restarted without its data"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("expired"), "{err}");
 }

@@ -15,7 +15,7 @@ pub use crate::cli_ops::{ListArgs, StatusArgs, TopArgs, UnlockArgs};
 pub use crate::cli_run::{AcquireOpts, HoldArgs, OnLost, RunArgs};
 pub use crate::cli_sync::{LatchAction, LatchArgs, SemaphoreAction, SemaphoreArgs};
 pub use crate::duration::DeadlockTimeout;
-use crate::duration::{parse_deadlock_timeout, parse_lease, parse_timeout};
+use crate::duration::{parse_deadlock_timeout, parse_sync_timeout, parse_timeout};
 
 /// The exit codes, shown by `lockwarden --help` (same table as docs/operations.md).
 const EXIT_CODES: &str = "\
@@ -134,7 +134,7 @@ pub struct Common {
     /// How long the master waits for those replicas per lock change; below
     /// 1900ms (Redis may end a WAIT 100 ms late, and a command may take 2s).
     /// Default 1s.
-    #[arg(long = "sync-timeout", global = true, value_name = "DURATION", value_parser = parse_lease)]
+    #[arg(long = "sync-timeout", global = true, value_name = "DURATION", value_parser = parse_sync_timeout)]
     pub sync_timeout: Option<Duration>,
 
     /// Give up (exit 2, nothing taken) if Redis is not reached and ready within
