@@ -9,11 +9,14 @@
 //! write). Beside the entry because the walk needs both at each owner, so one
 //! `HGETALL` answers who an owner is and what it waits for; and because a walk
 //! must end at an owner with no entry (a Redisson client, an older lockwarden,
-//! a process that is gone), which then has no records either. The entry's own TTL (one watchdog lease,
-//! kept by the renewer) takes the records of a process that dies; the expiry in
-//! each value, refreshed at every check, drops one whose removal was lost. A
-//! nested command writes into the entry of the outer command's client, on whose
-//! behalf it waits.
+//! a process that is gone), which then has no records either. A nested command
+//! writes into the entry of the outer command's client, on whose behalf it waits,
+//! and that entry lives on when the nested process dies: so what ends a record
+//! is the expiry in its value, [`record_life`] after the check that wrote it.
+//! Each check rewrites it, so a live wait's record never lapses, and a waiter
+//! that dies without removing it (SIGKILL) stops counting that long after its
+//! last check, whoever's entry it is in. (The entry's own TTL, one watchdog
+//! lease kept by the renewer, ends the rest once a whole process is gone.)
 //!
 //! Plain commands, not a script: `HSET`, then `PEXPIRE ... NX` (an entry the
 //! registry could not write gets a TTL instead of living for ever), `HDEL`, and
@@ -36,6 +39,21 @@ use crate::kind::AcquireKind;
 
 /// The prefix of a wait record's field in a client entry.
 const FIELD_PREFIX: &str = "wait:";
+
+/// The least margin a record has past its next rewrite: the round trips of
+/// that check, and the difference between the writer's clock and a reader's.
+const RECORD_MARGIN: Duration = Duration::from_millis(250);
+
+/// How long a record written at a check counts for others' walks: until the
+/// next check (one `timeout` later) rewrites it, plus half a timeout (at least
+/// [`RECORD_MARGIN`]) for that check's round trips and for clocks that differ.
+/// Also how long the record of a waiter that died without removing it goes on
+/// counting after its last check: short, because a record that outlives its
+/// waiter makes the owner it names look waiting, and a later wait through that
+/// owner would find a cycle that does not exist (1.5 s for the default 1 s).
+pub(crate) fn record_life(timeout: Duration) -> Duration {
+    timeout + (timeout / 2).max(RECORD_MARGIN)
+}
 
 /// Where `owner`'s records live: its client's entry, and the part of a field
 /// that names the owner there (`wait:<n>|`). `None` for an owner field that is
@@ -216,6 +234,15 @@ mod tests {
         assert_eq!(field, "wait:7|");
         assert_eq!(parse(&owner, "orders|1", &v, now_ms()), Some(wait));
         assert_eq!(parse(&owner, "orders|1", &v, now_ms() + 20_000), None);
+    }
+
+    #[test]
+    fn a_record_outlives_the_next_check_by_half_a_timeout() {
+        let ms = |n| Duration::from_millis(n);
+        assert_eq!(record_life(ms(1_000)), ms(1_500));
+        assert_eq!(record_life(ms(10)), ms(260));
+        assert_eq!(record_life(ms(200)), ms(450));
+        assert_eq!(record_life(ms(10_000)), ms(15_000));
     }
 
     #[test]

@@ -162,13 +162,26 @@ async fn abba_trial(server: &RedisServer, trial: usize) -> ([i128; 2], [Option<i
         read_number(dir.path(), "p0.rc"),
         read_number(dir.path(), "p1.rc"),
     ];
-    for (out, inner) in [(&out0, inners[0]), (&out1, inners[1])] {
+    for (out, inner, (outer_lock, inner_lock)) in
+        [(&out0, inners[0], (&a, &b)), (&out1, inners[1], (&b, &a))]
+    {
+        let stderr = text(&out.stderr);
         assert_eq!(
             out.status.code().map(i128::from),
             Some(inner),
-            "an outer exits with its child's code; stderr: {}",
-            text(&out.stderr)
+            "an outer exits with its child's code; stderr: {stderr}"
         );
+        // The victim's message walks the cycle from its own outer holder:
+        // it waits (through its inner run) for the other's lock, whose
+        // holder waits for its own.
+        if inner == 78 {
+            for link in [
+                format!("waits for exclusive lock {inner_lock}, held by "),
+                format!("which waits for exclusive lock {outer_lock}, held by "),
+            ] {
+                assert!(stderr.contains(&link), "{link:?} in {stderr}");
+            }
+        }
     }
     let closed = read_number(dir.path(), "p0.asked").max(read_number(dir.path(), "p1.asked"));
     let first_done = read_number(dir.path(), "p0.done").min(read_number(dir.path(), "p1.done"));
@@ -215,6 +228,96 @@ async fn nested_pipelines_in_opposite_orders_lose_exactly_one() {
         times[trials - 1] <= 700,
         "a 78 came more than 700 ms after the cycle closed: {times:?}"
     );
+}
+
+/// The wait records (`wait:<n>|<lock>` -> `<since>|<expiry>|...`) in every
+/// client registry entry on `server`: (field, expiry in Unix ms).
+fn wait_records(server: &RedisServer) -> Vec<(String, u64)> {
+    let entries: Vec<String> = support::raw(server, &["KEYS", "lockwarden:client:*"]);
+    let mut found = Vec::new();
+    for key in entries {
+        let fields: Vec<(String, String)> = support::raw(server, &["HGETALL", &key]);
+        for (field, value) in fields.into_iter().filter(|(f, _)| f.starts_with("wait:")) {
+            let expiry = value.split('|').nth(1).and_then(|e| e.parse().ok());
+            found.push((field, expiry.unwrap_or(u64::MAX)));
+        }
+    }
+    found
+}
+
+fn unix_ms() -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.expect("a clock after 1970").as_millis() as u64
+}
+
+/// A nested `run` SIGKILLed while it waits cannot remove its wait's record,
+/// which stays in its outer command's registry entry, alive with the outer
+/// command. A wait that reaches that outer holder a second after the kill,
+/// while its own owner holds what the dead inner wanted, is in no cycle: it is
+/// granted when the outer command ends (exit 0), never failed with 78, and the
+/// dead record counts for at most 1.5 deadlock timeouts (1.5 s) after the kill.
+#[actix_rt::test]
+async fn a_killed_nested_waiter_makes_no_deadlock() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let b_script = r#"
+        touch "$DIR/b.held"
+        while [ ! -e "$DIR/go" ]; do sleep 0.01; done
+        "$LW" run dead:a --wait 20s -- true
+        rc=$?
+        echo $rc > "$DIR/b.rc"
+        exit $rc"#;
+    let b = lockwarden(&server)
+        .args(["run", "dead:b", "--wait", "20s", "--", "sh", "-c", b_script])
+        .env("DIR", dir.path())
+        .spawn()
+        .expect("start B");
+    let held = eventually(LIMIT, || dir.path().join("b.held").exists()).await;
+    assert!(held, "B never held dead:b");
+    // A holds dead:a; its inner waits for dead:b (B's) on A's behalf, and
+    // A's lock stays held for 3 s after B asks for it.
+    let a_script = r#"
+        "$LW" run dead:b --wait 20s -- true &
+        echo $! > "$DIR/inner.pid"
+        wait
+        while [ ! -e "$DIR/go" ]; do sleep 0.01; done
+        sleep 3"#;
+    let a = lockwarden(&server)
+        .args(["run", "dead:a", "--", "sh", "-c", a_script])
+        .env("DIR", dir.path())
+        .spawn()
+        .expect("start A");
+    // The inner's wait is recorded (in its own entry and in A's) once it has
+    // lasted the deadlock timeout; killed right after a check, its record is
+    // as fresh as it can be.
+    let recorded = eventually(LIMIT, || wait_records(&server).len() >= 2).await;
+    assert!(recorded, "the inner wait was never recorded");
+    let pid = read_number(dir.path(), "inner.pid");
+    kill(Pid::from_raw(pid as i32), Signal::SIGKILL).expect("SIGKILL the inner run");
+    let killed_ms = unix_ms();
+    for (field, expiry) in wait_records(&server) {
+        assert!(
+            expiry <= killed_ms + 1_500,
+            "{field} counts {} ms after its waiter died",
+            expiry.saturating_sub(killed_ms)
+        );
+    }
+    actix_rt::time::sleep(Duration::from_secs(1)).await;
+    std::fs::write(dir.path().join("go"), "").expect("write go");
+
+    let (out_b, out_a) = futures::join!(finish(b), finish(a));
+    let stderr = text(&out_b.stderr);
+    assert_eq!(
+        read_number(dir.path(), "b.rc"),
+        0,
+        "B's inner was granted dead:a once A ended: {stderr}"
+    );
+    assert!(!stderr.contains("deadlock"), "{stderr}");
+    assert_eq!(out_b.status.code(), Some(0), "{stderr}");
+    assert_eq!(out_a.status.code(), Some(0), "{}", text(&out_a.stderr));
 }
 
 /// With detection off in both processes the cycle stays; `top` marks both its

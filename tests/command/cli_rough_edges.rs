@@ -1,9 +1,10 @@
 //! The `lockwarden` command's rough edges from a new user's first hour, each against
 //! a real process: a command typed without `--` gets the corrected line, `--lease
-//! 0s` is refused in the words typed, `--help` shows no dangling `[env: NAME=]`,
-//! `--watchdog-lease` is offered only where it acts, and when Redis dies while
-//! `run`'s command runs, stderr says so at once and the release at the end is tried
-//! until the lease is over, then the command says the lock is free (`hold`'s too).
+//! 0s` is refused in the words typed (`--sync-timeout 0ms` in its own words),
+//! `--help` shows no dangling `[env: NAME=]`, `--watchdog-lease` is offered only
+//! where it acts, and when Redis dies while `run`'s command runs, stderr says so at
+//! once and the release at the end is tried until the lease is over, then the
+//! command says the lock is free (`hold`'s too).
 #![cfg(feature = "cli")]
 
 use crate::support;
@@ -94,6 +95,20 @@ async fn a_zero_lease_is_refused_in_the_words_typed() {
         assert!(err.contains(&format!("'{typed}'")), "{args:?}: {err}");
         assert!(err.contains("expire at once"), "{args:?}: {err}");
     }
+}
+
+/// `--sync-timeout 0ms` is refused in its own words, not with `--lease`'s.
+#[actix_rt::test]
+async fn a_zero_sync_timeout_is_refused_in_its_own_words() {
+    let out = offline(&["--sync-timeout", "0ms", "run", "a", "--", "true"]).await;
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("'0ms' leaves the replicas no time to confirm a lock change"),
+        "{err}"
+    );
+    assert!(!err.contains("lease"), "{err}");
 }
 
 /// No help text shows an environment variable as `[env: NAME=]`,

@@ -12,6 +12,7 @@
 mod support;
 
 mod cli;
+mod cli_causes;
 mod cli_deadlock;
 mod cli_faults;
 mod cli_json;

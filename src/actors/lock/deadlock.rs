@@ -25,12 +25,8 @@ use crate::actors::listen::Alarm;
 use crate::actors::waiting::{check, Checked, Published};
 use crate::deadlock::{owner_of, victim, Wait};
 use crate::error::{is_noperm, LockError};
-use crate::wire::deadlock::forget;
+use crate::wire::deadlock::{forget, record_life};
 use crate::wire::waiting::now_ms;
-
-/// The shortest life of a wait's record: long enough that a check or two
-/// missed (a slow round trip) does not drop a live wait from others' walks.
-const MIN_RECORD_LIFE: Duration = Duration::from_secs(10);
 
 /// What one lock actor keeps about its checked waits; see the module docs.
 #[derive(Debug, Default)]
@@ -187,7 +183,9 @@ impl LockActor {
             detector.checked.insert(*id, (wait.clone(), recorded));
         }
         // Refused records: this process's own waits are all a check can see.
-        let life = (!refused).then(|| MIN_RECORD_LIFE.max(3 * timeout));
+        // Each round rewrites the records, so they need live only until the
+        // next one: a record that outlives a dead waiter makes false cycles.
+        let life = (!refused).then(|| record_life(timeout));
         let checks = due.into_iter().map(|(id, wait)| {
             let shared = self.shared.clone();
             async move {

@@ -24,7 +24,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::AcquireOpts;
 use crate::duration::human;
-use crate::outcome::{note, printable, Failure, SETTLE_BUDGET};
+use crate::outcome::{note, printable, refused_for_now, Failure, SETTLE_BUDGET};
 
 /// Longest the command asks Redis anything once `--wait` has run out.
 const AFTER_DEADLINE: Duration = Duration::from_millis(250);
@@ -123,6 +123,9 @@ pub enum Waited {
     TimedOut {
         /// Time waited.
         waited: Duration,
+        /// Why Redis refused the last attempt, when it did (out of memory,
+        /// say): the lock may be free, and the message must not say it is held.
+        refused: Option<String>,
     },
     /// A signal came first; the waiter left the queue.
     Interrupted(Signal),
@@ -172,7 +175,18 @@ pub async fn acquire(
             // Counted from the command's start: finding the master was waiting too.
             let waited = opts.began.map_or(waited, |b| b.elapsed());
             settle(manager, name).await;
-            Ok(Waited::TimedOut { waited })
+            Ok(Waited::TimedOut {
+                waited,
+                refused: None,
+            })
+        }
+        Some(Ok(Err(e))) if refused_for_now(&e).is_some() => {
+            let waited = opts.began.map_or(started.elapsed(), |b| b.elapsed());
+            settle(manager, name).await;
+            Ok(Waited::TimedOut {
+                waited,
+                refused: refused_for_now(&e),
+            })
         }
         Some(Ok(Err(e))) => {
             settle(manager, name).await;
@@ -194,10 +208,16 @@ async fn settle(manager: &Addr<LockManager>, name: &str) {
     }
 }
 
-/// Says on stderr that `--wait` ran out, naming who holds the lock now. The
-/// question is bounded by [`AFTER_DEADLINE`]: the caller's time is already up, and a
-/// frozen Redis must not make the answer late.
-pub async fn report_timeout(manager: &Addr<LockManager>, name: &str, waited: Duration) {
+/// Says on stderr that `--wait` ran out, naming why Redis refused the last
+/// attempt if it did (`refused`), and who holds the lock now. The question is
+/// bounded by [`AFTER_DEADLINE`]: the caller's time is already up, and a frozen
+/// Redis must not make the answer late.
+pub async fn report_timeout(
+    manager: &Addr<LockManager>,
+    name: &str,
+    waited: Duration,
+    refused: Option<&str>,
+) {
     let asked = tokio::time::timeout(AFTER_DEADLINE, holder_text(manager, name)).await;
     let holder = asked.unwrap_or_else(|_| {
         format!(
@@ -205,8 +225,9 @@ pub async fn report_timeout(manager: &Addr<LockManager>, name: &str, waited: Dur
             human(AFTER_DEADLINE)
         )
     });
+    let refused = refused.map(|r| format!("{r}; ")).unwrap_or_default();
     note(format!(
-        "lock \"{name}\" not acquired after waiting {}: {holder}",
+        "lock \"{name}\" not acquired after waiting {}: {refused}{holder}",
         human(waited)
     ));
 }

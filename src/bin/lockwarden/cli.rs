@@ -15,7 +15,7 @@ pub use crate::cli_ops::{ListArgs, StatusArgs, TopArgs, UnlockArgs};
 pub use crate::cli_run::{AcquireOpts, HoldArgs, OnLost, RunArgs};
 pub use crate::cli_sync::{LatchAction, LatchArgs, SemaphoreAction, SemaphoreArgs};
 pub use crate::duration::DeadlockTimeout;
-use crate::duration::{parse_deadlock_timeout, parse_lease, parse_timeout};
+use crate::duration::{parse_deadlock_timeout, parse_sync_timeout, parse_timeout};
 
 /// The exit codes, shown by `lockwarden --help` (same table as docs/operations.md).
 const EXIT_CODES: &str = "\
@@ -23,7 +23,8 @@ Exit codes:
   0    success (run: the command exited 0)
   1    failure while working (Redis lost mid-operation, release failed, unlock declined)
   2    bad input or Redis unreachable; nothing was changed
-  75   --wait ran out before the lock was acquired (the message names the holder)
+  75   --wait ran out before the lock was acquired (the message names the holder,
+       or why Redis refused: out of memory, say)
   76   the lock was lost while held (force-unlocked, expired, or Redis unreachable)
   78   run/hold: the wait was in a deadlock and was chosen to end it (the message
        names the cycle); release what the caller holds, then retry
@@ -133,7 +134,7 @@ pub struct Common {
     /// How long the master waits for those replicas per lock change; below
     /// 1900ms (Redis may end a WAIT 100 ms late, and a command may take 2s).
     /// Default 1s.
-    #[arg(long = "sync-timeout", global = true, value_name = "DURATION", value_parser = parse_lease)]
+    #[arg(long = "sync-timeout", global = true, value_name = "DURATION", value_parser = parse_sync_timeout)]
     pub sync_timeout: Option<Duration>,
 
     /// Give up (exit 2, nothing taken) if Redis is not reached and ready within

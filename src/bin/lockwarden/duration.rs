@@ -95,6 +95,22 @@ pub fn parse_lease(text: &str) -> Result<Duration, String> {
     Ok(lease)
 }
 
+/// Parses `--sync-timeout`: a duration of at least 1 ms. A zero wait leaves
+/// the replicas no time to confirm anything, so every grant would go
+/// unconfirmed and be retried until `--wait` ran out; refused here, with what
+/// to give instead.
+pub fn parse_sync_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = parse_duration(text)?;
+    if timeout.is_zero() {
+        return Err(format!(
+            "'{}' leaves the replicas no time to confirm a lock change (give at least \
+             1ms, below 1900ms; --sync-replicas 0 turns confirmation off)",
+            text.trim()
+        ));
+    }
+    Ok(timeout)
+}
+
 /// Parses `--connect-timeout`: a duration of at least 1 ms (`0s` would give up
 /// before the first byte).
 pub fn parse_timeout(text: &str) -> Result<Duration, String> {
@@ -168,6 +184,17 @@ mod tests {
             assert!(err.starts_with(&format!("'{zero}' is no lease")), "{err}");
             assert!(!err.contains("ns"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_zero_sync_timeout_is_refused_in_its_own_words() {
+        assert_eq!(parse_sync_timeout("5ms"), Ok(Duration::from_millis(5)));
+        let err = parse_sync_timeout("0ms").expect_err("0ms");
+        assert!(
+            err.starts_with("'0ms' leaves the replicas no time"),
+            "{err}"
+        );
+        assert!(!err.contains("lease"), "{err}");
     }
 
     #[test]

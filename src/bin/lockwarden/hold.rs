@@ -161,9 +161,9 @@ pub async fn hold(session: &Session, args: HoldArgs) -> Result<i32, Failure> {
     };
     let (guard, waited) = match acquire(&manager, &args.name, &opts, &mut signals).await? {
         Waited::Acquired { guard, waited } => (guard, waited),
-        Waited::TimedOut { waited } => {
+        Waited::TimedOut { waited, refused } => {
             events.timeout(waited);
-            report_timeout(&manager, &args.name, waited).await;
+            report_timeout(&manager, &args.name, waited, refused.as_deref()).await;
             return Ok(outcome::TIMEOUT);
         }
         Waited::Interrupted(sig) => return Ok(signal_code(sig as i32)),

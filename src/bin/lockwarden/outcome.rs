@@ -139,6 +139,24 @@ impl Failure {
     }
 }
 
+/// Why Redis refused a wait's last attempt, when it is a refusal that passes
+/// by itself (out of memory under `noeviction`, a script running, data
+/// loading): the library retries those until the wait's deadline and then
+/// answers with the refusal. For the command that is a wait that ran out
+/// (exit 75), with this as its cause, not a failure of the command.
+pub fn refused_for_now(e: &LockError) -> Option<String> {
+    let LockError::Redis(r) = e else {
+        return None;
+    };
+    let why = match r.code()? {
+        "OOM" => "out of memory: it takes no new writes (maxmemory under noeviction)",
+        "BUSY" => "busy running a script",
+        "LOADING" => "still loading its data",
+        _ => return None,
+    };
+    Some(format!("Redis refused the last attempt, {why} ({r})"))
+}
+
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
@@ -210,5 +228,18 @@ mod tests {
             LOST
         );
         assert_eq!(Failure::from_lock("x", LockError::Stopped).code, FAILED);
+    }
+
+    #[test]
+    fn passing_refusals_are_named_and_others_are_not() {
+        let refusal = |code: &str| {
+            let detail = "command not allowed".to_string();
+            LockError::Redis(redis::make_extension_error(code.into(), Some(detail)))
+        };
+        let oom = refused_for_now(&refusal("OOM")).expect("OOM passes");
+        assert!(oom.contains("out of memory"), "{oom}");
+        assert!(refused_for_now(&refusal("BUSY")).is_some());
+        assert!(refused_for_now(&refusal("WRONGTYPE")).is_none());
+        assert!(refused_for_now(&LockError::Stopped).is_none());
     }
 }

@@ -308,3 +308,18 @@ async fn unsettled(managers: &[Addr<LockManager>]) -> usize {
     let settled = join_all(asked).await;
     settled.iter().filter(|s| !matches!(s, Ok(true))).count()
 }
+
+/// Why the release found the RedLock gone, as far as the command knows: the
+/// watchdog's renewals keep it from expiring and a force-unlock reaches one
+/// server at a time, so what is known is that servers which had granted it no
+/// longer held it; a server restarted without its data is the usual cause.
+/// `fixed_lease`: `--lease` was given, so it may also have run out.
+pub fn gone_at_release(fixed_lease: bool) -> &'static str {
+    if fixed_lease {
+        "a majority of the servers that granted it no longer held it: its --lease \
+         ran out, or a server lost it (restarted without its data, say)"
+    } else {
+        "a majority of the servers that granted it no longer held it: a server lost \
+         it (restarted without its data, say) or it was force-unlocked there"
+    }
+}

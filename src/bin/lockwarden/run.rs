@@ -179,8 +179,8 @@ pub async fn run(session: &Session, args: RunArgs) -> Result<i32, Failure> {
             info!(lock = %args.name, waited_ms = waited.as_millis(), "acquired");
             guard
         }
-        Waited::TimedOut { waited } => {
-            report_timeout(&manager, &args.name, waited).await;
+        Waited::TimedOut { waited, refused } => {
+            report_timeout(&manager, &args.name, waited, refused.as_deref()).await;
             return Ok(outcome::TIMEOUT);
         }
         Waited::Interrupted(sig) => return Ok(signal_code(sig as i32)),
@@ -446,6 +446,12 @@ async fn finish(guard: Held, args: &RunArgs, lost: Option<LostReason>, code: i32
     // have ended; this bound only covers a library that stopped answering.
     let lease = args.acquire.lease.unwrap_or(args.acquire.watchdog_lease);
     let what = guard.what(&args.name);
+    let red = matches!(guard, Held::Red(..));
+    let gone = if red {
+        redlock::gone_at_release(args.acquire.lease.is_some())
+    } else {
+        "expired or force-unlocked while it ran"
+    };
     let released = match tokio::time::timeout(release_budget(lease), guard.release()).await {
         Ok(released) => released,
         Err(_) => {
@@ -460,6 +466,13 @@ async fn finish(guard: Held, args: &RunArgs, lost: Option<LostReason>, code: i32
     };
     match released {
         Ok(_) => code,
+        // A RedLock's servers that say its owner is gone lost it (see `gone`).
+        Err(LockError::Lost(LostReason::OwnerGone)) if red => {
+            note(format!(
+                "{what} was lost before the command finished ({gone})"
+            ));
+            lost_code
+        }
         Err(LockError::Lost(reason)) => {
             note(format!(
                 "{what} was lost before the command finished ({reason})"
@@ -468,8 +481,7 @@ async fn finish(guard: Held, args: &RunArgs, lost: Option<LostReason>, code: i32
         }
         Err(LockError::NotHeld) => {
             note(format!(
-                "{what} was no longer held when the command finished \
-                 (expired or force-unlocked while it ran)"
+                "{what} was no longer held when the command finished ({gone})"
             ));
             lost_code
         }

@@ -206,7 +206,17 @@ async fn take<G>(
                 let available = available.await.unwrap_or(0);
                 Ok(Took::Exit(timed_out(args, waited, available)))
             }
-            Err(e) => Err(Failure::from_lock(&doing(args), e)),
+            Err(e) => match outcome::refused_for_now(&e) {
+                // Retried until --wait ran out: a timeout, with its cause.
+                Some(why) => {
+                    note(format!(
+                        "no {} permit(s) of semaphore \"{}\" within --wait: {why}",
+                        args.take, args.name
+                    ));
+                    Ok(Took::Exit(outcome::TIMEOUT))
+                }
+                None => Err(Failure::from_lock(&doing(args), e)),
+            },
         },
         sig = signals.recv().fuse() => Ok(Took::Exit(interrupted(args, sig).await)),
     }
