@@ -34,6 +34,8 @@ pub struct Row {
     pub commands: f64,
     /// Top-level commands (round trips) per pair.
     pub round_trips: f64,
+    /// Redis CPU per pair, in microseconds.
+    pub redis_cpu_us: f64,
 }
 
 /// Runs every kind at `callers` callers, with `callers` and `callers / 4`
@@ -104,6 +106,7 @@ fn cell(url: &str, kind: &'static str, callers: usize, permits: u32, length: Dur
             per_sec: n as f64 / took.as_secs_f64(),
             commands: per(delta.commands),
             round_trips: per(delta.top_level),
+            redis_cpu_us: delta.cpu * 1e6 / n.max(1) as f64,
         }
     })
 }
@@ -143,8 +146,8 @@ pub fn table(rows: &[Row]) {
         return;
     }
     println!("\n## S: semaphores, take + give back one permit (pairs/s, median of rounds)\n");
-    println!("| kind | C | permits | pairs/s | commands/pair | round trips/pair |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("| kind | C | permits | pairs/s | commands/pair | round trips/pair | Redis CPU µs/pair |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     let mut cells: Vec<(&str, usize, u32)> = rows
         .iter()
         .map(|r| (r.kind, r.callers, r.permits))
@@ -160,12 +163,12 @@ pub fn table(rows: &[Row]) {
         of.sort_by(|a, b| a.per_sec.total_cmp(&b.per_sec));
         let mid = of[of.len() / 2];
         println!(
-            "| {kind} | {callers} | {permits} | {:.0} | {:.2} | {:.2} |",
-            mid.per_sec, mid.commands, mid.round_trips
+            "| {kind} | {callers} | {permits} | {:.0} | {:.2} | {:.2} | {:.1} |",
+            mid.per_sec, mid.commands, mid.round_trips, mid.redis_cpu_us
         );
         println!(
-            "{{\"scenario\":\"S\",\"kind\":\"{kind}\",\"callers\":{callers},\"permits\":{permits},\"pairs_per_sec\":{:.0},\"commands_per_pair\":{:.3},\"round_trips_per_pair\":{:.3}}}",
-            mid.per_sec, mid.commands, mid.round_trips
+            "{{\"scenario\":\"S\",\"kind\":\"{kind}\",\"callers\":{callers},\"permits\":{permits},\"pairs_per_sec\":{:.0},\"commands_per_pair\":{:.3},\"round_trips_per_pair\":{:.3},\"redis_cpu_us_per_pair\":{:.1}}}",
+            mid.per_sec, mid.commands, mid.round_trips, mid.redis_cpu_us
         );
     }
 }
