@@ -60,7 +60,11 @@ fn cell(url: &str, kind: &'static str, callers: usize, permits: u32, length: Dur
         let mut probe = Probe::connect(&url).await;
         let pairs = match kind {
             "expirable" => {
-                let sem = m.send(PermitSemaphore::new(&name)).await.expect("up").expect("sem");
+                let sem = m
+                    .send(PermitSemaphore::new(&name))
+                    .await
+                    .expect("up")
+                    .expect("sem");
                 sem.try_set_permits(permits).await.expect("set");
                 let sem = Rc::new(sem);
                 let before = probe.snapshot().await;
@@ -146,14 +150,22 @@ pub fn table(rows: &[Row]) {
         return;
     }
     println!("\n## S: semaphores, take + give back one permit (pairs/s, median of rounds)\n");
-    println!("| kind | C | permits | pairs/s | commands/pair | round trips/pair | Redis CPU µs/pair |");
+    println!(
+        "| kind | C | permits | pairs/s | commands/pair | round trips/pair | Redis CPU µs/pair |"
+    );
     println!("|---|---:|---:|---:|---:|---:|---:|");
     let mut cells: Vec<(&str, usize, u32)> = rows
         .iter()
         .map(|r| (r.kind, r.callers, r.permits))
         .collect();
     cells.dedup();
-    cells.sort_by_key(|c| (KINDS.iter().position(|k| *k == c.0), c.1, std::cmp::Reverse(c.2)));
+    cells.sort_by_key(|c| {
+        (
+            KINDS.iter().position(|k| *k == c.0),
+            c.1,
+            std::cmp::Reverse(c.2),
+        )
+    });
     cells.dedup();
     for (kind, callers, permits) in cells {
         let mut of: Vec<&Row> = rows
