@@ -130,16 +130,6 @@ pub(crate) fn owner_field(client_id: &str, owner: Owner) -> String {
     format!("{client_id}:{}", owner.0)
 }
 
-/// The hash field of a read-write lock's writer: `<owner field>:write`.
-pub(crate) fn write_field(owner_field: &str) -> String {
-    format!("{owner_field}:write")
-}
-
-/// Whether a hash field is a read-write lock's writer (`<owner field>:write`).
-pub(crate) fn is_write_field(field: &str) -> bool {
-    field.ends_with(":write")
-}
-
 /// The name with its hash tag: `{<name>}`, or the name itself when it brings its
 /// own. Suffixed keys are built on it, and scripts build a read hold's timeout key
 /// of any owner from it.
@@ -403,6 +393,7 @@ mod tests {
         assert_eq!(fair_timeouts("f"), "redisson_lock_timeout:{f}");
         assert_eq!(fair_channel("f", "id:7"), "redisson_lock__channel:{f}:id:7");
         assert_eq!(rw_channel("rw"), "redisson_rwlock:{rw}");
+        use crate::kind::{is_write_field, write_field};
         assert_eq!(write_field("id:7"), "id:7:write");
         assert!(is_write_field(&write_field("id:7")) && !is_write_field("id:7"));
         assert_eq!(read_timeouts("rw", "id:7"), "{rw}:id:7:rwlock_timeout");

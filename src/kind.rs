@@ -17,7 +17,17 @@
 
 use std::fmt;
 
-use crate::keys;
+/// The hash field of a read-write lock's writer: `<owner field>:write`. Here,
+/// not in `keys.rs`, because it is what the write kind's hold is named by
+/// (`AcquireKind::hold_field`), and `keys.rs` sits above this file.
+pub(crate) fn write_field(owner_field: &str) -> String {
+    format!("{owner_field}:write")
+}
+
+/// Whether a hash field is a read-write lock's writer (`<owner field>:write`).
+pub(crate) fn is_write_field(field: &str) -> bool {
+    field.ends_with(":write")
+}
 
 /// What an acquisition takes: the plain exclusive lock, the fair lock, or one side
 /// of the read-write lock. Guards and handles carry it. All kinds share Redisson's
@@ -124,7 +134,7 @@ impl AcquireKind {
     /// this, as it sees fields, not holds.
     pub(crate) fn waits_for_holder(self, holder_field: &str) -> bool {
         match self {
-            AcquireKind::Read => keys::is_write_field(holder_field),
+            AcquireKind::Read => is_write_field(holder_field),
             AcquireKind::Exclusive | AcquireKind::Fair | AcquireKind::Write | AcquireKind::Spin => {
                 true
             }
@@ -147,7 +157,7 @@ impl AcquireKind {
     /// it and its owner's read holds are two fields of one hash.
     pub(crate) fn hold_field(self, owner_field: String) -> String {
         match self {
-            AcquireKind::Write => keys::write_field(&owner_field),
+            AcquireKind::Write => write_field(&owner_field),
             AcquireKind::Exclusive | AcquireKind::Fair | AcquireKind::Read | AcquireKind::Spin => {
                 owner_field
             }
@@ -160,7 +170,7 @@ impl AcquireKind {
     /// taken for exclusive is seen waiting for more than it does, never less,
     /// so a cycle it is in is not missed.
     pub(crate) fn of_hold_field(field: &str) -> AcquireKind {
-        if keys::is_write_field(field) {
+        if is_write_field(field) {
             AcquireKind::Write
         } else {
             AcquireKind::Exclusive
@@ -350,7 +360,7 @@ mod tests {
 
     #[test]
     fn a_waiter_waits_for_the_holders_it_excludes() {
-        let (reader, writer) = ("id:1", keys::write_field("id:1"));
+        let (reader, writer) = ("id:1", write_field("id:1"));
         for kind in AcquireKind::ALL {
             // The field shows a writer, or a holder of the waiter's own hash
             // that is not one (a reader, or the exclusive lock's holder).

@@ -76,7 +76,7 @@ impl ScriptCall for ReadAcquire<'_> {
             .key(keys::read_timeouts(self.name, self.field))
             .arg(self.lease_ms)
             .arg(self.field)
-            .arg(keys::write_field(self.field))
+            .arg(crate::kind::write_field(self.field))
             .arg(self.token_ttl_ms)
     }
 
