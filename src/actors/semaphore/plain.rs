@@ -84,32 +84,44 @@ fn op_of(ask: &Ask<SemWant>) -> Arc<str> {
     ask.op.clone().unwrap_or_else(waiting::op_id)
 }
 
+/// The decisions both policies share (see the module documentation), written
+/// once for each `impl Policy`: `$reply` is the policy's take script's answer.
+macro_rules! alike {
+    ($reply:ty) => {
+        type Want = SemWant;
+        type Grant = Grant;
+        type Reply = $reply;
+        const LABEL: &'static str = "semaphore";
+
+        fn name(&self) -> &str {
+            &self.name
+        }
+
+        fn wants(&self, want: &SemWant) -> u64 {
+            u64::from(want.permits)
+        }
+
+        /// Only a newcomer to an idle queue asks; the others wait for a wake.
+        fn asks_on_arrival(&self, first: bool, in_flight: bool) -> bool {
+            first && !in_flight
+        }
+
+        fn channel(&self, w: &Waiter<Self>) -> Option<String> {
+            channel_of::<Self>(&self.name, w)
+        }
+
+        fn lingers(&self) -> bool {
+            true
+        }
+
+        fn after_grant(&mut self, left: u64, waiters: &mut Waiters<Self>) -> Then {
+            next_fits::<Self>(left, waiters)
+        }
+    };
+}
+
 impl Policy for Plain {
-    type Want = SemWant;
-    type Grant = Grant;
-    type Reply = SemTake;
-    const LABEL: &'static str = "semaphore";
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn wants(&self, want: &SemWant) -> u64 {
-        u64::from(want.permits)
-    }
-
-    /// Only a newcomer to an idle queue asks; the others wait for a wake.
-    fn asks_on_arrival(&self, first: bool, in_flight: bool) -> bool {
-        first && !in_flight
-    }
-
-    fn channel(&self, w: &Waiter<Self>) -> Option<String> {
-        channel_of::<Self>(&self.name, w)
-    }
-
-    fn lingers(&self) -> bool {
-        true
-    }
+    alike!(SemTake);
 
     fn classify(&self, reply: SemTake) -> Found {
         match reply {
@@ -120,37 +132,10 @@ impl Policy for Plain {
             },
         }
     }
-
-    fn after_grant(&mut self, left: u64, waiters: &mut Waiters<Self>) -> Then {
-        next_fits::<Self>(left, waiters)
-    }
 }
 
 impl Policy for Expirable {
-    type Want = SemWant;
-    type Grant = Grant;
-    type Reply = ExpirableTake;
-    const LABEL: &'static str = "semaphore";
-
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn wants(&self, want: &SemWant) -> u64 {
-        u64::from(want.permits)
-    }
-
-    fn asks_on_arrival(&self, first: bool, in_flight: bool) -> bool {
-        first && !in_flight
-    }
-
-    fn channel(&self, w: &Waiter<Self>) -> Option<String> {
-        channel_of::<Self>(&self.name, w)
-    }
-
-    fn lingers(&self) -> bool {
-        true
-    }
+    alike!(ExpirableTake);
 
     /// A permit with a lease frees by itself at its expiry: ask again then,
     /// without waiting for the fallback.
@@ -166,10 +151,6 @@ impl Policy for Expirable {
                 missing,
             },
         }
-    }
-
-    fn after_grant(&mut self, left: u64, waiters: &mut Waiters<Self>) -> Then {
-        next_fits::<Self>(left, waiters)
     }
 }
 
