@@ -27,6 +27,9 @@
 //! port: a Redis answer there ends the wait at once. A real TLS server refuses the
 //! stray plain bytes (at most a line in its log) and the handshake goes on.
 //!
+//! A TLS certificate this process does not trust, and a plain URL aimed at a
+//! port that speaks only TLS, are named by `tls.rs` beside this file.
+//!
 //! Everything here costs one connection and a PING on the path that works, and
 //! one short round trip more on the paths that fail.
 
@@ -39,6 +42,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::debug;
 
 use crate::config::Config;
+
+mod tls;
 
 /// What Redis in protected mode sends a client from another host, first thing.
 const DENIED: &str = "-DENIED";
@@ -152,6 +157,9 @@ async fn named(config: &Config, e: RedisError) -> RedisError {
         // A unix socket: redis-rs's words name the path.
         _ => return e,
     };
+    if let Some(said) = tls.then(|| tls::untrusted(&e, host)).flatten() {
+        return said;
+    }
     let wait = config.connection_timeout;
     if e.is_connection_refusal() {
         return RedisError::from((
@@ -187,6 +195,11 @@ async fn named(config: &Config, e: RedisError) -> RedisError {
                 first_chars(&line, 60)
             ),
         )),
+        Answer::Closed | Answer::Unreachable
+            if !tls && tls::speaks_tls(config, host, port).await =>
+        {
+            tls::tls_only(host, port)
+        }
         Answer::Closed if !tls => RedisError::from((
             ErrorKind::Io,
             "not a Redis server",
