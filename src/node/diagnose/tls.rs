@@ -11,12 +11,14 @@
 //! same port: if a handshake happens there (whether or not its certificate is
 //! trusted), the port speaks TLS and the URL's scheme is what to change.
 
+#[cfg(feature = "tls")]
 use std::time::Duration;
 
 use redis::{ErrorKind, RedisError};
 
 use crate::config::Config;
 
+#[cfg(feature = "tls")]
 /// How long the TLS look at a plain URL's port may take: a handshake on any
 /// network a lock service runs on is far shorter, and the user is waiting.
 const TLS_LOOK: Duration = Duration::from_secs(1);
