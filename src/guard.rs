@@ -113,6 +113,9 @@ pub struct LockGuard {
     released: AtomicBool,
     /// Becomes `Some` when the lock is lost while held.
     lost: LostWatch,
+    /// Its place in the unit of work of the task it was granted to
+    /// (`src/unit.rs`): its end takes it out.
+    unit: Option<crate::unit::Unit>,
 }
 
 impl LockGuard {
@@ -139,7 +142,13 @@ impl LockGuard {
             epoch,
             released: AtomicBool::new(false),
             lost,
+            unit: None,
         }
+    }
+
+    /// Counts this hold in the unit of work of `task` while the guard lives.
+    pub(crate) fn join_unit(&mut self, task: tokio::task::Id) {
+        self.unit = Some(crate::unit::Unit::join(task, self.owner_field.clone()));
     }
 
     /// The lock's name.

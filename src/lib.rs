@@ -113,6 +113,7 @@ mod signal;
 mod stats;
 mod sync_view;
 mod tls;
+mod unit;
 mod view;
 #[cfg(feature = "actix-web")]
 mod web;

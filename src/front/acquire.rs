@@ -59,6 +59,9 @@ pub struct Acquire {
     reentrant: bool,
     /// Owner fields this wait also counts for in deadlock checks.
     behalf: Vec<String>,
+    /// The task it was made in, whose held locks it also waits for
+    /// (`src/unit.rs`); `None` outside a task or when detached.
+    task: Option<tokio::task::Id>,
 }
 
 impl Acquire {
@@ -73,6 +76,7 @@ impl Acquire {
             on_lost: None,
             reentrant: true,
             behalf: Vec::new(),
+            task: crate::unit::current(),
         }
     }
 
@@ -93,6 +97,14 @@ impl Acquire {
 
     /// Acquire as this owner: a second acquisition by an owner that holds the lock
     /// re-enters it. Defaults to a new owner of its own.
+    ///
+    /// Deadlock detection does not need it: a wait made in a tokio task (an
+    /// actix-web handler, a spawned job, a [`with_lock`](crate::LockHandle::with_lock)
+    /// closure) counts as a wait of every lock that task holds through a guard
+    /// it was granted, whatever their owners, so two handlers that take two
+    /// locks in opposite orders, written the obvious way, form a cycle that is
+    /// found and broken ([`LockError::Deadlock`] for one of them). See
+    /// [`detached`](Acquire::detached) to leave one out.
     pub fn owner(mut self, owner: Owner) -> Acquire {
         self.owner = Some(owner);
         self
@@ -135,6 +147,16 @@ impl Acquire {
         self
     }
 
+    /// Leave this acquisition out of its task's unit of work: its wait does not
+    /// count as a wait of the locks its task holds, and its guard does not count
+    /// for the task's later waits. For a guard handed to another task that
+    /// releases it (then this task's later waits do not keep it from going on).
+    /// Defaults to the task's unit: see [`owner`](Acquire::owner).
+    pub fn detached(mut self) -> Acquire {
+        self.task = None;
+        self
+    }
+
     /// Also send [`LockLost`] to this actor if the lock is lost while held (the
     /// guard's [`lost`](LockGuard::lost) resolves either way). Defaults to nobody.
     pub fn on_lost(mut self, recipient: Recipient<LockLost>) -> Acquire {
@@ -173,6 +195,13 @@ impl Handler<Acquire> for LockManager {
         let (reply, rx) = oneshot::channel();
         let id = NEXT_WAITER.fetch_add(1, Ordering::Relaxed);
         let field = keys::owner_field(&self.shared().client_id, owner);
+        // The locks its task holds wait for this acquisition too.
+        let mut behalf = msg.behalf;
+        for held in msg.task.map(crate::unit::holders).unwrap_or_default() {
+            if held != field && !behalf.contains(&held) {
+                behalf.push(held);
+            }
+        }
         let request = Request {
             id,
             kind: msg.kind,
@@ -180,7 +209,7 @@ impl Handler<Acquire> for LockManager {
             new_owner,
             reentrant: msg.reentrant,
             field: Arc::from(msg.kind.hold_field(field)),
-            behalf: msg.behalf,
+            behalf,
             lease: msg.lease,
             wait: msg.wait,
             since,
@@ -196,6 +225,7 @@ impl Handler<Acquire> for LockManager {
             ticket: Ticket {
                 lock: Some(entry.addr.clone()),
                 waiter: id,
+                task: msg.task,
             },
         }
     }
@@ -207,6 +237,8 @@ impl Handler<Acquire> for LockManager {
 pub struct Ticket {
     lock: Option<Addr<LockActor>>,
     waiter: u64,
+    /// The task the guard joins (`src/unit.rs`).
+    task: Option<tokio::task::Id>,
 }
 
 impl Ticket {
@@ -262,7 +294,10 @@ impl MessageResponse<LockManager, Acquire> for AcquireResponse {
                         Either::Right(_) => None,
                     };
                     match outcome {
-                        Some(res) => {
+                        Some(mut res) => {
+                            if let (Some(task), Ok(Ok(guard))) = (ticket.task, res.as_mut()) {
+                                guard.join_unit(task);
+                            }
                             ticket.disarm();
                             // A guard that cannot be delivered any more is dropped,
                             // which releases it.

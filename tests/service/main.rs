@@ -19,3 +19,4 @@ mod examples;
 mod first_hour;
 mod registry;
 mod tokio_runtime;
+mod unit_of_work;
