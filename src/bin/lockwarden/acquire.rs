@@ -149,6 +149,9 @@ pub async fn acquire(
     for holder in &opts.behalf {
         msg = msg.on_behalf_of(holder.as_str());
     }
+    if let Some(refused) = held_by_own_chain(manager, name, opts).await {
+        return Err(refused);
+    }
     let started = Instant::now();
     let show_progress = std::io::stderr().is_terminal();
     let mut request = Box::pin(manager.send(msg).fuse());
@@ -194,6 +197,40 @@ pub async fn acquire(
         }
         Some(Err(_)) | None => Err(Failure::failed("the lock manager stopped")),
     }
+}
+
+/// Inside a `run` (a holder chain inherited), whether a run this command runs
+/// under holds `name` in a way this acquisition cannot share: then waiting
+/// would wait for itself, and the deadlock check would only say so after its
+/// timeout, so it is refused at once (exit 78) with the holder named. One read
+/// of the lock, and only for a nested command.
+async fn held_by_own_chain(
+    manager: &Addr<LockManager>,
+    name: &str,
+    opts: &AcquireOpts,
+) -> Option<Failure> {
+    if opts.behalf.is_empty() {
+        return None;
+    }
+    // Nothing known (Redis slow or down): the wait itself finds out.
+    let asked = tokio::time::timeout(AFTER_DEADLINE, manager.send(Inspect::new(name)));
+    let info = asked.await.ok()?.ok()?.ok()?;
+    let reads = opts.kind() == lockwarden::AcquireKind::Read;
+    let outer = info.holders.iter().find(|h| {
+        let field = h
+            .owner_field
+            .strip_suffix(":write")
+            .unwrap_or(&h.owner_field);
+        opts.behalf.iter().any(|b| b == field) && !(reads && !h.is_writer())
+    })?;
+    Some(Failure {
+        code: crate::outcome::DEADLOCK,
+        message: format!(
+            "deadlock: this command runs under the lockwarden run that holds lock {name}              ({}); waiting for it would wait for itself and never end: take the lock in              one of the two runs only",
+            outer.describe()
+        ),
+        wrong_type: false,
+    })
 }
 
 /// Waits, within [`SETTLE_BUDGET`], until nothing the manager sent to Redis is
