@@ -105,9 +105,32 @@ impl fmt::Display for LostReason {
 /// Everything that can go wrong with a lock.
 ///
 /// With the `actix-web` feature it is an actix-web `ResponseError`, so a
-/// handler's `?` answers it with a status (503 with `Retry-After` for a wait that
-/// ran out, 409 for a stale fencing token, ...): the table is in the
-/// documentation of that impl, below.
+/// handler's `?` answers it with a status, a one-line plain-text body and, for
+/// a 503, `Retry-After` (how the body is chosen is on that impl):
+///
+/// | Error | Status | Why |
+/// |---|---|---|
+/// | `Timeout` (a wait for a lock, permits or a latch that ran out) | 503, `Retry-After` | taken elsewhere: the same request may pass later |
+/// | `Deadlock` | 503, `Retry-After` | the request's wait was chosen to end a deadlock: once the handler has released what it held, the same request may pass |
+/// | `NotReplicated` | 503, `Retry-After` | replicas behind: a later attempt may be confirmed |
+/// | `Redis` that may pass (a dropped connection, a timeout, a failover, BUSY, LOADING, OOM) | 503, `Retry-After` | Redis is unreachable or busy for now |
+/// | `InFlight` (permits given back, a count-down, sent but not answered in time) | 503, `Retry-After` | Redis is unreachable or frozen; the change applies once if it gets there |
+/// | `Stopped`, `ShuttingDown` (the manager is gone or handing over: a deploy, the mailbox closed) | 503, `Retry-After` | another instance, or this one restarted, can serve it |
+/// | `Lost` (any reason) | 503, `Retry-After` | this process lost its lock (paused, cut off, stopping): the request may be tried again |
+/// | `StaleToken`, `NotHeld` | 409 | a later holder of the lock took over first (a fenced write that meets it is refused and writes nothing) |
+/// | `ReentryRefused` | 409 | the owner holds the lock already: a concurrent request of the same owner (a double submit) |
+/// | `InvalidName`, `InvalidLease`, `InvalidConfig`, `InvalidRequest`, `InvalidAmount`, `ReservedKey`, `UpgradeRefused`, `TokenTooHigh` | 500 | the application asked for something that cannot work: a bug, which a retry repeats |
+/// | `NoPermission`, `NotANumber`, `DamagedFence`, any other `Redis` | 500 | the deployment needs an operator (ACL rights, a key someone else wrote) |
+///
+/// Bad input is 500, not 400, because lockwarden cannot know where a name or an
+/// amount came from: one the application built is its own bug. A handler that
+/// builds a lock name from the request checks it first with
+/// [`check_lock_name`](crate::check_lock_name) and answers 400 itself.
+///
+/// `Retry-After` is in whole seconds. No error that answers 503 knows how long
+/// the holder will keep its lock (a `Timeout` knows only how long the caller
+/// waited), so it is always 1 s: long enough not to spin, short next to a
+/// typical request's wait for a lock.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum LockError {

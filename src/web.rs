@@ -66,7 +66,7 @@ impl Answer {
 fn answer(e: &LockError) -> Answer {
     match e {
         LockError::Timeout { .. } => {
-            Answer::unavailable("busy: the lock is held elsewhere; try again later")
+            Answer::unavailable("busy: the lock or permits are taken elsewhere; try again later")
         }
         LockError::Deadlock(_) => Answer::unavailable(
             "busy: the request waited for a lock in a deadlock and gave way; try again",
@@ -110,34 +110,12 @@ fn answer(e: &LockError) -> Answer {
 /// With the `actix-web` feature: a handler that returns `Result<_, LockError>` (or
 /// `actix_web::Error`) answers a lock error with a status that tells a client, or
 /// the load balancer in front of it, what to do next, a one-line plain-text body
-/// and, for a 503, `Retry-After`:
+/// and, for a 503, `Retry-After`. The table of statuses, with why each, is in
+/// [`LockError`]'s documentation, so that a build without this feature shows it
+/// too.
 ///
-/// | Error | Status | Why |
-/// |---|---|---|
-/// | `Timeout` (a wait that ran out) | 503, `Retry-After` | held elsewhere: the same request may pass later |
-/// | `Deadlock` | 503, `Retry-After` | the request's wait was chosen to end a deadlock: once the handler has released what it held, the same request may pass |
-/// | `NotReplicated` | 503, `Retry-After` | replicas behind: a later attempt may be confirmed |
-/// | `Redis` that may pass (a dropped connection, a timeout, a failover, BUSY, LOADING, OOM) | 503, `Retry-After` | Redis is unreachable or busy for now |
-/// | `InFlight` (permits given back, a count-down, sent but not answered in time) | 503, `Retry-After` | Redis is unreachable or frozen; the change applies once if it gets there |
-/// | `Stopped`, `ShuttingDown` (the manager is gone or handing over: a deploy, the mailbox closed) | 503, `Retry-After` | another instance, or this one restarted, can serve it |
-/// | `Lost` (any reason) | 503, `Retry-After` | this process lost its lock (paused, cut off, stopping): the request may be tried again |
-/// | `StaleToken`, `NotHeld` | 409 | a later holder of the lock took over first (a fenced write that meets it is refused and writes nothing) |
-/// | `ReentryRefused` | 409 | the owner holds the lock already: a concurrent request of the same owner (a double submit) |
-/// | `InvalidName`, `InvalidLease`, `InvalidConfig`, `InvalidRequest`, `InvalidAmount`, `ReservedKey`, `UpgradeRefused`, `TokenTooHigh` | 500 | the application asked for something that cannot work: a bug, which a retry repeats |
-/// | `NoPermission`, `NotANumber`, `DamagedFence`, any other `Redis` | 500 | the deployment needs an operator (ACL rights, a key someone else wrote) |
-///
-/// Bad input is 500, not 400, because lockwarden cannot know where a name or an
-/// amount came from: one the application built is its own bug. A handler that
-/// builds a lock name from the request checks it first with
-/// [`check_lock_name`](crate::check_lock_name) and answers 400 itself.
-///
-/// `Retry-After` is in whole seconds. No error that answers 503 knows how long
-/// the holder will keep its lock (a `Timeout` knows only how long the caller
-/// waited), so it is always 1 s: long enough not to spin, short next to a
-/// typical request's wait for a lock.
-///
-/// The body is one short plain-text line per kind of answer ("busy: the lock is
-/// held elsewhere; try again later"), never the error's `Display`: that one names
+/// The body is one short plain-text line per kind of answer ("busy: the lock or
+/// permits are taken elsewhere; try again later"), never the error's `Display`: that one names
 /// keys, tokens, Redis users, a key's content and, in a `Redis` error, addresses,
 /// which an outside client has no use for. The whole error stays on the response
 /// (`HttpResponse::error()`, which actix-web's `Logger` prints at debug level and
@@ -356,6 +334,24 @@ mod tests {
                 "{body:?}"
             );
         }
+    }
+
+    /// A wait that ran out does not say "lock" alone (a semaphore's wait answers
+    /// it too), and a deadlock's body says it was a deadlock.
+    #[test]
+    fn bodies_name_what_was_waited_for() {
+        let body = |e: LockError| {
+            let bytes = e.error_response().into_body().try_into_bytes();
+            String::from_utf8_lossy(&bytes.unwrap_or_default()).into_owned()
+        };
+        let timeout = body(LockError::Timeout {
+            waited: Duration::from_secs(1),
+            holder: None,
+        });
+        assert!(timeout.contains("lock or permits"), "{timeout}");
+        let cycle = crate::deadlock::Deadlock { links: Vec::new() };
+        let deadlock = body(LockError::Deadlock(Box::new(cycle)));
+        assert!(deadlock.contains("deadlock"), "{deadlock}");
     }
 
     /// The body never carries what the error's `Display` would show: key names,
