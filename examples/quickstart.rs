@@ -9,9 +9,9 @@
 //! to the other: with a plain lock and no waiting, a manager that releases and asks
 //! again at once often takes the lock back itself.
 //!
-//! Run with `cargo run --example quickstart`. It uses `REDIS_URL` if set, else
-//! `redis://127.0.0.1:6379`; if nothing answers there and `redis-server` is on the
-//! PATH, it starts a private server on a free port for as long as it runs.
+//! Run with `cargo run --example quickstart`. It uses `REDIS_URL` if set, else it
+//! starts a private `redis-server` (from the PATH) on a free port for as long as it
+//! runs: it never writes to a server you did not name.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -33,7 +33,7 @@ const QUEUE_LIMIT: Duration = Duration::from_secs(5);
 
 #[actix::main]
 async fn main() -> ExitCode {
-    let (url, _private_server) = match support::find_redis() {
+    let (url, _private_server) = match support::private_redis() {
         Ok(found) => found,
         Err(why) => {
             eprintln!("quickstart: {why}");

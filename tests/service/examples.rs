@@ -98,6 +98,18 @@ fn succeeded(out: &Output) -> String {
     text
 }
 
+/// Without `REDIS_URL` the quickstart starts a server of its own (it never
+/// writes to whatever answers at 127.0.0.1:6379) and says so.
+#[test]
+fn quickstart_without_redis_url_uses_a_private_server() {
+    let out = run("quickstart", None);
+    let text = succeeded(&out);
+    assert!(
+        text.contains("Started a private redis-server on port"),
+        "{text}"
+    );
+}
+
 /// The quickstart's holds alternate A, B, A, ... (every handoff goes to the other
 /// manager), their fencing tokens grow, and the summary counts the handoffs it saw.
 #[test]

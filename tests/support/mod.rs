@@ -199,6 +199,35 @@ pub fn data_key_count(server: &RedisServer) -> i64 {
     data_keys(server).len() as i64
 }
 
+/// For an example that writes its own keys and needs no other process (the
+/// quickstart): `REDIS_URL` if set, else a private `redis-server` started for
+/// the run on a free port (it stops when dropped). Never whatever answers at
+/// 127.0.0.1:6379: that server may be someone else's, and nobody asked to write
+/// to it.
+pub fn private_redis() -> Result<(String, Option<RedisServer>), String> {
+    if let Ok(url) = std::env::var("REDIS_URL") {
+        return Ok((url, None));
+    }
+    let on_path = std::process::Command::new(redis_server_bin())
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !on_path {
+        return Err(
+            "`redis-server` is not on the PATH, and REDIS_URL is not set.\n\
+             Install Redis (Debian/Ubuntu: `sudo apt-get install redis-server`), or set \
+             REDIS_URL=redis://host:port to a server this example may write to."
+                .to_string(),
+        );
+    }
+    let server = RedisServer::start();
+    println!(
+        "Started a private redis-server on port {} for this run (set REDIS_URL to use another).",
+        server.port()
+    );
+    Ok((server.url(), Some(server)))
+}
+
 /// For the examples: where to find Redis (`REDIS_URL`, else a server answering at
 /// 127.0.0.1:6379, else a private `redis-server` started for the run), and the
 /// private server if one had to be started (it stops when dropped).
