@@ -221,7 +221,9 @@ async fn held_by_own_chain(
             .owner_field
             .strip_suffix(":write")
             .unwrap_or(&h.owner_field);
-        opts.behalf.iter().any(|b| b == field) && !(reads && !h.is_writer())
+        // A reader shares with the outer run's read hold: no wait for itself.
+        let excludes = h.is_writer() || !reads;
+        excludes && opts.behalf.iter().any(|b| b == field)
     })?;
     Some(Failure {
         code: crate::outcome::DEADLOCK,
