@@ -559,3 +559,55 @@ async fn list_top_and_status_show_synchronizers_by_kind() {
     lock.start_kill().expect("stop hold");
     let _ = finish(lock).await;
 }
+
+/// `status` of a fair semaphore says it is fair and counts its queued waiters
+/// (they listen on channels of their own, so the listener count is 0); once
+/// the waiting processes are done and gone, no wait of theirs is shown.
+#[tokio::test]
+async fn status_of_a_fair_semaphore_counts_its_queue_and_forgets_exited_waiters() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (held, go) = (dir.path().join("held"), dir.path().join("go"));
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+        held.display(),
+        go.display()
+    );
+    let fair = ["run", "fs", "--semaphore", "--fair", "--permits", "1"];
+    let holder = spawn(&server, &[&fair[..], &["--", "sh", "-c", &script]].concat());
+    let began = std::time::Instant::now();
+    while !held.exists() {
+        assert!(began.elapsed() < LIMIT, "the holder never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let waiters: Vec<Child> = (0..2)
+        .map(|_| {
+            spawn(
+                &server,
+                &[&fair[..], &["--wait", "30s", "--", "true"]].concat(),
+            )
+        })
+        .collect();
+    // Their waits are recorded once they have lasted a second.
+    let status = loop {
+        let status = text(&run(&server, &["status", "fs"]).await.stdout);
+        if status.matches(" waits, ").count() == 2 {
+            break status;
+        }
+        assert!(
+            began.elapsed() < LIMIT,
+            "the waits were never shown: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(status.contains("fair semaphore"), "{status}");
+    assert!(status.contains(", 2 waiting,"), "{status}");
+    std::fs::write(&go, "").expect("go");
+    for child in std::iter::once(holder).chain(waiters) {
+        let out = finish(child).await;
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let after = text(&run(&server, &["status", "fs"]).await.stdout);
+    assert!(!after.contains(" waits, "), "exited waiters shown: {after}");
+    assert!(after.contains(", 0 waiting,"), "{after}");
+}

@@ -50,5 +50,5 @@ pub(crate) use deadlock::{check, Checked, LocalWaits, Published};
 pub(crate) use once::{once, op_id, send_once, Unsettled};
 pub(crate) use places::{keep_refreshing, leave, PlaceCalls, Placed, Places};
 pub(crate) use queue::{on_leaving, timeout, Queue};
-pub(crate) use records::{watch, Waited, Waiting, Waits};
+pub(crate) use records::{ended, watch, Waited, Waiting, Waits};
 pub(crate) use runner::{Calls, SyncActor};

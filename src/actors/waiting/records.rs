@@ -164,6 +164,25 @@ pub(crate) fn watch<A: Waits>(act: &mut A, ctx: &mut Context<A>) {
     }
 }
 
+/// A waiter may have left (granted, timed out, gone): if a wait of those
+/// recorded ended, the records are written now rather than at the next tick,
+/// so that a process that exits right after its wait leaves no record behind
+/// for an operator to read as a waiter (`status` showed the waits of exited
+/// processes growing for the records' whole TTL). Free while no wait is
+/// recorded, as nearly all are shorter than [`RECORD_AFTER`].
+pub(crate) fn ended<A: Waits>(act: &mut A, ctx: &mut Context<A>) {
+    let w = act.waiting();
+    if w.recorded.is_empty() || w.writing || w.refused {
+        return;
+    }
+    let now = act.waiters_now();
+    let w = act.waiting();
+    if w.recorded.keys().all(|id| now.iter().any(|n| n.id == *id)) {
+        return;
+    }
+    tick(act, ctx);
+}
+
 /// Writes what changed since the last tick; stops ticking once nobody waits and
 /// nothing is left recorded.
 fn tick<A: Waits>(act: &mut A, ctx: &mut Context<A>) {

@@ -21,7 +21,7 @@ use futures::future::LocalBoxFuture;
 use tracing::{debug, warn};
 
 use super::engine::{Ask, Effect, Engine, Event, Policy, Taken};
-use super::{send_once, watch, Waited, Waiting, Waits};
+use super::{ended, send_once, watch, Waited, Waiting, Waits};
 use crate::actors::listen::{self, Alarm, Channel, Listener};
 use crate::actors::shared::{Shared, ShutDown};
 use crate::actors::subscriber::{Resync, Unlocked};
@@ -118,6 +118,7 @@ impl<P: Calls> SyncActor<P> {
         let effects = self.engine.handle(event);
         self.apply(effects, ctx);
         P::after(self, ctx);
+        ended(self, ctx);
     }
 
     /// Carries out `effects`, then those they gave rise to.

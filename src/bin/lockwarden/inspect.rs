@@ -223,7 +223,15 @@ impl Row {
 /// A synchronizer for people: "semaphore, 2 permits available, 1 waiting, no
 /// expiry", with what the kind was told from when no label said it.
 pub fn sync_text(sync: &SynchronizerSummary) -> String {
+    // Only a fair semaphore has a queue in Redis; its waiters listen on
+    // channels of their own, so the listener count alone would say 0.
+    let fair = !sync.queue.is_empty();
+    let waiting = sync
+        .waiting
+        .max(sync.waiters.len() as u64)
+        .max(sync.queue.len() as u64);
     let kind = match sync.kind {
+        SynchronizerKind::Semaphore if fair => "fair semaphore (permits served in queue order)",
         SynchronizerKind::Semaphore => "semaphore",
         SynchronizerKind::PermitSemaphore => "permit-expirable semaphore",
         SynchronizerKind::Latch => "count-down latch",
@@ -233,13 +241,12 @@ pub fn sync_text(sync: &SynchronizerSummary) -> String {
         return format!(
             "{kind} whose KEY DOES NOT EXIST, {} waiting on it (deleted, or lost with Redis's \
              data): they wait until someone adds permits (`lockwarden semaphore set`)",
-            sync.waiting.max(sync.waiters.len() as u64)
+            waiting
         );
     }
     let text = format!(
-        "{kind}, {}, {} waiting, {}",
+        "{kind}, {}, {waiting} waiting, {}",
         number_text(sync, false),
-        sync.waiting,
         ttl_text(sync.ttl)
     );
     match (sync.kind, sync.labelled) {
