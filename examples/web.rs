@@ -34,7 +34,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use actix_web::{web, App, HttpResponse, HttpServer};
 use lockwarden::{
-    Acquire, Config, Deposed, Elected, FencedWrite, Leader, LockError, LockManager, Locks,
+    Acquire, Config, Deposed, Elected, FencedWrite, Leader, LockError, LockManager, Locks, Resign,
     SemaphoreHandle,
 };
 use redis::AsyncCommands;
@@ -43,6 +43,23 @@ use redis::AsyncCommands;
 const WAIT: Duration = Duration::from_secs(10);
 /// Calls the partner allows at once.
 const PARTNER_PERMITS: u32 = 2;
+
+/// Resolves at SIGTERM (a deploy, `kill`) or Ctrl-C.
+async fn stopping() {
+    use actix_rt::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = actix_rt::signal::ctrl_c() => {}
+            }
+        }
+        // No SIGTERM handler: Ctrl-C alone.
+        Err(_) => {
+            let _ = actix_rt::signal::ctrl_c().await;
+        }
+    }
+}
 
 /// What every handler shares.
 struct Shared {
@@ -218,7 +235,7 @@ async fn main() -> std::io::Result<()> {
         ticking: None,
     }
     .start();
-    let _candidate = Leader::campaign(
+    let candidate = Leader::campaign(
         manager.clone(),
         "web:scheduler",
         scheduler.clone().recipient(),
@@ -235,7 +252,7 @@ async fn main() -> std::io::Result<()> {
     });
     println!("{instance}: listening on 127.0.0.1:{port}");
     let running = shared.clone();
-    HttpServer::new(move || {
+    let server = HttpServer::new(move || {
         App::new()
             .app_data(shared.clone())
             .route("/jobs/{key}", web::post().to(run_job))
@@ -244,13 +261,26 @@ async fn main() -> std::io::Result<()> {
             .route("/health", web::get().to(health))
     })
     .workers(1)
+    // The signals are ours: leadership goes before the connections drain.
+    .disable_signals()
     .bind(("127.0.0.1", port))?
-    .run()
-    .await?;
-    // SIGTERM (or Ctrl-C) ended the server's graceful shutdown; the actix system
-    // still runs. Hand over before exiting: waiters are answered, held locks are
-    // given back and the scheduler steps down, so the other instance leads at
-    // once instead of a lease (~30 s) later. Bounded by Config::shutdown_timeout.
+    .run();
+    let draining = server.handle();
+    actix_rt::spawn(async move {
+        stopping().await;
+        // Step down first: the other instance leads at once, while this one's
+        // server drains (under load that took a second, and the scheduler would
+        // have had no leader meanwhile). Requests in flight keep their locks.
+        if let Err(e) = candidate.send(Resign).await {
+            eprintln!("resigning: {e}");
+        }
+        draining.stop(true).await;
+    });
+    server.await?;
+    // Drained; the actix system still runs. Hand over the rest before exiting:
+    // waiters are answered and locks still held are given back, so the other
+    // instance does not wait a lease (~30 s) for them. Bounded by
+    // Config::shutdown_timeout.
     let handed_over = running.manager.shutdown().await;
     println!(
         "{}: shut down (handed over: {handed_over})",
