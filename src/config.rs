@@ -52,6 +52,9 @@ pub struct Config {
     pub(crate) response_timeout: Duration,
     /// How long connecting to Redis may take.
     pub(crate) connection_timeout: Duration,
+    /// Longest `LockGuard::release` waits for its answer before the release
+    /// goes on in the background ([`Config::release_wait`]).
+    pub(crate) release_wait: Duration,
     pub(crate) start_wait: Duration,
     /// How long a lock actor with nothing to do lingers before it stops.
     pub(crate) idle_timeout: Duration,
@@ -133,6 +136,7 @@ impl Config {
             max_lease: MAX_LEASE,
             response_timeout: Duration::from_secs(2),
             connection_timeout: Duration::from_secs(2),
+            release_wait: DEFAULT_RELEASE_WAIT,
             start_wait: Duration::ZERO,
             idle_timeout: Duration::from_secs(10),
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
@@ -215,6 +219,20 @@ impl Config {
     /// to 2 seconds.
     pub fn response_timeout(mut self, timeout: Duration) -> Config {
         self.response_timeout = timeout;
+        self
+    }
+
+    /// Longest [`LockGuard::release`](crate::LockGuard::release) keeps its caller
+    /// waiting for the answer (a request path must stay bounded while Redis is
+    /// frozen or a failover runs): past it, the call answers
+    /// [`ReleaseOutcome::Pending`](crate::ReleaseOutcome::Pending) and the release
+    /// goes on in the background until Redis answers (it is retried while the
+    /// lease lasts; the lease frees the lock at worst), logged and counted.
+    /// `release_within` sets it for one call. Defaults to 2.5 seconds: one
+    /// response timeout and a margin, so a release that gets an answer is not
+    /// cut short.
+    pub fn release_wait(mut self, wait: Duration) -> Config {
+        self.release_wait = wait;
         self
     }
 
@@ -455,3 +473,6 @@ impl Config {
 
 /// [`Config::shutdown_timeout`]'s default.
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// [`Config::release_wait`]'s default.
+pub(crate) const DEFAULT_RELEASE_WAIT: Duration = Duration::from_millis(2500);

@@ -18,7 +18,7 @@ use actix::{Message, Recipient};
 use crate::error::{LockError, LostReason};
 use crate::keys::Owner;
 use crate::kind::AcquireKind;
-use crate::reply::{ask, Reply};
+use crate::reply::{ask_now, Reply};
 use crate::signal::LostWatch;
 
 /// Sent to the actor registered with [`Acquire::on_lost`](crate::Acquire::on_lost) when a lock it holds is
@@ -60,6 +60,17 @@ pub enum ReleaseOutcome {
     StillHeld {
         /// Holds the owner has left.
         holds: u32,
+    },
+    /// Redis did not answer within the call's bound ([`Config::release_wait`](crate::Config::release_wait),
+    /// or [`LockGuard::release_within`]): the release goes on in the
+    /// background, retried until Redis answers (a frozen server, a failover),
+    /// and its outcome is logged; counted in `lockwarden_releases_pending_total`.
+    /// The lock is free once it lands, or when its lease runs out at worst.
+    /// The caller's work under the lock is over either way, so a request path
+    /// can answer.
+    Pending {
+        /// How long the call waited.
+        waited: Duration,
     },
 }
 
@@ -116,6 +127,8 @@ pub struct LockGuard {
     /// Its place in the unit of work of the task it was granted to
     /// (`src/unit.rs`): its end takes it out.
     unit: Option<crate::unit::Unit>,
+    /// How long `release` waits for its answer ([`Config::release_wait`](crate::Config::release_wait)).
+    release_wait: Duration,
 }
 
 impl LockGuard {
@@ -143,7 +156,13 @@ impl LockGuard {
             released: AtomicBool::new(false),
             lost,
             unit: None,
+            release_wait: crate::config::DEFAULT_RELEASE_WAIT,
         }
+    }
+
+    /// Sets how long `release` waits (the manager's [`Config::release_wait`](crate::Config::release_wait)).
+    pub(crate) fn set_release_wait(&mut self, wait: Duration) {
+        self.release_wait = wait;
     }
 
     /// Counts this hold in the unit of work of `task` while the guard lives.
@@ -230,12 +249,31 @@ impl LockGuard {
     ///     let _ = guard.fencing_token(); // moved: does not compile
     /// }
     /// ```
+    ///
+    /// It answers within [`Config::release_wait`](crate::Config::release_wait)
+    /// (2.5 s by default) whatever Redis does: past it, with
+    /// [`ReleaseOutcome::Pending`], and the release goes on in the background.
     pub async fn release(self) -> Result<ReleaseOutcome, LockError> {
+        let bound = self.release_wait;
+        self.release_within(bound).await
+    }
+
+    /// [`release`](LockGuard::release), answering within `bound` instead of the
+    /// configured [`Config::release_wait`](crate::Config::release_wait).
+    pub async fn release_within(self, bound: Duration) -> Result<ReleaseOutcome, LockError> {
         // Marked first: whatever happens to this future, the guard's drop (at the
         // end of this call, or when the future is dropped) sends nothing more.
         self.released.store(true, Ordering::Release);
         let epoch = self.epoch;
-        ask(&self.lock, |reply| Release { epoch, reply }).await
+        let mut answer = Box::pin(ask_now(&self.lock, |reply| Release { epoch, reply }));
+        match tokio::time::timeout(bound, &mut answer).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                let name = self.name.clone();
+                pending(name, bound, answer);
+                Ok(ReleaseOutcome::Pending { waited: bound })
+            }
+        }
     }
 }
 
@@ -262,6 +300,39 @@ impl LockGuard {
     pub(crate) fn is_released(&self) -> bool {
         self.released.load(Ordering::Acquire)
     }
+}
+
+/// A release whose answer did not come within its caller's bound: counted,
+/// logged now, and its outcome logged when it comes (the lock actor keeps at
+/// it; `answer` only listens).
+fn pending(
+    name: Arc<str>,
+    waited: Duration,
+    answer: impl std::future::Future<Output = Result<ReleaseOutcome, LockError>> + Send + 'static,
+) {
+    metrics::counter!("lockwarden_releases_pending_total").increment(1);
+    tracing::warn!(
+        lock = %name,
+        ?waited,
+        "the release had no answer from Redis in time; it goes on in the background (the \
+         lease frees the lock at worst)"
+    );
+    tokio::spawn(async move {
+        let began = std::time::Instant::now();
+        match answer.await {
+            Ok(outcome) => tracing::info!(
+                lock = %name,
+                ?outcome,
+                after = ?waited + began.elapsed(),
+                "a release answered late is done"
+            ),
+            Err(e) => tracing::warn!(
+                lock = %name,
+                error = %e,
+                "a release answered late failed (the lease frees the lock when it runs out)"
+            ),
+        }
+    });
 }
 
 impl Drop for LockGuard {

@@ -46,6 +46,7 @@ impl Config {
         for (what, d) in [
             ("response timeout", self.response_timeout),
             ("connection timeout", self.connection_timeout),
+            ("release wait", self.release_wait),
             ("retry interval", self.max_retry_interval),
             ("first reconnect delay", self.reconnect_min),
             ("latch lifetime", self.latch_ttl),

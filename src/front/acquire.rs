@@ -226,6 +226,7 @@ impl Handler<Acquire> for LockManager {
                 lock: Some(entry.addr.clone()),
                 waiter: id,
                 task: msg.task,
+                release_wait: self.shared().config.release_wait,
             },
         }
     }
@@ -239,6 +240,8 @@ pub struct Ticket {
     waiter: u64,
     /// The task the guard joins (`src/unit.rs`).
     task: Option<tokio::task::Id>,
+    /// How long the guard's `release` waits ([`Config::release_wait`](crate::Config::release_wait)).
+    release_wait: Duration,
 }
 
 impl Ticket {
@@ -295,8 +298,11 @@ impl MessageResponse<LockManager, Acquire> for AcquireResponse {
                     };
                     match outcome {
                         Some(mut res) => {
-                            if let (Some(task), Ok(Ok(guard))) = (ticket.task, res.as_mut()) {
-                                guard.join_unit(task);
+                            if let Ok(Ok(guard)) = res.as_mut() {
+                                guard.set_release_wait(ticket.release_wait);
+                                if let Some(task) = ticket.task {
+                                    guard.join_unit(task);
+                                }
                             }
                             ticket.disarm();
                             // A guard that cannot be delivered any more is dropped,

@@ -191,7 +191,15 @@ pub async fn hold(session: &Session, args: HoldArgs) -> Result<i32, Failure> {
     let holding = Holding::of(&guard);
     // Bounded as in `run`: the library retries until the lease would have ended.
     let lease = args.acquire.lease.unwrap_or(args.acquire.watchdog_lease);
-    let Ok(released) = tokio::time::timeout(release_budget(lease), guard.release()).await else {
+    let Ok(released) = tokio::time::timeout(
+        release_budget(lease),
+        // The command stays until the release is done (the library's own bound
+        // is for request paths): its exit would end a background release. A
+        // second more than the bound here, so that this bound speaks first.
+        guard.release_within(release_budget(lease) + Duration::from_secs(1)),
+    )
+    .await
+    else {
         return Err(Failure::failed(format!(
             "releasing \"{}\": Redis did not answer for {}; its lease ({}) has ended, \
              so it is free now",

@@ -144,10 +144,12 @@ impl Held {
         vec![("LOCKWARDEN_LOCK", name.to_string()), (token_var, tokens)]
     }
 
-    /// Releases it.
-    async fn release(self) -> Result<(), LockError> {
+    /// Releases it, waiting up to `bound` for a lock's release: the command
+    /// stays until the release is done (the library's own bound is for request
+    /// paths), since its exit would end a release going on in the background.
+    async fn release(self, bound: Duration) -> Result<(), LockError> {
         match self {
-            Held::One(guard) => guard.release().await.map(|_| ()),
+            Held::One(guard) => guard.release_within(bound).await.map(|_| ()),
             Held::Red(guard, _, managers) => {
                 let released = guard.release().await;
                 if released.is_ok() {
@@ -321,7 +323,8 @@ async fn supervise(guard: Held, args: &RunArgs, signals: &mut Signals, watch: &W
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
-            let _ = guard.release().await;
+            let lease = args.acquire.lease.unwrap_or(args.acquire.watchdog_lease);
+            let _ = guard.release(release_budget(lease)).await;
             note(format!("cannot run {}: {e}", program.to_string_lossy()));
             return match e.kind() {
                 ErrorKind::NotFound => outcome::NOT_FOUND,
@@ -452,7 +455,13 @@ async fn finish(guard: Held, args: &RunArgs, lost: Option<LostReason>, code: i32
     } else {
         "expired or force-unlocked while it ran"
     };
-    let released = match tokio::time::timeout(release_budget(lease), guard.release()).await {
+    let released = match tokio::time::timeout(
+        release_budget(lease),
+        // A second more inside, so that this bound speaks first.
+        guard.release(release_budget(lease) + Duration::from_secs(1)),
+    )
+    .await
+    {
         Ok(released) => released,
         Err(_) => {
             note(format!(
