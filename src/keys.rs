@@ -298,7 +298,7 @@ pub(crate) fn read_timeouts(name: &str, owner_field: &str) -> String {
 /// scripts may write these: a fenced write to a fencing counter or a fence would
 /// lower it, one to a read hold's timeout would lengthen the hold. Judged on the
 /// name alone, so a data key that happens to follow one of these layouts is
-/// refused too: Redisson would take it for its own as well.
+/// refused as well: Redisson would take it for its own too.
 pub(crate) fn reserved(key: &str) -> Option<&'static str> {
     for (prefix, separator, what) in RESERVED_PREFIXES {
         if key
@@ -432,7 +432,7 @@ mod tests {
     }
 
     /// Each data key has a fence of its own, in the data key's slot: `x` and
-    /// `{x}` (one tag, two keys) used to share `lockwarden_fence:{x}`.
+    /// `{x}` (one tag, two keys) must not share `lockwarden_fence:{x}`.
     #[test]
     fn each_data_key_has_its_own_fence_in_its_slot() {
         assert_eq!(fence("x"), "lockwarden_fence:{x}:x");

@@ -1,7 +1,7 @@
 //! [`LockError`] as an actix-web [`ResponseError`] (the `actix-web` feature), so
 //! that a handler writes `?` on every lockwarden call and needs no wrapper type:
 //! orphan rules forbid an application to implement actix-web's trait for
-//! lockwarden's error, so every team wrote the same newtype (issue 38).
+//! lockwarden's error, so every team would write the same newtype.
 //!
 //! Each variant's status, `Retry-After` and body are chosen in `answer`, one
 //! exhaustive match; the table and the reasons are on the `ResponseError` impl

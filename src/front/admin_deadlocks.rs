@@ -10,7 +10,7 @@
 //! - the wait records in the client registry entries (`wire/deadlock.rs`),
 //!   written by waits that have lasted `Config::deadlock_timeout`: exact (what
 //!   the wait wants, on whose behalf it waits);
-//! - the waiting records of issue 38 (`lockwarden_waiters:{<name>}`, written
+//! - the waiting records (`lockwarden_waiters:{<name>}`, written
 //!   after a second whatever the detection setting): the owner is the field
 //!   without `:write`, and it wants the write lock when the field ends so,
 //!   else the exclusive one. Used for a wait no registry record describes.

@@ -67,9 +67,9 @@ pub enum DeposedReason {
 /// replica that had not received the lock), or the process not running past its
 /// lease (`Lost(Paused)`). The leader then learns at its next renewal (up to a
 /// third of the lease later) or when it runs again, while a waiting candidate
-/// may be elected at once: after a Redis restart that lost the data, the old
-/// leader was measured hearing it 225 ms *after* the new leader was elected
-/// (issue 38), two leaders at once for that long. Fence what a leader writes
+/// may be elected at once: after a Redis restart that lost the data, an old
+/// leader can hear it after the new leader is elected (225 ms after, in one
+/// measurement), two leaders at once for that long. Fence what a leader writes
 /// with its token ([`FencedWrite`](crate::FencedWrite)) where that overlap
 /// matters.
 #[derive(Message, Clone, Debug, PartialEq, Eq)]

@@ -248,9 +248,9 @@ impl RedLock {
     /// even if every node still silent said yes, or every node answered or ran
     /// out of its per-node wait. A node silent in an earlier round (frozen, say)
     /// is still asked and counts if it answers in time, but nobody waits for it:
-    /// waiting for it on every round held the nodes already won (keeping out
-    /// the others, who then kept missing a majority) and made whoever needed it
-    /// lose every race to processes that did not (issue 37). The tries left
+    /// waiting for it on every round would hold the nodes already won (keeping
+    /// out the others, who then keep missing a majority) and make whoever needs
+    /// it lose every race to processes that do not. The tries left
     /// unanswered are dropped, which makes each lock actor give back whatever it
     /// may yet be granted. Answers the grants, sorted later, and the nodes that
     /// answered (granted or held elsewhere), in list order of answering.
@@ -297,8 +297,8 @@ impl RedLock {
     /// Gives back the grants of a round that did not win, waiting for the
     /// answers at most the per-node wait: the other clients should find them
     /// free by the next round, but a node that froze meanwhile must not hold
-    /// this client up (awaited in full, such a release held the next round
-    /// back until its retries gave up with the lease; issue 37). What is not
+    /// this client up (awaited in full, such a release would hold the next
+    /// round back until its retries give up with the lease). What is not
     /// answered by then goes on in the node's lock actor.
     async fn give_back(&self, won: Vec<(usize, LockGuard)>) {
         let releases: Vec<_> = won.iter().filter_map(|(_, g)| g.give_back()).collect();

@@ -1,10 +1,10 @@
 //! [`Shutdown`]: a process on its way out hands its locks and its leadership over
 //! at once, instead of leaving them to expire a lease later.
 //!
-//! A stopping process used to keep its locks in Redis until their lease ran out
-//! (a watchdog lease is 30 s): an actix-web instance stopped by SIGTERM returns
-//! from `HttpServer::run()`, the process exits, and the other instance was
-//! elected leader 26.7 s later (issue 38). `Shutdown` is what the process sends
+//! Without it a stopping process keeps its locks in Redis until their lease runs
+//! out (a watchdog lease is 30 s): an actix-web instance stopped by SIGTERM
+//! returns from `HttpServer::run()`, the process exits, and the other instance
+//! is elected leader some 27 s later. `Shutdown` is what the process sends
 //! after `run().await`: from then on the manager refuses new waiters
 //! ([`LockError::ShuttingDown`](crate::LockError::ShuttingDown)), answers every waiter it has with that error,
 //! tells each held lock's guards and [`Leader`](crate::Leader)s that the lock is

@@ -138,7 +138,8 @@ async fn named(config: &Config, e: RedisError) -> RedisError {
         return credentials_refused(config).await.unwrap_or(e);
     }
     let info = config.client.get_connection_info();
-    if e.to_string().contains("refused to switch database") {
+    // redis-rs's words for a SELECT the server refused.
+    if e.to_string().contains("to switch database") {
         let db = info.redis_settings().db();
         let said = e.detail().unwrap_or("refused");
         return RedisError::from((

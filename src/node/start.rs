@@ -2,8 +2,8 @@
 //!
 //! A process that starts while its deployment is changing hands (a Sentinel
 //! failover: for a few seconds the Sentinels name a dead master or none; a cluster
-//! whose slots are not all served while a replica takes over) used to fail at once
-//! with the same words a mistyped master name gets. Starting is part of the
+//! whose slots are not all served while a replica takes over) must not fail at
+//! once with the same words a mistyped master name gets. Starting is part of the
 //! caller's wait (`Config::start_wait`): a condition that passes by itself is
 //! waited out, said once in the log, and a condition a person must fix is refused
 //! at once with words that say which. A standalone server is not waited for: its

@@ -359,8 +359,8 @@ impl ScriptCall for LatchCountDown<'_> {
 
 /// The number a synchronizer's key holds (a semaphore's permits, a latch's count);
 /// absent or below zero reads as 0, as Redisson reads it. Anything else is an
-/// error that names the key and what it holds (it used to read as 0, and a
-/// latch or semaphore waited on it forever).
+/// error that names the key and what it holds (read as 0, a latch or a
+/// semaphore would wait on it for ever).
 pub(crate) async fn read_number<C: ConnectionLike>(conn: &mut C, name: &str) -> RedisResult<u64> {
     let value: Option<Vec<u8>> = redis::cmd("GET").arg(name).query_async(conn).await?;
     let Some(value) = value else { return Ok(0) };

@@ -1,6 +1,6 @@
 //! Waiting records: who has waited long on a name, kept in Redis for operators
-//! (`lockwarden status`, `list`, `top`) and, later, for deadlock detection
-//! across processes (issue 40), which needs "who waits for what" by name.
+//! (`lockwarden status`, `list`, `top`) and for deadlock detection across
+//! processes, which needs "who waits for what" by name.
 //!
 //! The layout is lockwarden's own (Redisson neither writes nor reads it): one
 //! zset per name, `lockwarden_waiters:{<name>}` (`keys::waiters`), in the

@@ -1,8 +1,7 @@
 //! The command line as clap builds it from `cli.rs`, with one change: the
 //! Sentinel, Cluster and start-up options are shown once, in `lockwarden
-//! --help`, not in every subcommand's help (issue 38: `run --help` repeated
-//! nine long paragraphs of them), yet still taken before or after the
-//! subcommand.
+//! --help`, not in every subcommand's help (each would repeat nine long
+//! paragraphs of them), yet still taken before or after the subcommand.
 
 use std::ffi::OsString;
 

@@ -175,7 +175,7 @@ mod tests {
             panic!("not run")
         };
         assert!(run.semaphore && run.acquire.fair);
-        // An existing semaphore needs no --permits (issue 38); --json anywhere.
+        // An existing semaphore needs no --permits; --json anywhere.
         assert!(
             Cli::try_parse_from(["lockwarden", "run", "api", "--semaphore", "--", "ls"]).is_ok()
         );

@@ -56,7 +56,7 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
     {
         return Err(not_a_lock("reading lock", &args.name));
     }
-    // The cycles through this lock, whoever would break them (issue 40). A lock
+    // The cycles through this lock, whoever would break them. A lock
     // in one has a recorded waiter, and the walk SCANs the keyspace: only then.
     let cycles: Vec<_> = match &summary {
         Some(lock) if !lock.waiters.is_empty() => waits::now(&admin).await,

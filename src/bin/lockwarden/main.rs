@@ -191,7 +191,7 @@ fn double_dash_hint(e: &clap::Error, args: &[String]) -> Option<String> {
     if e.kind() == ErrorKind::UnknownArgument {
         if let Some(ContextValue::String(bad)) = e.get(ContextKind::InvalidArg) {
             if bad == "--watchdog-lease" {
-                // It used to be accepted anywhere, and did nothing outside run/hold.
+                // Taken anywhere, it would do nothing outside run/hold.
                 return Some(
                     "--watchdog-lease is an option of run and hold only, after the \
                      subcommand (lockwarden run NAME --watchdog-lease 10s -- COMMAND)"

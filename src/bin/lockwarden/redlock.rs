@@ -271,8 +271,8 @@ pub async fn settle(managers: &[Addr<LockManager>]) {
 
 /// After the RedLock was lost: the library gave back the holds still left
 /// ([`RedGuard::lost`]); this gives those releases [`STRAGGLERS`] to finish
-/// before the process exits (before, they were cut short and the hold lasted
-/// its lease, keeping every majority out; issue 37), and says how many servers
+/// before the process exits (cut short, a hold would last its lease and keep
+/// every majority out), and says how many servers
 /// did not confirm.
 pub async fn settle_lost(managers: &[Addr<LockManager>]) {
     let left = unsettled(managers).await;

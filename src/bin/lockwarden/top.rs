@@ -58,7 +58,7 @@ struct Seen {
     rows: Vec<(Row, u64)>,
     /// Why no synchronizer is shown, when the user may not read them.
     unseen: Option<String>,
-    /// The deadlocks standing now (issue 40), every one, read only when a lock
+    /// The deadlocks standing now, every one, read only when a lock
     /// shown has recorded waiters.
     cycles: Vec<Deadlock>,
 }
