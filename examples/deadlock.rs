@@ -28,8 +28,7 @@
 //! Times are microseconds of the wall clock, which the processes of one machine
 //! share; the deadlock timeout is the library's default (1 s) in `fleet`.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use lockwarden_testkit as support;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

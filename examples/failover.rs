@@ -11,8 +11,7 @@
 //! round to it). The demo checks each step and exits 0 only if every one behaved as
 //! described, so it doubles as a smoke test.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use lockwarden_testkit as support;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

@@ -10,8 +10,7 @@
 //! `host=127.0.0.1 user=postgres dbname=test`; without one, the SQL half is skipped
 //! and said so. Exits 1 if any stale write went through.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use lockwarden_testkit as support;
 
 use std::process::ExitCode;
 use std::time::Duration;

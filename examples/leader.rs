@@ -12,8 +12,7 @@
 //! handover happened in time and every deposed leader was told before its
 //! successor was elected.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use lockwarden_testkit as support;
 
 use std::process::ExitCode;
 use std::sync::mpsc;

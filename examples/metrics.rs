@@ -10,8 +10,7 @@
 //! the installed recorder. Run with `cargo run --example metrics`; it needs
 //! `redis-server` on the PATH (REDIS_SERVER names another binary).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use lockwarden_testkit as support;
 
 use std::io::{Read, Write};
 use std::process::ExitCode;

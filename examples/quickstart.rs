@@ -13,8 +13,7 @@
 //! starts a private `redis-server` (from the PATH) on a free port for as long as it
 //! runs: it never writes to a server you did not name.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use lockwarden_testkit as support;
 
 use std::cell::RefCell;
 use std::process::ExitCode;

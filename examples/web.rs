@@ -26,8 +26,7 @@
 //! `REDIS_URL` or 127.0.0.1:6379). `tests/service/examples.rs` starts two instances and
 //! drives them with HTTP requests.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use lockwarden_testkit as support;
 
 use std::time::Duration;
 

@@ -10,7 +10,7 @@
 // project, allowed here alone (the crate denies it everywhere else).
 #![allow(unsafe_code)]
 
-mod support;
+use lockwarden_testkit as support;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};

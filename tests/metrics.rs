@@ -4,7 +4,7 @@
 //! reconnect, coalesced batch sizes. One test: the recorder is global to the
 //! process, so a second test in this binary would add to the same numbers.
 
-mod support;
+use lockwarden_testkit as support;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -30,8 +30,7 @@
 //! (the locks', the semaphores') and writes each that ran into docs/faults.md
 //! between its markers. It exits 1 if anything unsafe was seen.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
+use lockwarden_testkit as support;
 
 mod history;
 mod report;

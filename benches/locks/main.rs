@@ -19,8 +19,7 @@
 //! given back by 16 callers (`semaphores.rs`, opt-in); settings in
 //! `settings.rs`; how to read the output in `docs/performance.md`.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
+use lockwarden_testkit as support;
 
 mod chart;
 mod clients;

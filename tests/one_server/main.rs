@@ -2,14 +2,14 @@
 //! synchronizer, fencing, waiting, the wire protocol and TLS. CI runs this binary a
 //! second time on Valkey 8 (`.ci/run`), so a test here must hold on both.
 //!
-//! Each file was a test binary of its own; as modules of one binary they share one
-//! build of `tests/support/`. How to add a file: docs/architecture.md, "Where a new
+//! Each file was a test binary of its own; as modules of one binary they share the
+//! harness (`tests/support/`, the `lockwarden-testkit` crate, compiled once). How to add a file: docs/architecture.md, "Where a new
 //! test goes".
 
-// `#[macro_use]`: support's `standalone!` is in scope in every file below.
+// `#[macro_use]`: the harness's `standalone!` is in scope in every file below.
 #[macro_use]
-#[path = "../support/mod.rs"]
-mod support;
+extern crate lockwarden_testkit;
+use lockwarden_testkit as support;
 
 mod bad_input;
 mod coalesce;

@@ -3,14 +3,11 @@
 //! the client registry, the tokio runtime, the Grafana dashboard's queries, and
 //! deadlocks between real processes.
 //!
-//! Each file was a test binary of its own; as modules of one binary they share one
-//! build of `tests/support/`. How to add a file: docs/architecture.md, "Where a new
+//! Each file was a test binary of its own; as modules of one binary they share the
+//! harness (`tests/support/`, the `lockwarden-testkit` crate, compiled once). How to add a file: docs/architecture.md, "Where a new
 //! test goes".
 
-// `#[macro_use]`: support's `standalone!` is in scope in every file below.
-#[macro_use]
-#[path = "../support/mod.rs"]
-mod support;
+use lockwarden_testkit as support;
 
 mod acl;
 mod dashboard;

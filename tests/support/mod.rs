@@ -1,8 +1,11 @@
 //! Test support: real `redis-server` processes (`server.rs`) and shorthands for
-//! the setup steps of lockwarden tests. Each test binary includes it once: a
-//! group's `main.rs` (`tests/<group>/main.rs`) with `#[macro_use] mod support;`,
-//! and each of the group's files reaches it with `use crate::support;`.
-#![allow(dead_code)] // each test binary uses a different part of this
+//! the setup steps of lockwarden tests, as a crate of the workspace
+//! (`lockwarden-testkit`, `Cargo.toml` beside this file) compiled once for all
+//! of them. A group's `main.rs` (`tests/<group>/main.rs`) names it `support`
+//! (`use lockwarden_testkit as support;`, with `#[macro_use] extern crate` for
+//! `standalone!`), and each of the group's files reaches it with
+//! `use crate::support;`; examples, benches and the library's unit tests use
+//! it as a dev-dependency.
 
 mod certs;
 mod cluster;
@@ -40,7 +43,7 @@ macro_rules! standalone {
         $(
             #[actix_rt::test]
             async fn $scenario() {
-                $module::$scenario(&$crate::support::Target::standalone()).await;
+                $module::$scenario(&$crate::Target::standalone()).await;
             }
         )+
     };

@@ -4,14 +4,11 @@
 //! (`.ci/run`). Most tests here take `support::heavy()` first, so that no two
 //! topologies share the cores at once.
 //!
-//! Each file was a test binary of its own; as modules of one binary they share one
-//! build of `tests/support/`. How to add a file: docs/architecture.md, "Where a new
+//! Each file was a test binary of its own; as modules of one binary they share the
+//! harness (`tests/support/`, the `lockwarden-testkit` crate, compiled once). How to add a file: docs/architecture.md, "Where a new
 //! test goes".
 
-// `#[macro_use]`: support's `standalone!` is in scope in every file below.
-#[macro_use]
-#[path = "../support/mod.rs"]
-mod support;
+use lockwarden_testkit as support;
 
 mod chaos;
 mod cluster;

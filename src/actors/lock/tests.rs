@@ -3,9 +3,7 @@
 //! forced with a test-only message; in service it follows a Redis reply of a shape the
 //! protocol does not allow.)
 
-#[path = "../../../tests/support/server.rs"]
-#[allow(dead_code)]
-mod server;
+use lockwarden_testkit as server;
 
 use std::time::Duration;
 

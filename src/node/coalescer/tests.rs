@@ -2,15 +2,9 @@
 //! poll of the test task are all queued before the driver runs, and go as one
 //! script call.
 
-// The lock actor's tests include the same file; each test module keeps its own
-// copy rather than reaching into the other's private module.
-#[path = "../../../tests/support/server.rs"]
-#[allow(dead_code, clippy::duplicate_mod)]
-mod server;
-
 use futures::future::join_all;
+use lockwarden_testkit::RedisServer;
 use redis::aio::ConnectionManager;
-use server::RedisServer;
 
 use super::Coalescer;
 use crate::node::{Conn, Topology};
