@@ -57,7 +57,7 @@ pub(crate) struct Waiter {
 /// the lock actor's, made in [`Waiter::new`].
 #[derive(Debug)]
 pub(crate) struct Request {
-    /// Unique within the manager; used to cancel it and to match attempt results.
+    /// Unique within the manager; what cancels it and matches attempt results.
     pub(crate) id: u64,
     /// What it takes (a kind the lock actor serves).
     pub(crate) kind: AcquireKind,

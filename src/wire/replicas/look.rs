@@ -3,12 +3,12 @@
 //!
 //! A `WAIT` that found too few replicas asks the counting task
 //! (`node/replicas/`, `node/cluster_replicas.rs`) for a look at once, and the
-//! connection turns short. A call that must be confirmed used to take the next
+//! connection turns short. A call that must be confirmed and took the next
 //! free place for a whole `WAIT` right then, a few milliseconds before the
-//! look found the replica frozen and lowered the count: in issue 36's Sentinel
-//! probe, a waiter whose grant's `WAIT` ran out tried again at once, waited
-//! out a second whole `WAIT` for the same frozen replica, and the lock was
-//! blind for two timeouts instead of one (2.1 s with a 1 s timeout). So such a call
+//! look found the replica frozen and lowered the count, would wait out a
+//! second whole `WAIT` for the same frozen replica (a waiter whose grant's
+//! `WAIT` ran out tries again at once), and the lock would be blind for two
+//! timeouts instead of one (2.1 s with a 1 s timeout, measured). So such a call
 //! first waits for the look asked before it (a few milliseconds, at most the
 //! confirmation timeout it would have spent on the `WAIT`), and goes out by
 //! the count that look left: without a `WAIT` when no replica can answer,
