@@ -800,12 +800,8 @@ fn the_docs_name_only_what_exists() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let index = Index::of_repository(root);
     let mut docs = vec![root.join("README.md")];
-    for entry in std::fs::read_dir(root.join("docs")).expect("read docs") {
-        let path = entry.expect("entry").path();
-        if path.extension().is_some_and(|e| e == "md") {
-            docs.push(path);
-        }
-    }
+    docs.extend(markdown_in(&root.join("docs")));
+    docs.extend(markdown_in(&root.join("docs/design")));
     docs.sort();
     let mut drifts = Vec::new();
     let mut checked = 0;
@@ -829,6 +825,108 @@ fn the_docs_name_only_what_exists() {
         drifts.len(),
         drifts.join("\n")
     );
+}
+
+/// The `.md` files of `dir`.
+fn markdown_in(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read a docs folder") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "md") {
+            found.push(path);
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The files a design page says it covers: the backticked paths of its
+/// paragraph that starts with `Files:`.
+fn listed_files(page: &str) -> Option<Vec<String>> {
+    let at = page.find("\nFiles: ")?;
+    let paragraph = page[at + 1..].split("\n\n").next().unwrap_or("");
+    let spans = paragraph.split('`').skip(1).step_by(2);
+    Some(spans.map(str::to_string).collect())
+}
+
+/// Every `.rs` file under `dir` (relative to `root`), as `dir/.../x.rs`.
+fn rust_files_under(root: &Path, dir: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    sources(&root.join(dir), &mut found);
+    let mut names: Vec<String> = found
+        .iter()
+        .map(|p| {
+            p.strip_prefix(root)
+                .expect("under root")
+                .display()
+                .to_string()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// Every page under docs/design/ opens with the files it covers: each exists,
+/// and a folder it lists has every one of its files named on the page, so that
+/// a file renamed, or added to the folder, without the page saying so fails
+/// here.
+#[test]
+fn design_pages_list_their_files() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let pages = markdown_in(&root.join("docs/design"));
+    assert!(pages.len() >= 5, "design pages: {pages:?}");
+    let mut wrong = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).expect("read a design page");
+        let name = page.strip_prefix(root).expect("under root").display();
+        let Some(files) = listed_files(&text) else {
+            wrong.push(format!("{name}: no `Files:` paragraph"));
+            continue;
+        };
+        for file in &files {
+            if !root.join(file).exists() {
+                wrong.push(format!("{name}: `{file}` does not exist"));
+            }
+            if file.ends_with('/') {
+                for inside in rust_files_under(root, file) {
+                    if !files.contains(&inside) {
+                        wrong.push(format!("{name}: `{inside}` is in `{file}` but not listed"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// docs/architecture.md's count of actor kinds is the number of types that
+/// implement `Actor` in `src/`.
+#[test]
+fn the_map_counts_the_actors_there_are() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let map = std::fs::read_to_string(root.join("docs/architecture.md")).expect("the map");
+    let claimed: usize = map
+        .split("There are ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("docs/architecture.md says \"There are N kinds of actor\"");
+    let mut files = Vec::new();
+    sources(&root.join("src"), &mut files);
+    let mut actors = HashSet::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("read a source file");
+        for line in text.lines().filter(|l| l.starts_with("impl")) {
+            if let Some((_, ty)) = line.split_once(" Actor for ") {
+                let ty = ty
+                    .split(|c: char| !c.is_alphanumeric())
+                    .next()
+                    .unwrap_or("");
+                actors.insert(ty.to_string());
+            }
+        }
+    }
+    assert_eq!(claimed, actors.len(), "actor kinds in src/: {actors:?}");
 }
 
 /// The docs check itself catches what it is for: a variant that is gone, a

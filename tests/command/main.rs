@@ -3,8 +3,7 @@
 //! command line, and what `status`, `who` and `top` show.
 //!
 //! Each file was a test binary of its own; as modules of one binary they share the
-//! harness (`tests/support/`, the `lockwarden-testkit` crate, compiled once). How to add a file: docs/architecture.md, "Where a new
-//! test goes".
+//! harness (`tests/support/`, the `lockwarden-testkit` crate, compiled once). How to add a file: docs/design/testing.md.
 
 use lockwarden_testkit as support;
 

@@ -3,8 +3,7 @@
 //! second time on Valkey 8 (`.ci/run`), so a test here must hold on both.
 //!
 //! Each file was a test binary of its own; as modules of one binary they share the
-//! harness (`tests/support/`, the `lockwarden-testkit` crate, compiled once). How to add a file: docs/architecture.md, "Where a new
-//! test goes".
+//! harness (`tests/support/`, the `lockwarden-testkit` crate, compiled once). How to add a file: docs/design/testing.md.
 
 // `#[macro_use]`: the harness's `standalone!` is in scope in every file below.
 #[macro_use]

@@ -33,7 +33,7 @@
 //! [`Alarm`](crate::actors::listen::Alarm)). The semaphores and the latch are
 //! policies run by [`SyncActor`]; the lock actor uses the records, the
 //! channels and the attempt, and its fair kind the places; it keeps a waiter
-//! queue of its own (docs/architecture.md, "The waiting kit", says where the
+//! queue of its own (docs/design/synchronizers.md, "The waiting kit", says where the
 //! kit's [`Queue`] falls short of a lock's).
 
 mod attempt;
