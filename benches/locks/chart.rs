@@ -52,7 +52,9 @@ fn colour(which: Impl) -> RGBColor {
         Impl::RedLock => RGBColor(148, 103, 189),
         Impl::LockwardenCluster => RGBColor(23, 190, 207),
         // scenario Y only, which the chart does not draw
-        Impl::LockwardenNoSync | Impl::LockwardenWait300 => RGBColor(188, 189, 34),
+        Impl::LockwardenNoSync | Impl::LockwardenWait300 | Impl::RedissonLayout => {
+            RGBColor(188, 189, 34)
+        }
     }
 }
 

@@ -44,6 +44,12 @@ pub enum Impl {
     /// (`Config::sync_replicas(1, 300 ms)`: a budget of 4 `WAIT`s in flight
     /// against the default's 1), scenario Y only.
     LockwardenWait300,
+    /// Redisson's way of confirming: lockwarden's scripts (as `Raw`), each call
+    /// followed by its own `WAIT 1 1000` on a connection checked out of a pool
+    /// of 64 (`masterConnectionPoolSize`'s default), scenario Y only. The
+    /// acknowledgement timeout is lockwarden's default (1 s); the masters keep
+    /// no AOF, so there is no `WAITAOF` to add.
+    RedissonLayout,
     /// lockwarden with deadlock detection off (`Config::no_deadlock_detection`):
     /// the baseline that shows what detection costs waits shorter than its
     /// timeout (nothing). Not in the default set: name it in
@@ -71,15 +77,20 @@ impl Impl {
 
     /// Scenario Y's implementations: lockwarden with replica confirmation at its
     /// default, off, and with a 300 ms timeout.
-    pub const REPLICATED: [Impl; 3] = [
+    pub const REPLICATED: [Impl; 4] = [
         Impl::Lockwarden,
         Impl::LockwardenNoSync,
         Impl::LockwardenWait300,
+        Impl::RedissonLayout,
     ];
 
     /// Scenario Y's far-replica rows: lockwarden at its default against
     /// confirmation off (which the replica's distance does not touch).
-    pub const FAR: [Impl; 2] = [Impl::Lockwarden, Impl::LockwardenNoSync];
+    pub const FAR: [Impl; 3] = [
+        Impl::Lockwarden,
+        Impl::LockwardenNoSync,
+        Impl::RedissonLayout,
+    ];
 
     /// The name used in tables, JSON and `LOCKWARDEN_BENCH_IMPLS`.
     pub fn name(self) -> &'static str {
@@ -95,6 +106,7 @@ impl Impl {
             Impl::LockwardenNoSync => "lockwarden-nosync",
             Impl::LockwardenWait300 => "lockwarden-wait300ms",
             Impl::LockwardenNoDeadlock => "lockwarden-nodeadlock",
+            Impl::RedissonLayout => "redisson-layout",
         }
     }
 
@@ -130,7 +142,8 @@ impl Impl {
             | Impl::LockwardenCluster
             | Impl::LockwardenNoSync
             | Impl::LockwardenWait300
-            | Impl::LockwardenNoDeadlock => SCRIPTED,
+            | Impl::LockwardenNoDeadlock
+            | Impl::RedissonLayout => SCRIPTED,
             Impl::Rslock | Impl::RslockTuned | Impl::Naive => PLAIN,
         }
     }
@@ -219,6 +232,7 @@ impl Client {
                 Client::Lockwarden(LockManager::start(config).await.expect("lockwarden start"))
             }
             Impl::Raw => Client::Raw(Raw::connect(url, contended).await),
+            Impl::RedissonLayout => Client::Raw(Raw::pooled(url, contended).await),
             Impl::LockwardenCluster => {
                 let config = Config::cluster(url.split(',')).expect("cluster seeds");
                 Client::Lockwarden(LockManager::start(config).await.expect("lockwarden start"))

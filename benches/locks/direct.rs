@@ -70,10 +70,29 @@ fn derived(prefix: &str, name: &str) -> String {
     format!("{prefix}:{{{name}}}")
 }
 
-/// lockwarden's scripts straight over a multiplexed connection.
+/// Connections in Redisson's pool (`masterConnectionPoolSize`'s default).
+const REDISSON_POOL: usize = 64;
+/// The `WAIT` timeout behind each call of the pooled client, in ms:
+/// lockwarden's default confirmation timeout, so both wait as long.
+const REDISSON_WAIT_MS: u64 = 1_000;
+
+/// Connections a call checks out for the whole call, its `WAIT` included (a
+/// `WAIT` blocks its connection), as Redisson's pool does.
+struct Pool {
+    /// The free connections.
+    free: std::cell::RefCell<Vec<MultiplexedConnection>>,
+    /// One permit per free connection.
+    permits: tokio::sync::Semaphore,
+}
+
+/// lockwarden's scripts straight over a multiplexed connection; or, pooled,
+/// in Redisson's layout: each call on a connection of its own, followed by its
+/// own `WAIT` for one replica.
 pub struct Raw {
     /// The command connection (clones share its socket).
     conn: MultiplexedConnection,
+    /// Redisson's layout: the pool each call checks a connection out of.
+    pool: Option<Pool>,
     /// First half of every owner field.
     client_id: String,
     /// Woken once per unlock message on the contended lock's channel, if any.
@@ -118,9 +137,50 @@ impl Raw {
         };
         Raw {
             conn,
+            pool: None,
             client_id: client_id(),
             wake,
         }
+    }
+
+    /// As [`Raw::connect`], each call then made in Redisson's layout: on a
+    /// connection of a pool of [`REDISSON_POOL`], followed by `WAIT 1`.
+    pub async fn pooled(url: &str, contended: Option<&str>) -> Raw {
+        let mut raw = Raw::connect(url, contended).await;
+        let mut conns = Vec::with_capacity(REDISSON_POOL);
+        for _ in 0..REDISSON_POOL {
+            conns.push(connect(url).await);
+        }
+        raw.pool = Some(Pool {
+            free: std::cell::RefCell::new(conns),
+            permits: tokio::sync::Semaphore::new(REDISSON_POOL),
+        });
+        raw
+    }
+
+    /// Runs one script call: on the shared connection, or, pooled, on a
+    /// checked-out connection followed by its `WAIT`.
+    async fn call<T: redis::FromRedisValue>(&self, call: redis::ScriptInvocation<'_>) -> T {
+        let Some(pool) = &self.pool else {
+            return call
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .expect("raw script call");
+        };
+        let _permit = pool.permits.acquire().await.expect("the pool stays open");
+        let mut conn = pool.free.borrow_mut().pop().expect("a free connection");
+        let reply = call
+            .invoke_async(&mut conn)
+            .await
+            .expect("pooled script call");
+        let _acked: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(REDISSON_WAIT_MS)
+            .query_async(&mut conn)
+            .await
+            .expect("WAIT");
+        pool.free.borrow_mut().push(conn);
+        reply
     }
 
     /// Runs the acquire script until it succeeds.
@@ -130,18 +190,16 @@ impl Raw {
         let token_key = derived("redisson_lock_token", key);
         let lease_ms = LEASE.as_millis() as u64;
         loop {
-            let reply: Vec<i64> = ACQUIRE
-                .key(key)
+            let mut call = ACQUIRE.prepare_invoke();
+            call.key(key)
                 .key(&token_key)
                 .arg(lease_ms)
                 .arg(&field)
                 // The token counter's lifetime: the library's default, an hour.
                 .arg(3_600_000u64)
                 // A new owner field per acquisition, as lockwarden's default owner.
-                .arg("1")
-                .invoke_async(&mut self.conn.clone())
-                .await
-                .expect("raw acquire script");
+                .arg("1");
+            let reply: Vec<i64> = self.call(call).await;
             let pttl = match reply.as_slice() {
                 [1, _token, _holds] => {
                     return RawHeld {
@@ -167,8 +225,8 @@ impl Raw {
     /// Runs the release script once, with a fresh request id as lockwarden does.
     pub async fn release(&self, held: RawHeld) {
         let request_id = uuid::Uuid::new_v4().to_string();
-        let reply: redis::Value = RELEASE
-            .key(&held.key)
+        let mut call = RELEASE.prepare_invoke();
+        call.key(&held.key)
             .key(derived("redisson_lock__channel", &held.key))
             .key(format!(
                 "{}:{request_id}",
@@ -179,10 +237,8 @@ impl Raw {
             .arg(LATCH_TTL_MS)
             .arg("0")
             // First attempt: the script skips reading the latch.
-            .arg("0")
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .expect("raw release script");
+            .arg("0");
+        let reply: redis::Value = self.call(call).await;
         // {0, heard} when freed (heard: who received the unlock message).
         let freed = match &reply {
             redis::Value::Array(v) => v.first() == Some(&redis::Value::Int(0)),

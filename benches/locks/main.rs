@@ -277,7 +277,7 @@ fn main() {
                     probe::flush(at);
                     let shape = contended::Shape {
                         waiters: w,
-                        clients: 1,
+                        clients: settings::Y_MANAGERS,
                         hold: settings.hold,
                         pause: settings.pause,
                     };

@@ -149,10 +149,10 @@ impl Settings {
 
     /// Holders of scenario Y's uncontended loop (replica confirmation on/off).
     pub fn replicated_holders(&self) -> &'static [usize] {
-        &[16, 64]
+        &[1, 16, 64]
     }
 
-    /// Waiters of scenario Y's contended loop, all in one manager.
+    /// Waiters of scenario Y's contended loop, over [`Y_MANAGERS`] managers.
     pub fn replicated_waiters(&self) -> &'static [usize] {
         &[8]
     }
@@ -266,3 +266,6 @@ impl Machine {
         }
     }
 }
+
+/// Managers (clients) scenario Y's contended loop spreads its waiters over.
+pub const Y_MANAGERS: usize = 4;
