@@ -82,15 +82,17 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
         ));
     }
     let live = super::replicas::Doubts::default().count(&replication, None);
-    if live < sync.min && !default {
+    if live < sync.min {
         // Not a configuration error: right after a failover the new master has no
         // replica until the old master comes back as one. Lock changes wait for
-        // the replicas that can answer, fewer than asked.
+        // the replicas that can answer, fewer than asked, and with none they go
+        // unconfirmed (counted, `wire/replicas/unconfirmed.rs`).
         warn!(
             live,
             wanted = sync.min,
-            "sync_replicas: fewer replicas can confirm lock changes than asked; each change \
-             waits for those that can"
+            "replica confirmation is reduced: fewer replicas can confirm lock changes than \
+             asked; each change waits for those that can, and with none it is made \
+             unconfirmed (lockwarden_unconfirmed_changes_total)"
         );
     }
     info!(

@@ -13,6 +13,7 @@
 mod support;
 
 mod acl;
+mod acl_lines;
 mod dashboard;
 mod deadlock_processes;
 mod examples;

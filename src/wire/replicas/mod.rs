@@ -231,6 +231,11 @@ impl Confirmation {
         self.sync.min.min(self.live.load(Ordering::Acquire))
     }
 
+    /// How many replicas the configuration asks to confirm each change.
+    pub(crate) fn wanted(&self) -> u32 {
+        self.sync.min
+    }
+
     /// How many replicas can answer, as last counted.
     pub(crate) fn live(&self) -> u32 {
         self.live.load(Ordering::Acquire)
