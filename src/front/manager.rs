@@ -247,11 +247,7 @@ impl Handler<GetReplicaConfirmation> for LockManager {
     type Result = MessageResult<GetReplicaConfirmation>;
 
     fn handle(&mut self, _msg: GetReplicaConfirmation, _ctx: &mut Context<Self>) -> Self::Result {
-        MessageResult(
-            self.shared
-                .node
-                .replica_confirmation(&self.shared.config),
-        )
+        MessageResult(self.shared.node.replica_confirmation(&self.shared.config))
     }
 }
 

@@ -221,10 +221,9 @@ pub(super) async fn confirmer(
         Link::Sentinel(follower) => follower.lanes(),
         Link::Cluster(..) => 1,
     };
-    let mut confirmation =
-        Confirmation::new(sync, config.response_timeout, confirm, live)
-            .lanes(lanes)
-            .refusing(config.refuse_unconfirmed);
+    let mut confirmation = Confirmation::new(sync, config.response_timeout, confirm, live)
+        .lanes(lanes)
+        .refusing(config.refuse_unconfirmed);
     // The fast path tells connections apart by `CLIENT ID`: a user without it
     // keeps one whole WAIT behind every script, within the budget. A probe
     // that got no answer says nothing of the user's rights, but under

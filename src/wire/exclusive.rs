@@ -21,7 +21,8 @@ pub(super) static ACQUIRE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/acquire.lua")));
 pub(super) static RELEASE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/release.lua")));
-pub(super) static RENEW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/renew.lua")));
+pub(super) static RENEW: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/renew.lua")));
 pub(super) static TRANSFER: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(&with_lock_ops(include_str!("../../lua/transfer.lua"))));
 

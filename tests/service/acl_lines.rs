@@ -79,7 +79,11 @@ async fn each_documented_acl_line_runs_run_and_status_with_confirmed_grants() {
     let master = RedisServer::start();
     let _replica = RedisServer::start_replica_of(&master);
     let lines = documented_lines();
-    assert_eq!(lines.len(), 4, "exclusive, fair, read-write, semaphore: {lines:?}");
+    assert_eq!(
+        lines.len(),
+        4,
+        "exclusive, fair, read-write, semaphore: {lines:?}"
+    );
     for line in &lines {
         let user = line[0].clone();
         let _: i64 = raw(&master, &["ACL", "DELUSER", &user]);
@@ -106,7 +110,10 @@ async fn each_documented_acl_line_runs_run_and_status_with_confirmed_grants() {
             "{taken:?}: confirmation not full: {stderr}"
         );
         // The grant and the release, each with a WAIT behind it.
-        assert!(waits() >= before + 2, "{taken:?}: no WAIT behind the changes");
+        assert!(
+            waits() >= before + 2,
+            "{taken:?}: no WAIT behind the changes"
+        );
         let mut args = vec!["ACL", "SETUSER", &user];
         let addition = status_addition(&user);
         args.extend(addition.iter().map(String::as_str));
@@ -127,4 +134,81 @@ async fn each_documented_acl_line_runs_run_and_status_with_confirmed_grants() {
         );
         eprintln!("{taken:?}: {}", stdout.trim().replace('\n', " | "));
     }
+}
+
+/// Runs the command as `url` with `args`; answers its exit code, stdout and
+/// stderr.
+#[cfg(feature = "cli")]
+async fn command(url: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = support::lockwarden_at(env!("CARGO_BIN_EXE_lockwarden"), url)
+        .args(args)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), out)
+        .await
+        .expect("ended")
+        .expect("ran");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Confirmation reduced (no replica) or off (a user without `INFO`) is said on
+/// stderr without `-v`, and `status` shows it in text and JSON; the command
+/// still works.
+#[cfg(feature = "cli")]
+#[actix_rt::test]
+async fn the_command_says_when_replica_confirmation_is_reduced_or_off() {
+    let server = RedisServer::start();
+    let (code, _, stderr) = command(&server.url(), &["run", "order:1", "--", "true"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("replica confirmation reduced (0 of 1 replicas can confirm): no replica"),
+        "{stderr}"
+    );
+    let (_, stdout, _) = command(&server.url(), &["status", "order:1", "--json"]).await;
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("JSON");
+    let c = &v["replica_confirmation"];
+    assert_eq!(
+        (c["state"].as_str(), c["wanted"].as_u64()),
+        (Some("reduced"), Some(1))
+    );
+    assert_eq!(c["counted"].as_u64(), Some(0), "{v}");
+    assert!(
+        c["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("no replica")),
+        "{v}"
+    );
+
+    // The exclusive line without +info: confirmation is off, and said so.
+    let line = documented_lines().remove(0);
+    let mut args = vec!["ACL", "SETUSER"];
+    args.extend(line.iter().map(String::as_str));
+    args.push("-info");
+    let _: () = raw(&server, &args);
+    let url = format!("redis://locks:secret@127.0.0.1:{}/", server.port());
+    let (code, _, stderr) = command(&url, &["run", "order:2", "--", "true"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("replica confirmation off: the server cannot count its replicas"),
+        "{stderr}"
+    );
+    // Said once, whatever the lock changes.
+    assert_eq!(
+        stderr.matches("replica confirmation").count(),
+        1,
+        "{stderr}"
+    );
+    let (code, _, stderr) = command(
+        &url,
+        &["--sync-replicas", "0", "run", "order:3", "--", "true"],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.is_empty(),
+        "turned off by the user, not said: {stderr}"
+    );
 }

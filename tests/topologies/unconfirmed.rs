@@ -25,7 +25,10 @@ async fn a_manager_on_an_unwritten_master_waits_for_its_synced_replica() {
     let master = RedisServer::start();
     // No periodic PING to the replica (it would be the master's first write),
     // and no 5 s wait before the diskless sync.
-    let _: () = raw(&master, &["CONFIG", "SET", "repl-ping-replica-period", "3600"]);
+    let _: () = raw(
+        &master,
+        &["CONFIG", "SET", "repl-ping-replica-period", "3600"],
+    );
     let _: () = raw(&master, &["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
     let port = master.port().to_string();
     let _replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
@@ -99,7 +102,11 @@ async fn a_grant_no_replica_confirmed_says_so_or_is_refused() {
         !support::exists(&master, "u:refused")
     })
     .await;
-    assert!(given_back, "{:?}", raw::<Vec<String>>(&master, &["HKEYS", "u:refused"]));
+    assert!(
+        given_back,
+        "{:?}",
+        raw::<Vec<String>>(&master, &["HKEYS", "u:refused"])
+    );
     replica.resume();
     kept.release().await.expect("released");
     confirmed.release().await.expect("released");

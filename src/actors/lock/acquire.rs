@@ -238,7 +238,9 @@ impl LockActor {
             lease: w.req.lease,
             on_lost: w.req.on_lost,
         };
-        let guard = self.grant(claim, token, sent, ctx).confirmed_by_replica(confirmed);
+        let guard = self
+            .grant(claim, token, sent, ctx)
+            .confirmed_by_replica(confirmed);
         // If the caller is gone the guard comes back and is dropped here, which
         // releases it at once.
         let _ = w.req.reply.send(Ok(guard));

@@ -430,7 +430,10 @@ async fn send_confirmed<C: ConnectionLike + Lanes + Clone + Send + 'static>(
         // No replica can answer (none, or every one frozen or gone): a WAIT
         // would only last its timeout. `node/replicas/` made sure, under
         // Sentinel, that this master was not demoted before it lowered the count.
-        return Ok((conn.req_packed_command(cmd).await?, confirmation.no_replica()));
+        return Ok((
+            conn.req_packed_command(cmd).await?,
+            confirmation.no_replica(),
+        ));
     }
     // The script, its WAIT and a fast lane's second WAIT all go on one lane:
     // a WAIT covers only what its own connection wrote.
@@ -443,7 +446,10 @@ async fn send_confirmed<C: ConnectionLike + Lanes + Clone + Send + 'static>(
     if confirmation.required() == 0 && !confirmation.aof {
         // No replica can answer any more (counted while this call waited for
         // its way): nothing to wait for.
-        return Ok((conn.req_packed_command(cmd).await?, confirmation.no_replica()));
+        return Ok((
+            conn.req_packed_command(cmd).await?,
+            confirmation.no_replica(),
+        ));
     }
     let _place = match way {
         Way::Wait(place) => place,

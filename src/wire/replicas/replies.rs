@@ -141,6 +141,12 @@ pub(crate) fn judge(
     match (need, confirmed) {
         (_, Confirmed::NotAsked | Confirmed::Enough) | (Need::ReadOnly, _) => Ok(reply),
         (_, Confirmed::NoReplica { refuse, wanted }) => {
+            let granted =
+                matches!(&reply, Value::Array(r) if matches!(r.first(), Some(Value::Int(1))));
+            if op == "grant" && !granted {
+                // Refused or busy: nothing was changed.
+                return Ok(reply);
+            }
             if *refuse && op == "grant" {
                 // Given back by the caller, as any grant not confirmed.
                 return Err(not_replicated(0, *wanted));
@@ -240,7 +246,13 @@ mod tests {
         let grant = judge((Need::Must, "grant"), Value::Int(1), &short, "acquire");
         let e = grant.expect_err("a grant two replicas did not confirm");
         assert!(crate::error::redis_is_transient(&e));
-        assert!(judge((Need::BestEffort, "other"), Value::Int(0), &short, "release").is_ok());
+        assert!(judge(
+            (Need::BestEffort, "other"),
+            Value::Int(0),
+            &short,
+            "release"
+        )
+        .is_ok());
         assert!(matches!(
             confirmed(Value::Int(3), None, sync(2)),
             Confirmed::Enough
