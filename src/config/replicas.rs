@@ -132,8 +132,7 @@ impl Config {
     /// wait runs out, then answered [`LockError::NotReplicated`](crate::LockError::NotReplicated).
     /// What `true` costs: availability. While no replica is in sync (a replica
     /// restarting or resyncing, the first seconds after a failover, a master
-    /// that has none) nobody gets any lock. Not applied on a Redis Cluster
-    /// yet. Defaults to `false`.
+    /// that has none) nobody gets any lock. Defaults to `false`.
     pub fn refuse_unconfirmed_grants(mut self, refuse: bool) -> Config {
         self.refuse_unconfirmed = refuse;
         self

@@ -184,7 +184,12 @@ pub(super) async fn confirmer(
     if let (Link::Cluster(..), Some(seeds)) = (&conn.link, &config.cluster) {
         let counted = async {
             let own = cluster::connect_watcher(seeds, config).await?;
-            cluster_replicas::start(own, sync, config.response_timeout).await
+            cluster_replicas::start(
+                own,
+                sync,
+                (config.response_timeout, config.refuse_unconfirmed),
+            )
+            .await
         };
         return match counted.await {
             Ok(per) => Ok(Some(Confirmer::PerMaster(per))),
