@@ -192,32 +192,6 @@ impl Confirmation {
         .counted(live)
     }
 
-    /// Publishes `live` as the gauge of replicas counted, and answers self.
-    fn counted(self, live: u32) -> Confirmation {
-        crate::stats::record::replicas_counted(live);
-        self
-    }
-
-    /// Refuses a grant that no replica could confirm instead of keeping it
-    /// (`Config::refuse_unconfirmed_grants`).
-    pub(crate) fn refusing(mut self, refuse: bool) -> Confirmation {
-        self.refuse = refuse;
-        self
-    }
-
-    /// A change answered with no replica asked, for want of any that could
-    /// answer.
-    fn no_replica(&self) -> Confirmed {
-        if self.sync.min == 0 {
-            // Confirmation off, the master only watched (`doubts_only`).
-            return Confirmed::NotAsked;
-        }
-        Confirmed::NoReplica {
-            refuse: self.refuse,
-            wanted: self.sync.min,
-        }
-    }
-
     /// The same, but a short `WAIT` asks `look` instead of a look of its own:
     /// on a cluster one task counts the replicas of every master
     /// (`node/cluster_replicas.rs`), each with a confirmation of its own.

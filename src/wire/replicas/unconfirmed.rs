@@ -18,6 +18,8 @@ use std::time::Instant;
 
 use tracing::warn;
 
+use super::{Confirmation, Confirmed};
+
 /// The gap between two warnings, in ms.
 const EVERY_MS: u64 = 1_000;
 
@@ -55,4 +57,32 @@ pub(crate) fn record(op: &'static str, lock: &str) {
          answer): a failover now could forget them (lockwarden_unconfirmed_changes_total counts \
          them; this is logged at most once a second)"
     );
+}
+
+impl Confirmation {
+    /// Publishes `live` as the gauge of replicas counted, and answers self.
+    pub(super) fn counted(self, live: u32) -> Confirmation {
+        crate::stats::record::replicas_counted(live);
+        self
+    }
+
+    /// Refuses a grant that no replica could confirm instead of keeping it
+    /// (`Config::refuse_unconfirmed_grants`).
+    pub(crate) fn refusing(mut self, refuse: bool) -> Confirmation {
+        self.refuse = refuse;
+        self
+    }
+
+    /// A change answered with no replica asked, for want of any that could
+    /// answer.
+    pub(super) fn no_replica(&self) -> Confirmed {
+        if self.sync.min == 0 {
+            // Confirmation off, the master only watched (`doubts_only`).
+            return Confirmed::NotAsked;
+        }
+        Confirmed::NoReplica {
+            refuse: self.refuse,
+            wanted: self.sync.min,
+        }
+    }
 }
