@@ -92,6 +92,9 @@ pub struct Config {
     pub(crate) sync: SyncSetting,
     /// Command connections the confirmed changes spread over.
     pub(crate) confirmation_lanes: usize,
+    /// A grant no replica could confirm is refused, not kept
+    /// (`Config::refuse_unconfirmed_grants`).
+    pub(crate) refuse_unconfirmed: bool,
     /// The label this manager registers under its client id, if any.
     pub(crate) label: Option<String>,
     /// Whether metrics also get per-lock series labelled by lock name.
@@ -155,6 +158,7 @@ impl Config {
             token_ttl: Duration::from_secs(3600),
             sync: SyncSetting::Default,
             confirmation_lanes: DEFAULT_LANES,
+            refuse_unconfirmed: false,
             label: None,
             metric_lock_names: false,
             master_auth: None,

@@ -129,6 +129,8 @@ pub struct LockGuard {
     unit: Option<crate::unit::Unit>,
     /// How long `release` waits for its answer ([`Config::release_wait`](crate::Config::release_wait)).
     release_wait: Duration,
+    /// False when no replica confirmed the grant although confirmation was on.
+    confirmed: bool,
 }
 
 impl LockGuard {
@@ -157,7 +159,31 @@ impl LockGuard {
             lost,
             unit: None,
             release_wait: crate::config::DEFAULT_RELEASE_WAIT,
+            confirmed: true,
         }
+    }
+
+    /// The guard of a grant that a replica confirmed (`true`) or that went
+    /// unconfirmed while confirmation was on (`false`).
+    pub(crate) fn confirmed_by_replica(mut self, confirmed: bool) -> LockGuard {
+        self.confirmed = confirmed;
+        self
+    }
+
+    /// Whether this grant was confirmed as replica confirmation asks
+    /// ([`Config::sync_replicas`](crate::Config::sync_replicas)). `false` when
+    /// confirmation is on but no replica could answer when the lock was granted
+    /// (none attached, every one frozen, cut off or lagging): the lock is held,
+    /// but a failover before a replica receives the grant can let another
+    /// holder in (this holder is then told, through
+    /// [`LockGuard::lost`](LockGuard::lost)). Such grants are also counted in
+    /// `lockwarden_unconfirmed_changes_total{op="grant"}`;
+    /// [`Config::refuse_unconfirmed_grants`](crate::Config::refuse_unconfirmed_grants)
+    /// refuses them instead. `true` when replicas confirmed it, and when
+    /// confirmation is off (nothing was asked:
+    /// [`GetReplicaConfirmation`](crate::GetReplicaConfirmation) says so).
+    pub fn confirmed(&self) -> bool {
+        self.confirmed
     }
 
     /// Sets how long `release` waits (the manager's [`Config::release_wait`](crate::Config::release_wait)).

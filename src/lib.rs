@@ -108,6 +108,7 @@ mod keys;
 mod kind;
 mod node;
 mod random;
+mod replication;
 mod reply;
 mod signal;
 mod stats;
@@ -131,7 +132,7 @@ pub use front::inspect::{ForceUnlock, Inspect};
 pub use front::latch::{Latch, LatchHandle};
 pub use front::leader::{Deposed, DeposedReason, Elected, Leader, Leadership, Resign, WhoLeads};
 pub use front::locks::Locks;
-pub use front::manager::{GetStats, LockManager};
+pub use front::manager::{GetReplicaConfirmation, GetStats, LockManager};
 pub use front::multi::{MultiGuard, MultiLock};
 pub use front::permit_semaphore::{PermitGuard, PermitSemaphore, PermitSemaphoreHandle};
 pub use front::ping::Ping;
@@ -145,6 +146,7 @@ pub use kind::AcquireKind;
 /// The Redis client error inside [`LockError::Redis`], re-exported so that callers
 /// can name it without depending on `redis` themselves.
 pub use redis::RedisError;
+pub use replication::ReplicaConfirmation;
 pub use stats::Stats;
 pub use sync_view::{RecordedWaiter, SynchronizerKind, SynchronizerSummary};
 pub use view::{Holder, LockInfo, LockKind, QueuedWaiter};

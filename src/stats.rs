@@ -222,6 +222,18 @@ pub(crate) mod record {
         metrics::histogram!("lockwarden_batch_ops").record(ops as f64);
     }
 
+    /// A lock change of kind `op` (`grant`, `release`, `renew`, `other`) was
+    /// reported done although no replica confirmed it, with confirmation on.
+    pub(crate) fn unconfirmed(op: &'static str) {
+        metrics::counter!("lockwarden_unconfirmed_changes_total", "op" => op).increment(1);
+    }
+
+    /// The replicas counted as able to confirm lock changes, on the master
+    /// last counted (0 with confirmation off).
+    pub(crate) fn replicas_counted(live: u32) {
+        metrics::gauge!("lockwarden_replicas_counted").set(f64::from(live));
+    }
+
     /// A channel was subscribed again (after a reconnect, or its slot moved).
     pub(crate) fn resubscribed(channels: usize) {
         if channels == 0 {

@@ -20,6 +20,7 @@ use support::{hold, manager, raw, RedisServer};
 struct Seen {
     counters: HashMap<String, u64>,
     histograms: HashMap<String, Vec<f64>>,
+    gauges: HashMap<String, f64>,
 }
 
 impl Seen {
@@ -39,7 +40,9 @@ impl Seen {
                     .entry(name)
                     .or_default()
                     .extend(v.into_iter().map(|x| x.into_inner())),
-                DebugValue::Gauge(_) => {}
+                DebugValue::Gauge(v) => {
+                    self.gauges.insert(name, v.into_inner());
+                }
             }
         }
     }
@@ -157,6 +160,15 @@ async fn a_scripted_scenario_reads_back_through_the_facade() {
     assert_eq!(c("lockwarden_releases_total{}"), sa.released + sb.released);
     assert_eq!(c("lockwarden_releases_total{}"), 8);
     assert_eq!(sa.acquired + sb.acquired, 9);
+    // Confirmation is on by default and the server has no replica: each grant
+    // and release went unconfirmed, and says so.
+    assert!(
+        c("lockwarden_unconfirmed_changes_total{op=grant}") >= 9,
+        "{:?}",
+        seen.counters
+    );
+    assert!(c("lockwarden_unconfirmed_changes_total{op=release}") >= 1);
+    assert_eq!(seen.gauges.get("lockwarden_replicas_counted{}"), Some(&0.0));
 
     let waits = seen.histogram("lockwarden_acquire_wait_seconds{kind=exclusive}");
     assert_eq!(waits.len(), 8);

@@ -122,6 +122,22 @@ impl Config {
         self
     }
 
+    /// What to do with a grant when replica confirmation is on but no replica
+    /// can answer now (none attached, every one frozen, cut off or lagging):
+    /// with `false` the grant is kept, as the master ran it, and counted
+    /// (`lockwarden_unconfirmed_changes_total{op="grant"}`), logged at most
+    /// once a second and shown by [`LockGuard::confirmed`](crate::LockGuard::confirmed);
+    /// with `true` it is refused as Redisson refuses it ("None of slaves were
+    /// synced"): given back under its request id, retried until the caller's
+    /// wait runs out, then answered [`LockError::NotReplicated`](crate::LockError::NotReplicated).
+    /// What `true` costs: availability. While no replica is in sync (a replica
+    /// restarting or resyncing, the first seconds after a failover, a master
+    /// that has none) nobody gets any lock. Defaults to `false`.
+    pub fn refuse_unconfirmed_grants(mut self, refuse: bool) -> Config {
+        self.refuse_unconfirmed = refuse;
+        self
+    }
+
     /// The confirmation in force, if any.
     pub(crate) fn replica_sync(&self) -> Option<ReplicaSync> {
         match self.sync {

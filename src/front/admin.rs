@@ -81,6 +81,9 @@ pub struct Admin {
     pub(super) conn: Conn,
     /// Longest accepted lock name, from the config.
     pub(super) max_name_len: usize,
+    /// Replicas the config asks to confirm each lock change (`None`: off),
+    /// for [`Admin::replica_confirmation`].
+    pub(super) sync_wanted: Option<u32>,
 }
 
 impl Admin {
@@ -91,6 +94,7 @@ impl Admin {
         Ok(Admin {
             conn: node.conn(),
             max_name_len: config.max_name_len,
+            sync_wanted: config.replica_sync().map(|sync| sync.min),
         })
     }
 

@@ -27,6 +27,7 @@ use crate::error::LockError;
 use crate::keys;
 use crate::kind::Kind;
 use crate::node::{self, Coalescer, Purpose};
+use crate::replication::ReplicaConfirmation;
 use crate::stats::Stats;
 
 /// The registry entry of one running lock actor.
@@ -233,6 +234,20 @@ impl Handler<GetStats> for LockManager {
 
     fn handle(&mut self, _msg: GetStats, _ctx: &mut Context<Self>) -> Self::Result {
         MessageResult(self.shared.counters.snapshot())
+    }
+}
+
+/// Ask how replica confirmation stands on the manager's connection: on, off
+/// or reduced, and how many replicas can confirm now.
+#[derive(Message, Clone, Copy, Debug, Default)]
+#[rtype(result = "ReplicaConfirmation")]
+pub struct GetReplicaConfirmation;
+
+impl Handler<GetReplicaConfirmation> for LockManager {
+    type Result = MessageResult<GetReplicaConfirmation>;
+
+    fn handle(&mut self, _msg: GetReplicaConfirmation, _ctx: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.shared.node.replica_confirmation(&self.shared.config))
     }
 }
 

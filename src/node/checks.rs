@@ -82,15 +82,17 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
         ));
     }
     let live = super::replicas::Doubts::default().count(&replication, None);
-    if live < sync.min && !default {
+    if live < sync.min {
         // Not a configuration error: right after a failover the new master has no
         // replica until the old master comes back as one. Lock changes wait for
-        // the replicas that can answer, fewer than asked.
+        // the replicas that can answer, fewer than asked, and with none they go
+        // unconfirmed (counted, `wire/replicas/unconfirmed.rs`).
         warn!(
             live,
             wanted = sync.min,
-            "sync_replicas: fewer replicas can confirm lock changes than asked; each change \
-             waits for those that can"
+            "replica confirmation is reduced: fewer replicas can confirm lock changes than \
+             asked; each change waits for those that can, and with none it is made \
+             unconfirmed (lockwarden_unconfirmed_changes_total)"
         );
     }
     info!(
@@ -182,7 +184,12 @@ pub(super) async fn confirmer(
     if let (Link::Cluster(..), Some(seeds)) = (&conn.link, &config.cluster) {
         let counted = async {
             let own = cluster::connect_watcher(seeds, config).await?;
-            cluster_replicas::start(own, sync, config.response_timeout).await
+            cluster_replicas::start(
+                own,
+                sync,
+                (config.response_timeout, config.refuse_unconfirmed),
+            )
+            .await
         };
         return match counted.await {
             Ok(per) => Ok(Some(Confirmer::PerMaster(per))),
@@ -219,8 +226,9 @@ pub(super) async fn confirmer(
         Link::Sentinel(follower) => follower.lanes(),
         Link::Cluster(..) => 1,
     };
-    let mut confirmation =
-        Confirmation::new(sync, config.response_timeout, confirm, live).lanes(lanes);
+    let mut confirmation = Confirmation::new(sync, config.response_timeout, confirm, live)
+        .lanes(lanes)
+        .refusing(config.refuse_unconfirmed);
     // The fast path tells connections apart by `CLIENT ID`: a user without it
     // keeps one whole WAIT behind every script, within the budget. A probe
     // that got no answer says nothing of the user's rights, but under

@@ -65,6 +65,9 @@ pub(crate) struct PerMaster {
     map: RwLock<SlotMap>,
     /// For a key of a slot no look has placed: the replicas asked for.
     unplaced: Arc<Confirmation>,
+    /// A grant no replica could confirm is refused
+    /// (`Config::refuse_unconfirmed_grants`).
+    refuse: bool,
 }
 
 /// Ranges of slots and the confirmation of the master serving them.
@@ -94,6 +97,7 @@ impl PerMaster {
     fn confirmation(&self, confirm: Confirm, live: u32) -> Arc<Confirmation> {
         Arc::new(
             Confirmation::new(self.sync, self.response_timeout, confirm, live)
+                .refusing(self.refuse)
                 .sharing_look(Arc::clone(&self.look)),
         )
     }
@@ -278,7 +282,7 @@ struct Watcher {
 pub(super) async fn start(
     conn: ClusterConnection,
     sync: ReplicaSync,
-    response_timeout: Duration,
+    (response_timeout, refuse): (Duration, bool),
 ) -> RedisResult<Arc<PerMaster>> {
     let look = Arc::new(Look::default());
     let per = Arc::new(PerMaster {
@@ -286,8 +290,10 @@ pub(super) async fn start(
         response_timeout,
         unplaced: Arc::new(
             Confirmation::new(sync, response_timeout, Confirm::Wait, sync.min)
+                .refusing(refuse)
                 .sharing_look(Arc::clone(&look)),
         ),
+        refuse,
         look,
         map: RwLock::new(SlotMap::default()),
     });

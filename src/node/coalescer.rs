@@ -214,7 +214,7 @@ async fn send(mut conn: Conn, mut batch: Vec<Op>) {
         Ok((replies, confirmed)) => {
             for ((op, reply), start) in batch.into_iter().zip(replies).zip(starts) {
                 let key = call.keys.get(start).map_or("?", String::as_str);
-                let judged = wire::judge(op.call.need, reply, &confirmed, key);
+                let judged = wire::judge((op.call.need, op.call.op()), reply, &confirmed, key);
                 let _ = op.reply.send(judged.and_then(wire::into_result));
             }
         }

@@ -47,6 +47,7 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::config::Config;
 use crate::error::LockError;
+use crate::replication::ReplicaConfirmation;
 use crate::wire::{Confirmation, Lanes, Publish, ScriptConn};
 
 pub(crate) use coalescer::Coalescer;
@@ -190,6 +191,11 @@ impl ScriptConn for Conn {
 }
 
 impl Conn {
+    /// Whether it leads to a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.link, Link::Cluster(..))
+    }
+
     /// A connection to a standalone server that asks no replica to confirm.
     #[cfg(test)]
     pub(crate) fn standalone(conn: ConnectionManager) -> Conn {
@@ -239,7 +245,40 @@ pub(crate) struct Node {
     pubsub: PubSubSource,
 }
 
+/// How many replicas of the server whose `INFO replication` is `info` can
+/// confirm lock changes now, by the rule a manager counts them with; `None`
+/// when it is not a master.
+pub(crate) fn replicas_in(info: &str) -> Option<u32> {
+    let replication = replicas::parse(info);
+    replication
+        .master
+        .then(|| replicas::Doubts::default().count(&replication, None))
+}
+
 impl Node {
+    /// How replica confirmation stands on this node's connection, which
+    /// `config` set up.
+    pub(crate) fn replica_confirmation(&self, config: &Config) -> ReplicaConfirmation {
+        let Some(sync) = config.replica_sync() else {
+            return ReplicaConfirmation::off(
+                "turned off by the configuration (no_replica_sync, --sync-replicas 0, or a \
+                 response timeout too short for a WAIT)",
+            );
+        };
+        match &self.conn.confirmation {
+            None => ReplicaConfirmation::off(
+                "the server cannot count its replicas: it is not a master, or the user may not \
+                 run INFO (or CLUSTER NODES on a cluster); give the user +info +wait +client|id",
+            ),
+            Some(Confirmer::One(c)) => ReplicaConfirmation::counted(sync.min, c.live()),
+            Some(Confirmer::PerMaster(_)) => ReplicaConfirmation {
+                wanted: sync.min,
+                counted: None,
+                reason: None,
+            },
+        }
+    }
+
     /// The command connection (a clone shares it).
     pub(crate) fn conn(&self) -> Conn {
         self.conn.clone()
@@ -405,6 +444,9 @@ pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, L
             checks::warn_if_locks_can_be_evicted(&mut conn).await;
             if let Some(sync) = config.replica_sync() {
                 conn.confirmation = checks::confirmer(&conn, config, sync).await?;
+                if conn.confirmation.is_none() {
+                    crate::stats::record::replicas_counted(0);
+                }
             } else if let Link::Sentinel(_) = &conn.link {
                 // No WAIT, but a demoted master is still not trusted.
                 let only = replicas::doubts_only(&conn.link, config);

@@ -21,8 +21,9 @@ pub(super) static ACQUIRE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/acquire.lua")));
 pub(super) static RELEASE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/release.lua")));
-static RENEW: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("../../lua/renew.lua")));
-static TRANSFER: LazyLock<Lua> =
+pub(super) static RENEW: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/renew.lua")));
+pub(super) static TRANSFER: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(&with_lock_ops(include_str!("../../lua/transfer.lua"))));
 
 /// Take the exclusive lock `name` for the owner field `field`, or re-enter it.
@@ -154,6 +155,8 @@ pub(crate) enum TransferReply {
         /// How many subscriptions listen on the lock's unlock channel, when
         /// counted.
         listening: Option<u32>,
+        /// False when no replica could confirm it (`AcquireReply::Acquired`).
+        confirmed: bool,
     },
     /// Nothing was handed over; the release did this. `Released` only comes from
     /// a retry answered by the latch: whether the new owner holds the lock is then
@@ -189,9 +192,10 @@ impl ScriptCall for Transfer<'_> {
         use redis::Value::Int;
         match reply {
             Int(left) => Ok(TransferReply::Release(release_reply(left, true))),
-            Value::Array(done) => match done.as_slice() {
-                [Int(0), Int(token), rest @ ..] if rest.len() <= 1 => {
+            Value::Array(done) => match super::unmark(&done) {
+                ([Int(0), Int(token), rest @ ..], confirmed) if rest.len() <= 1 => {
                     Ok(TransferReply::HandedOver {
+                        confirmed,
                         token: u64::try_from(*token)
                             .map_err(|_| unexpected("negative fencing token"))?,
                         listening: match rest {

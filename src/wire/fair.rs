@@ -21,7 +21,7 @@ use crate::keys;
 /// Those that drop lapsed waiters get `lua/acl_prelude.lua` (the ACL helpers) and
 /// `lua/fair_prelude.lua` in front: Redis scripts cannot include one another, and
 /// those rules must be the same code in every script that applies them.
-static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
+pub(super) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/fair_prelude.lua"),

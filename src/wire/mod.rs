@@ -61,7 +61,7 @@ pub(crate) use fenced::{FencedReply, FencedWrite};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
 pub(crate) use registry::{read_clients, register};
 pub(crate) use replicas::{
-    confirm_with, judge, Confirm, Confirmation, Confirmed, Lanes, Look, Need,
+    confirm_with, judge, unmark, Confirm, Confirmation, Confirmed, Lanes, Look, Need,
 };
 pub(crate) use rw::{ReadAcquire, ReadRelease, RwRenew, WriteAcquire, WriteRelease};
 pub(crate) use synchronizer::{
@@ -123,6 +123,27 @@ impl Invocation {
         self
     }
 
+    /// What kind of change it is, for the count of changes no replica
+    /// confirmed: `grant` (the exclusive, fair and read-write locks'),
+    /// `release` and `renew` (the exclusive lock's, which carry the most
+    /// traffic), `handover` (a release that grants the next local owner) or
+    /// `other`.
+    pub(crate) fn op(&self) -> &'static str {
+        match self.batch {
+            Some(BatchOp::Acquire) => "grant",
+            Some(BatchOp::Release) => "release",
+            None if std::ptr::eq(self.script, &*exclusive::RENEW) => "renew",
+            None if std::ptr::eq(self.script, &*exclusive::TRANSFER) => "handover",
+            None if [&*fair::ACQUIRE, &*rw::ACQUIRE_READ, &*rw::ACQUIRE_WRITE]
+                .iter()
+                .any(|s| std::ptr::eq(self.script, *s)) =>
+            {
+                "grant"
+            }
+            None => "other",
+        }
+    }
+
     /// The first key: what a deployment routes the call by.
     pub(crate) fn routing_key(&self) -> Option<&str> {
         self.keys.first().map(String::as_str)
@@ -151,7 +172,7 @@ impl Invocation {
     pub(crate) async fn run<C: ScriptConn>(&self, conn: &mut C) -> RedisResult<Value> {
         let (reply, confirmed) = self.run_confirmed(conn).await?;
         judge(
-            self.need,
+            (self.need, self.op()),
             reply,
             &confirmed,
             self.routing_key().unwrap_or("?"),
@@ -267,6 +288,9 @@ pub(crate) enum AcquireReply {
         token: u64,
         /// The caller's hold count (of this kind) after this acquisition.
         holds: u32,
+        /// False when replica confirmation is on and no replica could confirm
+        /// it (`wire/replicas/unconfirmed.rs`).
+        confirmed: bool,
     },
     /// Another owner holds it (or, for a fair lock, waits before the caller).
     Busy {
@@ -320,10 +344,12 @@ fn acquire_reply(reply: Value) -> RedisResult<AcquireReply> {
     let Value::Array(reply) = reply else {
         return Err(unexpected("acquire script returned an unknown shape"));
     };
-    match reply.as_slice() {
+    let (reply, confirmed) = unmark(&reply);
+    match reply {
         [Int(1), Int(token), Int(holds)] => Ok(AcquireReply::Acquired {
             token: u64::try_from(*token).map_err(|_| unexpected("negative fencing token"))?,
             holds: u32::try_from(*holds).map_err(|_| unexpected("hold count out of range"))?,
+            confirmed,
         }),
         [Int(0), Int(pttl)] => Ok(AcquireReply::Busy {
             ttl: ttl_from_pttl(*pttl),

@@ -16,13 +16,13 @@ use crate::keys;
 
 // Each script gets `lua/acl_prelude.lua` in front (its ACL helpers): Redis scripts
 // cannot include one another.
-static ACQUIRE_READ: LazyLock<Lua> = LazyLock::new(|| {
+pub(super) static ACQUIRE_READ: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/rw_acquire_read.lua")
     ))
 });
-static ACQUIRE_WRITE: LazyLock<Lua> = LazyLock::new(|| {
+pub(super) static ACQUIRE_WRITE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         include_str!("../../lua/acl_prelude.lua"),
         include_str!("../../lua/rw_acquire_write.lua")

@@ -9,6 +9,7 @@
 use lockwarden_testkit as support;
 
 mod acl;
+mod acl_lines;
 mod dashboard;
 mod deadlock_processes;
 mod examples;

@@ -54,6 +54,20 @@ pub fn config(server: &RedisServer) -> lockwarden::Config {
     lockwarden::Config::from_url(&server.url()).expect("test server URL parses")
 }
 
+/// The command's stderr without the line that says replica confirmation is
+/// reduced or off (printed at start against a server with no replica, as most
+/// test servers are), for tests of the other lines.
+#[allow(dead_code)]
+pub fn without_confirmation_note(stderr: &str) -> String {
+    stderr
+        .lines()
+        .filter(|l| !l.contains(": replica confirmation "))
+        .map(|l| format!("{l}\n"))
+        .collect::<String>()
+        .trim_end()
+        .to_string()
+}
+
 /// Starts a manager on this server, with `tune` applied to the default config.
 pub async fn manager(
     server: &RedisServer,

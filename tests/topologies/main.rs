@@ -16,3 +16,4 @@ mod replica_faults;
 mod replicas;
 mod sentinel;
 mod sentinel_tls;
+mod unconfirmed;

@@ -170,9 +170,13 @@ impl LockActor {
                 self.attempts.lost(attempt);
                 self.pump(ctx);
             }
-            Ok(AcquireReply::Acquired { token, holds }) => {
+            Ok(AcquireReply::Acquired {
+                token,
+                holds,
+                confirmed,
+            }) => {
                 self.attempts.redis_answered(true);
-                self.on_granted(attempt, token, holds, sent, ctx);
+                self.on_granted(attempt, (token, confirmed), holds, sent, ctx);
                 self.pump(ctx);
             }
             Ok(refused @ (AcquireReply::UpgradeRefused | AcquireReply::ReentryRefused)) => {
@@ -195,12 +199,13 @@ impl LockActor {
         }
     }
 
-    /// Redis granted the attempt: its waiter gets a guard, or, if it left
-    /// meanwhile, the grant is undone through the normal path.
+    /// Redis granted the attempt (`confirmed`: by a replica, when confirmation
+    /// is on): its waiter gets a guard, or, if it left meanwhile, the grant is
+    /// undone through the normal path.
     fn on_granted(
         &mut self,
         attempt: InFlight,
-        token: u64,
+        (token, confirmed): (u64, bool),
         holds: u32,
         sent: Instant,
         ctx: &mut Context<Self>,
@@ -233,7 +238,9 @@ impl LockActor {
             lease: w.req.lease,
             on_lost: w.req.on_lost,
         };
-        let guard = self.grant(claim, token, sent, ctx);
+        let guard = self
+            .grant(claim, token, sent, ctx)
+            .confirmed_by_replica(confirmed);
         // If the caller is gone the guard comes back and is dropped here, which
         // releases it at once.
         let _ = w.req.reply.send(Ok(guard));

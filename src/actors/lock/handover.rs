@@ -80,7 +80,11 @@ impl LockActor {
             self.kind.handed(Handed::Refused);
         }
         let (release, token) = match res {
-            Ok(TransferReply::HandedOver { token, listening }) => {
+            Ok(TransferReply::HandedOver {
+                token,
+                listening,
+                confirmed,
+            }) => {
                 let own = u32::from(self.listening(&self.channel()));
                 let others = listening.map(|l| l.saturating_sub(own));
                 self.kind.handed(Handed::Over(others));
@@ -88,7 +92,7 @@ impl LockActor {
                     published: false,
                     heard: 0,
                 };
-                (Ok(freed), Some(token))
+                (Ok(freed), Some((token, confirmed)))
             }
             Ok(TransferReply::Release(reply)) => (Ok(reply), None),
             Err(e) => (Err(e), None),
@@ -105,8 +109,12 @@ impl LockActor {
             );
         let out = self.on_released(epoch, sent, release, ctx);
         match token {
-            Some(token) => {
-                let granted = AcquireReply::Acquired { token, holds: 1 };
+            Some((token, confirmed)) => {
+                let granted = AcquireReply::Acquired {
+                    token,
+                    holds: 1,
+                    confirmed,
+                };
                 self.on_attempt(attempt, sent, Ok(granted), ctx);
             }
             None => {

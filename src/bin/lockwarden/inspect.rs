@@ -13,10 +13,13 @@
 //! else was written by some other client that shares the key. Each holder is shown
 //! with who it is (host, pid, label) when its manager is registered, or as an
 //! unknown client; `--json` carries the entry as `client` (null when unknown) and
-//! the same text as `who`.
+//! the same text as `who`. `status` ends with whether lock changes on the server
+//! are confirmed by a replica now (`replica confirmation on|reduced|off ...`;
+//! `replica_confirmation` in JSON).
 
 use lockwarden::{
-    Admin, LockError, LockKind, LockSummary, QueuedWaiter, SynchronizerKind, SynchronizerSummary,
+    Admin, LockError, LockKind, LockSummary, QueuedWaiter, ReplicaConfirmation, SynchronizerKind,
+    SynchronizerSummary,
 };
 use serde_json::{json, Value};
 
@@ -29,6 +32,8 @@ use crate::waits::{self, client_json, waiter_json, waiter_text};
 /// Runs `lockwarden status`; answers the exit code.
 pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure> {
     let admin = session.admin().await?;
+    // Whether lock changes on this server are confirmed by a replica now.
+    let replicas = admin.replica_confirmation().await;
     // A semaphore or a latch is a string holding a number, not a lock hash.
     let counter = admin
         .synchronizer(&args.name)
@@ -36,13 +41,16 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
         .map_err(|e| Failure::from_lock(&format!("reading \"{}\"", args.name), e))?;
     if let Some(sync) = counter {
         if args.json {
-            say!("{}", sync_json(&sync));
+            let mut v = sync_json(&sync);
+            v["replica_confirmation"] = confirmation_json(&replicas);
+            say!("{v}");
         } else {
             say!("{}: {}", field(&sync.name), sync_text(&sync));
             say_queue(&sync.queue);
             for w in &sync.waiters {
                 say!("  {}", waiter_text(w));
             }
+            say!("{replicas}");
         }
         return Ok(outcome::OK);
     }
@@ -69,11 +77,13 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
     if args.json {
         let mut v = to_json(&args.name, summary.as_ref());
         v["deadlocks"] = cycles.iter().map(|c| waits::to_json(c)).collect();
+        v["replica_confirmation"] = confirmation_json(&replicas);
         say!("{v}");
         return Ok(outcome::OK);
     }
     let Some(lock) = summary else {
         say!("{}: not locked (no such key)", field(&args.name));
+        say!("{replicas}");
         return Ok(outcome::OK);
     };
     let n = lock.holders.len();
@@ -107,7 +117,20 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
     for c in cycles {
         say!("  DEADLOCK: {}", waits::text(c));
     }
+    say!("{replicas}");
     Ok(outcome::OK)
+}
+
+/// How replica confirmation stands on the server, as `status --json` shows it:
+/// `state` is `on`, `reduced` or `off`; `counted` is null when the replicas
+/// are not counted (off, or a cluster); `reason` is null when it is on.
+fn confirmation_json(c: &ReplicaConfirmation) -> Value {
+    json!({
+        "state": c.state(),
+        "wanted": c.wanted,
+        "counted": c.counted,
+        "reason": c.reason,
+    })
 }
 
 /// A fair lock's or fair semaphore's queue, head first, one line a waiter.

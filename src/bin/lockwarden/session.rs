@@ -12,7 +12,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use actix::Addr;
-use lockwarden::{check_lock_name, Admin, Config, LockError, LockManager};
+use lockwarden::{check_lock_name, Admin, Config, GetReplicaConfirmation, LockError, LockManager};
 
 use crate::cli::{Common, DeadlockTimeout};
 use crate::outcome::Failure;
@@ -32,6 +32,9 @@ pub struct Session {
     began: std::time::Instant,
     /// Whether finding the master may take part of the wait (`run`, `hold`).
     waits: bool,
+    /// `--sync-replicas 0`: replica confirmation is off by the user's own
+    /// choice, not said again on stderr.
+    sync_off: bool,
     /// `--connect-timeout`: how long after `began` connecting may end.
     connect_timeout: Option<Duration>,
 }
@@ -136,6 +139,7 @@ impl Session {
             nodes: Vec::new(),
             began: std::time::Instant::now(),
             waits: false,
+            sync_off: common.sync_replicas == Some(0),
             connect_timeout: common.connect_timeout,
         })
     }
@@ -203,6 +207,7 @@ impl Session {
             nodes,
             began: std::time::Instant::now(),
             waits: false,
+            sync_off: common.sync_replicas == Some(0),
             connect_timeout: common.connect_timeout,
         })
     }
@@ -368,13 +373,23 @@ impl Session {
 
     /// A running lock manager, without the quick PING first (for a caller that
     /// already holds an [`Admin`], which made it).
+    /// Says on stderr, without `-v`, when replica confirmation is off or
+    /// reduced: the lock changes it makes are then not confirmed by a replica,
+    /// and a failover can forget them.
     pub async fn start_manager(&self) -> Result<Addr<LockManager>, Failure> {
-        self.connecting(async {
-            LockManager::start(self.config.clone())
-                .await
-                .map_err(|e| self.unreachable(e))
-        })
-        .await
+        let manager = self
+            .connecting(async {
+                LockManager::start(self.config.clone())
+                    .await
+                    .map_err(|e| self.unreachable(e))
+            })
+            .await?;
+        if let Ok(confirmation) = manager.send(GetReplicaConfirmation).await {
+            if !confirmation.is_full() && !self.sync_off {
+                crate::outcome::note(format!("{}: {confirmation}", self.shown_url));
+            }
+        }
+        Ok(manager)
     }
 }
 

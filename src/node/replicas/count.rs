@@ -2,7 +2,8 @@
 //! replication`, and which are doubted after a `WAIT` they let run out.
 //!
 //! A replica counts while it is online, has acknowledged something since it
-//! synced, and acknowledged within the last second (`lag` 0 or 1: replicas
+//! synced (or stands at the master's offset: 0 on a master that has written
+//! nothing yet), and acknowledged within the last second (`lag` 0 or 1: replicas
 //! acknowledge every second). One that let a `WAIT` run out is doubted until
 //! it acknowledges again (`lag` 0), so a frozen replica stops counting right
 //! after the first `WAIT` it missed instead of a second or two later, when its
@@ -111,11 +112,12 @@ impl Doubts {
             } else if r.lag == 0 {
                 self.0.remove(&r.address);
             }
-            // Offset 0: it has not acknowledged anything since it synced, and
-            // the master streams nothing to it until it does (diskless sync).
-            // (A master that has never written anything at all also shows 0;
-            // its first change then goes unconfirmed, as no replica has it.)
-            let acked = r.offset > 0;
+            // Offset 0 on a master that has written something: the replica
+            // has not acknowledged anything since it synced, and the master
+            // streams nothing to it until it does (diskless sync). On a master
+            // that has written nothing yet, 0 is the master's own offset: the
+            // replica is exactly in sync and confirms the first change.
+            let acked = r.offset > 0 || r.offset == replication.offset;
             if acked && r.lag <= LIVE_LAG && !self.0.contains(&r.address) {
                 live += 1;
             }
@@ -206,6 +208,15 @@ mod tests {
             Doubts::default().count(&unacked, None),
             1,
             "not acknowledged since it synced"
+        );
+        let unwritten = parse(
+            "role:master\r\nslave0:ip=127.0.0.1,port=7001,state=online,offset=0,lag=0\r\n\
+             master_repl_offset:0\r\n",
+        );
+        assert_eq!(
+            Doubts::default().count(&unwritten, None),
+            1,
+            "at 0 on a master that wrote nothing, it is in sync"
         );
     }
 }

@@ -269,7 +269,19 @@ impl Watcher {
             self.address = address;
             self.doubts = Doubts::default();
         }
-        if live != was {
+        let wanted = confirmation.wanted();
+        if live != was && live < wanted && was >= wanted {
+            warn!(
+                was,
+                now = live,
+                wanted,
+                master = self.address.as_deref().unwrap_or("the server"),
+                replicas = ?replication.replicas,
+                "replica confirmation is reduced: fewer replicas can confirm lock changes than \
+                 asked (lockwarden_replicas_counted); with none they are made unconfirmed"
+            );
+            confirmation.set_live(live);
+        } else if live != was {
             info!(
                 was,
                 now = live,

@@ -81,13 +81,14 @@ mod fast;
 mod lanes;
 mod look;
 mod replies;
+mod unconfirmed;
 
 use fast::{send_fast, Fast};
 use lanes::budget;
 pub(crate) use lanes::Lanes;
 pub(crate) use look::Look;
 use replies::confirmed;
-pub(crate) use replies::{confirm_with, judge, Confirm, Confirmed};
+pub(crate) use replies::{confirm_with, judge, unmark, Confirm, Confirmed};
 
 use crate::config::ReplicaSync;
 use crate::durations::millis;
@@ -146,6 +147,9 @@ pub(crate) struct Confirmation {
     /// Bumped at each doubt: a call whose reply came back across one is not
     /// taken as confirmed.
     doubts: AtomicU64,
+    /// A grant no replica could confirm is refused, not kept
+    /// (`Config::refuse_unconfirmed_grants`).
+    refuse: bool,
 }
 
 /// How a call goes out on a connection that asks replicas to confirm.
@@ -183,7 +187,9 @@ impl Confirmation {
             fast: None,
             master_doubted: AtomicBool::new(false),
             doubts: AtomicU64::new(0),
+            refuse: false,
         }
+        .counted(live)
     }
 
     /// The same, but a short `WAIT` asks `look` instead of a look of its own:
@@ -197,6 +203,11 @@ impl Confirmation {
     /// How many replicas a `WAIT` asks for now.
     fn required(&self) -> u32 {
         self.sync.min.min(self.live.load(Ordering::Acquire))
+    }
+
+    /// How many replicas the configuration asks to confirm each change.
+    pub(crate) fn wanted(&self) -> u32 {
+        self.sync.min
     }
 
     /// How many replicas can answer, as last counted.
@@ -219,6 +230,7 @@ impl Confirmation {
     /// the connection is no longer taken as short, so calls ask again.
     pub(crate) fn set_live(&self, live: u32) {
         if self.live.swap(live, Ordering::AcqRel) != live {
+            crate::stats::record::replicas_counted(live);
             self.short.store(false, Ordering::Release);
             self.reopen_fast();
         }
@@ -298,7 +310,7 @@ impl Confirmation {
     /// Remembers what a `WAIT` found.
     fn record(&self, confirmed: &Confirmed) {
         let (acked, failed) = match confirmed {
-            Confirmed::NotAsked => return,
+            Confirmed::NotAsked | Confirmed::NoReplica { .. } => return,
             Confirmed::Enough => {
                 self.reopen_fast();
                 if self.short.swap(false, Ordering::AcqRel) {
@@ -392,7 +404,10 @@ async fn send_confirmed<C: ConnectionLike + Lanes + Clone + Send + 'static>(
         // No replica can answer (none, or every one frozen or gone): a WAIT
         // would only last its timeout. `node/replicas/` made sure, under
         // Sentinel, that this master was not demoted before it lowered the count.
-        return Ok((conn.req_packed_command(cmd).await?, Confirmed::NotAsked));
+        return Ok((
+            conn.req_packed_command(cmd).await?,
+            confirmation.no_replica(),
+        ));
     }
     // The script, its WAIT and a fast lane's second WAIT all go on one lane:
     // a WAIT covers only what its own connection wrote.
@@ -405,7 +420,10 @@ async fn send_confirmed<C: ConnectionLike + Lanes + Clone + Send + 'static>(
     if confirmation.required() == 0 && !confirmation.aof {
         // No replica can answer any more (counted while this call waited for
         // its way): nothing to wait for.
-        return Ok((conn.req_packed_command(cmd).await?, Confirmed::NotAsked));
+        return Ok((
+            conn.req_packed_command(cmd).await?,
+            confirmation.no_replica(),
+        ));
     }
     let _place = match way {
         Way::Wait(place) => place,

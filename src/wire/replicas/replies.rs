@@ -26,6 +26,15 @@ pub(crate) enum Confirmed {
     },
     /// The `WAIT` itself failed (an ACL without it, say).
     Failed(RedisError),
+    /// Confirmation is on but no replica could answer, so none was asked
+    /// (`unconfirmed.rs`): the change stands, counted and logged, unless
+    /// `refuse` (`Config::refuse_unconfirmed_grants`) and it is a grant.
+    NoReplica {
+        /// Refuse a grant rather than keep it unconfirmed.
+        refuse: bool,
+        /// How many replicas the configuration asks for.
+        wanted: u32,
+    },
 }
 
 /// Which commands confirm a lock change on the master in use.
@@ -117,8 +126,11 @@ fn counted(wait: Value, sync: ReplicaSync) -> Confirmed {
 /// The reply a caller gets for a script's `reply` that replicas confirmed as
 /// `confirmed`, given how much the answer needs them; `lock` names the key for
 /// the log. A script that failed changed nothing to confirm: its error stands.
+///
+/// `op` labels the change (`grant`, `release`, `renew`, `other`) where it is
+/// counted unconfirmed (`unconfirmed.rs`).
 pub(crate) fn judge(
-    need: Need,
+    (need, op): (Need, &'static str),
     reply: Value,
     confirmed: &Confirmed,
     lock: &str,
@@ -128,9 +140,24 @@ pub(crate) fn judge(
     }
     match (need, confirmed) {
         (_, Confirmed::NotAsked | Confirmed::Enough) | (Need::ReadOnly, _) => Ok(reply),
+        (_, Confirmed::NoReplica { refuse, wanted }) => {
+            let granted =
+                matches!(&reply, Value::Array(r) if matches!(r.first(), Some(Value::Int(1))));
+            if op == "grant" && !granted {
+                // Refused or busy: nothing was changed.
+                return Ok(reply);
+            }
+            if *refuse && op == "grant" {
+                // Given back by the caller, as any grant not confirmed.
+                return Err(not_replicated(0, *wanted));
+            }
+            super::unconfirmed::record(op, lock);
+            Ok(mark_unconfirmed(op, reply))
+        }
         (Need::Must, Confirmed::Short { acked, wanted }) => Err(not_replicated(*acked, *wanted)),
         (Need::Must, Confirmed::Failed(e)) => Err(e.clone()),
         (Need::BestEffort, Confirmed::Short { acked, wanted }) => {
+            crate::stats::record::unconfirmed(op);
             warn!(
                 lock,
                 acked, wanted, "a lock change was not confirmed by enough replicas; it stands"
@@ -141,6 +168,32 @@ pub(crate) fn judge(
             warn!(lock, error = %e, "WAIT after a lock change failed; the change stands");
             Ok(reply)
         }
+    }
+}
+
+/// What a grant's reply carries, last, when no replica confirmed it: the
+/// parse of an acquisition or a hand-over takes it off ([`unmark`]) and tells
+/// the guard (`LockGuard::confirmed`).
+const UNCONFIRMED: &str = "lockwarden:unconfirmed";
+
+/// `reply` of an `op` made with no replica's confirmation, marked when it is
+/// a grant or a hand-over (the only replies that make a guard).
+fn mark_unconfirmed(op: &str, reply: Value) -> Value {
+    match reply {
+        Value::Array(mut items) if op == "grant" || op == "handover" => {
+            items.push(Value::SimpleString(UNCONFIRMED.into()));
+            Value::Array(items)
+        }
+        reply => reply,
+    }
+}
+
+/// A grant's or a hand-over's reply items without the mark of
+/// [`mark_unconfirmed`], and whether replicas confirmed it (no mark).
+pub(crate) fn unmark(items: &[Value]) -> (&[Value], bool) {
+    match items.split_last() {
+        Some((Value::SimpleString(m), rest)) if m == UNCONFIRMED => (rest, false),
+        _ => (items, true),
     }
 }
 
@@ -190,10 +243,16 @@ mod tests {
                 wanted: 2
             }
         ));
-        let grant = judge(Need::Must, Value::Int(1), &short, "acquire");
+        let grant = judge((Need::Must, "grant"), Value::Int(1), &short, "acquire");
         let e = grant.expect_err("a grant two replicas did not confirm");
         assert!(crate::error::redis_is_transient(&e));
-        assert!(judge(Need::BestEffort, Value::Int(0), &short, "release").is_ok());
+        assert!(judge(
+            (Need::BestEffort, "other"),
+            Value::Int(0),
+            &short,
+            "release"
+        )
+        .is_ok());
         assert!(matches!(
             confirmed(Value::Int(3), None, sync(2)),
             Confirmed::Enough
