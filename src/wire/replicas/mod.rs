@@ -78,12 +78,14 @@ use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 use tracing::{info, warn};
 
 mod fast;
+mod kept;
 mod lanes;
 mod look;
 mod replies;
 
 use fast::{send_fast, Fast};
 use lanes::budget;
+pub(crate) use kept::{keep_if_unconfirmed, Redo};
 pub(crate) use lanes::Lanes;
 pub(crate) use look::Look;
 use replies::confirmed;
@@ -208,6 +210,11 @@ impl Confirmation {
     /// should also doubt the ones that did not answer it.
     pub(crate) fn is_short(&self) -> bool {
         self.short.load(Ordering::Acquire)
+    }
+
+    /// Whether this connection asks replicas to confirm at all.
+    pub(crate) fn wants_replicas(&self) -> bool {
+        self.sync.min > 0
     }
 
     /// How many replicas the last `WAIT` counted, if it came back short.
