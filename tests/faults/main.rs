@@ -11,6 +11,7 @@
 use lockwarden_testkit as support;
 
 mod cluster_failover;
+mod cluster_kept;
 mod failover;
 mod redlock;
 mod transient;

@@ -53,7 +53,10 @@ async fn a_release_no_replica_confirmed_is_redone_after_a_failover() {
         .await
         .expect("running")
         .expect("granted");
-    assert!(support::holder_on(&replica, "kept").is_some(), "the grant reached the replica");
+    assert!(
+        support::holder_on(&replica, "kept").is_some(),
+        "the grant reached the replica"
+    );
 
     replica.pause();
     let _: redis::Value = support::raw(&master, &["CLIENT", "KILL", "TYPE", "replica"]);
@@ -70,10 +73,15 @@ async fn a_release_no_replica_confirmed_is_redone_after_a_failover() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(none, "the manager never stopped counting the frozen replica\n{}", log.text());
+    assert!(
+        none,
+        "the manager never stopped counting the frozen replica\n{}",
+        log.text()
+    );
     held.release().await.expect("released on the master");
     assert!(
-        log.text().contains("a release no replica confirmed is kept"),
+        log.text()
+            .contains("a release no replica confirmed is kept"),
         "{}",
         log.text()
     );
@@ -85,7 +93,9 @@ async fn a_release_no_replica_confirmed_is_redone_after_a_failover() {
     let waiter = actix_rt::spawn({
         let m = m.clone();
         async move {
-            let g = m.send(Acquire::new("kept").wait(Duration::from_secs(40))).await;
+            let g = m
+                .send(Acquire::new("kept").wait(Duration::from_secs(40)))
+                .await;
             (g, killed.elapsed())
         }
     });
@@ -95,7 +105,11 @@ async fn a_release_no_replica_confirmed_is_redone_after_a_failover() {
     })
     .await;
     let free = killed.elapsed();
-    assert!(freed, "the old hold stayed on the new master\n{}", log.text());
+    assert!(
+        freed,
+        "the old hold stayed on the new master\n{}",
+        log.text()
+    );
     let promoted = watch
         .join()
         .expect("watcher")
@@ -111,6 +125,9 @@ async fn a_release_no_replica_confirmed_is_redone_after_a_failover() {
         "the lock stayed held {free:?}, the failover took {promoted:?}\n{}",
         log.text()
     );
-    assert!(blind <= promoted + Duration::from_secs(3), "granted after {blind:?}");
+    assert!(
+        blind <= promoted + Duration::from_secs(3),
+        "granted after {blind:?}"
+    );
     g.release().await.expect("released");
 }

@@ -11,8 +11,8 @@
 use lockwarden_testkit as support;
 
 mod chaos;
-mod kept;
 mod cluster;
+mod kept;
 mod on_cluster;
 mod replica_faults;
 mod replicas;

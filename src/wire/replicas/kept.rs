@@ -74,7 +74,10 @@ pub(crate) fn keep_if_unconfirmed<C: ScriptConn>(
         *arg = "1".to_owned();
     }
     let conn = conn.clone();
-    info!(lock = call.routing_key().unwrap_or("?"), "a release no replica confirmed is kept, to be redone after a failover");
+    info!(
+        lock = call.routing_key().unwrap_or("?"),
+        "a release no replica confirmed is kept, to be redone after a failover"
+    );
     tokio::spawn(resend(conn, again, until));
 }
 
@@ -94,7 +97,9 @@ async fn resend<C: ScriptConn>(mut conn: C, call: Invocation, until: Instant) {
                 return;
             }
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => debug!(%lock, error = %e, "a kept release could not be resent; trying again"),
+            Ok(Err(e)) => {
+                debug!(%lock, error = %e, "a kept release could not be resent; trying again")
+            }
             Err(_) => return,
         }
     }
@@ -108,7 +113,13 @@ mod tests {
     fn only_a_change_a_replica_confirmed_is_let_go() {
         assert!(!unconfirmed(true, &Confirmed::Enough));
         assert!(unconfirmed(true, &Confirmed::NotAsked));
-        assert!(!unconfirmed(true, &Confirmed::Short { acked: 0, wanted: 1 }));
+        assert!(!unconfirmed(
+            true,
+            &Confirmed::Short {
+                acked: 0,
+                wanted: 1
+            }
+        ));
         assert!(!unconfirmed(false, &Confirmed::NotAsked));
     }
 }

@@ -84,8 +84,8 @@ mod look;
 mod replies;
 
 use fast::{send_fast, Fast};
-use lanes::budget;
 pub(crate) use kept::{keep_if_unconfirmed, Redo};
+use lanes::budget;
 pub(crate) use lanes::Lanes;
 pub(crate) use look::Look;
 use replies::confirmed;
