@@ -123,6 +123,9 @@ pub(crate) struct Confirmation {
     /// How many of the master's replicas can answer now: a `WAIT` asks for
     /// `min(sync.min, live)`, and none at all when that is 0.
     live: AtomicU32,
+    /// Whether a replica was ever counted: a master that never had one has no
+    /// failover to lose a change to, so nothing is kept for it (`kept.rs`).
+    had_replicas: AtomicBool,
     /// Places for `WAIT`s at once, one budget per lane ([`Confirmation::lanes`]):
     /// a `WAIT` blocks only the lane it went on.
     places: Vec<Semaphore>,
@@ -175,6 +178,7 @@ impl Confirmation {
         Confirmation {
             sync,
             live: AtomicU32::new(live),
+            had_replicas: AtomicBool::new(live > 0),
             places: vec![Semaphore::new(budget(sync.timeout, response_timeout))],
             next: AtomicUsize::new(0),
             short: AtomicBool::new(false),
@@ -212,9 +216,10 @@ impl Confirmation {
         self.short.load(Ordering::Acquire)
     }
 
-    /// Whether this connection asks replicas to confirm at all.
+    /// Whether this connection asks replicas to confirm, and its master had
+    /// one at some point (so a failover could promote it).
     pub(crate) fn wants_replicas(&self) -> bool {
-        self.sync.min > 0
+        self.sync.min > 0 && self.had_replicas.load(Ordering::Acquire)
     }
 
     /// How many replicas the last `WAIT` counted, if it came back short.
@@ -225,6 +230,9 @@ impl Confirmation {
     /// Counts `live` replicas that can answer. A new count is a new situation:
     /// the connection is no longer taken as short, so calls ask again.
     pub(crate) fn set_live(&self, live: u32) {
+        if live > 0 {
+            self.had_replicas.store(true, Ordering::Release);
+        }
         if self.live.swap(live, Ordering::AcqRel) != live {
             self.short.store(false, Ordering::Release);
             self.reopen_fast();
