@@ -13,7 +13,7 @@ use super::batch::with_lock_ops;
 use super::lua::Lua;
 use super::{
     acquire_reply, answers, flag, release_reply, unexpected, AcquireReply, BatchOp, Invocation,
-    ReleaseReply, ScriptCall,
+    Redo, ReleaseReply, ScriptCall,
 };
 use crate::keys;
 
@@ -108,6 +108,10 @@ impl ScriptCall for Release<'_> {
             .arg(keys::WAKE_ONE)
             .arg(flag(self.retry));
         call.batch = Some(BatchOp::Release);
+        call.redo = Some(Redo {
+            flag: 4,
+            for_ms: self.lease_ms.min(self.latch_ttl_ms / 2),
+        });
         call
     }
 

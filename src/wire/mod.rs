@@ -61,7 +61,8 @@ pub(crate) use fenced::{FencedReply, FencedWrite};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
 pub(crate) use registry::{read_clients, register};
 pub(crate) use replicas::{
-    confirm_with, judge, unmark, Confirm, Confirmation, Confirmed, Lanes, Look, Need,
+    confirm_with, judge, keep_if_unconfirmed, unmark, Confirm, Confirmation, Confirmed, Lanes,
+    Look, Need, Redo,
 };
 pub(crate) use rw::{ReadAcquire, ReadRelease, RwRenew, WriteAcquire, WriteRelease};
 pub(crate) use synchronizer::{
@@ -83,6 +84,9 @@ pub(crate) struct Invocation {
     /// Whether its answer holds only once replicas confirmed its write (when the
     /// connection asks them, `Config::sync_replicas`).
     pub(crate) need: Need,
+    /// Set on a release, which is kept and sent again as a retry when no
+    /// replica confirmed it (`replicas/kept.rs`).
+    pub(crate) redo: Option<Redo>,
 }
 
 impl Invocation {
@@ -97,6 +101,7 @@ impl Invocation {
             args: Vec::new(),
             batch: None,
             need: Need::BestEffort,
+            redo: None,
         }
     }
 
@@ -188,13 +193,18 @@ impl Invocation {
         let publish = conn.publish();
         let cmd = self.command(publish);
         let confirmation = conn.confirmation(self.routing_key());
-        match replicas::send(conn, confirmation.clone(), &cmd, self.need).await? {
+        let sent = std::time::Instant::now();
+        let answer = match replicas::send(conn, confirmation.clone(), &cmd, self.need).await? {
             (Value::ServerError(e), _) if e.kind() == Some(ServerErrorKind::NoScript) => {
                 self.script.get(publish).load_async(conn).await?;
-                replicas::send(conn, confirmation, &cmd, self.need).await
+                replicas::send(conn, confirmation, &cmd, self.need).await?
             }
-            answer => Ok(answer),
+            answer => answer,
+        };
+        if !matches!(answer.0, Value::ServerError(_)) {
+            keep_if_unconfirmed(conn, self, &answer.1, sent);
         }
+        Ok(answer)
     }
 }
 

@@ -38,6 +38,11 @@ async fn failovers_with_locks_held_and_waited_for() {
     a_master_killed_with_locks_held_and_waited_for(&mut cluster).await;
     cluster.wait_ok(Duration::from_secs(30));
     a_release_answered_by_a_demoted_master_is_redone_on_the_new_one(&mut cluster).await;
+    cluster.wait_ok(Duration::from_secs(30));
+    crate::cluster_kept::a_release_no_replica_confirmed_is_redone_after_the_masters_death(
+        &mut cluster,
+    )
+    .await;
 }
 
 /// The replica of the master serving `key`'s slot (an index into `nodes`).

@@ -10,6 +10,7 @@
 use lockwarden_testkit as support;
 
 mod cluster_failover;
+mod cluster_kept;
 mod failover;
 mod redlock;
 mod transient;

@@ -11,6 +11,7 @@ use lockwarden_testkit as support;
 
 mod chaos;
 mod cluster;
+mod kept;
 mod on_cluster;
 mod replica_faults;
 mod replicas;

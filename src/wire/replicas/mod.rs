@@ -78,12 +78,14 @@ use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 use tracing::{info, warn};
 
 mod fast;
+mod kept;
 mod lanes;
 mod look;
 mod replies;
 mod unconfirmed;
 
 use fast::{send_fast, Fast};
+pub(crate) use kept::{keep_if_unconfirmed, Redo};
 use lanes::budget;
 pub(crate) use lanes::Lanes;
 pub(crate) use look::Look;
@@ -122,6 +124,9 @@ pub(crate) struct Confirmation {
     /// How many of the master's replicas can answer now: a `WAIT` asks for
     /// `min(sync.min, live)`, and none at all when that is 0.
     live: AtomicU32,
+    /// Whether a replica was ever counted: a master that never had one has no
+    /// failover to lose a change to, so nothing is kept for it (`kept.rs`).
+    had_replicas: AtomicBool,
     /// Places for `WAIT`s at once, one budget per lane ([`Confirmation::lanes`]):
     /// a `WAIT` blocks only the lane it went on.
     places: Vec<Semaphore>,
@@ -177,6 +182,7 @@ impl Confirmation {
         Confirmation {
             sync,
             live: AtomicU32::new(live),
+            had_replicas: AtomicBool::new(live > 0),
             places: vec![Semaphore::new(budget(sync.timeout, response_timeout))],
             next: AtomicUsize::new(0),
             short: AtomicBool::new(false),
@@ -221,6 +227,12 @@ impl Confirmation {
         self.short.load(Ordering::Acquire)
     }
 
+    /// Whether this connection asks replicas to confirm, and its master had
+    /// one at some point (so a failover could promote it).
+    pub(crate) fn wants_replicas(&self) -> bool {
+        self.sync.min > 0 && self.had_replicas.load(Ordering::Acquire)
+    }
+
     /// How many replicas the last `WAIT` counted, if it came back short.
     pub(crate) fn short_by(&self) -> Option<u32> {
         self.is_short().then(|| self.acked.load(Ordering::Acquire))
@@ -229,6 +241,9 @@ impl Confirmation {
     /// Counts `live` replicas that can answer. A new count is a new situation:
     /// the connection is no longer taken as short, so calls ask again.
     pub(crate) fn set_live(&self, live: u32) {
+        if live > 0 {
+            self.had_replicas.store(true, Ordering::Release);
+        }
         if self.live.swap(live, Ordering::AcqRel) != live {
             crate::stats::record::replicas_counted(live);
             self.short.store(false, Ordering::Release);
