@@ -9,8 +9,9 @@
 //! exits right after a timeout took those settlements with it, and Redis kept the
 //! lock for a whole lease (a proxy adding 300-800 ms each way leaked it in 9 of 9
 //! tries). `Settle` is what such a process sends before it exits: it answers once
-//! every lock actor of the manager is quiet and no semaphore give-back or undo
-//! of a waiter's take is left unanswered, or at its bound.
+//! every lock actor of the manager is quiet, no semaphore give-back or undo of
+//! a waiter's take is left unanswered and no release that no replica
+//! confirmed is still kept to be redone after a failover, or at its bound.
 
 use std::time::{Duration, Instant};
 
@@ -58,7 +59,9 @@ impl Handler<Settle> for LockManager {
             // Permits given back and takes undone: each is on the wire from
             // its first try, and answered or given up within its op id's
             // window (`actors/waiting/once.rs`).
-            while !unsettled.is_empty() {
+            // And releases no replica confirmed, kept to be redone after a
+            // failover (`wire/replicas/kept.rs`): they end with the process.
+            while !unsettled.is_empty() || crate::wire::kept_pending() > 0 {
                 if Instant::now() + POLL > deadline {
                     return false;
                 }

@@ -12,6 +12,7 @@ mod cli_causes;
 mod cli_deadlock;
 mod cli_faults;
 mod cli_json;
+mod cli_kept;
 mod cli_late_grant;
 mod cli_rough_edges;
 mod cli_sync;

@@ -43,6 +43,7 @@ mod cli_sync;
 mod duration;
 mod hold;
 mod inspect;
+mod kept;
 mod outcome;
 mod redlock;
 mod run;

@@ -188,12 +188,16 @@ pub async fn run(session: &Session, args: RunArgs) -> Result<i32, Failure> {
         Waited::Interrupted(sig) => return Ok(signal_code(sig as i32)),
     };
     let watch = Watch {
-        managers: vec![manager],
+        managers: vec![manager.clone()],
         quorum: 1,
         shown_url: session.shown_url(),
         lease: args.acquire.lease.unwrap_or(args.acquire.watchdog_lease),
     };
-    Ok(supervise(Held::One(guard), &args, &mut signals, &watch).await)
+    let code = supervise(Held::One(guard), &args, &mut signals, &watch).await;
+    // A release no replica confirmed is redone after a failover only while
+    // this process runs.
+    crate::kept::stay(&manager, &args.name).await;
+    Ok(code)
 }
 
 /// `run --redlock`: the lock on a majority of the `--redis` servers.

@@ -22,6 +22,7 @@
 //! the release before that grant, is replicated with it, and the window never
 //! outlives the latch.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tracing::{debug, info};
@@ -31,6 +32,31 @@ use crate::wire::{Invocation, ScriptConn};
 
 /// How often a kept release is sent again.
 pub(crate) const EVERY: Duration = Duration::from_millis(250);
+
+/// Kept releases still being sent again, in this process: a process on its
+/// way out waits for them (`Settle`), since they end with it.
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+
+/// How many kept releases are still being sent again in this process.
+pub(crate) fn kept_pending() -> usize {
+    PENDING.load(Ordering::Acquire)
+}
+
+/// One kept release counted in [`PENDING`] while its task runs.
+struct Pending;
+
+impl Pending {
+    fn enter() -> Pending {
+        PENDING.fetch_add(1, Ordering::AcqRel);
+        Pending
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        PENDING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// Where an invocation's retry flag is and how long it may be resent.
 #[derive(Debug, Clone, Copy)]
@@ -80,7 +106,11 @@ pub(crate) fn keep_if_unconfirmed<C: ScriptConn>(
         lock = call.routing_key().unwrap_or("?"),
         "a release no replica confirmed is kept, to be redone after a failover"
     );
-    tokio::spawn(resend(conn, again, until));
+    let pending = Pending::enter();
+    tokio::spawn(async move {
+        let _pending = pending;
+        resend(conn, again, until).await
+    });
 }
 
 /// Sends `call` again every [`EVERY`] until a replica confirms it or `until`.

@@ -85,7 +85,7 @@ mod replies;
 mod unconfirmed;
 
 use fast::{send_fast, Fast};
-pub(crate) use kept::{keep_if_unconfirmed, Redo};
+pub(crate) use kept::{keep_if_unconfirmed, kept_pending, Redo};
 use lanes::budget;
 pub(crate) use lanes::Lanes;
 pub(crate) use look::Look;
