@@ -196,6 +196,39 @@ pub fn sentinel(settings: &Settings) -> Vec<Row> {
             },
         ),
         fault(
+            "replica cut off, a release unconfirmed, then the master SIGKILLed (failover to that replica)",
+            quiet,
+            |fleet: &Fleet| {
+                // Once the frozen replica has caught up again: cut it off
+                // (frozen, its link killed) so that no replica can confirm,
+                // let a release go unconfirmed, then kill the master and let
+                // the replica (resumed) be promoted. The release is kept by
+                // its command and redone there (`wire/replicas/kept.rs`).
+                std::thread::sleep(Duration::from_secs(8));
+                let (master, replica) = roles();
+                let replica_port = replica.borrow().port();
+                replica.borrow_mut().pause();
+                let mut conn = master.borrow().conn();
+                let _: redis::RedisResult<redis::Value> = redis::cmd("CLIENT")
+                    .arg("KILL")
+                    .arg("TYPE")
+                    .arg("replica")
+                    .query(&mut conn);
+                // The commands count replicas every second.
+                std::thread::sleep(Duration::from_millis(1500));
+                fleet.wait_for_a_release(Duration::from_secs(5));
+                master.borrow_mut().kill();
+                replica.borrow_mut().resume();
+                named(replica_port, true);
+                // The old master back as a replica, for the faults after.
+                for server in [&first, &second] {
+                    if server.borrow().port() != replica_port {
+                        server.borrow_mut().restart();
+                    }
+                }
+            },
+        ),
+        fault(
             "new master frozen (SIGSTOP; failover back)",
             quiet,
             |_: &Fleet| {
