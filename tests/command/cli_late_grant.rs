@@ -14,8 +14,13 @@ use lockwarden::{Acquire, Config, LockManager};
 use support::{eventually, raw, RedisServer};
 
 /// The holder's lease: the waiter's retry comes when Redis says it ends, and
-/// the lock is free by then on the server's clock.
-const LEASE: Duration = Duration::from_millis(1500);
+/// the lock is free by then on the server's clock. Half a second short of the
+/// 3 s wait: the retry must still be unanswered when the wait ends, so its 2 s
+/// response timeout must not pass first, which a shorter lease allowed when the
+/// command took long to start on a loaded machine (the retry then timed out
+/// before the deadline, and the process was killed before it could check what
+/// the lost retry did).
+const LEASE: Duration = Duration::from_millis(2500);
 
 /// Holds `name` with `holder`'s kind for [`LEASE`], starts `lockwarden run
 /// name <waiter> --wait 3s`, freezes Redis once the command waits, lets its
@@ -45,7 +50,7 @@ async fn no_hold_after_the_process_is_gone(
     let waiting = eventually(Duration::from_secs(5), || tries() >= tried + 2).await;
     assert!(waiting, "the command never waited on {name}");
     server.pause();
-    // Its retry goes out when the holder's lease ends (about 1.5 s) and sits in
+    // Its retry goes out when the holder's lease ends (about 2.5 s) and sits in
     // the frozen server; its wait ends at 3 s with that retry unanswered, and it
     // sends the give-back right behind it before it settles and exits.
     tokio::time::sleep(Duration::from_millis(3800)).await;
