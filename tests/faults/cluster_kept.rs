@@ -54,16 +54,7 @@ pub(crate) async fn a_release_no_replica_confirmed_is_redone_after_the_masters_d
     );
     // Once the manager counts no replica there, a grant goes without a WAIT.
     let probe = format!("{}:probe", name.split(':').next().unwrap_or("{kept}"));
-    let began = Instant::now();
-    let mut none = false;
-    while began.elapsed() < Duration::from_secs(15) {
-        if let Ok(Ok(g)) = m.send(Acquire::new(&probe).wait(Duration::ZERO)).await {
-            g.release().await.expect("probe released");
-            none = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let none = support::until_no_replica_counted(&m, &probe).await;
     assert!(
         none,
         "the frozen replica was never counted out\n{}",

@@ -225,21 +225,34 @@ pub fn private_redis() -> Result<(String, Option<RedisServer>), String> {
     if let Ok(url) = std::env::var("REDIS_URL") {
         return Ok((url, None));
     }
+    private_server(
+        "`redis-server` is not on the PATH, and REDIS_URL is not set",
+        "a server this example may write to",
+        "Started a private redis-server",
+    )
+}
+
+/// A private `redis-server` started for the run, saying `started` (with its
+/// port) on stdout; or, with none on the PATH, the error `missing` with how to
+/// get one or name `instead` by `REDIS_URL`.
+fn private_server(
+    missing: &str,
+    instead: &str,
+    started: &str,
+) -> Result<(String, Option<RedisServer>), String> {
     let on_path = std::process::Command::new(redis_server_bin())
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
     if !on_path {
-        return Err(
-            "`redis-server` is not on the PATH, and REDIS_URL is not set.\n\
-             Install Redis (Debian/Ubuntu: `sudo apt-get install redis-server`), or set \
-             REDIS_URL=redis://host:port to a server this example may write to."
-                .to_string(),
-        );
+        return Err(format!(
+            "{missing}.\nInstall Redis (Debian/Ubuntu: `sudo apt-get install redis-server`), \
+             or set REDIS_URL=redis://host:port to {instead}."
+        ));
     }
     let server = RedisServer::start();
     println!(
-        "Started a private redis-server on port {} for this run (set REDIS_URL to use another).",
+        "{started} on port {} for this run (set REDIS_URL to use another).",
         server.port()
     );
     Ok((server.url(), Some(server)))
@@ -260,22 +273,30 @@ pub fn find_redis() -> Result<(String, Option<RedisServer>), String> {
     if answers {
         return Ok((default.to_string(), None));
     }
-    let on_path = std::process::Command::new(redis_server_bin())
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !on_path {
-        return Err(
-            "no Redis answers at 127.0.0.1:6379 and `redis-server` is not on the PATH.\n\
-             Install Redis (Debian/Ubuntu: `sudo apt-get install redis-server`), or set \
-             REDIS_URL=redis://host:port to a server you have."
-                .to_string(),
-        );
+    private_server(
+        "no Redis answers at 127.0.0.1:6379 and `redis-server` is not on the PATH",
+        "a server you have",
+        "No Redis at 127.0.0.1:6379: started a private redis-server",
+    )
+}
+
+/// Waits (at most 15 s) until `manager` counts no replica that can confirm:
+/// a zero-wait grant of `probe` then goes without a `WAIT` and is granted
+/// (before, it is refused as not replicated). Answers whether it came to that.
+pub async fn until_no_replica_counted(
+    manager: &actix::Addr<lockwarden::LockManager>,
+    probe: &str,
+) -> bool {
+    let began = std::time::Instant::now();
+    while began.elapsed() < std::time::Duration::from_secs(15) {
+        let tried = manager
+            .send(lockwarden::Acquire::new(probe).wait(std::time::Duration::ZERO))
+            .await;
+        if let Ok(Ok(g)) = tried {
+            g.release().await.expect("probe released");
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    let server = RedisServer::start();
-    println!(
-        "No Redis at 127.0.0.1:6379: started a private redis-server on port {} for this run.",
-        server.port()
-    );
-    Ok((server.url(), Some(server)))
+    false
 }

@@ -62,17 +62,7 @@ async fn a_release_no_replica_confirmed_is_redone_after_a_failover() {
     let _: redis::Value = support::raw(&master, &["CLIENT", "KILL", "TYPE", "replica"]);
     // Once the manager counts no replica, a grant goes without a WAIT (before,
     // it is refused as not replicated).
-    let mut none = false;
-    let began = Instant::now();
-    while began.elapsed() < Duration::from_secs(15) {
-        let probe = m.send(Acquire::new("probe").wait(Duration::ZERO)).await;
-        if let Ok(Ok(g)) = probe {
-            g.release().await.expect("probe released");
-            none = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let none = support::until_no_replica_counted(&m, "probe").await;
     assert!(
         none,
         "the manager never stopped counting the frozen replica\n{}",
