@@ -129,7 +129,7 @@ impl Config {
     /// once a second and shown by [`LockGuard::confirmed`](crate::LockGuard::confirmed);
     /// with `true` it is refused as Redisson refuses it ("None of slaves were
     /// synced"): given back under its request id, retried until the caller's
-    /// wait runs out, then answered [`LockError::NotReplicated`](crate::LockError::NotReplicated).
+    /// wait runs out, then answered [`LockError::NotReplicated`].
     /// What `true` costs: availability. While no replica is in sync (a replica
     /// restarting or resyncing, the first seconds after a failover, a master
     /// that has none) nobody gets any lock. Defaults to `false`.
