@@ -22,16 +22,38 @@ use support::{eventually, raw, RedisServer};
 /// the lost retry did).
 const LEASE: Duration = Duration::from_millis(2500);
 
-/// Holds `name` with `holder`'s kind for [`LEASE`], starts `lockwarden run
-/// name <waiter> --wait 3s`, freezes Redis once the command waits, lets its
-/// wait run out while its retry sits in the frozen server, SIGKILLs it, and
-/// resumes Redis: the lock must be free soon after.
+/// [`one_try`] until its scenario happens (at most three times): on a loaded
+/// machine the command may start so late that its retry times out before its
+/// wait ends, a lost reply rather than an attempt in flight, which a process
+/// killed before Redis answers cannot check (the lease frees that hold; a
+/// known gap, CHANGELOG.md).
 async fn no_hold_after_the_process_is_gone(
     name: &str,
     holder: fn(Acquire) -> Acquire,
     waiter: &[&str],
     hash_key: &str,
 ) {
+    for _ in 0..3 {
+        if one_try(name, holder, waiter, hash_key).await {
+            return;
+        }
+        eprintln!("{name}: the retry timed out before the wait ended; trying again");
+    }
+    panic!("{name}: in three tries the retry never stayed in flight until the wait ended");
+}
+
+/// Holds `name` with `holder`'s kind for [`LEASE`], starts `lockwarden run
+/// name <waiter> --wait 3s`, freezes Redis once the command waits, lets its
+/// wait run out while its retry sits in the frozen server, SIGKILLs it, and
+/// resumes Redis: the lock must be free soon after. Answers `false`, checking
+/// nothing, when the retry timed out before the wait ended (the command's own
+/// log says so), which is not this scenario.
+async fn one_try(
+    name: &str,
+    holder: fn(Acquire) -> Acquire,
+    waiter: &[&str],
+    hash_key: &str,
+) -> bool {
     let mut server = RedisServer::start();
     let config = Config::from_url(&server.url()).expect("url");
     let other = LockManager::start(config).await.expect("started");
@@ -40,12 +62,13 @@ async fn no_hold_after_the_process_is_gone(
         .await
         .expect("running")
         .expect("acquired");
-    let tries = || server.commandstats().get("evalsha").copied().unwrap_or(0);
-    let tried = tries();
+    let tried = server.commandstats().get("evalsha").copied().unwrap_or(0);
     let mut lw = support::lockwarden_at(env!("CARGO_BIN_EXE_lockwarden"), &server.url());
-    lw.args(["run", name]).args(waiter);
+    // `-v`: its log says whether an attempt timed out.
+    lw.args(["-v", "run", name]).args(waiter);
     lw.args(["--wait", "3s", "--", "true"]);
-    let mut child = lw.spawn().expect("run lockwarden");
+    let child = lw.spawn().expect("run lockwarden");
+    let tries = || server.commandstats().get("evalsha").copied().unwrap_or(0);
     // Waiting: its first try and the one after it subscribed were refused.
     let waiting = eventually(Duration::from_secs(5), || tries() >= tried + 2).await;
     assert!(waiting, "the command never waited on {name}");
@@ -54,9 +77,15 @@ async fn no_hold_after_the_process_is_gone(
     // the frozen server; its wait ends at 3 s with that retry unanswered, and it
     // sends the give-back right behind it before it settles and exits.
     tokio::time::sleep(Duration::from_millis(3800)).await;
+    let mut child = child;
     let _ = child.start_kill();
-    let _ = child.wait().await;
+    let out = child.wait_with_output().await.expect("the command ended");
     server.resume();
+    let log = String::from_utf8_lossy(&out.stderr);
+    if log.contains("acquire attempt failed") {
+        drop(held);
+        return false;
+    }
     // The held guard's lease ran out meanwhile: nobody holds the lock now but
     // what the late grant left.
     drop(held);
@@ -67,9 +96,10 @@ async fn no_hold_after_the_process_is_gone(
     let left: Vec<(String, String)> = raw(&server, &["HGETALL", hash_key]);
     assert!(
         free,
-        "{name}: the late grant left a hold after the command was gone: {left:?}\n{}",
+        "{name}: the late grant left a hold after the command was gone: {left:?}\n{log}\n{}",
         server.log()
     );
+    true
 }
 
 /// A fair lock's late grant is given back by the release sent behind it.
