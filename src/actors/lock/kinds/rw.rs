@@ -154,11 +154,7 @@ async fn rw_release(
             request_id,
             latch_ttl_ms,
         };
-        if once {
-            wire::call_once(conn, &call).await
-        } else {
-            wire::call(conn, &call).await
-        }
+        send(conn, &call, once).await
     } else {
         let call = wire::ReadRelease {
             name,
@@ -166,10 +162,18 @@ async fn rw_release(
             request_id,
             latch_ttl_ms,
         };
-        if once {
-            wire::call_once(conn, &call).await
-        } else {
-            wire::call(conn, &call).await
-        }
+        send(conn, &call, once).await
+    }
+}
+
+/// Sends `call` as one `EVAL` never resent (`once`), or as any script call.
+async fn send<S: wire::ScriptCall>(
+    conn: &mut crate::node::Conn,
+    call: &S,
+    once: bool,
+) -> RedisResult<S::Reply> {
+    match once {
+        true => wire::call_once(conn, call).await,
+        false => wire::call(conn, call).await,
     }
 }
