@@ -70,13 +70,13 @@ impl LockActor {
     /// ([`LockActor::reconcile`]).
     pub(super) fn pump(&mut self, ctx: &mut Context<Self>) {
         self.send_chores(ctx);
-        if self.attempts.in_progress() {
+        if self.wait.attempts.in_progress() {
             return;
         }
-        if self.attempts.has_unresolved() {
+        if self.wait.attempts.has_unresolved() {
             // First find out what the lost attempt did. In-flight releases of the
             // same owner would blur the count, so wait for them (they pump again).
-            if self.releases.none() {
+            if self.held.releases.none() {
                 self.resolve(ctx);
             }
             self.reconcile(ctx);
@@ -84,11 +84,11 @@ impl LockActor {
         }
         // The waiter whose attempt is in flight stays until its `Cancel` comes,
         // which gives that attempt back at once (`abandon`).
-        let gone = self.queue.remove_gone(self.attempts.in_flight());
+        let gone = self.wait.queue.remove_gone(self.wait.attempts.in_flight());
         self.left(gone);
         let picked = match self
             .kind
-            .next(&mut self.queue, &self.holdings, Instant::now())
+            .next(&mut self.wait.queue, &self.held.holdings, Instant::now())
         {
             Next::Try(id) => Some(id),
             Next::HoldBack(left) => {
@@ -101,7 +101,7 @@ impl LockActor {
             self.reconcile(ctx);
             return;
         };
-        self.attempts.sent_acquisition();
+        self.wait.attempts.sent_acquisition();
         let sent = Instant::now();
         let fut = self.kind.scripts().acquire(&self.shared, call);
         ctx.spawn(
@@ -116,8 +116,8 @@ impl LockActor {
     /// `handover.rs`). The kind marks the waiter, and says whether the attempt
     /// takes a place in a Redis queue.
     pub(super) fn start_attempt(&mut self, id: u64) -> Option<(InFlight, kinds::Attempt)> {
-        let known_lock = self.attempts.saw_lock();
-        let w = self.queue.find_mut(id)?;
+        let known_lock = self.wait.attempts.saw_lock();
+        let w = self.wait.queue.find_mut(id)?;
         let queue = self.kind.sending(w);
         // A retry (the first attempt found the key a lock hash, or got an error),
         // or an earlier attempt of this actor found it one: a key that turns into
@@ -143,7 +143,7 @@ impl LockActor {
             reentrant: w.req.reentrant,
             delay_ms: millis(self.shared.config.lock_delay),
         };
-        self.attempts.sent(attempt.waiter);
+        self.wait.attempts.sent(attempt.waiter);
         Some((attempt, call))
     }
 
@@ -155,8 +155,8 @@ impl LockActor {
         res: redis::RedisResult<AcquireReply>,
         ctx: &mut Context<Self>,
     ) {
-        let abandoned = self.attempts.was_abandoned();
-        let woken = self.attempts.answered();
+        let abandoned = self.wait.attempts.was_abandoned();
+        let woken = self.wait.attempts.answered();
         match res {
             Ok(AcquireReply::Acquired { token, .. }) if abandoned => {
                 // Its waiter left while it was in flight, and the give-back sent
@@ -165,9 +165,9 @@ impl LockActor {
                 // before the next attempt, as for a lost reply, in case the
                 // give-back went out first (an acquisition still queued in the
                 // coalescer when the waiter left).
-                self.attempts.redis_answered(true);
+                self.wait.attempts.redis_answered(true);
                 debug!(lock = %self.name, token, "granted to a waiter that left; given back behind it");
-                self.attempts.lost(attempt);
+                self.wait.attempts.lost(attempt);
                 self.pump(ctx);
             }
             Ok(AcquireReply::Acquired {
@@ -175,13 +175,13 @@ impl LockActor {
                 holds,
                 confirmed,
             }) => {
-                self.attempts.redis_answered(true);
+                self.wait.attempts.redis_answered(true);
                 self.on_granted(attempt, (token, confirmed), holds, sent, ctx);
                 self.pump(ctx);
             }
             Ok(refused @ (AcquireReply::UpgradeRefused | AcquireReply::ReentryRefused)) => {
-                self.attempts.redis_answered(false);
-                if let Some(w) = self.queue.take(attempt.waiter) {
+                self.wait.attempts.redis_answered(false);
+                if let Some(w) = self.wait.queue.take(attempt.waiter) {
                     // A fair waiter refused a re-entry leaves its place.
                     self.left(Gone::of(&w));
                     w.fail(match refused {
@@ -192,7 +192,7 @@ impl LockActor {
                 self.pump(ctx);
             }
             Ok(AcquireReply::Busy { ttl, head }) => {
-                self.attempts.redis_answered(true);
+                self.wait.attempts.redis_answered(true);
                 self.on_busy(attempt, ttl, head, woken, ctx);
             }
             Err(e) => self.on_attempt_failed(attempt, e, ctx),
@@ -210,7 +210,7 @@ impl LockActor {
         sent: Instant,
         ctx: &mut Context<Self>,
     ) {
-        let Some(w) = self.queue.take(attempt.waiter) else {
+        let Some(w) = self.wait.queue.take(attempt.waiter) else {
             // The waiter gave up while its attempt was in flight. The grant is
             // real, so it is undone through the normal path: a guard that is
             // dropped at once releases its hold.
@@ -225,7 +225,7 @@ impl LockActor {
             drop(self.grant(claim, token, sent, ctx));
             return;
         };
-        self.kind.granted(self.queue.len());
+        self.kind.granted(self.wait.queue.len());
         let waited = w.req.since.elapsed();
         crate::stats::record::acquired(w.req.kind, waited, self.metric_name());
         w.req
@@ -254,22 +254,22 @@ impl LockActor {
         ctx: &mut Context<Self>,
     ) {
         if redis_is_protocol_error(&e) {
-            self.attempts.lost(attempt);
+            self.wait.attempts.lost(attempt);
             self.restart(&e, ctx);
         } else if redis_is_transient(&e) {
             // What stands in the way now, told to a waiter whose deadline passes.
-            let delay = self.attempts.failed(&self.shared.config, e.clone());
+            let delay = self.wait.attempts.failed(&self.shared.config, e.clone());
             warn!(lock = %self.name, error = %e, retry_in = ?delay, "acquire attempt failed; will retry");
             if !e.is_connection_refusal() {
                 // The script may have run with its reply lost.
-                self.attempts.lost(attempt);
+                self.wait.attempts.lost(attempt);
             }
-            let gone = self.queue.fail_try_once(|_| true, Some(&e));
+            let gone = self.wait.queue.fail_try_once(|_| true, Some(&e));
             self.left(gone);
             // A grant too few replicas confirmed is real on the master: give
             // it back now rather than at the next attempt, so that nothing
             // holds it while the caller is told it was not granted.
-            let undo_now = replica_shortfall(&e).is_some() && self.releases.none();
+            let undo_now = replica_shortfall(&e).is_some() && self.held.releases.none();
             self.schedule(Some(delay), ctx);
             if undo_now {
                 self.resolve(ctx);
@@ -278,7 +278,7 @@ impl LockActor {
             // An error that will repeat (wrong key type, script error): every
             // waiter would get the same, so all get it now.
             warn!(lock = %self.name, error = %e, "acquire attempt refused by Redis");
-            let gone = self.queue.fail_all(|| LockError::from(e.clone()));
+            let gone = self.wait.queue.fail_all(|| LockError::from(e.clone()));
             self.left(gone);
             self.reconcile(ctx);
         }
@@ -305,10 +305,11 @@ impl LockActor {
 
     /// [`LockActor::abandon`] for what it needs of the waiter.
     fn abandon_attempt(&mut self, w: Abandoning, ctx: &mut Context<Self>) {
-        if self.attempts.in_flight() != Some(w.id) {
+        if self.wait.attempts.in_flight() != Some(w.id) {
             return;
         }
         let holds = self
+            .held
             .holdings
             .of(w.owner, w.kind)
             .is_some_and(|h| h.guards > 0);
@@ -326,7 +327,7 @@ impl LockActor {
         let Some(undo) = self.kind.scripts().undo_abandoned(&self.shared, giveback) else {
             return;
         };
-        if !self.attempts.abandon(w.id) {
+        if !self.wait.attempts.abandon(w.id) {
             return;
         }
         let unsettled = Box::new(Unresolved {
@@ -342,7 +343,7 @@ impl LockActor {
                 // Not known to have run: what the attempt did is checked by the
                 // owner's hold count, as for a lost reply.
                 warn!(lock = %act.name, error = %e, "could not give back the attempt of a waiter that left; checking it");
-                act.attempts.unsettled(unsettled);
+                act.wait.attempts.unsettled(unsettled);
                 act.pump(ctx);
             }
         }));
@@ -370,8 +371,9 @@ impl LockActor {
             name: &self.name,
         };
         let OnBusy { retry, then_pump } =
-            self.kind.busy(answer, &mut self.queue, &self.shared.config);
-        if self.queue.is_empty() {
+            self.kind
+                .busy(answer, &mut self.wait.queue, &self.shared.config);
+        if self.wait.queue.is_empty() {
             self.reconcile(ctx);
             return;
         }
@@ -382,7 +384,7 @@ impl LockActor {
         match retry {
             Retry::Now => return self.pump(ctx),
             Retry::After(delay) => return self.schedule(Some(delay), ctx),
-            Retry::Listen(channel) if !self.subs.contains_key(&channel) => {
+            Retry::Listen(channel) if !self.wait.subs.contains_key(&channel) => {
                 self.subscribe(channel, ctx)
             }
             Retry::Listen(_) | Retry::Fallback => self.schedule(Some(fallback()), ctx),
@@ -396,7 +398,7 @@ impl LockActor {
     /// been released between the failed attempt and the subscription.
     pub(super) fn subscribe(&mut self, channel: String, ctx: &mut Context<Self>) {
         self.kind.subscribing();
-        self.subs.add(channel.clone());
+        self.wait.subs.add(channel.clone());
         let subscriber = self.shared.subscriber.clone();
         listen::subscribe(self, &channel, &subscriber, ctx);
     }
@@ -404,7 +406,7 @@ impl LockActor {
     /// Something suggests the lock may be free: retry now (or right after the
     /// attempt in flight).
     pub(super) fn wake(&mut self, ctx: &mut Context<Self>) {
-        if !self.attempts.wake() {
+        if !self.wait.attempts.wake() {
             self.pump(ctx);
         }
     }
@@ -414,14 +416,14 @@ impl LockActor {
     pub(super) fn schedule(&mut self, retry: Option<Duration>, ctx: &mut Context<Self>) {
         self.send_chores(ctx);
         self.timers.wake.cancel(ctx);
-        if !self.queue.is_empty() {
+        if !self.wait.queue.is_empty() {
             // Someone waits: a wait that lasts is recorded for operators (only
             // here, not at every enqueue: a lock granted at once costs nothing).
             crate::actors::waiting::watch(self, ctx);
             self.watch_for_deadlocks(ctx);
         }
         let now = Instant::now();
-        let at = [retry.map(|r| now + r), self.queue.nearest_deadline()]
+        let at = [retry.map(|r| now + r), self.wait.queue.nearest_deadline()]
             .into_iter()
             .flatten()
             .min();
@@ -434,24 +436,28 @@ impl LockActor {
                 // leaves as a cancelled one does: its attempt is given back
                 // right behind it, so that a grant Redis makes later (a frozen
                 // server that resumes after this process exited) holds nothing.
-                let asking = act.attempts.in_flight().and_then(|id| act.queue.find(id));
+                let asking = act
+                    .wait
+                    .attempts
+                    .in_flight()
+                    .and_then(|id| act.wait.queue.find(id));
                 if let Some(a) = asking.filter(|w| w.deadline.is_some_and(|d| d <= now)) {
                     let a = Abandoning::of(a);
                     act.abandon_attempt(a, ctx);
                 }
                 let silence = act.silence(now);
-                let cause = act.attempts.last_error().or(silence.as_ref());
+                let cause = act.wait.attempts.last_error().or(silence.as_ref());
                 let who = || super::waiters::WhoHolds {
                     conn: act.shared.node.conn(),
                     name: act.name.clone(),
                     ours: format!("{}:", act.shared.client_id),
                 };
-                let expired = act.queue.expire(now, cause, who);
+                let expired = act.wait.queue.expire(now, cause, who);
                 for _ in 0..expired.count {
                     act.shared.counters.timeout();
                 }
                 act.left(expired);
-                act.kind.timer_fired(&mut act.queue);
+                act.kind.timer_fired(&mut act.wait.queue);
                 act.pump(ctx);
             });
         }
@@ -465,7 +471,11 @@ impl LockActor {
     fn silence(&self, now: Instant) -> Option<redis::RedisError> {
         // Kept in the waiter, not the actor: a held lock has no waiters, so the
         // send time costs nothing per held lock.
-        let since = self.queue.find(self.attempts.in_flight()?)?.tried_at?;
+        let since = self
+            .wait
+            .queue
+            .find(self.wait.attempts.in_flight()?)?
+            .tried_at?;
         let quiet = now.saturating_duration_since(since);
         (quiet >= SILENCE).then(|| {
             redis::RedisError::from(std::io::Error::new(
@@ -483,10 +493,10 @@ impl LockActor {
     /// A hold that no guard accounts for is given back at once; nothing is granted
     /// from an unknown outcome (its fencing token is unknown too).
     pub(super) fn resolve(&mut self, ctx: &mut Context<Self>) {
-        let Some(u) = self.attempts.check() else {
+        let Some(u) = self.wait.attempts.check() else {
             return;
         };
-        let held_here = self.holdings.of(u.owner, u.kind);
+        let held_here = self.held.holdings.of(u.owner, u.kind);
         let expected = held_here.map_or(0, |h| h.guards);
         let lease = held_here.map_or(self.shared.config.watchdog_lease, |h| h.lease);
         let mut conn = self.shared.node.conn();
@@ -513,21 +523,21 @@ impl LockActor {
                     if undone {
                         debug!(lock = %act.name, "an attempt with a lost reply had taken a hold; gave it back");
                     }
-                    act.attempts.checked(true);
+                    act.wait.attempts.checked(true);
                     act.pump(ctx);
                 }
                 Err(e) if redis_is_transient(&e) => {
-                    act.attempts.checked(false);
+                    act.wait.attempts.checked(false);
                     // This is what stands in the way now: a waiter whose deadline
                     // passes is told this error, not the one that lost the reply.
-                    let delay = act.attempts.failed(&act.shared.config, e.clone());
+                    let delay = act.wait.attempts.failed(&act.shared.config, e.clone());
                     debug!(lock = %act.name, error = %e, retry_in = ?delay, "cannot check the lost attempt yet");
                     act.schedule(Some(delay), ctx);
                 }
                 Err(e) => {
                     // Not a lock hash any more: there is no hold of ours to undo.
                     warn!(lock = %act.name, error = %e, "could not check a lost attempt");
-                    act.attempts.checked(true);
+                    act.wait.attempts.checked(true);
                     act.pump(ctx);
                 }
             }

@@ -74,6 +74,7 @@ impl LockActor {
             return;
         };
         if self
+            .wait
             .detector
             .as_ref()
             .is_some_and(|d| d.checking || d.alarm.is_set())
@@ -84,6 +85,7 @@ impl LockActor {
         // already, a timeout after the last round (a quarter of one after a
         // first check in Redis that found nothing: QUICK_RECHECK).
         let soon = self
+            .wait
             .detector
             .as_mut()
             .is_some_and(|d| std::mem::take(&mut d.soon));
@@ -92,8 +94,13 @@ impl LockActor {
         } else {
             timeout
         };
-        let checked = self.detector.as_ref().map(|d| (&d.checked, d.last_round));
+        let checked = self
+            .wait
+            .detector
+            .as_ref()
+            .map(|d| (&d.checked, d.last_round));
         let first_check = self
+            .wait
             .queue
             .iter()
             .filter(|w| !w.try_once)
@@ -115,15 +122,16 @@ impl LockActor {
     }
 
     fn detector_mut(&mut self) -> &mut Detector {
-        self.detector.get_or_insert_with(Box::default)
+        self.wait.detector.get_or_insert_with(Box::default)
     }
 
     /// The waits past the timeout, as the graph shows them.
     fn due_waits(&mut self, timeout: Duration) -> Vec<(u64, Wait)> {
         let now_ms = now_ms();
-        let detector = self.detector.get_or_insert_with(Box::default);
+        let detector = self.wait.detector.get_or_insert_with(Box::default);
         let name = &self.name;
-        self.queue
+        self.wait
+            .queue
             .iter()
             .filter(|w| !w.try_once && !w.req.reply.is_closed())
             .filter(|w| w.req.since.elapsed() >= timeout)
@@ -153,7 +161,12 @@ impl LockActor {
     /// past the timeout.
     fn publish(&self, waits: Vec<Wait>) {
         let published = (!waits.is_empty()).then(|| Published {
-            holders: self.holdings.iter().map(|h| h.field.to_string()).collect(),
+            holders: self
+                .held
+                .holdings
+                .iter()
+                .map(|h| h.field.to_string())
+                .collect(),
             waits,
         });
         self.shared
@@ -249,7 +262,7 @@ impl LockActor {
             debug!(lock = %self.name, waiter = id, %cycle, "in a deadlock another wait breaks");
             return false;
         }
-        let Some(w) = self.queue.take(id) else {
+        let Some(w) = self.wait.queue.take(id) else {
             return false;
         };
         w.req.span.in_scope(
@@ -279,10 +292,10 @@ impl LockActor {
     /// Drops what was checked of waits that ended (records in Redis, the local
     /// publication), and the detector once nothing is left.
     pub(super) fn forget_ended_waits(&mut self, ctx: &mut Context<Self>) {
-        let Some(detector) = self.detector.as_mut() else {
+        let Some(detector) = self.wait.detector.as_mut() else {
             return;
         };
-        let queue = &self.queue;
+        let queue = &self.wait.queue;
         let ended: Vec<u64> = detector
             .checked
             .keys()
@@ -302,10 +315,10 @@ impl LockActor {
         if !removals.is_empty() {
             self.forget_records(removals);
         }
-        let detector = self.detector.as_mut().expect("checked above");
-        if self.queue.is_empty() && detector.checked.is_empty() && !detector.checking {
+        let detector = self.wait.detector.as_mut().expect("checked above");
+        if self.wait.queue.is_empty() && detector.checked.is_empty() && !detector.checking {
             detector.alarm.cancel(ctx);
-            self.detector = None;
+            self.wait.detector = None;
         }
     }
 }

@@ -37,11 +37,11 @@ impl LockActor {
         giveback: &Giveback,
     ) -> Option<ResponseActFuture<Self, Result<ReleaseOutcome, LockError>>> {
         // An attempt, a check or another release in flight would race with it.
-        if !self.attempts.is_quiet() || !self.releases.none() {
+        if !self.wait.attempts.is_quiet() || !self.held.releases.none() {
             return None;
         }
-        let holder = self.holdings.get(epoch)?.owner;
-        let head = self.queue.front()?;
+        let holder = self.held.holdings.get(epoch)?.owner;
+        let head = self.wait.queue.front()?;
         if head.req.owner == holder || head.req.reply.is_closed() {
             return None;
         }
@@ -49,7 +49,7 @@ impl LockActor {
             return None;
         };
         let (attempt, to) = self.start_attempt(head.req.id)?;
-        self.releases.start();
+        self.held.releases.start();
         let sent = Instant::now();
         let fut = transfer(
             self.kind.scripts(),
@@ -74,7 +74,7 @@ impl LockActor {
         (res, refused): Handing,
         ctx: &mut Context<Self>,
     ) -> Result<ReleaseOutcome, LockError> {
-        self.releases.done();
+        self.held.releases.done();
         if let Some(e) = &refused {
             warn!(lock = %self.name, error = %e, "cannot hand the lock over in one call; releasing instead");
             self.kind.handed(Handed::Refused);
@@ -118,9 +118,9 @@ impl LockActor {
                 self.on_attempt(attempt, sent, Ok(granted), ctx);
             }
             None => {
-                self.attempts.answered();
+                self.wait.attempts.answered();
                 if unknown {
-                    self.attempts.lost(attempt);
+                    self.wait.attempts.lost(attempt);
                 }
                 self.pump(ctx);
             }

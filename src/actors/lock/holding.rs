@@ -234,9 +234,12 @@ impl LockActor {
         self.shared.counters.acquired();
         let lease_len = lease.unwrap_or(self.shared.config.watchdog_lease);
         self.lose_stale(owner, kind, ctx);
-        let at = self.holdings.entry(kind, owner, &field, lease_len, sent);
+        let at = self
+            .held
+            .holdings
+            .entry(kind, owner, &field, lease_len, sent);
         let renewal = self.kind.scripts().renewal(kind);
-        let h = &mut self.holdings.live[at];
+        let h = &mut self.held.holdings.live[at];
         let epoch = h.epoch;
         h.guards += 1;
         h.lease = lease_len;
@@ -276,6 +279,7 @@ impl LockActor {
     /// waiter try past a live one): it is declared lost.
     fn lose_stale(&mut self, owner: Owner, kind: AcquireKind, ctx: &mut Context<Self>) {
         let stale: Vec<u64> = self
+            .held
             .holdings
             .iter()
             .filter(|h| h.owner != owner && (h.kind.excludes(kind) || kind.excludes(h.kind)))
@@ -301,7 +305,7 @@ impl LockActor {
     }
 
     pub(super) fn forget(&mut self, epoch: u64) -> Option<Holding> {
-        let h = self.holdings.remove(epoch)?;
+        let h = self.held.holdings.remove(epoch)?;
         crate::stats::record::held(h.kind, h.since.elapsed(), self.metric_name());
         if h.watchdog {
             self.shared.renewals.unwatch(epoch);
@@ -313,7 +317,7 @@ impl LockActor {
     /// `valid_until` passes.
     pub(super) fn arm_expiry(&mut self, ctx: &mut Context<Self>) {
         self.timers.expiry.cancel(ctx);
-        let explicit = self.holdings.iter().filter(|h| !h.watchdog);
+        let explicit = self.held.holdings.iter().filter(|h| !h.watchdog);
         let Some(first) = explicit.map(|h| h.valid_until).min() else {
             return;
         };
@@ -322,6 +326,7 @@ impl LockActor {
         self.timers.expiry.set(ctx, delay, slot, move |act, ctx| {
             let now = Instant::now();
             let due: Vec<(u64, LostReason)> = act
+                .held
                 .holdings
                 .iter()
                 .filter(|h| !h.watchdog && now >= h.valid_until)
@@ -351,7 +356,7 @@ impl LockActor {
                 reason,
             });
         }
-        self.lost.insert(h.epoch, reason, h.guards);
+        self.held.lost.insert(h.epoch, reason, h.guards);
         self.holding_timers(ctx);
     }
 }
@@ -360,7 +365,12 @@ impl Handler<Lapsed> for LockActor {
     type Result = ();
 
     fn handle(&mut self, msg: Lapsed, ctx: &mut Context<Self>) {
-        if self.holdings.get(msg.epoch).is_some_and(|h| h.guards == 0) {
+        if self
+            .held
+            .holdings
+            .get(msg.epoch)
+            .is_some_and(|h| h.guards == 0)
+        {
             // Its last hold is being released: a renewal that ran after the release
             // script finds the owner gone before this actor has seen the release's
             // reply. The release settles the holding either way.

@@ -73,11 +73,12 @@ impl LockActor {
     /// went on renewing the watchdog holdings meanwhile (this actor's address
     /// outlives the restart).
     fn verify_after_restart(&mut self, ctx: &mut Context<Self>) {
-        if self.holdings.is_empty() {
+        if self.held.holdings.is_empty() {
             self.pump(ctx);
             return;
         }
         let held: Vec<(u64, Arc<str>)> = self
+            .held
             .holdings
             .iter()
             .map(|h| (h.epoch, h.field.clone()))
@@ -146,8 +147,8 @@ impl Actor for LockActor {
         }
         // Whatever is still queued will never be served by this actor. Places in a
         // fair queue cannot be given back now: they lapse unrefreshed.
-        let _ = self.queue.fail_all(|| LockError::Stopped);
-        for h in self.holdings.drain() {
+        let _ = self.wait.queue.fail_all(|| LockError::Stopped);
+        for h in self.held.holdings.drain() {
             if h.watchdog {
                 self.shared.renewals.unwatch(h.epoch);
             }
@@ -160,22 +161,23 @@ impl Supervised for LockActor {
     fn restarting(&mut self, _ctx: &mut Context<Self>) {
         // Every timer and call in flight belonged to the old context and is gone.
         // An acquisition in flight has an unknown outcome now: check it first.
-        let queue = &self.queue;
-        self.attempts
+        let queue = &self.wait.queue;
+        self.wait
+            .attempts
             .restarting(|id| queue.find(id).map(Unresolved::of));
-        self.kind.restarting(&mut self.queue);
+        self.kind.restarting(&mut self.wait.queue);
         // Their callers got a mailbox error; a hold they may have left behind is
         // found by the next release (StillHeld with no guard) or expires unrenewed.
-        self.releases = Releases::default();
+        self.held.releases = Releases::default();
         self.timers.forget();
-        if let Some(w) = &mut self.waiting {
+        if let Some(w) = &mut self.wait.waiting {
             w.forget();
         }
-        if let Some(d) = &mut self.detector {
+        if let Some(d) = &mut self.wait.detector {
             d.forget();
         }
         // Subscribed again at the next busy answer (the route is simply replaced).
-        self.subs.clear();
+        self.wait.subs.clear();
         self.life.restart_requested = false;
         self.life.restarted = true;
     }

@@ -118,29 +118,48 @@ pub(crate) struct LockActor {
     kind: KindState,
     /// Connection, config, client id, subscriber and counters of the manager.
     shared: Arc<Shared>,
-    /// Local waiters, head first.
-    queue: WaiterQueue,
-    /// The local owners holding the lock.
-    holdings: Holdings,
-    /// Lost holdings whose guards are still alive.
-    lost: LostHoldings,
-    /// The acquisition attempt: in flight, lost, checked, failing (`attempts.rs`).
-    attempts: Attempts,
-    /// Channel -> subscription state (one channel, or one per fair waiter).
-    subs: Subs,
-    /// Release scripts in flight.
-    releases: Releases,
+    /// The waiting side: who waits, what is asked of Redis for them, what
+    /// they listen on.
+    wait: Wait,
+    /// The holding side: who holds, what was lost, what is being given back.
+    held: Held,
     /// The wake, expiry and idle timers, and the kind's periodic one (`timers.rs`).
     timers: Timers,
     /// The manager, the idle handshake's count and the restart flags (`life.rs`).
     life: Life,
-    /// The waiting records of waits over a second (`actors/waiting/records.rs`), boxed
-    /// and only while someone waits: a held lock's actor stays as small as it
-    /// was (docs/performance.md, client bytes per held lock).
+}
+
+/// The waiting side of a lock actor: the parts that change when a caller
+/// arrives, asks, listens or leaves. Grouped apart from the holding side
+/// because a held lock with nobody waiting keeps these empty (and the boxed
+/// ones absent), which is what keeps a held lock's actor small
+/// (docs/performance.md, client bytes per held lock).
+#[derive(Default)]
+struct Wait {
+    /// Local waiters, head first.
+    queue: WaiterQueue,
+    /// The acquisition attempt: in flight, lost, checked, failing (`attempts.rs`).
+    attempts: Attempts,
+    /// Channel -> subscription state (one channel, or one per fair waiter).
+    subs: Subs,
+    /// The waiting records of waits over a second (`actors/waiting/records.rs`),
+    /// boxed and only while someone waits.
     waiting: Option<Box<Waiting>>,
     /// Its deadlock checks (`deadlock.rs`), boxed and only while a wait is
     /// past `Config::deadlock_timeout`, for the same reason.
     detector: Option<Box<deadlock::Detector>>,
+}
+
+/// The holding side of a lock actor: the holds of this process and the
+/// releases of them in flight.
+#[derive(Default)]
+struct Held {
+    /// The local owners holding the lock.
+    holdings: Holdings,
+    /// Lost holdings whose guards are still alive.
+    lost: LostHoldings,
+    /// Release scripts in flight.
+    releases: Releases,
 }
 
 impl LockActor {
@@ -151,17 +170,11 @@ impl LockActor {
         manager: WeakRecipient<Idle>,
     ) -> Self {
         LockActor {
-            waiting: None,
-            detector: None,
             name,
             kind: KindState::new(kind),
             shared,
-            queue: WaiterQueue::default(),
-            holdings: Holdings::default(),
-            lost: LostHoldings::default(),
-            attempts: Attempts::default(),
-            subs: Subs::default(),
-            releases: Releases::default(),
+            wait: Wait::default(),
+            held: Held::default(),
             timers: Timers::default(),
             life: Life::new(manager),
         }
@@ -173,16 +186,16 @@ impl LockActor {
     /// idle countdown when nothing at all is going on.
     /// (Not "settle": that word is the `Settle` message's, nothing on the wire.)
     fn reconcile(&mut self, ctx: &mut Context<Self>) {
-        if self.queue.is_empty() {
+        if self.wait.queue.is_empty() {
             self.timers.wake.cancel(ctx);
         } else if !self.timers.wake.is_set() {
             self.schedule(None, ctx);
         }
-        let mut subs = std::mem::take(&mut self.subs);
+        let mut subs = std::mem::take(&mut self.wait.subs);
         for mut channel in subs.take_unneeded(|name| self.needs(name)) {
             channel.unsubscribe(&self.shared.subscriber);
         }
-        self.subs = subs;
+        self.wait.subs = subs;
         self.kind_timers(ctx);
         self.send_chores(ctx);
         self.forget_ended_waits(ctx);
@@ -191,14 +204,14 @@ impl LockActor {
 
     /// Nothing at all is going on: no waiter, holding, call or subscription.
     fn is_idle(&self) -> bool {
-        self.queue.is_empty()
-            && self.holdings.is_empty()
-            && self.lost.is_empty()
-            && self.attempts.is_quiet()
-            && self.releases.none()
+        self.wait.queue.is_empty()
+            && self.held.holdings.is_empty()
+            && self.held.lost.is_empty()
+            && self.wait.attempts.is_quiet()
+            && self.held.releases.none()
             && !self.kind.busy_with_chores()
-            && self.subs.is_empty()
-            && self.detector.is_none()
+            && self.wait.subs.is_empty()
+            && self.wait.detector.is_none()
     }
 
     /// The channel its waiters listen on (for the fair lock, the prefix of each
@@ -211,19 +224,20 @@ impl LockActor {
     /// Whether `channel` must stay subscribed: the kind says (some waiter
     /// listens on it, or the holder keeps listening while it takes turns).
     fn needs(&self, channel: &str) -> bool {
-        let holding = !self.holdings.is_empty();
-        self.kind.needs(channel, &self.name, &self.queue, holding)
+        let holding = !self.held.holdings.is_empty();
+        self.kind
+            .needs(channel, &self.name, &self.wait.queue, holding)
     }
 
     /// Whether `channel` is subscribed (and routed here).
     fn listening(&self, channel: &str) -> bool {
-        self.subs.is_live(channel)
+        self.wait.subs.is_live(channel)
     }
 
     /// Waiters were taken out of the queue without a grant: the kind does what
     /// it must (the fair lock takes them out of the Redis queue).
     fn left(&mut self, gone: Gone) {
-        self.kind.left(gone, &self.queue);
+        self.kind.left(gone, &self.wait.queue);
     }
 
     /// Carries out what the kind made of an unlock message or a subscription.
@@ -269,7 +283,7 @@ impl Handler<IsQuiet> for LockActor {
     type Result = bool;
 
     fn handle(&mut self, _msg: IsQuiet, _ctx: &mut Context<Self>) -> bool {
-        self.attempts.is_quiet() && self.releases.none()
+        self.wait.attempts.is_quiet() && self.held.releases.none()
     }
 }
 
@@ -284,7 +298,7 @@ impl Handler<QueueLen> for LockActor {
     type Result = usize;
 
     fn handle(&mut self, _msg: QueueLen, _ctx: &mut Context<Self>) -> usize {
-        self.queue.len()
+        self.wait.queue.len()
     }
 }
 
@@ -300,13 +314,20 @@ impl Handler<Enqueue> for LockActor {
             self.reconcile(ctx);
             return;
         }
-        if self.holdings.is_upgrade(waiter.req.owner, waiter.req.kind) {
+        if self
+            .held
+            .holdings
+            .is_upgrade(waiter.req.owner, waiter.req.kind)
+        {
             // It would wait for its own read holds: refused now, not queued.
             waiter.fail(LockError::UpgradeRefused);
             self.reconcile(ctx);
             return;
         }
-        let reentrant = self.holdings.reenters(waiter.req.owner, waiter.req.kind);
+        let reentrant = self
+            .held
+            .holdings
+            .reenters(waiter.req.owner, waiter.req.kind);
         if reentrant && !waiter.req.reentrant {
             // A non-reentrant lock its owner holds: refused now, not queued (a
             // hold taken meanwhile is refused by the acquire script instead).
@@ -316,7 +337,7 @@ impl Handler<Enqueue> for LockActor {
         }
         if waiter.deadline.is_none()
             && !waiter.try_once
-            && self.holdings.blocks(waiter.req.owner, waiter.req.kind)
+            && self.held.holdings.blocks(waiter.req.owner, waiter.req.kind)
         {
             // A waiter with no deadline behind a holder of this same process may be
             // waiting for itself (the same task, another owner): say so, later, if
@@ -328,10 +349,10 @@ impl Handler<Enqueue> for LockActor {
                 act.warn_if_stalled(id)
             });
         }
-        if self.queue.is_empty() {
+        if self.wait.queue.is_empty() {
             self.kind.wait_begins();
         }
-        self.queue.push(waiter, reentrant);
+        self.wait.queue.push(waiter, reentrant);
         self.pump(ctx);
     }
 }
@@ -341,10 +362,10 @@ impl LockActor {
     /// without a deadline: if another owner of this process still keeps it out,
     /// warn that it may be waiting for itself.
     fn warn_if_stalled(&self, id: u64) {
-        let Some(w) = self.queue.find(id) else {
+        let Some(w) = self.wait.queue.find(id) else {
             return;
         };
-        if let Some(h) = self.holdings.iter().find(|h| {
+        if let Some(h) = self.held.holdings.iter().find(|h| {
             h.owner != w.req.owner && (h.kind.excludes(w.req.kind) || w.req.kind.excludes(h.kind))
         }) {
             w.req.span.in_scope(|| {
@@ -367,7 +388,7 @@ impl Handler<Cancel> for LockActor {
     type Result = ();
 
     fn handle(&mut self, msg: Cancel, ctx: &mut Context<Self>) {
-        if let Some(w) = self.queue.take(msg.waiter) {
+        if let Some(w) = self.wait.queue.take(msg.waiter) {
             debug!(lock = %self.name, waiter = msg.waiter, "waiter left");
             self.left(Gone::of(&w));
             self.abandon(&w, ctx);
@@ -381,20 +402,22 @@ impl Handler<Unlocked> for LockActor {
 
     fn handle(&mut self, msg: Unlocked, ctx: &mut Context<Self>) {
         tracing::trace!(lock = %self.name, channel = %msg.channel, wake_all = msg.wake_all, "unlock message");
-        let heard = self.kind.heard(&msg.channel, &self.name, &mut self.queue);
+        let heard = self
+            .kind
+            .heard(&msg.channel, &self.name, &mut self.wait.queue);
         self.on_heard(heard, ctx);
     }
 }
 
 impl Listener for LockActor {
     fn channel(&mut self, name: &str) -> Option<&mut Channel> {
-        self.subs.get_mut(name)
+        self.wait.subs.get_mut(name)
     }
 
     /// The lock may have been released between the refused attempt and the
     /// subscription: the waiters of `name` try now.
     fn subscribed(&mut self, name: &str, ctx: &mut Context<Self>) {
-        let heard = self.kind.subscribed(name, &self.name, &mut self.queue);
+        let heard = self.kind.subscribed(name, &self.name, &mut self.wait.queue);
         self.on_heard(heard, ctx);
     }
 }
@@ -404,7 +427,7 @@ impl Handler<Resync> for LockActor {
 
     fn handle(&mut self, _msg: Resync, ctx: &mut Context<Self>) {
         // Messages may have been lost while the subscriber was away.
-        self.kind.resync(&mut self.queue);
+        self.kind.resync(&mut self.wait.queue);
         self.wake(ctx);
     }
 }

@@ -59,7 +59,7 @@ impl Handler<Release> for LockActor {
 
     fn handle(&mut self, msg: Release, ctx: &mut Context<Self>) {
         let Release { epoch, reply } = msg;
-        if let Some(reason) = self.lost.release_one(epoch) {
+        if let Some(reason) = self.held.lost.release_one(epoch) {
             self.reconcile(ctx);
             reply.send(Err(LockError::Lost(reason)));
             return;
@@ -75,7 +75,7 @@ impl LockActor {
     /// watchdog holding, counted from the last renewal that succeeded), so the
     /// lock is free whatever became of the release.
     pub(super) fn lease_end(&self, epoch: u64, sent: Instant) -> Option<Instant> {
-        let h = self.holdings.get(epoch)?;
+        let h = self.held.holdings.get(epoch)?;
         let end = match h.watchdog {
             true => self
                 .shared
@@ -92,7 +92,7 @@ impl LockActor {
         &mut self,
         epoch: u64,
     ) -> ResponseActFuture<Self, Result<ReleaseOutcome, LockError>> {
-        let Some(h) = self.holdings.get_mut(epoch) else {
+        let Some(h) = self.held.holdings.get_mut(epoch) else {
             return Box::pin(fut::ready(Err(LockError::NotHeld)));
         };
         h.guards = h.guards.saturating_sub(1);
@@ -112,7 +112,7 @@ impl LockActor {
                 return handover;
             }
         }
-        self.releases.start();
+        self.held.releases.start();
         let (scripts, shared) = (self.kind.scripts(), self.shared.clone());
         // Only the last hold's release may outlive its latch: see `with_latch`.
         let until = last.then_some(lease_end);
@@ -126,7 +126,7 @@ impl LockActor {
             )
         });
         Box::pin(fut.into_actor(self).map(move |(res, late), act, ctx| {
-            act.releases.done();
+            act.held.releases.done();
             let res = match res {
                 // A retry past the latch's lifetime no longer learns what an
                 // earlier attempt did. Finding the owner gone then means that
@@ -149,15 +149,15 @@ impl LockActor {
 
     /// A release freed the lock: the kind's books, then the holding.
     fn on_freed(&mut self, epoch: u64, published: bool, heard: u32, ctx: &mut Context<Self>) {
-        let live = self.holdings.get(epoch).is_some();
-        let guards_left = self.holdings.get(epoch).map_or(0, |h| h.guards);
+        let live = self.held.holdings.get(epoch).is_some();
+        let guards_left = self.held.holdings.get(epoch).map_or(0, |h| h.guards);
         self.shared.counters.released();
         let listening = self.listening(&self.channel());
         let freed = Freed {
             published,
             others: heard.saturating_sub(u32::from(listening)),
             listening,
-            nobody_waits: self.queue.is_empty(),
+            nobody_waits: self.wait.queue.is_empty(),
             now: Instant::now(),
         };
         let after = self.kind.released(freed);
@@ -182,8 +182,8 @@ impl LockActor {
         res: redis::RedisResult<ReleaseReply>,
         ctx: &mut Context<Self>,
     ) -> Result<ReleaseOutcome, LockError> {
-        let live = self.holdings.get(epoch).is_some();
-        let guards_left = self.holdings.get(epoch).map_or(0, |h| h.guards);
+        let live = self.held.holdings.get(epoch).is_some();
+        let guards_left = self.held.holdings.get(epoch).map_or(0, |h| h.guards);
         match res {
             Ok(ReleaseReply::Released { published, heard }) => {
                 self.on_freed(epoch, published, heard, ctx);
@@ -191,7 +191,7 @@ impl LockActor {
             }
             Ok(ReleaseReply::StillHeld(holds)) => {
                 self.shared.counters.released();
-                if let Some(h) = self.holdings.get_mut(epoch) {
+                if let Some(h) = self.held.holdings.get_mut(epoch) {
                     h.valid_until = sent + h.lease;
                     self.arm_expiry(ctx);
                     if guards_left == 0 {
@@ -235,7 +235,7 @@ impl LockActor {
             return;
         };
         let channel = self.channel();
-        if !self.subs.contains_key(&channel) {
+        if !self.wait.subs.contains_key(&channel) {
             self.subscribe(channel, ctx);
         }
         self.schedule(Some(fallback), ctx);

@@ -37,7 +37,7 @@ impl Handler<ShutDown> for LockActor {
     type Result = ResponseActFuture<Self, usize>;
 
     fn handle(&mut self, _msg: ShutDown, ctx: &mut Context<Self>) -> Self::Result {
-        let gone = self.queue.fail_all(|| LockError::ShuttingDown);
+        let gone = self.wait.queue.fail_all(|| LockError::ShuttingDown);
         self.left(gone);
         self.send_chores(ctx);
         let givebacks = self.holdings_given_up();
@@ -46,7 +46,7 @@ impl Handler<ShutDown> for LockActor {
         let name = self.name.clone();
         let count = givebacks.len();
         for _ in 0..count {
-            self.releases.start();
+            self.held.releases.start();
         }
         let all = join_all(givebacks.into_iter().map(|(giveback, guards, until)| {
             let (shared, name) = (shared.clone(), name.clone());
@@ -54,7 +54,7 @@ impl Handler<ShutDown> for LockActor {
         }));
         Box::pin(all.into_actor(self).map(move |released, act, ctx| {
             for _ in 0..count {
-                act.releases.done();
+                act.held.releases.done();
             }
             act.reconcile(ctx);
             released.into_iter().filter(|r| *r).count()
@@ -70,6 +70,7 @@ impl LockActor {
         // Holdings whose last guard is being released already are left to that
         // release (the manager waits for it with `IsQuiet`).
         let epochs: Vec<u64> = self
+            .held
             .holdings
             .iter()
             .filter(|h| h.guards > 0)
@@ -95,7 +96,9 @@ impl LockActor {
                     reason: LostReason::ShutDown,
                 });
             }
-            self.lost.insert(h.epoch, LostReason::ShutDown, h.guards);
+            self.held
+                .lost
+                .insert(h.epoch, LostReason::ShutDown, h.guards);
             let giveback = Giveback {
                 name: self.name.clone(),
                 kind: h.kind,

@@ -40,11 +40,11 @@ impl LockActor {
     /// Keeps the kind's periodic timer running while the kind needs it, and
     /// only then.
     pub(super) fn kind_timers(&mut self, ctx: &mut Context<Self>) {
-        let every = self.kind.tick_every(&self.queue, &self.shared.config);
+        let every = self.kind.tick_every(&self.wait.queue, &self.shared.config);
         match (every, self.timers.tick.is_some()) {
             (Some(every), false) => {
                 let tick = ctx.run_interval(every, |act, ctx| {
-                    let chore = act.kind.tick(&act.queue, &act.name, &act.shared);
+                    let chore = act.kind.tick(&act.wait.queue, &act.name, &act.shared);
                     act.run_chore(chore, ctx);
                 });
                 self.timers.tick = Some(tick);
@@ -60,7 +60,7 @@ impl LockActor {
 
     /// Sends the Redis work the kind has pending.
     pub(super) fn send_chores(&mut self, ctx: &mut Context<Self>) {
-        while let Some(chore) = self.kind.chore(&self.queue, &self.name, &self.shared) {
+        while let Some(chore) = self.kind.chore(&self.wait.queue, &self.name, &self.shared) {
             self.run_chore(Some(chore), ctx);
         }
     }
@@ -72,7 +72,7 @@ impl LockActor {
             return;
         };
         ctx.spawn(work.into_actor(self).map(|done, act, ctx| {
-            if act.kind.chore_done(done, &mut act.queue, &act.name) {
+            if act.kind.chore_done(done, &mut act.wait.queue, &act.name) {
                 act.pump(ctx);
             } else {
                 act.reconcile(ctx);

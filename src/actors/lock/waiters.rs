@@ -357,14 +357,15 @@ impl WaiterQueue {
 impl Waits for LockActor {
     fn waiting(&mut self) -> &mut Waiting {
         let name = &self.name;
-        self.waiting
+        self.wait
+            .waiting
             .get_or_insert_with(|| Box::new(Waiting::new(name.clone(), WaitKind::Lock)))
     }
 
     /// The waiters that wait (not a single attempt), with the owner field each
     /// will hold the lock under.
     fn waiters_now(&self) -> Vec<Waited> {
-        let waits = self.queue.iter().filter(|w| !w.try_once);
+        let waits = self.wait.queue.iter().filter(|w| !w.try_once);
         waits
             .filter(|w| !w.req.reply.is_closed())
             .map(|w| Waited {
@@ -381,6 +382,6 @@ impl Waits for LockActor {
     }
 
     fn idle(&mut self) {
-        self.waiting = None;
+        self.wait.waiting = None;
     }
 }
