@@ -79,24 +79,7 @@ impl LockActor {
             warn!(lock = %self.name, error = %e, "cannot hand the lock over in one call; releasing instead");
             self.kind.handed(Handed::Refused);
         }
-        let (release, token) = match res {
-            Ok(TransferReply::HandedOver {
-                token,
-                listening,
-                confirmed,
-            }) => {
-                let own = u32::from(self.listening(&self.channel()));
-                let others = listening.map(|l| l.saturating_sub(own));
-                self.kind.handed(Handed::Over(others));
-                let freed = ReleaseReply::Released {
-                    published: false,
-                    heard: 0,
-                };
-                (Ok(freed), Some((token, confirmed)))
-            }
-            Ok(TransferReply::Release(reply)) => (Ok(reply), None),
-            Err(e) => (Err(e), None),
-        };
+        let (release, token) = self.read_transfer(res);
         // Held elsewhere or still held, or refused and released plainly: the
         // waiter got nothing. Freed by a retry the latch answered, or no
         // answer at all: the waiter may hold it, and its hold count says (as
@@ -126,6 +109,34 @@ impl LockActor {
             }
         }
         out
+    }
+}
+
+impl LockActor {
+    /// What a transfer's answer means: as a release, and as a grant (its
+    /// token and confirmation) when the lock went to the waiter.
+    fn read_transfer(
+        &mut self,
+        res: redis::RedisResult<TransferReply>,
+    ) -> (redis::RedisResult<ReleaseReply>, Option<(u64, bool)>) {
+        match res {
+            Ok(TransferReply::HandedOver {
+                token,
+                listening,
+                confirmed,
+            }) => {
+                let own = u32::from(self.listening(&self.channel()));
+                let others = listening.map(|l| l.saturating_sub(own));
+                self.kind.handed(Handed::Over(others));
+                let freed = ReleaseReply::Released {
+                    published: false,
+                    heard: 0,
+                };
+                (Ok(freed), Some((token, confirmed)))
+            }
+            Ok(TransferReply::Release(reply)) => (Ok(reply), None),
+            Err(e) => (Err(e), None),
+        }
     }
 }
 

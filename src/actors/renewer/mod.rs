@@ -142,35 +142,7 @@ impl Renewer {
             self.lapse(epoch, &lock, reason);
         }
         let lease_ms = millis(self.lease);
-        let mut groups: BTreeMap<Group, Vec<HashHolding>> = BTreeMap::new();
-        for held in due.hashes {
-            groups
-                .entry(self.node.group(&held.1))
-                .or_default()
-                .push(held);
-        }
-        let mut calls: Vec<Call> = Vec::new();
-        let mut all: Vec<u64> = Vec::new();
-        for chunk in groups.values().flat_map(|g| g.chunks(CHUNK)) {
-            let ids: Vec<u64> = chunk.iter().map(|(id, _, _)| *id).collect();
-            record::renewal_batch(ids.len());
-            all.extend(&ids);
-            let locks: Vec<(Arc<str>, Arc<str>)> = chunk
-                .iter()
-                .map(|(_, name, field)| (name.clone(), field.clone()))
-                .collect();
-            let mut conn = self.node.conn();
-            let marked = self.marked;
-            calls.push(Box::pin(async move {
-                let locks: Vec<(&str, &str)> = locks.iter().map(|(n, f)| (&**n, &**f)).collect();
-                let call = RenewHashes {
-                    locks: &locks,
-                    lease_ms,
-                    marked,
-                };
-                (ids, wire::call(&mut conn, &call).await)
-            }));
-        }
+        let (mut calls, mut all) = self.hash_calls(due.hashes, lease_ms);
         for (id, write, name, field) in due.rw {
             let mut conn = self.node.conn();
             all.push(id);
@@ -203,6 +175,41 @@ impl Renewer {
             }));
         }
         self.send(calls, all, now, ctx);
+    }
+
+    /// The renewals of the lock hashes `hashes`: one call per node group and
+    /// chunk of [`CHUNK`], with the holding ids each call answers for.
+    fn hash_calls(&self, hashes: Vec<HashHolding>, lease_ms: u64) -> (Vec<Call>, Vec<u64>) {
+        let mut groups: BTreeMap<Group, Vec<HashHolding>> = BTreeMap::new();
+        for held in hashes {
+            groups
+                .entry(self.node.group(&held.1))
+                .or_default()
+                .push(held);
+        }
+        let mut calls: Vec<Call> = Vec::new();
+        let mut all: Vec<u64> = Vec::new();
+        for chunk in groups.values().flat_map(|g| g.chunks(CHUNK)) {
+            let ids: Vec<u64> = chunk.iter().map(|(id, _, _)| *id).collect();
+            record::renewal_batch(ids.len());
+            all.extend(&ids);
+            let locks: Vec<(Arc<str>, Arc<str>)> = chunk
+                .iter()
+                .map(|(_, name, field)| (name.clone(), field.clone()))
+                .collect();
+            let mut conn = self.node.conn();
+            let marked = self.marked;
+            calls.push(Box::pin(async move {
+                let locks: Vec<(&str, &str)> = locks.iter().map(|(n, f)| (&**n, &**f)).collect();
+                let call = RenewHashes {
+                    locks: &locks,
+                    lease_ms,
+                    marked,
+                };
+                (ids, wire::call(&mut conn, &call).await)
+            }));
+        }
+        (calls, all)
     }
 
     /// Runs one tick's renewal calls and applies each answer as it comes: whether

@@ -203,50 +203,69 @@ fn tick<A: Waits>(act: &mut A, ctx: &mut Context<A>) {
     if w.refused {
         return;
     }
-    let due = w.refreshed.is_none_or(|at| at.elapsed() >= RECORD_TTL / 3);
-    let mut live = Vec::new();
-    let mut fresh = false;
-    let mut kept = HashMap::new();
-    for Waited {
-        id,
-        since,
-        wants,
-        owner_field,
-    } in now
-    {
-        let waited = since.elapsed();
-        if waited < RECORD_AFTER {
-            continue;
-        }
-        let member = match w.recorded.remove(&id) {
-            Some(m) => m,
-            None => {
-                fresh = true;
-                let since_ms = SystemTime::now()
-                    .checked_sub(waited)
-                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                    .map_or(0, |d| d.as_millis() as u64);
-                Record {
-                    owner_field: owner_field
-                        .map_or_else(|| format!("{client_id}:{id}"), |f| f.to_string()),
-                    since_ms,
-                    wants,
-                    kind: w.kind,
-                }
-                .member()
+    let Some((live, gone)) = w.changes(now, &client_id) else {
+        return;
+    };
+    write(act, live, gone, ctx);
+}
+
+impl Waiting {
+    /// The records to write (`live`) and to remove (`gone`) for the waits
+    /// `now`, if anything changed or a refresh is due.
+    fn changes(&mut self, now: Vec<Waited>, client_id: &str) -> Option<(Vec<String>, Vec<String>)> {
+        let due = self
+            .refreshed
+            .is_none_or(|at| at.elapsed() >= RECORD_TTL / 3);
+        let mut live = Vec::new();
+        let mut fresh = false;
+        let mut kept = HashMap::new();
+        for Waited {
+            id,
+            since,
+            wants,
+            owner_field,
+        } in now
+        {
+            let waited = since.elapsed();
+            if waited < RECORD_AFTER {
+                continue;
             }
-        };
-        live.push(member.clone());
-        kept.insert(id, member);
+            let member = match self.recorded.remove(&id) {
+                Some(m) => m,
+                None => {
+                    fresh = true;
+                    let since_ms = SystemTime::now()
+                        .checked_sub(waited)
+                        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                        .map_or(0, |d| d.as_millis() as u64);
+                    Record {
+                        owner_field: owner_field
+                            .map_or_else(|| format!("{client_id}:{id}"), |f| f.to_string()),
+                        since_ms,
+                        wants,
+                        kind: self.kind,
+                    }
+                    .member()
+                }
+            };
+            live.push(member.clone());
+            kept.insert(id, member);
+        }
+        let gone: Vec<String> = self.recorded.drain().map(|(_, m)| m).collect();
+        self.recorded = kept;
+        if !fresh && gone.is_empty() && !due {
+            return None;
+        }
+        if live.is_empty() && gone.is_empty() {
+            return None;
+        }
+        Some((live, gone))
     }
-    let gone: Vec<String> = w.recorded.drain().map(|(_, m)| m).collect();
-    w.recorded = kept;
-    if !fresh && gone.is_empty() && !due {
-        return;
-    }
-    if live.is_empty() && gone.is_empty() {
-        return;
-    }
+}
+
+/// Writes `live` and removes `gone` in one call, in the background.
+fn write<A: Waits>(act: &mut A, live: Vec<String>, gone: Vec<String>, ctx: &mut Context<A>) {
+    let w = act.waiting();
     w.writing = true;
     w.refreshed = Some(Instant::now());
     let name = w.name.clone();
