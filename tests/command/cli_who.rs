@@ -354,3 +354,51 @@ async fn a_locks_waiter_is_named_with_its_owner_field() {
     .await;
     got.release().await.expect("released");
 }
+
+/// A `lockwarden run` that waited long enough to be recorded, then got the
+/// lock and was SIGKILLed while its command ran, leaves no waiting record
+/// behind: its wait ended at the grant, and the record went then, not at the
+/// next tick of the records (a record left behind would show the killed
+/// process waiting, its wait growing, until the record expires).
+#[actix_rt::test]
+async fn a_lock_waiter_killed_after_its_grant_leaves_no_record() {
+    let server = RedisServer::start();
+    let holder = support::manager(&server, |c| c).await;
+    let held = support::hold(&holder, "who:exit", |a| a).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ran = dir.path().join("ran");
+    let script = format!("touch {}; sleep 60", ran.display());
+    let mut waiter = lockwarden(&server)
+        .args([
+            "run", "who:exit", "--wait", "30s", "--", "sh", "-c", &script,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the waiting run");
+    until(
+        Duration::from_secs(10),
+        "no recorded lock waiter",
+        || async {
+            let out = output(&server, &["status", "who:exit", "--json"]).await;
+            let v: Value = serde_json::from_str(&out).expect("JSON");
+            (v["waiters"].as_array().map(Vec::len) == Some(1)).then_some(())
+        },
+    )
+    .await;
+    held.release().await.expect("released");
+    until(Duration::from_secs(10), "the command never ran", || async {
+        ran.exists().then_some(())
+    })
+    .await;
+    waiter.start_kill().expect("SIGKILL the run");
+    let _ = waiter.wait().await;
+    let out = output(&server, &["status", "who:exit", "--json"]).await;
+    let v: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(
+        v["waiters"].as_array().map(Vec::len),
+        Some(0),
+        "a killed process is shown waiting: {v}"
+    );
+}

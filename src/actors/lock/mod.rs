@@ -199,6 +199,12 @@ impl LockActor {
         self.kind_timers(ctx);
         self.send_chores(ctx);
         self.forget_ended_waits(ctx);
+        if self.wait.waiting.is_some() {
+            // A recorded wait that ended is unrecorded now, not at the next
+            // tick: a process that exits right after its wait leaves no record
+            // behind. Only while records exist (they are boxed on demand).
+            crate::actors::waiting::ended(self, ctx);
+        }
         self.idle_countdown(ctx);
     }
 
