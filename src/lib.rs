@@ -108,7 +108,6 @@ mod keys;
 mod kind;
 mod node;
 mod random;
-mod replication;
 mod reply;
 mod signal;
 mod stats;
@@ -146,7 +145,7 @@ pub use kind::AcquireKind;
 /// The Redis client error inside [`LockError::Redis`], re-exported so that callers
 /// can name it without depending on `redis` themselves.
 pub use redis::RedisError;
-pub use replication::ReplicaConfirmation;
+pub use node::ReplicaConfirmation;
 pub use stats::Stats;
 pub use sync_view::{RecordedWaiter, SynchronizerKind, SynchronizerSummary};
 pub use view::{Holder, LockInfo, LockKind, QueuedWaiter};

@@ -27,7 +27,7 @@ use crate::error::LockError;
 use crate::keys;
 use crate::kind::Kind;
 use crate::node::{self, Coalescer, Purpose};
-use crate::replication::ReplicaConfirmation;
+use crate::node::ReplicaConfirmation;
 use crate::stats::Stats;
 
 /// The registry entry of one running lock actor.
