@@ -27,8 +27,10 @@ use crate::error::LockError;
 pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, LockError> {
     config.validate()?;
     let cm = manager_config(config, purpose);
-    // A failover in progress is waited out within `Config::start_wait` (start.rs).
-    let link = start::until_found(config, || first(config, purpose, &cm)).await?;
+    // A failover in progress is waited out within `Config::start_wait`
+    // (start.rs). Boxed: each deployment's future nests in this one, and an
+    // application's own future nests this one in turn.
+    let link = start::until_found(config, || Box::pin(first(config, purpose, &cm))).await?;
     let (target, topology) = subscribed_at(config, &link);
     let mut conn = Conn {
         link,

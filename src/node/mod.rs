@@ -40,9 +40,9 @@ mod start;
 
 use std::sync::Arc;
 
+use redis::aio::ConnectionLike;
 #[cfg(test)]
 use redis::aio::ConnectionManager;
-use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 

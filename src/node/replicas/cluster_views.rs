@@ -119,7 +119,6 @@ pub(super) fn owners(answers: &[Answer]) -> Vec<(u16, u16, String)> {
     ranges
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

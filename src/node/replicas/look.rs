@@ -96,9 +96,8 @@ mod tests {
             timeout: Duration::from_secs(5),
         };
         let watch = ReplicaWatch::new(1, Arc::default(), false);
-        let c = watch.serve(|count| {
-            Confirmation::new(sync, Duration::from_secs(12), Confirm::Wait, count)
-        });
+        let c = watch
+            .serve(|count| Confirmation::new(sync, Duration::from_secs(12), Confirm::Wait, count));
         let look = Arc::clone(watch.look());
         // A WAIT came back short: a look is asked for, the connection is short.
         c.heard(&Confirmed::Short {

@@ -59,7 +59,10 @@ const SILENT: Duration = Duration::from_millis(500);
 /// is watched all the same and doubted when it goes silent
 /// ([`ReplicaWatch::doubt_master`]), so that a demoted master's answers are
 /// not trusted whatever the replica setting. It costs an `INFO` a second.
-pub(in crate::node) fn doubts_only(link: &Link, config: &crate::config::Config) -> Arc<Confirmation> {
+pub(in crate::node) fn doubts_only(
+    link: &Link,
+    config: &crate::config::Config,
+) -> Arc<Confirmation> {
     let none = crate::config::ReplicaSync {
         min: 0,
         timeout: Duration::from_millis(1),
@@ -178,10 +181,7 @@ struct Watcher {
 impl Watcher {
     /// The master's `INFO replication` and its address, on this task's own
     /// connection (made again when the master moved or the last one failed).
-    async fn replication(
-        &mut self,
-        watch: &ReplicaWatch,
-    ) -> RedisResult<(String, Option<String>)> {
+    async fn replication(&mut self, watch: &ReplicaWatch) -> RedisResult<(String, Option<String>)> {
         let (client, address) = match &self.follower {
             Some(f) => (f.master_client(), Some(f.address())),
             None => (self.client.clone(), None),

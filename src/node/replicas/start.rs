@@ -60,11 +60,6 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
         }
         Err(e) => return Err(e.into()),
     };
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
-            .map(str::to_owned)
-    };
     let replication = parse(&info);
     if !replication.master {
         if default {
@@ -95,6 +90,19 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
         live,
         "replica confirmation: replicas that can confirm lock changes"
     );
+    let confirm = commands(conn, &info).await;
+    Ok(Some((confirm, live)))
+}
+
+/// Which commands confirm a lock change on the master whose `INFO` is `info`:
+/// `WAITAOF` follows the `WAIT` only on Redis 7.2+ with AOF and `appendfsync
+/// always` (logged either way when the master keeps an AOF).
+async fn commands<C: ConnectionLike>(conn: &mut C, info: &str) -> Confirm {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+            .map(str::to_owned)
+    };
     let version = field("redis_version").unwrap_or_default();
     let aof = field("aof_enabled").as_deref() == Some("1");
     let appendfsync = match aof {
@@ -115,7 +123,7 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
              WAITAOF 1 0 (written to the master's disk)"
         ),
     }
-    Ok(Some((confirm, live)))
+    confirm
 }
 
 /// One `CONFIG GET` value, or `None` if the server will not say (an ACL without

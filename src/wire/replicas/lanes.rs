@@ -121,7 +121,8 @@ mod tests {
             min: 1,
             timeout: Duration::from_millis(500),
         };
-        let c = Confirmation::new(sync, Duration::from_secs(2), Confirm::Wait, Arc::new(One)).lanes(3);
+        let c =
+            Confirmation::new(sync, Duration::from_secs(2), Confirm::Wait, Arc::new(One)).lanes(3);
         assert_eq!(c.places.len(), 3);
         assert!(c.places.iter().all(|p| p.available_permits() == 2));
         let picked: Vec<usize> = (0..6).map(|_| c.pick()).collect();
