@@ -18,7 +18,7 @@
 //! which follows failovers, as redis-rs does not, and `sentinel/switch.rs`, which hears
 //! Sentinel announce them), and a Redis Cluster
 //! (`cluster.rs`, redis-rs's cluster connection: slot routing, redirects, topology
-//! refresh). A new deployment is a new variant and a new part of [`connect`]
+//! refresh). A new deployment is a new variant and a new part of [`connect()`]
 //! (`connect.rs`, one function per deployment); nothing above changes. What redis-rs does itself (pipelining, reconnecting,
 //! script caching, cluster routing) is not written here. The connection also says
 //! which publish command the scripts use there ([`ScriptConn`]): `SPUBLISH` on a
@@ -31,7 +31,7 @@
 //! So does the node's half of replica confirmation (`replicas/`): how many
 //! replicas of each master can confirm a lock change, and whether that master
 //! can be trusted, handed to the wire's half through one type,
-//! [`ReplicaWatch`](replicas::ReplicaWatch).
+//! `ReplicaWatch` (`replicas/watch.rs`).
 
 mod cluster;
 mod coalescer;

@@ -2,7 +2,7 @@
 //! its answer, for the calls that must decide how to go out meanwhile.
 //!
 //! A `WAIT` that found too few replicas asks the counting task (`single.rs`,
-//! `cluster.rs`) for a look at once, through [`ReplicaWatch`](super::ReplicaWatch)
+//! `cluster.rs`) for a look at once, through [`ReplicaWatch`](super::watch::ReplicaWatch)
 //! (`ReplicaCount::look_again`), and the connection turns short. A call that must be confirmed and took the next
 //! free place for a whole `WAIT` right then, a few milliseconds before the
 //! look found the replica frozen and lowered the count, would wait out a
