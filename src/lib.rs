@@ -108,7 +108,6 @@ mod keys;
 mod kind;
 mod node;
 mod random;
-mod replication;
 mod reply;
 mod signal;
 mod stats;
@@ -143,10 +142,10 @@ pub use front::shutdown::Shutdown;
 pub use guard::{LockGuard, LockLost, ReleaseOutcome};
 pub use keys::Owner;
 pub use kind::AcquireKind;
+pub use node::ReplicaConfirmation;
 /// The Redis client error inside [`LockError::Redis`], re-exported so that callers
 /// can name it without depending on `redis` themselves.
 pub use redis::RedisError;
-pub use replication::ReplicaConfirmation;
 pub use stats::Stats;
 pub use sync_view::{RecordedWaiter, SynchronizerKind, SynchronizerSummary};
 pub use view::{Holder, LockInfo, LockKind, QueuedWaiter};

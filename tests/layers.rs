@@ -999,3 +999,105 @@ fn a_drifted_name_is_seen() {
         ]
     );
 }
+
+/// The longest a function under `src/node/` may be, and the longest a part of
+/// `node::connect` (`src/node/connect.rs`, one function per deployment) may
+/// be: the seam is read by someone adding a deployment, who must be able to
+/// take in each step whole.
+const NODE_FN_LINES: usize = 80;
+const CONNECT_FN_LINES: usize = 60;
+
+/// Each `fn` of `text` with its length in lines, from the line that names it
+/// to the `}` at its own indentation that closes it; a declaration without a
+/// body (a trait's) is left out.
+fn function_lengths(text: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let code = line.trim_start();
+        let indent = &line[..line.len() - code.len()];
+        let mut words = code.split_whitespace().peekable();
+        while let Some(w) = words.peek() {
+            let qualifier = w.starts_with("pub") || ["async", "const", "unsafe"].contains(w);
+            if !qualifier {
+                break;
+            }
+            words.next();
+        }
+        if words.next() != Some("fn") {
+            continue;
+        }
+        let name: String = words
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let mut end = None;
+        for (i, l) in lines.iter().enumerate().skip(at) {
+            if i == at && l.trim_end().ends_with('}') && l.contains('{') {
+                end = Some(i);
+                break;
+            }
+            if l.trim_end().ends_with(';') && !lines[at..=i].iter().any(|s| s.contains('{')) {
+                break;
+            }
+            if l.trim_end() == format!("{indent}}}") {
+                end = Some(i);
+                break;
+            }
+        }
+        if let Some(end) = end {
+            found.push((name, at + 1, end - at + 1));
+        }
+    }
+    found
+}
+
+/// No function in `src/node/` is longer than [`NODE_FN_LINES`], and no part of
+/// `node::connect` longer than [`CONNECT_FN_LINES`].
+#[test]
+fn node_functions_stay_short() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    sources(&root.join("src/node"), &mut files);
+    assert!(files.len() > 10, "found only {} files", files.len());
+    let mut long = Vec::new();
+    let mut connect_parts = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("read a source file");
+        let relative = file.strip_prefix(root).expect("under root").display();
+        let connect = file.ends_with("src/node/connect.rs");
+        for (name, line, length) in function_lengths(&text) {
+            let most = match connect {
+                true => CONNECT_FN_LINES,
+                false => NODE_FN_LINES,
+            };
+            connect_parts += usize::from(connect);
+            if length > most {
+                long.push(format!(
+                    "{relative}:{line}: fn {name} is {length} lines (at most {most})"
+                ));
+            }
+        }
+    }
+    assert!(connect_parts >= 4, "node::connect's parts: {connect_parts}");
+    assert!(long.is_empty(), "functions too long:\n{}", long.join("\n"));
+}
+
+/// The length check itself counts what it is for.
+#[test]
+fn a_long_function_is_seen() {
+    let text = "fn one() {}\n\
+                pub(crate) async fn two(\n    a: u8,\n) -> u8 {\n    a\n}\n\
+                trait T {\n    fn bare(&self);\n    fn body(&self) {\n        let _ = 1;\n    }\n}\n";
+    let lengths = function_lengths(text);
+    assert_eq!(
+        lengths,
+        [
+            ("one".to_string(), 1, 1),
+            ("two".to_string(), 2, 5),
+            ("body".to_string(), 9, 3)
+        ]
+    );
+}

@@ -13,7 +13,7 @@
 //! long the master waits for them.
 //!
 //! On a Redis Cluster each master's replicas are counted apart
-//! (`node/cluster_replicas.rs`).
+//! (`node/replicas/cluster.rs`).
 
 use std::time::Duration;
 

@@ -19,7 +19,7 @@ use futures::future::join_all;
 use crate::config::Config;
 use crate::error::LockError;
 use crate::keys;
-use crate::node::{self, Conn, Purpose};
+use crate::node::{self, Conn, Purpose, ReplicaConfirmation};
 use crate::sync_view::{Looked, RecordedWaiter, SynchronizerKind, SynchronizerSummary};
 use crate::view::{attach_clients, Holder, Inspected, LockKind, QueuedWaiter};
 use crate::wire::{self, Inspect, Publish, ScriptConn, SyncInspect};
@@ -96,6 +96,16 @@ impl Admin {
             max_name_len: config.max_name_len,
             sync_wanted: config.replica_sync().map(|sync| sync.min),
         })
+    }
+
+    /// How replica confirmation would stand for a manager with this
+    /// configuration and user, now: off by the configuration, off because the
+    /// server will not say (`INFO` refused) or is not a master, reduced when
+    /// fewer replicas can answer than asked, or full. On a cluster the masters
+    /// are counted each apart, by the managers: `counted` is then `None`.
+    /// `lockwarden status` prints it.
+    pub async fn replica_confirmation(&self) -> ReplicaConfirmation {
+        node::replicas::of_server(&self.conn, self.sync_wanted).await
     }
 
     /// The lock `name` with its kind, holders and TTL; `None` when there is no such

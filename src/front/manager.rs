@@ -26,8 +26,8 @@ use crate::config::Config;
 use crate::error::LockError;
 use crate::keys;
 use crate::kind::Kind;
+use crate::node::ReplicaConfirmation;
 use crate::node::{self, Coalescer, Purpose};
-use crate::replication::ReplicaConfirmation;
 use crate::stats::Stats;
 
 /// The registry entry of one running lock actor.

@@ -40,7 +40,6 @@
 pub(crate) mod acquire;
 pub(crate) mod admin;
 mod admin_deadlocks;
-mod admin_replicas;
 mod admin_waiters;
 pub(crate) mod fenced;
 pub(crate) mod handle;

@@ -100,7 +100,7 @@ async fn probe_sharded(conn: &mut ClusterConnection) -> Publish {
 }
 
 /// A cluster connection of its own for the task that counts each master's
-/// replicas (`cluster_replicas.rs`): questions on the command connection would
+/// replicas (`replicas/cluster.rs`): questions on the command connection would
 /// wait behind the very `WAIT`s that ran out.
 pub(crate) async fn connect_watcher(
     seeds: &[String],

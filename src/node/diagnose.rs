@@ -182,6 +182,18 @@ async fn named(config: &Config, e: RedisError) -> RedisError {
             format!("no address for the host '{host}' of the URL ({why}): check its spelling"),
         ));
     }
+    by_plain_answer(config, (host, port, tls), e).await
+}
+
+/// What the server at `host:port` (over TLS when `tls`) answers a plain
+/// client says of the failure `e`: a protected server, a TLS-only port, no
+/// Redis server at all, or nothing new (`e` as it is).
+async fn by_plain_answer(
+    config: &Config,
+    (host, port, tls): (&str, u16, bool),
+    e: RedisError,
+) -> RedisError {
+    let wait = config.connection_timeout;
     match plain_answer(host, port, wait, GREETING_WAIT).await {
         Answer::Line(line) if line.starts_with(DENIED) => protected_mode(&line),
         Answer::Line(line) if tls && is_resp(&line) => plain_not_tls(host, port, &line),

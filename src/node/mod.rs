@@ -18,8 +18,8 @@
 //! which follows failovers, as redis-rs does not, and `sentinel/switch.rs`, which hears
 //! Sentinel announce them), and a Redis Cluster
 //! (`cluster.rs`, redis-rs's cluster connection: slot routing, redirects, topology
-//! refresh). A new deployment is a new variant and a new arm in [`connect`];
-//! nothing above changes. What redis-rs does itself (pipelining, reconnecting,
+//! refresh). A new deployment is a new variant and a new part of [`connect()`]
+//! (`connect.rs`, one function per deployment); nothing above changes. What redis-rs does itself (pipelining, reconnecting,
 //! script caching, cluster routing) is not written here. The connection also says
 //! which publish command the scripts use there ([`ScriptConn`]): `SPUBLISH` on a
 //! cluster with sharded pub/sub, `PUBLISH` elsewhere; `pubsub.rs` gives the
@@ -27,32 +27,38 @@
 //!
 //! The coalescer (`coalescer`) lives here too: it is how calls reach the server,
 //! not what they mean.
+//!
+//! So does the node's half of replica confirmation (`replicas/`): how many
+//! replicas of each master can confirm a lock change, and whether that master
+//! can be trusted, handed to the wire's half through one type,
+//! `ReplicaWatch` (`replicas/watch.rs`).
 
-mod checks;
 mod cluster;
-mod cluster_replicas;
 mod coalescer;
+mod connect;
 mod diagnose;
 mod pubsub;
-mod replicas;
+pub(crate) mod replicas;
 mod sentinel;
 mod standalone;
 mod start;
 
 use std::sync::Arc;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionLike;
+#[cfg(test)]
+use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-use crate::config::Config;
 use crate::error::LockError;
-use crate::replication::ReplicaConfirmation;
 use crate::wire::{Confirmation, Lanes, Publish, ScriptConn};
 
 pub(crate) use coalescer::Coalescer;
-use pubsub::Target;
+pub(crate) use connect::connect;
 pub(crate) use pubsub::{Event, PubSubSource, Sink};
+use replicas::Confirmer;
+pub use replicas::ReplicaConfirmation;
 use sentinel::Follower;
 
 /// What a connection is for: they differ in how hard they try to reach Redis.
@@ -102,15 +108,6 @@ pub(crate) struct Conn {
     /// Replicas to wait for behind every lock-changing script, and the budget
     /// of `WAIT`s on this connection (`wire/replicas/`); shared by its clones.
     confirmation: Option<Confirmer>,
-}
-
-/// Where a connection's confirmation comes from.
-#[derive(Clone, Debug)]
-enum Confirmer {
-    /// One master (a single server, or the one Sentinel names).
-    One(Arc<Confirmation>),
-    /// A cluster: the master serving the key's slot (`cluster_replicas.rs`).
-    PerMaster(Arc<cluster_replicas::PerMaster>),
 }
 
 /// The connection of each deployment.
@@ -183,10 +180,7 @@ impl ScriptConn for Conn {
     }
 
     fn confirmation(&self, key: Option<&str>) -> Option<Arc<Confirmation>> {
-        match self.confirmation.as_ref()? {
-            Confirmer::One(c) => Some(Arc::clone(c)),
-            Confirmer::PerMaster(per) => Some(per.for_key(key)),
-        }
+        Some(self.confirmation.as_ref()?.for_key(key))
     }
 }
 
@@ -245,40 +239,7 @@ pub(crate) struct Node {
     pubsub: PubSubSource,
 }
 
-/// How many replicas of the server whose `INFO replication` is `info` can
-/// confirm lock changes now, by the rule a manager counts them with; `None`
-/// when it is not a master.
-pub(crate) fn replicas_in(info: &str) -> Option<u32> {
-    let replication = replicas::parse(info);
-    replication
-        .master
-        .then(|| replicas::Doubts::default().count(&replication, None))
-}
-
 impl Node {
-    /// How replica confirmation stands on this node's connection, which
-    /// `config` set up.
-    pub(crate) fn replica_confirmation(&self, config: &Config) -> ReplicaConfirmation {
-        let Some(sync) = config.replica_sync() else {
-            return ReplicaConfirmation::off(
-                "turned off by the configuration (no_replica_sync, --sync-replicas 0, or a \
-                 response timeout too short for a WAIT)",
-            );
-        };
-        match &self.conn.confirmation {
-            None => ReplicaConfirmation::off(
-                "the server cannot count its replicas: it is not a master, or the user may not \
-                 run INFO (or CLUSTER NODES on a cluster); give the user +info +wait +client|id",
-            ),
-            Some(Confirmer::One(c)) => ReplicaConfirmation::counted(sync.min, c.live()),
-            Some(Confirmer::PerMaster(_)) => ReplicaConfirmation {
-                wanted: sync.min,
-                counted: None,
-                reason: None,
-            },
-        }
-    }
-
     /// The command connection (a clone shares it).
     pub(crate) fn conn(&self) -> Conn {
         self.conn.clone()
@@ -298,165 +259,4 @@ impl Node {
     pub(crate) fn pubsub(&self) -> PubSubSource {
         self.pubsub.clone()
     }
-}
-
-/// Connects to the deployment `config` names, for `purpose`. The one way the
-/// manager, [`Admin`](crate::Admin) and the `lockwarden` command reach Redis.
-pub(crate) async fn connect(config: &Config, purpose: Purpose) -> Result<Node, LockError> {
-    config.validate()?;
-    let client = config.client.clone();
-    let mut cm = ConnectionManagerConfig::new()
-        .set_response_timeout(Some(config.response_timeout))
-        .set_connection_timeout(Some(config.connection_timeout));
-    cm = match purpose {
-        Purpose::Locks => cm
-            .set_min_delay(config.reconnect_min)
-            .set_max_delay(config.reconnect_max),
-        Purpose::Operator => cm.set_number_of_retries(0),
-    };
-    // A lock manager that confirms changes with replicas gets its lanes (a
-    // WAIT blocks a whole connection, `wire/replicas/lanes.rs`); a cluster
-    // keeps redis-rs's connection per master.
-    let lanes = match purpose {
-        Purpose::Locks if config.cluster.is_none() && config.replica_sync().is_some() => {
-            config.confirmation_lanes
-        }
-        _ => 1,
-    };
-    // The connection manager retries a failed first connection several times with
-    // backoff (4.7 s against a closed port); the documented connection timeout is
-    // the bound a caller was promised, so the whole first connection is held to it.
-    // A cluster gets a few more: redis-rs connects to every master it learns of.
-    let bound = match config.cluster {
-        Some(_) => config.connection_timeout * 3,
-        None => config.connection_timeout,
-    };
-    let first = || async {
-        let found =
-            async {
-                Ok::<_, redis::RedisError>(match (&config.sentinel, &config.cluster) {
-                    (_, Some(seeds)) => {
-                        let (conn, publish) = cluster::connect(seeds, config).await?;
-                        Link::Cluster(conn, publish)
-                    }
-                    (Some(_), None) => {
-                        Link::Sentinel(Follower::connect(config, cm.clone(), lanes).await?)
-                    }
-                    (None, None) => {
-                        // One plain attempt first, whose failure is named at once when
-                        // a person must fix it: the connection manager would retry it
-                        // for the whole timeout. A failure that may pass (a restart, a
-                        // slow link) gets the manager's retries, then the look's words.
-                        let began = std::time::Instant::now();
-                        let looked = diagnose::first_look(config).await;
-                        let looked = match looked {
-                            Err(e) if diagnose::settled(&e) => return Err(e),
-                            looked => looked.err(),
-                        };
-                        let made = futures::future::try_join_all((0..lanes).map(|_| {
-                            ConnectionManager::new_with_config(client.clone(), cm.clone())
-                        }));
-                        // Within the start's bound, leaving a moment to answer the
-                        // look's words rather than the bound's.
-                        let left = bound
-                            .saturating_sub(began.elapsed())
-                            .saturating_sub(std::time::Duration::from_millis(50));
-                        match tokio::time::timeout(left, made).await {
-                            Ok(Ok(conns)) => Link::Standalone(Arc::new(
-                                standalone::Standalone::new(conns, client.clone(), cm.clone()),
-                            )),
-                            Ok(Err(e)) => return Err(looked.unwrap_or(e)),
-                            Err(_) => {
-                                return Err(looked.unwrap_or_else(|| {
-                                    redis::RedisError::from(std::io::Error::new(
-                                        std::io::ErrorKind::TimedOut,
-                                        "no connection within the connection timeout",
-                                    ))
-                                }))
-                            }
-                        }
-                    }
-                })
-            };
-        let found = tokio::time::timeout(bound, found).await.map_err(|_| {
-            redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("could not connect to Redis within the connection timeout ({bound:?})"),
-            ))
-        })?;
-        // A Sentinel's master or a cluster's slots asked without the password they
-        // want: say where it goes (a standalone server's error is named already).
-        let standalone = config.sentinel.is_none() && config.cluster.is_none();
-        found.map_err(|e| match standalone {
-            true => e,
-            false => diagnose::no_password(config, &e).unwrap_or(e),
-        })
-    };
-    // A failover in progress is waited out within `Config::start_wait` (start.rs).
-    let link = start::until_found(config, first).await?;
-    let (target, topology) = match &link {
-        Link::Standalone(_) => (Target::Server(Box::new(client)), Topology::Standalone),
-        Link::Sentinel(follower) => {
-            // Weakly: the subscriber may outlive the manager, and the Follower's
-            // `+switch-master` listeners must end with the manager.
-            (
-                Target::Master(Arc::downgrade(follower)),
-                Topology::Standalone,
-            )
-        }
-        Link::Cluster(_, publish) => {
-            let seeds = config.cluster.clone().unwrap_or_default();
-            let target = Target::Cluster(seeds, Box::new(config.clone()), *publish);
-            (target, Topology::Cluster)
-        }
-    };
-    let mut conn = Conn {
-        link,
-        lane: 0,
-        confirmation: None,
-    };
-    // A server that wants a password the URL does not give takes the connection
-    // and refuses every command (NOAUTH): refused here, not at the first lock. A
-    // lock manager's least-privilege user may lack PING (NOPERM): that is an
-    // answer too; an operator's needs it. A cluster was asked for its slots on
-    // connecting (a NOAUTH failed that), and a PING there goes to every master.
-    let ping = match (&conn.link, purpose) {
-        (_, Purpose::Operator) | (Link::Sentinel(_), Purpose::Locks) => true,
-        // Standalone: `diagnose::first_look` has asked.
-        (Link::Standalone(_) | Link::Cluster(..), Purpose::Locks) => false,
-    };
-    if ping {
-        match redis::cmd("PING").query_async::<()>(&mut conn).await {
-            Ok(()) => {}
-            Err(e) if purpose == Purpose::Locks && crate::error::is_noperm(&e) => {}
-            Err(e) => return Err(diagnose::no_password(config, &e).unwrap_or(e).into()),
-        }
-    }
-    match purpose {
-        Purpose::Operator => {}
-        Purpose::Locks => {
-            if let Link::Sentinel(follower) = &conn.link {
-                follower.listen_for_switches(
-                    (config.reconnect_min, config.reconnect_max),
-                    config.connection_timeout,
-                );
-            }
-            checks::warn_if_locks_can_be_evicted(&mut conn).await;
-            if let Some(sync) = config.replica_sync() {
-                conn.confirmation = checks::confirmer(&conn, config, sync).await?;
-                if conn.confirmation.is_none() {
-                    crate::stats::record::replicas_counted(0);
-                }
-            } else if let Link::Sentinel(_) = &conn.link {
-                // No WAIT, but a demoted master is still not trusted.
-                let only = replicas::doubts_only(&conn.link, config);
-                conn.confirmation = Some(Confirmer::One(only));
-            }
-        }
-    }
-    Ok(Node {
-        conn,
-        topology,
-        pubsub: PubSubSource::new(target, config.connection_timeout),
-    })
 }

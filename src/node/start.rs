@@ -9,11 +9,21 @@
 //! at once with words that say which. A standalone server is not waited for: its
 //! first connection is named at once (`diagnose.rs`), a refused one included,
 //! since a restart and a wrong port look the same.
+//!
+//! Once connected, a lock manager reads the one server setting that can break
+//! locks without any error, and reports it in the log: under `maxmemory`, any
+//! eviction policy but `noeviction` may delete a lock key to make room
+//! (`allkeys-*` any key, `volatile-*` keys with a TTL, which every lock has).
+//! The lock is then free for the next taker while its holder still believes it
+//! holds it, and nothing tells either of them. Only the server knows its
+//! policy, so it is asked (`CONFIG GET`); a server that refuses the question
+//! (an ACL without CONFIG, a managed service that renames it) is not checked.
 
 use std::time::{Duration, Instant};
 
+use redis::aio::ConnectionLike;
 use redis::RedisError;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::Config;
 use crate::error::{LockError, FAILOVER_IN_PROGRESS};
@@ -100,6 +110,64 @@ where
                 ))));
             }
             Verdict::Fail => return Err(LockError::from(e)),
+        }
+    }
+}
+
+/// Reads `maxmemory` and `maxmemory-policy` and warns, once, if locks can be
+/// evicted. Never fails: the check is advice, not a condition to start.
+pub(crate) async fn warn_if_locks_can_be_evicted<C: ConnectionLike>(conn: &mut C) {
+    let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory*")
+        .query_async(conn)
+        .await;
+    let pairs = match reply {
+        Ok(pairs) => pairs,
+        Err(e) => {
+            debug!(error = %e, "cannot read maxmemory-policy; eviction of locks not checked");
+            return;
+        }
+    };
+    let get = |name: &str| {
+        pairs
+            .chunks_exact(2)
+            .find(|kv| kv[0].eq_ignore_ascii_case(name))
+            .map(|kv| kv[1].as_str())
+    };
+    let policy = get("maxmemory-policy").unwrap_or("noeviction");
+    let limit = get("maxmemory").unwrap_or("0");
+    if evicts_locks(policy) {
+        warn!(
+            policy,
+            maxmemory = limit,
+            "Redis may evict lock keys under memory pressure (maxmemory-policy {policy}): an \
+             evicted lock is free for others while its holder believes it holds it; use \
+             noeviction for the locks' Redis (docs/operations.md)"
+        );
+    }
+}
+
+/// Whether this policy may delete a lock key: every policy but `noeviction`.
+fn evicts_locks(policy: &str) -> bool {
+    !policy.eq_ignore_ascii_case("noeviction")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::evicts_locks;
+
+    #[test]
+    fn only_noeviction_keeps_locks() {
+        assert!(!evicts_locks("noeviction"));
+        for p in [
+            "allkeys-lru",
+            "allkeys-lfu",
+            "allkeys-random",
+            "volatile-lru",
+            "volatile-ttl",
+        ] {
+            assert!(evicts_locks(p), "{p}");
         }
     }
 }

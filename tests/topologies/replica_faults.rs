@@ -106,7 +106,7 @@ async fn a_frozen_replica_costs_about_one_confirmation_timeout() {
 /// and the grant is redone without a `WAIT`. Issue 36's goal is the timeout
 /// plus 1 s; its probe of 8 `lockwarden run` loops was blind two timeouts
 /// (2.1 s with 1 s) until a change on a short connection waited for the count
-/// its shortfall asked for (`wire/replicas/look.rs`, whose unit test pins that
+/// its shortfall asked for (`node/replicas/look.rs`, whose unit test pins that
 /// step; this in-process run did not show the second `WAIT` without it).
 #[actix_rt::test]
 async fn a_waiter_pays_one_wait_for_a_replica_frozen_under_it() {

@@ -579,9 +579,12 @@ async fn a_grant_answered_by_a_master_frozen_through_a_failover_is_not_handed_ou
     // Resume the old master the moment the replica is promoted: the grant in
     // its socket is answered before Sentinel tells it that it was demoted.
     let promoted = support::eventually(Duration::from_secs(30), || {
-        // The replica may refuse a moment while it turns master: ask again.
-        let role: redis::RedisResult<Vec<redis::Value>> =
-            redis::cmd("ROLE").query(&mut replica.conn());
+        // The replica may refuse a moment, or drop a new connection, while it
+        // turns master: ask again.
+        let role: redis::RedisResult<Vec<redis::Value>> = replica
+            .client()
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+            .and_then(|mut c| redis::cmd("ROLE").query(&mut c));
         matches!(role.as_deref(), Ok([redis::Value::BulkString(r), ..]) if r == b"master")
     })
     .await;

@@ -7,10 +7,10 @@
 //! acknowledge every second). One that let a `WAIT` run out is doubted until
 //! it acknowledges again (`lag` 0), so a frozen replica stops counting right
 //! after the first `WAIT` it missed instead of a second or two later, when its
-//! `lag` shows it. The watcher task (`mod.rs`) asks and acts on the count; the
-//! start-up check (`node/checks.rs`) and a Sentinel move
-//! (`Follower::count_on_move`) count with the same rule, and a cluster keeps a
-//! [`Doubts`] per master (`node/cluster_replicas.rs`).
+//! `lag` shows it. The counting task (`single.rs`) asks and acts on the count; the
+//! start-up check (`start.rs`) and a Sentinel move (`single.rs`'s hook,
+//! [`count_new_master`]) count with the same rule, and a cluster keeps a
+//! [`Doubts`] per master (`cluster.rs`).
 
 use std::collections::HashSet;
 

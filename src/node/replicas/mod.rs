@@ -1,366 +1,61 @@
-//! The task that keeps a connection's count of replicas current, and does not
-//! trust a master that lost them all to a failover.
+//! Replica confirmation, the node's half: how many replicas of each master can
+//! confirm a lock change now, whether that master can be trusted, and where
+//! it all starts.
 //!
-//! A `WAIT` for a replica that cannot answer (frozen, killed, cut off) lasts its
-//! whole timeout, and a fixed count of replicas turns that replica's trouble into
-//! a stalled lock: after a failover the new master has no replica until the old
-//! one comes back as one, and every grant waited for it. So the connection's
-//! [`Confirmation`] asks only for the replicas that can answer now, and this task
-//! keeps that number current from the master's `INFO replication`, on a
-//! connection of its own; which replicas count, and which are doubted after a
-//! short `WAIT`, is `count.rs`'s to say. The task looks every second, and at
-//! once when a `WAIT` came back short.
+//! The feature has two halves, one folder per layer. The wire's
+//! (`wire/replicas/`) sends each lock-changing script with a `WAIT` behind it,
+//! within a budget of `WAIT`s per connection, and says what a shortfall means
+//! for the caller. This one keeps the numbers that budget goes by, for each
+//! deployment:
 //!
-//! Fewer replicas is also what a demoted master sees: when Sentinel promotes its
-//! replica, the replica leaves it, and the old master, frozen through the
-//! failover and resumed, answers every queued call as if nothing happened. Had
-//! the count simply dropped to zero, its answers would have been trusted
-//! without a `WAIT`, a release among them, and the promoted master would have
-//! kept that lock for the rest of its lease. So under Sentinel the count only
-//! goes down once the Sentinels still name this master with no failover under
-//! way; otherwise the connection is sent to look for the new master (and every
-//! change the old one answers stays unconfirmed, to be undone or redone there).
-//! A standalone server has nobody to ask, and its count goes down as it sees.
-//! When the connection moves to a new master, that master's count is taken as it
-//! is (the Sentinels named it), by the Follower itself as it moves, so that the
-//! first calls there do not wait for the old master's replicas.
+//! - `watch.rs`: [`ReplicaWatch`](watch::ReplicaWatch), the one interface between the halves: the
+//!   count, the doubt of the master and the request to look again travel only
+//!   through its methods, and its doc comment lists who writes them;
+//! - `single.rs`: the task that counts one master's replicas (a standalone
+//!   server, or the master Sentinel names, following it as it moves);
+//! - `cluster.rs` and `cluster_views.rs`: the task that counts every cluster
+//!   master's, and the rules by which the masters' views place slots and
+//!   vouch for a master;
+//! - `count.rs`: which replicas count, from `INFO replication`; `look.rs`: the
+//!   request to count again after a short `WAIT`, and its answer;
+//! - `start.rs`: the first count and the confirmation each deployment starts
+//!   with; `status.rs`: how confirmation stands, for a manager or an operator
+//!   ([`ReplicaConfirmation`]).
+//!
+//! The settings are `config/replicas.rs`'s.
 
+mod cluster;
+mod cluster_views;
 mod count;
+mod look;
+mod single;
+mod start;
+mod status;
+mod watch;
 
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::sync::Arc;
 
-use futures::future::select;
-use tracing::{debug, info, warn};
-
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, RedisError, RedisResult};
-
-use super::sentinel::Follower;
-use super::Link;
 use crate::wire::Confirmation;
-pub(crate) use count::{parse, Doubts, Replication};
+pub(in crate::node) use single::doubts_only;
+pub(in crate::node) use start::confirmer;
+pub(crate) use status::of_server;
+pub use status::ReplicaConfirmation;
 
-/// How often the replicas are counted when no `WAIT` came back short.
-const EVERY: Duration = Duration::from_secs(1);
-
-/// How long the master may take to answer the count's `INFO` before, under
-/// Sentinel, it is doubted ([`Confirmation::doubt_master`]): a failover needs
-/// the master silent for the Sentinels' `down-after-milliseconds` (1 s at the
-/// least in practice) and then an election, so a doubt raised this soon is in
-/// place before a demoted master can answer again. A master merely slow for a
-/// moment costs a question to the Sentinels.
-const SILENT: Duration = Duration::from_millis(500);
-
-/// The confirmation of a connection under Sentinel with replica confirmation
-/// off (`Config::no_replica_sync`): it never asks for a `WAIT`, but its master
-/// is watched all the same and doubted when it goes silent
-/// ([`Confirmation::doubt_master`]), so that a demoted master's answers are
-/// not trusted whatever the replica setting. It costs an `INFO` a second.
-pub(super) fn doubts_only(link: &Link, config: &crate::config::Config) -> Arc<Confirmation> {
-    let none = crate::config::ReplicaSync {
-        min: 0,
-        timeout: Duration::from_millis(1),
-    };
-    let confirmation = Arc::new(Confirmation::new(
-        none,
-        config.response_timeout,
-        crate::wire::Confirm::Wait,
-        0,
-    ));
-    watch(
-        link,
-        &config.client,
-        &confirmation,
-        (config.connection_timeout, config.response_timeout),
-    );
-    confirmation
+/// Where a connection's confirmation comes from.
+#[derive(Clone, Debug)]
+pub(super) enum Confirmer {
+    /// One master (a single server, or the one Sentinel names).
+    One(Arc<Confirmation>),
+    /// A cluster: the master serving the key's slot (`cluster.rs`).
+    PerMaster(Arc<cluster::PerMaster>),
 }
 
-/// Keeps `confirmation`'s count of replicas current for the master behind
-/// `link` (reached with `client` on a single server), until the confirmation
-/// (the manager's connection) is gone. `bounds` are the connection and
-/// response timeouts of its own connection.
-pub(super) fn watch(
-    link: &Link,
-    client: &Client,
-    confirmation: &Arc<Confirmation>,
-    bounds: (Duration, Duration),
-) {
-    let weak = Arc::downgrade(confirmation);
-    if let Link::Sentinel(follower) = link {
-        follower.count_on_move(confirmation, count::count_new_master);
-    }
-    let follower = match link {
-        Link::Sentinel(f) => Some(Arc::clone(f)),
-        Link::Standalone(_) | Link::Cluster(..) => None,
-    };
-    let mut watcher = Watcher {
-        // The count the connection starts with is this master's.
-        address: follower.as_ref().map(|f| f.address()),
-        follower,
-        client: client.clone(),
-        conn: None,
-        bounds,
-        doubts: Doubts::default(),
-        failing: false,
-    };
-    let look = confirmation.look();
-    tokio::spawn(async move {
-        loop {
-            // A first look at once: a master that went silent while the
-            // manager started is doubted before its first answers come back.
-            let covers = look.starting();
-            if !watcher.look(&weak).await {
-                return;
-            }
-            // Calls held back by a short WAIT go out by this count now.
-            look.finished(covers);
-            let asked = look.asked();
-            // A periodic look, one asked for by a short WAIT, or one for the
-            // master the connection just moved to.
-            let tick = std::pin::pin!(tokio::time::sleep(EVERY));
-            let follower = watcher.follower.clone();
-            let moved = std::pin::pin!(async move {
-                match follower {
-                    Some(f) => f.moves().await,
-                    None => std::future::pending().await,
-                }
-            });
-            let _ = select(select(tick, std::pin::pin!(asked)), moved).await;
-        }
-    });
-}
-
-/// The task's state between looks.
-struct Watcher {
-    /// Under Sentinel, what follows the master.
-    follower: Option<Arc<Follower>>,
-    /// The single server's client (under Sentinel, the Follower's is used).
-    client: Client,
-    /// A connection of its own to the counted master, and that master's
-    /// address: `INFO` on the shared command connection would wait behind
-    /// the very `WAIT`s that ran out.
-    conn: Option<(String, MultiplexedConnection)>,
-    /// Connection and response timeouts of that connection.
-    bounds: (Duration, Duration),
-    /// Replicas doubted since a short `WAIT`.
-    doubts: Doubts,
-    /// The master counted last (under Sentinel), to tell a move from a loss.
-    address: Option<String>,
-    /// The last look failed (logged once until one succeeds).
-    failing: bool,
-}
-
-impl Watcher {
-    /// The master's `INFO replication` and its address, on this task's own
-    /// connection (made again when the master moved or the last one failed).
-    async fn replication(
-        &mut self,
-        confirmation: &Confirmation,
-    ) -> RedisResult<(String, Option<String>)> {
-        let (client, address) = match &self.follower {
-            Some(f) => (f.master_client(), Some(f.address())),
-            None => (self.client.clone(), None),
-        };
-        let key = address.clone().unwrap_or_default();
-        if self.conn.as_ref().is_none_or(|(at, _)| *at != key) {
-            let settings = AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(self.bounds.0))
-                .set_response_timeout(Some(self.bounds.1));
-            let made = client
-                .get_multiplexed_async_connection_with_config(&settings)
-                .await;
-            match made {
-                Ok(conn) => self.conn = Some((key.clone(), conn)),
-                Err(e) => {
-                    self.doubt(confirmation, &key, &e);
-                    return Err(e);
-                }
-            }
-        }
-        let Some((_, conn)) = self.conn.as_mut() else {
-            return Err(RedisError::from((redis::ErrorKind::Io, "no connection")));
-        };
-        let mut conn = conn.clone();
-        let mut cmd = redis::cmd("INFO");
-        let mut asked = std::pin::pin!(cmd.arg("replication").query_async::<String>(&mut conn));
-        let info = match tokio::time::timeout(SILENT, asked.as_mut()).await {
-            Ok(info) => info,
-            Err(_) => {
-                let silent = RedisError::from((redis::ErrorKind::Io, "no answer to INFO"));
-                self.doubt(confirmation, &key, &silent);
-                asked.await
-            }
-        };
-        if let Err(e) = &info {
-            self.doubt(confirmation, &key, e);
-            self.conn = None;
-        }
-        Ok((info?, address))
-    }
-
-    /// Under Sentinel, doubts the master at `asked` (it went silent or cannot
-    /// be reached: `why`), unless the connection has moved on from it since:
-    /// the old master's late failure says nothing of the new one.
-    fn doubt(&self, confirmation: &Confirmation, asked: &str, why: &RedisError) {
-        let Some(follower) = &self.follower else {
-            return;
-        };
-        // A refusal (NOPERM: a user without INFO) is an answer, not silence.
-        let silent = why.is_timeout()
-            || why.is_io_error()
-            || why.is_connection_dropped()
-            || why.is_connection_refusal();
-        if silent && follower.address() == asked && confirmation.doubt_master() {
-            warn!(
-                master = %asked,
-                error = %why,
-                "the master is not answering: until the Sentinels vouch for it again, lock \
-                 changes it answers are not taken as done"
-            );
-        }
-    }
-
-    /// One look; false when the confirmation is gone.
-    async fn look(&mut self, weak: &Weak<Confirmation>) -> bool {
-        let Some(confirmation) = weak.upgrade() else {
-            return false;
-        };
-        let (info, address) = match self.replication(&confirmation).await {
-            Ok(found) => found,
-            Err(e) => {
-                if !std::mem::replace(&mut self.failing, true) {
-                    warn!(error = %e, "cannot count the master's replicas (INFO replication); keeping the last count");
-                }
-                return true;
-            }
-        };
-        if self.failing {
-            self.failing = false;
-            info!("counting the master's replicas again");
-        }
-        if self
-            .follower
-            .as_ref()
-            .is_some_and(|f| Some(f.address()) != address)
-        {
-            // The connection moved while asking: count the new master now.
-            drop(confirmation);
-            return Box::pin(self.look(weak)).await;
-        }
-        let replication = parse(&info);
-        if let Some(follower) = &self.follower {
-            if !vouched(follower, &confirmation, replication.master).await {
-                return true;
-            }
-        }
-        let live = self.doubts.count(&replication, confirmation.short_by());
-        let was = confirmation.live();
-        let moved = address.is_some() && address != self.address;
-        if live < was && !moved {
-            if let Some(follower) = &self.follower {
-                if !trusted(follower).await {
-                    return true;
-                }
-            }
-        }
-        if moved {
-            self.address = address;
-            self.doubts = Doubts::default();
-        }
-        let wanted = confirmation.wanted();
-        if live != was && live < wanted && was >= wanted {
-            warn!(
-                was,
-                now = live,
-                wanted,
-                master = self.address.as_deref().unwrap_or("the server"),
-                replicas = ?replication.replicas,
-                "replica confirmation is reduced: fewer replicas can confirm lock changes than \
-                 asked (lockwarden_replicas_counted); with none they are made unconfirmed"
-            );
-            confirmation.set_live(live);
-        } else if live != was {
-            info!(
-                was,
-                now = live,
-                master = self.address.as_deref().unwrap_or("the server"),
-                moved,
-                replicas = ?replication.replicas,
-                "replicas that can confirm lock changes"
-            );
-            confirmation.set_live(live);
-        } else {
-            debug!(live, "replicas counted");
-        }
-        true
-    }
-}
-
-/// The count a new connection under Sentinel starts with: `live` as the master
-/// reports it, unless that is fewer than `min` and the Sentinels do not still
-/// name this master with no failover under way. A process that starts while a
-/// master frozen through a failover resumes finds it without its replica (the
-/// replica is the new master) and, trusting that, had a grant of the demoted
-/// master handed to it as held (the chaos suite's "untold loss"). Then `min`
-/// is assumed: its changes stay unconfirmed while the Follower moves on.
-pub(super) async fn trusted_at_start(follower: &Arc<Follower>, live: u32, min: u32) -> u32 {
-    if live >= min || trusted(follower).await {
-        live
-    } else {
-        min
-    }
-}
-
-/// Whether `follower`'s master (`master`: its `INFO` says so) can be trusted
-/// now: yes unless it is in doubt ([`Confirmation::doubt_master`]) or no longer
-/// a master; a doubted master is vouched for by the Sentinels ([`trusted`]),
-/// and one they do not name is left for the master they do.
-async fn vouched(follower: &Arc<Follower>, confirmation: &Confirmation, master: bool) -> bool {
-    if !master {
-        // Demoted and told so: whatever it answers now is a replica's refusal,
-        // but a change it took while frozen may be answered any moment.
-        if confirmation.doubt_master() {
-            warn!(master = %follower.address(), "the master turned replica: following the new master");
-        }
-        follower.look_again();
-        return false;
-    }
-    if !confirmation.master_doubted() {
-        return true;
-    }
-    if !trusted(follower).await {
-        return false;
-    }
-    if confirmation.trust_master() {
-        info!(master = %follower.address(), "the Sentinels vouch for the master again: its answers count");
-    }
-    true
-}
-
-/// Whether the Sentinels still name `follower`'s master with no failover under
-/// way, so that its lost replicas are a replica's trouble, not a demotion. If
-/// not, the follower looks for the new master.
-async fn trusted(follower: &Arc<Follower>) -> bool {
-    match follower.still_master().await {
-        Some(true) => true,
-        Some(false) => {
-            warn!(
-                master = %follower.address(),
-                "the master lost its replicas or went silent, and the Sentinels name another master or are \
-                 failing over: its answers are not trusted; following the new master"
-            );
-            follower.look_again();
-            false
-        }
-        None => {
-            warn!(
-                master = %follower.address(),
-                "the master lost its replicas or went silent, and no Sentinel answered whether it still is the \
-                 master: its answers stay unconfirmed until one does"
-            );
-            false
+impl Confirmer {
+    /// The confirmation a script on `key` is judged by.
+    pub(super) fn for_key(&self, key: Option<&str>) -> Arc<Confirmation> {
+        match self {
+            Confirmer::One(c) => Arc::clone(c),
+            Confirmer::PerMaster(per) => per.for_key(key),
         }
     }
 }

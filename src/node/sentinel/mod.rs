@@ -34,7 +34,6 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
-use crate::wire::Confirmation;
 use dial::connect_lanes;
 
 /// How many times a lookup is tried after a sign that the master moved, and the
@@ -42,9 +41,19 @@ use dial::connect_lanes;
 const LOOKUPS: u32 = 120;
 const LOOKUP_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// A confirmation to set as the connection moves, and how to count replicas
-/// in an `INFO replication` reply.
-type Counted = (Weak<Confirmation>, fn(&str) -> u32);
+/// What the count of replicas (`node/replicas/single.rs`) hears as the
+/// connection moves to a new master, so that the first calls there go by that
+/// master's replicas, not the old one's.
+pub(crate) trait CountOnMove: Send + Sync {
+    /// Whether anyone still counts: if not, the new master is not asked.
+    fn counting(&self) -> bool;
+
+    /// The connection moved to a master whose `INFO replication` is `info`.
+    fn moved(&self, info: &str);
+}
+
+/// The hook a move runs.
+type Counted = Arc<dyn CountOnMove>;
 
 /// See the module documentation.
 pub(crate) struct Follower {
@@ -74,10 +83,10 @@ pub(crate) struct Follower {
     sentinel_clients: Vec<Client>,
     /// Dropped with the Follower: the `+switch-master` listeners then end.
     gone: watch::Sender<()>,
-    /// The command connection's replica confirmation, and how to count the
-    /// replicas in an `INFO replication` reply (`node/replicas/count.rs`, passed in
-    /// so that this file needs nothing of it): a move takes the new master's
-    /// count before the first call goes there ([`Follower::count_on_move`]).
+    /// What the count of the command connection's replicas hears of a move
+    /// (`node/replicas/single.rs`, handed in so that this file writes nothing
+    /// of it): a move has it take the new master's count before the first
+    /// call goes there ([`Follower::count_on_move`]).
     counted: RwLock<Option<Counted>>,
 }
 
@@ -289,35 +298,29 @@ impl Follower {
         });
     }
 
-    /// Has each move set `confirmation`'s count of replicas from the new
-    /// master's `INFO replication` (read by `count`) as the connection moves.
-    /// The counting task (`node/replicas/`) hears of the move too, but only
-    /// after it: in between, the first lock changes on a master left with no
-    /// replica asked for the old master's and waited out a whole `WAIT`, to
-    /// be refused `NotReplicated`.
-    pub(in crate::node) fn count_on_move(
-        &self,
-        confirmation: &Arc<Confirmation>,
-        count: fn(&str) -> u32,
-    ) {
-        *self.counted.write().unwrap_or_else(|e| e.into_inner()) =
-            Some((Arc::downgrade(confirmation), count));
+    /// Has each move tell `counted` the new master's `INFO replication`
+    /// once the connection moved. The counting task (`node/replicas/`) hears
+    /// of the move too, but only after it: in between, the first lock changes
+    /// on a master left with no replica asked for the old master's and waited
+    /// out a whole `WAIT`, to be refused `NotReplicated`.
+    pub(in crate::node) fn count_on_move(&self, counted: Counted) {
+        *self.counted.write().unwrap_or_else(|e| e.into_inner()) = Some(counted);
     }
 
-    /// The replicas the master behind `conn` has, as [`Follower::count_on_move`]
-    /// counts them, and the confirmation to tell; `None` when nobody asked or
-    /// the master does not answer `INFO` soon (the counting task then counts).
-    async fn count_at(&self, conn: &mut ConnectionManager) -> Option<(Arc<Confirmation>, u32)> {
-        let (weak, count) = self
+    /// The `INFO replication` of the master behind `conn`, and whom to tell
+    /// of it ([`Follower::count_on_move`]); `None` when nobody counts or the
+    /// master does not answer `INFO` soon (the counting task then counts).
+    async fn count_at(&self, conn: &mut ConnectionManager) -> Option<(Counted, String)> {
+        let counted = self
             .counted
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()?;
-        let confirmation = weak.upgrade()?;
+            .clone()
+            .filter(|c| c.counting())?;
         let mut cmd = redis::cmd("INFO");
         let info = cmd.arg("replication").query_async::<String>(conn);
         match tokio::time::timeout(LOOKUP_PAUSE * 4, info).await {
-            Ok(Ok(info)) => Some((confirmation, count(&info))),
+            Ok(Ok(info)) => Some((counted, info)),
             _ => None,
         }
     }
@@ -349,10 +352,10 @@ impl Follower {
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = (conn, address);
         // The count changes only after the swap: a call that read the new
         // count (none, say) must not go out on the old master without a WAIT.
-        if let Some((confirmation, live)) = counted {
-            confirmation.set_live(live);
-            // The Sentinels named this master: a doubt of the old one ends.
-            confirmation.trust_master();
+        // The Sentinels named this master: its count is taken as it is, and
+        // a doubt of the old one ends.
+        if let Some((counted, info)) = counted {
+            counted.moved(&info);
         }
         self.moved.notify_waiters();
         Ok(true)

@@ -80,7 +80,32 @@ pub(super) fn budget(timeout: Duration, response_timeout: Duration) -> usize {
 mod tests {
     use super::*;
     use crate::config::ReplicaSync;
-    use crate::wire::Confirm;
+    use crate::wire::{Confirm, ReplicaCount};
+    use futures::future::BoxFuture;
+    use std::sync::Arc;
+
+    /// One replica, counted once: the lanes do not look at the count.
+    #[derive(Debug)]
+    struct One;
+
+    impl ReplicaCount for One {
+        fn live(&self) -> u32 {
+            1
+        }
+        fn had_replicas(&self) -> bool {
+            true
+        }
+        fn master_doubted(&self) -> bool {
+            false
+        }
+        fn doubts(&self) -> u64 {
+            0
+        }
+        fn look_again(&self) {}
+        fn looked(&self, _bound: Duration) -> BoxFuture<'_, ()> {
+            Box::pin(async {})
+        }
+    }
 
     #[test]
     fn the_budget_leaves_a_whole_wait_of_the_response_timeout() {
@@ -96,7 +121,8 @@ mod tests {
             min: 1,
             timeout: Duration::from_millis(500),
         };
-        let c = Confirmation::new(sync, Duration::from_secs(2), Confirm::Wait, 1).lanes(3);
+        let c =
+            Confirmation::new(sync, Duration::from_secs(2), Confirm::Wait, Arc::new(One)).lanes(3);
         assert_eq!(c.places.len(), 3);
         assert!(c.places.iter().all(|p| p.available_permits() == 2));
         let picked: Vec<usize> = (0..6).map(|_| c.pick()).collect();
@@ -106,7 +132,7 @@ mod tests {
         let picked: Vec<usize> = (0..4).map(|_| c.pick()).collect();
         assert!(!picked.contains(&1), "{picked:?}");
         // One lane is today's single connection.
-        let one = Confirmation::new(sync, Duration::from_secs(2), Confirm::Wait, 1);
+        let one = Confirmation::new(sync, Duration::from_secs(2), Confirm::Wait, Arc::new(One));
         assert_eq!((0..3).map(|_| one.pick()).collect::<Vec<_>>(), [0, 0, 0]);
     }
 }

@@ -35,7 +35,7 @@
 //! connection knows they are *short* until a `WAIT` finds enough again: then a
 //! call that only hopes (a release) is sent without a `WAIT` at all (its change
 //! stands; logged), and a call that must be confirmed waits for the count of
-//! replicas that shortfall asked for (`look.rs`: a replica it finds frozen is
+//! replicas that shortfall asked for (`node/replicas/look.rs`: a replica it finds frozen is
 //! not waited for again), then takes a free place in the budget to ask again,
 //! or, with none free, is refused `NotReplicated` at once without being sent
 //! (nothing written). Calls already waiting for a place when the
@@ -65,14 +65,14 @@
 //! and the operator chose to lose up to a second of writes anyway. Replicas are
 //! still counted by `WAIT` (received), not by `WAITAOF`'s second number, which
 //! counts only replicas running with AOF of their own. Chosen once, from the
-//! master's `INFO` when the manager starts (`node/checks.rs`).
+//! master's `INFO` when the manager starts (`node/replicas/start.rs`).
 
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::{select, Either};
+use futures::future::{select, BoxFuture, Either};
 use redis::{Cmd, RedisResult, Value};
 use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 use tracing::{info, warn};
@@ -80,7 +80,6 @@ use tracing::{info, warn};
 mod fast;
 mod kept;
 mod lanes;
-mod look;
 mod replies;
 mod unconfirmed;
 
@@ -88,7 +87,6 @@ use fast::{send_fast, Fast};
 pub(crate) use kept::{keep_if_unconfirmed, kept_pending, Redo};
 use lanes::budget;
 pub(crate) use lanes::Lanes;
-pub(crate) use look::Look;
 use replies::confirmed;
 pub(crate) use replies::{confirm_with, judge, unmark, Confirm, Confirmed};
 
@@ -113,20 +111,49 @@ pub(crate) enum Need {
     Must,
 }
 
-/// Replica confirmation on one connection: what is required, how many replicas
-/// can answer now (kept current by `node/replicas/`), and the budget of
-/// `WAIT`s that may block it at once (see the module documentation). Shared by
-/// every clone of the connection.
+/// What the wire half reads of a master's replicas, and asks of whoever
+/// counts them: the port that the node layer's `ReplicaWatch`
+/// (`node/replicas/watch.rs`) implements, as the one way the count, the doubt
+/// of the master and the request to look at the replicas again travel between
+/// the two halves. The wire half writes none of them; the node layer, whose
+/// counting tasks write them, tells the [`Confirmation`] when the count
+/// changed ([`Confirmation::count_changed`]) or the master fell in doubt
+/// ([`Confirmation::master_fell_in_doubt`]).
+pub(crate) trait ReplicaCount: Send + Sync + std::fmt::Debug {
+    /// How many of the master's replicas can answer now, as last counted: a
+    /// `WAIT` asks for `min(sync.min, live)`, and none at all when that is 0.
+    fn live(&self) -> u32;
+
+    /// Whether a replica was ever counted: a master that never had one has no
+    /// failover to lose a change to, so nothing is kept for it (`kept.rs`).
+    fn had_replicas(&self) -> bool;
+
+    /// Whether the master went silent and has not been vouched for since: it
+    /// may have been demoted meanwhile, so no change it answers is confirmed.
+    fn master_doubted(&self) -> bool;
+
+    /// How many doubts of the master were raised so far: a call whose reply
+    /// came back across one is not taken as confirmed.
+    fn doubts(&self) -> u64;
+
+    /// A `WAIT` came back short: the replicas are to be counted again now.
+    fn look_again(&self);
+
+    /// Resolves once a look that started after every request so far has
+    /// finished, or `bound` passed.
+    fn looked(&self, bound: Duration) -> BoxFuture<'_, ()>;
+}
+
+/// Replica confirmation on one connection: what is required, the count of
+/// replicas that can answer now (a [`ReplicaCount`], kept current by
+/// `node/replicas/`), and the budget of `WAIT`s that may block it at once (see
+/// the module documentation). Shared by every clone of the connection.
 #[derive(Debug)]
 pub(crate) struct Confirmation {
     /// How many replicas must confirm, and how long the master waits for them.
     sync: ReplicaSync,
-    /// How many of the master's replicas can answer now: a `WAIT` asks for
-    /// `min(sync.min, live)`, and none at all when that is 0.
-    live: AtomicU32,
-    /// Whether a replica was ever counted: a master that never had one has no
-    /// failover to lose a change to, so nothing is kept for it (`kept.rs`).
-    had_replicas: AtomicBool,
+    /// The master's replicas as counted, its doubt, and the looks at them.
+    count: Arc<dyn ReplicaCount>,
     /// Places for `WAIT`s at once, one budget per lane ([`Confirmation::lanes`]):
     /// a `WAIT` blocks only the lane it went on.
     places: Vec<Semaphore>,
@@ -136,22 +163,13 @@ pub(crate) struct Confirmation {
     short: AtomicBool,
     /// How many replicas the last `WAIT` counted.
     acked: AtomicU32,
-    /// Wakes the calls waiting for a place when the connection turns short.
+    /// Wakes the calls waiting for a place when the connection turns short
+    /// or the master falls in doubt.
     turned_short: Notify,
-    /// Asked when a `WAIT` came back short: whoever keeps `live` current looks
-    /// at the replicas again at once, and a call that must be confirmed waits
-    /// for that look before it spends a whole `WAIT` (`look.rs`).
-    look: Arc<Look>,
     /// `WAITAOF 1 0` follows the `WAIT` ([`Confirm::WaitAndAof`]).
     aof: bool,
     /// The fast path, on a connection to one server ([`Confirmation::fast`]).
     fast: Option<Fast>,
-    /// The master went silent and has not been vouched for since
-    /// ([`Confirmation::doubt_master`]): it may have been demoted meanwhile.
-    master_doubted: AtomicBool,
-    /// Bumped at each doubt: a call whose reply came back across one is not
-    /// taken as confirmed.
-    doubts: AtomicU64,
     /// A grant no replica could confirm is refused, not kept
     /// (`Config::refuse_unconfirmed_grants`).
     refuse: bool,
@@ -171,44 +189,30 @@ enum Way<'a> {
 impl Confirmation {
     /// Confirmation by `sync`, with the commands `confirm` names, on a
     /// connection whose calls time out after `response_timeout` (longer than
-    /// `sync.timeout`, `Config::validate`).
-    /// `live` replicas can answer when the connection is made.
+    /// `sync.timeout`, `Config::validate`), its replicas counted by `count`.
     pub(crate) fn new(
         sync: ReplicaSync,
         response_timeout: Duration,
         confirm: Confirm,
-        live: u32,
+        count: Arc<dyn ReplicaCount>,
     ) -> Confirmation {
         Confirmation {
             sync,
-            live: AtomicU32::new(live),
-            had_replicas: AtomicBool::new(live > 0),
+            count,
             places: vec![Semaphore::new(budget(sync.timeout, response_timeout))],
             next: AtomicUsize::new(0),
             short: AtomicBool::new(false),
             acked: AtomicU32::new(0),
             turned_short: Notify::new(),
-            look: Arc::default(),
             aof: confirm == Confirm::WaitAndAof,
             fast: None,
-            master_doubted: AtomicBool::new(false),
-            doubts: AtomicU64::new(0),
             refuse: false,
         }
-        .counted(live)
-    }
-
-    /// The same, but a short `WAIT` asks `look` instead of a look of its own:
-    /// on a cluster one task counts the replicas of every master
-    /// (`node/cluster_replicas.rs`), each with a confirmation of its own.
-    pub(crate) fn sharing_look(mut self, look: Arc<Look>) -> Confirmation {
-        self.look = look;
-        self
     }
 
     /// How many replicas a `WAIT` asks for now.
     fn required(&self) -> u32 {
-        self.sync.min.min(self.live.load(Ordering::Acquire))
+        self.sync.min.min(self.count.live())
     }
 
     /// How many replicas the configuration asks to confirm each change.
@@ -218,7 +222,7 @@ impl Confirmation {
 
     /// How many replicas can answer, as last counted.
     pub(crate) fn live(&self) -> u32 {
-        self.live.load(Ordering::Acquire)
+        self.count.live()
     }
 
     /// Whether the last `WAIT` found too few replicas: the next look at them
@@ -230,7 +234,7 @@ impl Confirmation {
     /// Whether this connection asks replicas to confirm, and its master had
     /// one at some point (so a failover could promote it).
     pub(crate) fn wants_replicas(&self) -> bool {
-        self.sync.min > 0 && self.had_replicas.load(Ordering::Acquire)
+        self.sync.min > 0 && self.count.had_replicas()
     }
 
     /// How many replicas the last `WAIT` counted, if it came back short.
@@ -238,56 +242,24 @@ impl Confirmation {
         self.is_short().then(|| self.acked.load(Ordering::Acquire))
     }
 
-    /// Counts `live` replicas that can answer. A new count is a new situation:
-    /// the connection is no longer taken as short, so calls ask again.
-    pub(crate) fn set_live(&self, live: u32) {
-        if live > 0 {
-            self.had_replicas.store(true, Ordering::Release);
-        }
-        if self.live.swap(live, Ordering::AcqRel) != live {
-            crate::stats::record::replicas_counted(live);
-            self.short.store(false, Ordering::Release);
-            self.reopen_fast();
-        }
+    /// The count of replicas changed (told by the node layer's
+    /// `ReplicaWatch`, which wrote it): a new count is a new situation, so the
+    /// connection is no longer taken as short and calls ask again.
+    pub(crate) fn count_changed(&self) {
+        self.short.store(false, Ordering::Release);
+        self.reopen_fast();
     }
 
-    /// The master stopped answering, or could not be reached, when its replicas
-    /// were counted (`node/replicas/`, under Sentinel): until the Sentinels
-    /// vouch for it again ([`Confirmation::trust_master`]) or the connection
-    /// moves to the master they name, no change it answers is confirmed, with
-    /// replicas or without. A master frozen through a failover answers as
-    /// master when it resumes, until Sentinel demotes it a moment later; with
-    /// a replica, the `WAIT` behind a change catches that, but a master left
-    /// with none (the usual state right after a first failover) has no `WAIT`,
-    /// and its grants and releases were trusted: a lock held twice, or a
-    /// release lost while the promoted master kept the grant. Answers whether
-    /// this is a new doubt.
-    pub(crate) fn doubt_master(&self) -> bool {
-        self.doubts.fetch_add(1, Ordering::AcqRel);
-        let new = !self.master_doubted.swap(true, Ordering::AcqRel);
-        if new {
-            // Calls waiting for a place give up waiting, as when short.
-            self.turned_short.notify_waiters();
-        }
-        new
+    /// The master fell in doubt (told by the node layer's `ReplicaWatch`):
+    /// calls waiting for a place give up waiting, as when short, and go the
+    /// way of a doubted master.
+    pub(crate) fn master_fell_in_doubt(&self) {
+        self.turned_short.notify_waiters();
     }
 
-    /// The Sentinels name this master again with no failover under way, or the
-    /// connection moved to the one they name: its answers count again.
-    /// Answers whether it was doubted.
-    pub(crate) fn trust_master(&self) -> bool {
-        self.master_doubted.swap(false, Ordering::AcqRel)
-    }
-
-    /// Whether the master is in doubt ([`Confirmation::doubt_master`]).
+    /// Whether the master is in doubt ([`ReplicaCount::master_doubted`]).
     pub(crate) fn master_doubted(&self) -> bool {
-        self.master_doubted.load(Ordering::Acquire)
-    }
-
-    /// The looks at the replicas this connection asks for after a short
-    /// `WAIT`: the counting task waits on it and tells it each look it made.
-    pub(crate) fn look(&self) -> Arc<Look> {
-        Arc::clone(&self.look)
+        self.count.master_doubted()
     }
 
     /// The way a call with `need` (not read-only) goes out now, on `lane`.
@@ -295,8 +267,8 @@ impl Confirmation {
         if need == Need::Must && self.is_short() {
             // The shortfall asked for a look at the replicas, a few
             // milliseconds away: one it finds frozen stops counting, and this
-            // call need not wait out a whole WAIT for it (`look.rs`).
-            self.look.answered(self.sync.timeout).await;
+            // call need not wait out a whole WAIT for it (`node/replicas/look.rs`).
+            self.count.looked(self.sync.timeout).await;
         }
         let places = &self.places[lane];
         // Listen before looking, so that turning short in between is heard.
@@ -322,6 +294,23 @@ impl Confirmation {
         }
     }
 
+    /// What a `WAIT` found, heard as a call would: for a test of how the
+    /// count and its looks steer the calls (`node/replicas/look.rs`).
+    #[cfg(test)]
+    pub(crate) fn heard(&self, confirmed: &Confirmed) {
+        self.record(confirmed);
+    }
+
+    /// What a call with `need` would send now: `Some(n)`, a `WAIT` for n
+    /// replicas; `None`, no `WAIT` (or nothing at all).
+    #[cfg(test)]
+    pub(crate) async fn would_wait(&self, need: Need) -> Option<u32> {
+        match (self.way(need, 0).await, self.required()) {
+            (Way::Wait(_), n) if n > 0 => Some(n),
+            _ => None,
+        }
+    }
+
     /// Remembers what a `WAIT` found.
     fn record(&self, confirmed: &Confirmed) {
         let (acked, failed) = match confirmed {
@@ -342,7 +331,7 @@ impl Confirmation {
         self.acked.store(acked, Ordering::Release);
         // The replicas that did not answer may be gone or frozen: have them
         // counted again now rather than at the next periodic look.
-        self.look.ask();
+        self.count.look_again();
         if !self.short.swap(true, Ordering::AcqRel) {
             match failed {
                 Some(e) => warn!(
@@ -398,9 +387,9 @@ pub(crate) async fn send<C: ConnectionLike + Lanes + Clone + Send + 'static>(
             _ => Ok((conn.req_packed_command(cmd).await?, doubted)),
         };
     }
-    let doubts = confirmation.doubts.load(Ordering::Acquire);
+    let doubts = confirmation.count.doubts();
     let (reply, confirmed) = send_confirmed(conn, &confirmation, cmd, need).await?;
-    if confirmation.doubts.load(Ordering::Acquire) != doubts {
+    if confirmation.count.doubts() != doubts {
         // The master was doubted while this call was out: its answer may be
         // a demoted master's.
         return Ok((reply, doubted));

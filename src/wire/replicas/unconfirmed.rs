@@ -60,12 +60,6 @@ pub(crate) fn record(op: &'static str, lock: &str) {
 }
 
 impl Confirmation {
-    /// Publishes `live` as the gauge of replicas counted, and answers self.
-    pub(super) fn counted(self, live: u32) -> Confirmation {
-        crate::stats::record::replicas_counted(live);
-        self
-    }
-
     /// Refuses a grant that no replica could confirm instead of keeping it
     /// (`Config::refuse_unconfirmed_grants`).
     pub(crate) fn refusing(mut self, refuse: bool) -> Confirmation {

@@ -1,16 +1,9 @@
-//! Settings of the Redis server that can break locks without any error, read once
-//! when a manager starts and reported in the log.
-//!
-//! Under `maxmemory`, any eviction policy but `noeviction` may delete a lock key
-//! to make room: `allkeys-*` any key, `volatile-*` keys with a TTL, which every
-//! lock has. The lock is then free for the next taker while its holder still
-//! believes it holds it, and nothing tells either of them. Only the server knows
-//! its policy, so it is asked (`CONFIG GET`); a server that refuses the question
-//! (an ACL without CONFIG, a managed service that renames it) is not checked.
+//! Where replica confirmation starts, once per manager: its confirmation of
+//! lock changes for each deployment ([`confirmer`]).
 //!
 //! Replica confirmation (`Config::sync_replicas`, on by default) starts from the
-//! master's `INFO`: how many replicas can confirm now (`node/replicas/` keeps
-//! the count current afterwards), the server's version and whether it keeps an
+//! master's `INFO`: how many replicas can confirm now (`single.rs` keeps
+//! the count current afterwards, `cluster.rs` each master's on a cluster), the server's version and whether it keeps an
 //! AOF, which decide whether `WAITAOF` follows each `WAIT` (`wire/replicas/`).
 //! An explicit setting on a server that is not a master, or that will not
 //! answer `INFO`, is refused at start; the default is then turned off with a
@@ -23,9 +16,12 @@ use std::sync::Arc;
 use redis::aio::ConnectionLike;
 use tracing::{debug, info, warn};
 
-use super::{cluster, cluster_replicas, replicas, Confirmer, Conn, Link};
+use super::count::{parse, Doubts};
+use super::watch::ReplicaWatch;
+use super::{cluster as per_master, single, Confirmer};
 use crate::config::{Config, ReplicaSync};
 use crate::error::LockError;
+use crate::node::{cluster, Conn, Link};
 use crate::wire::{confirm_with, Confirm, Confirmation};
 
 /// Reads, at start, what replica confirmation needs of the master: which
@@ -44,7 +40,7 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
         Err(e) if e.is_timeout() || e.is_io_error() || e.is_connection_dropped() => {
             // A slow or cut link at start is no reason to fail it, nor to turn
             // confirmation off: assume the replicas asked for until
-            // `node/replicas/` counts them (a second later).
+            // `single.rs` counts them (a second later).
             warn!(
                 error = %e,
                 assumed = sync.min,
@@ -64,12 +60,7 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
         }
         Err(e) => return Err(e.into()),
     };
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
-            .map(str::to_owned)
-    };
-    let replication = super::replicas::parse(&info);
+    let replication = parse(&info);
     if !replication.master {
         if default {
             warn!(
@@ -81,7 +72,7 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
             "sync_replicas: the server is not a master (its role is not master)".into(),
         ));
     }
-    let live = super::replicas::Doubts::default().count(&replication, None);
+    let live = Doubts::default().count(&replication, None);
     if live < sync.min {
         // Not a configuration error: right after a failover the new master has no
         // replica until the old master comes back as one. Lock changes wait for
@@ -99,6 +90,19 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
         live,
         "replica confirmation: replicas that can confirm lock changes"
     );
+    let confirm = commands(conn, &info).await;
+    Ok(Some((confirm, live)))
+}
+
+/// Which commands confirm a lock change on the master whose `INFO` is `info`:
+/// `WAITAOF` follows the `WAIT` only on Redis 7.2+ with AOF and `appendfsync
+/// always` (logged either way when the master keeps an AOF).
+async fn commands<C: ConnectionLike>(conn: &mut C, info: &str) -> Confirm {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+            .map(str::to_owned)
+    };
     let version = field("redis_version").unwrap_or_default();
     let aof = field("aof_enabled").as_deref() == Some("1");
     let appendfsync = match aof {
@@ -119,7 +123,7 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
              WAITAOF 1 0 (written to the master's disk)"
         ),
     }
-    Ok(Some((confirm, live)))
+    confirm
 }
 
 /// One `CONFIG GET` value, or `None` if the server will not say (an ACL without
@@ -135,83 +139,68 @@ async fn config_get<C: ConnectionLike>(conn: &mut C, name: &str) -> Option<Strin
     pairs.get(1).cloned()
 }
 
-/// Reads `maxmemory` and `maxmemory-policy` and warns, once, if locks can be
-/// evicted. Never fails: the check is advice, not a condition to start.
-pub(crate) async fn warn_if_locks_can_be_evicted<C: ConnectionLike>(conn: &mut C) {
-    let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("maxmemory*")
-        .query_async(conn)
-        .await;
-    let pairs = match reply {
-        Ok(pairs) => pairs,
-        Err(e) => {
-            debug!(error = %e, "cannot read maxmemory-policy; eviction of locks not checked");
-            return;
-        }
-    };
-    let get = |name: &str| {
-        pairs
-            .chunks_exact(2)
-            .find(|kv| kv[0].eq_ignore_ascii_case(name))
-            .map(|kv| kv[1].as_str())
-    };
-    let policy = get("maxmemory-policy").unwrap_or("noeviction");
-    let limit = get("maxmemory").unwrap_or("0");
-    if evicts_locks(policy) {
-        warn!(
-            policy,
-            maxmemory = limit,
-            "Redis may evict lock keys under memory pressure (maxmemory-policy {policy}): an \
-             evicted lock is free for others while its holder believes it holds it; use \
-             noeviction for the locks' Redis (docs/operations.md)"
-        );
-    }
-}
-
-/// Whether this policy may delete a lock key: every policy but `noeviction`.
-fn evicts_locks(policy: &str) -> bool {
-    !policy.eq_ignore_ascii_case("noeviction")
-}
-
 /// Replica confirmation for the manager's connection `conn`, by `sync`: `None`
-/// when the default setting meets a server that cannot confirm (logged).
-pub(super) async fn confirmer(
+/// when the default setting meets a server that cannot confirm (logged). One
+/// count per deployment: a cluster's masters each their own, kept by the
+/// cluster task; one master's (a single server, or the one Sentinel names)
+/// kept by `single.rs`.
+pub(in crate::node) async fn confirmer(
     conn: &Conn,
     config: &Config,
-    sync: crate::config::ReplicaSync,
+    sync: ReplicaSync,
 ) -> Result<Option<Confirmer>, LockError> {
-    if let (Link::Cluster(..), Some(seeds)) = (&conn.link, &config.cluster) {
-        let counted = async {
-            let own = cluster::connect_watcher(seeds, config).await?;
-            cluster_replicas::start(
-                own,
-                sync,
-                (config.response_timeout, config.refuse_unconfirmed),
-            )
-            .await
-        };
-        return match counted.await {
-            Ok(per) => Ok(Some(Confirmer::PerMaster(per))),
-            Err(e) if config.sync_is_default() => {
-                tracing::warn!(
-                    error = %e,
-                    "replica confirmation is off: the cluster will not answer CLUSTER NODES and \
-                     INFO, which count each master's replicas (give the user +cluster|nodes \
-                     +info +wait, or turn it off with no_replica_sync / --sync-replicas 0)"
-                );
-                Ok(None)
-            }
-            Err(e) => Err(e.into()),
-        };
+    match (&conn.link, &config.cluster) {
+        (Link::Cluster(..), Some(seeds)) => cluster_confirmer(seeds, config, sync).await,
+        _ => one_master(conn, config, sync).await,
     }
+}
+
+/// A cluster's confirmation: one per master, counted by the cluster task on
+/// a cluster connection of its own.
+async fn cluster_confirmer(
+    seeds: &[String],
+    config: &Config,
+    sync: ReplicaSync,
+) -> Result<Option<Confirmer>, LockError> {
+    let counted = async {
+        let own = cluster::connect_watcher(seeds, config).await?;
+        per_master::start(
+            own,
+            sync,
+            (config.response_timeout, config.refuse_unconfirmed),
+        )
+        .await
+    };
+    match counted.await {
+        Ok(per) => Ok(Some(Confirmer::PerMaster(per))),
+        Err(e) if config.sync_is_default() => {
+            tracing::warn!(
+                error = %e,
+                "replica confirmation is off: the cluster will not answer CLUSTER NODES and \
+                 INFO, which count each master's replicas (give the user +cluster|nodes \
+                 +info +wait, or turn it off with no_replica_sync / --sync-replicas 0)"
+            );
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The confirmation of a connection to one master (a single server, or the
+/// one Sentinel names), with its lanes and, when the server answers
+/// `CLIENT ID`, its fast path; its count is kept by `single.rs`.
+async fn one_master(
+    conn: &Conn,
+    config: &Config,
+    sync: ReplicaSync,
+) -> Result<Option<Confirmer>, LockError> {
     let mut probe = conn.clone();
     let found = replicas_can_confirm(&mut probe, sync, config.sync_is_default()).await?;
     let Some((confirm, mut live)) = found else {
         return Ok(None);
     };
     if let Link::Sentinel(follower) = &conn.link {
-        live = replicas::trusted_at_start(follower, live, sync.min).await;
+        live = single::trusted_at_start(follower, live, sync.min).await;
     }
     // One server behind the connection: the fast path (short WAITs, several
     // at once) can tell a reconnect by CLIENT ID (a standalone reconnect lands
@@ -226,63 +215,56 @@ pub(super) async fn confirmer(
         Link::Sentinel(follower) => follower.lanes(),
         Link::Cluster(..) => 1,
     };
-    let mut confirmation = Confirmation::new(sync, config.response_timeout, confirm, live)
-        .lanes(lanes)
-        .refusing(config.refuse_unconfirmed);
-    // The fast path tells connections apart by `CLIENT ID`: a user without it
-    // keeps one whole WAIT behind every script, within the budget. A probe
-    // that got no answer says nothing of the user's rights, but under
-    // Sentinel it says the master went silent (frozen, maybe being replaced):
-    // the connection starts with the master in doubt.
-    let mut silent = false;
-    match redis::cmd("CLIENT")
-        .arg("ID")
-        .query_async::<i64>(&mut probe)
-        .await
-    {
-        Ok(_) => confirmation = confirmation.fast(generation, config.response_timeout),
-        Err(e) if e.is_timeout() || e.is_io_error() || e.is_connection_dropped() => {
-            confirmation = confirmation.fast(generation, config.response_timeout);
-            silent = matches!(conn.link, Link::Sentinel(_));
-        }
-        Err(e) => tracing::warn!(
-            error = %e,
-            "lock changes are confirmed one whole WAIT at a time (slower under load): the \
-             server will not answer CLIENT ID, which the fast path needs (give the user \
-             +client|id)"
-        ),
-    }
-    if silent && confirmation.doubt_master() {
+    let (fast, silent) = client_id(&mut probe, conn).await;
+    let watch = ReplicaWatch::new(live, Arc::default(), silent);
+    if silent {
         tracing::warn!(
             "the master did not answer at start: until the Sentinels vouch for it, lock \
              changes it answers are not taken as done"
         );
     }
-    let confirmation = Arc::new(confirmation);
-    replicas::watch(
+    let confirmation = watch.serve(|count| {
+        let made = Confirmation::new(sync, config.response_timeout, confirm, count)
+            .lanes(lanes)
+            .refusing(config.refuse_unconfirmed);
+        match fast {
+            true => made.fast(generation, config.response_timeout),
+            false => made,
+        }
+    });
+    single::keep_counted(
         &conn.link,
         &config.client,
-        &confirmation,
+        &watch,
         (config.connection_timeout, config.response_timeout),
     );
     Ok(Some(Confirmer::One(confirmation)))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::evicts_locks;
-
-    #[test]
-    fn only_noeviction_keeps_locks() {
-        assert!(!evicts_locks("noeviction"));
-        for p in [
-            "allkeys-lru",
-            "allkeys-lfu",
-            "allkeys-random",
-            "volatile-lru",
-            "volatile-ttl",
-        ] {
-            assert!(evicts_locks(p), "{p}");
+/// Whether the fast path can be had, and whether the master was silent at
+/// start. The fast path tells connections apart by `CLIENT ID`: a user
+/// without it keeps one whole WAIT behind every script, within the budget. A
+/// probe that got no answer says nothing of the user's rights, but under
+/// Sentinel it says the master went silent (frozen, maybe being replaced):
+/// the connection starts with the master in doubt.
+async fn client_id(probe: &mut Conn, conn: &Conn) -> (bool, bool) {
+    match redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async::<i64>(probe)
+        .await
+    {
+        Ok(_) => (true, false),
+        Err(e) if e.is_timeout() || e.is_io_error() || e.is_connection_dropped() => {
+            (true, matches!(conn.link, Link::Sentinel(_)))
+        }
+        Err(e) => {
+            tracing::warn!(
+                error = %e,
+                "lock changes are confirmed one whole WAIT at a time (slower under load): the \
+                 server will not answer CLIENT ID, which the fast path needs (give the user \
+                 +client|id)"
+            );
+            (false, false)
         }
     }
 }

@@ -2,7 +2,7 @@
 //! and no trust in a master the rest of the cluster has demoted.
 //!
 //! On one server or under Sentinel a connection has one master, so one
-//! [`Confirmation`] (`node/replicas/` keeps its count). A cluster connection
+//! [`Confirmation`] (`single.rs` keeps its count). A cluster connection
 //! talks to every master, each with replicas of its own and its own socket for
 //! a `WAIT` to block, so here each master gets a `Confirmation` of its own, and a
 //! script call takes the one of the master that serves its key's slot
@@ -17,7 +17,8 @@
 //! slot (the claim with the highest config epoch wins, as in the cluster
 //! itself) and whether the *other* masters agree that a master is one, with no
 //! failure flag. A master's count of replicas that can answer is read and kept
-//! as on a single server (`replicas::Doubts`), with one rule added, the one
+//! as on a single server (`count.rs`'s `Doubts`), into that master's
+//! [`ReplicaWatch`], with one rule added, the one
 //! Sentinel gets from `Follower::still_master`: the count only goes down while
 //! the other masters agree. A master frozen through a failover and resumed still
 //! believes it serves its slots and answers the calls queued in its socket, a
@@ -27,7 +28,9 @@
 //! of its lease (the chaos suite saw 14 s). Kept, the release is not confirmed,
 //! so it is redone, owner-checked, and redis-rs's MOVED takes it to the new
 //! master. A slot no look has placed yet, and a master first seen while the
-//! others do not vouch for it, start from the replicas asked for.
+//! others do not vouch for it, start from the replicas asked for. How the
+//! views are read, and which master they place and vouch for, is
+//! `cluster_views.rs`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock, Weak};
@@ -39,10 +42,13 @@ use redis::cluster_routing::SingleNodeRoutingInfo;
 use redis::{RedisResult, Value};
 use tracing::{debug, info, warn};
 
-use super::cluster::{at, slot, SLOTS};
-use super::replicas::{parse, Doubts, Replication};
+use super::cluster_views::{agreed, owners, parse_nodes, Answer};
+use super::count::{parse, Doubts, Replication};
+use super::look::Look;
+use super::watch::ReplicaWatch;
 use crate::config::ReplicaSync;
-use crate::wire::{confirm_with, Confirm, Confirmation, Look};
+use crate::node::cluster::{at, slot};
+use crate::wire::{confirm_with, Confirm, Confirmation};
 
 /// How often the masters are asked when no `WAIT` came back short.
 const EVERY: Duration = Duration::from_secs(1);
@@ -93,121 +99,28 @@ impl PerMaster {
         }
     }
 
-    /// A new master's confirmation, with `live` replicas that can answer.
-    fn confirmation(&self, confirm: Confirm, live: u32) -> Arc<Confirmation> {
-        Arc::new(
-            Confirmation::new(self.sync, self.response_timeout, confirm, live)
+    /// A new master's confirmation, with `live` replicas that can answer,
+    /// and the count the cluster task keeps for it.
+    fn confirmation(&self, confirm: Confirm, live: u32) -> Master {
+        let watch = ReplicaWatch::new(live, Arc::clone(&self.look), false);
+        let confirmation = watch.serve(|count| {
+            Confirmation::new(self.sync, self.response_timeout, confirm, count)
                 .refusing(self.refuse)
-                .sharing_look(Arc::clone(&self.look)),
-        )
-    }
-}
-
-/// One node as a `CLUSTER NODES` line shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Seen {
-    /// `host:port` (the client port).
-    address: String,
-    /// Flags hold `master`.
-    master: bool,
-    /// Flags hold `fail`, `fail?` or `noaddr`.
-    failing: bool,
-    /// Flags hold `myself`: the line of the node that answered.
-    myself: bool,
-    /// Its config epoch: the newest claim on a slot wins.
-    epoch: u64,
-    /// The slot ranges it serves (migrating and importing marks left out).
-    slots: Vec<(u16, u16)>,
-}
-
-/// Reads a `CLUSTER NODES` reply: `<id> <ip:port@cport[,host]> <flags>
-/// <master> <ping> <pong> <epoch> <link> <slot>...`.
-fn parse_nodes(text: &str) -> Vec<Seen> {
-    text.lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let address = fields.get(1)?.split('@').next()?.to_string();
-            let flags: Vec<&str> = fields.get(2)?.split(',').collect();
-            let slots = fields
-                .iter()
-                .skip(8)
-                .filter(|s| !s.starts_with('['))
-                .filter_map(|range| {
-                    let (first, last) = range.split_once('-').unwrap_or((range, range));
-                    Some((first.parse().ok()?, last.parse().ok()?))
-                })
-                .collect();
-            Some(Seen {
-                address,
-                master: flags.contains(&"master"),
-                failing: flags
-                    .iter()
-                    .any(|f| matches!(*f, "fail" | "fail?" | "noaddr")),
-                myself: flags.contains(&"myself"),
-                epoch: fields.get(6)?.parse().ok()?,
-                slots,
-            })
-        })
-        .collect()
-}
-
-/// What one master answered: its view of the cluster and its `INFO`.
-#[derive(Debug)]
-struct Answer {
-    /// The master asked.
-    address: String,
-    /// Its `CLUSTER NODES`, read.
-    view: Vec<Seen>,
-    /// Its `INFO` (default sections: replication, version, persistence).
-    info: String,
-}
-
-/// Whether every other master that answered and still serves slots (`voters`)
-/// names `address` a master with no failure flag (and at least one did, unless
-/// it is the only one). A master whose slots a newer claim took (demoted while
-/// frozen, not told yet) still calls itself master and its successor a replica
-/// or failed: its word does not count.
-fn agreed(address: &str, answers: &[Answer], voters: &[&str]) -> bool {
-    let others: Vec<&Answer> = answers
-        .iter()
-        .filter(|a| a.address != address && voters.contains(&a.address.as_str()))
-        .collect();
-    if others.is_empty() {
-        return voters == [address];
-    }
-    others.iter().all(|a| {
-        a.view
-            .iter()
-            .find(|s| s.address == address)
-            .is_some_and(|s| s.master && !s.failing)
-    })
-}
-
-/// The master serving each slot by the answered views: the newest claim.
-fn owners(answers: &[Answer]) -> Vec<(u16, u16, String)> {
-    let mut claims: Vec<Option<(u64, &str)>> = vec![None; usize::from(SLOTS)];
-    for seen in answers.iter().flat_map(|a| &a.view) {
-        if !seen.master {
-            continue;
-        }
-        for &(first, last) in &seen.slots {
-            for s in first..=last.min(SLOTS - 1) {
-                let claim = &mut claims[usize::from(s)];
-                if claim.is_none_or(|(epoch, _)| seen.epoch > epoch) {
-                    *claim = Some((seen.epoch, &seen.address));
-                }
-            }
+        });
+        Master {
+            confirmation,
+            watch,
         }
     }
-    let mut ranges: Vec<(u16, u16, String)> = Vec::new();
-    for (s, claim) in (0..SLOTS).zip(claims) {
-        let Some((_, address)) = claim else { continue };
-        match ranges.last_mut() {
-            Some((_, last, owner)) if *last + 1 == s && owner == address => *last = s,
-            _ => ranges.push((s, s, address.to_string())),
-        }
-    }
-    ranges
+}
+
+/// A master's confirmation, and its count of replicas.
+#[derive(Debug, Clone)]
+struct Master {
+    /// What its scripts are judged by.
+    confirmation: Arc<Confirmation>,
+    /// Its count, which only the cluster task writes.
+    watch: Arc<ReplicaWatch>,
 }
 
 /// The view and `INFO` of the master at `address`: `None` when it did not
@@ -264,8 +177,8 @@ fn timed_out() -> redis::RedisError {
 struct Watcher {
     /// A cluster connection of its own.
     conn: ClusterConnection,
-    /// Each master's confirmation, by address, kept across looks.
-    masters: HashMap<String, Arc<Confirmation>>,
+    /// Each master's confirmation and count, by address, kept across looks.
+    masters: HashMap<String, Master>,
     /// Each master's doubted replicas.
     doubts: HashMap<String, Doubts>,
     /// Masters whose count a disagreement kept up (logged once each).
@@ -288,11 +201,10 @@ pub(super) async fn start(
     let per = Arc::new(PerMaster {
         sync,
         response_timeout,
-        unplaced: Arc::new(
-            Confirmation::new(sync, response_timeout, Confirm::Wait, sync.min)
-                .refusing(refuse)
-                .sharing_look(Arc::clone(&look)),
-        ),
+        // Never counted: a slot's master is, once a look places the slot.
+        unplaced: ReplicaWatch::new(sync.min, Arc::clone(&look), false).serve(|count| {
+            Confirmation::new(sync, response_timeout, Confirm::Wait, count).refusing(refuse)
+        }),
         refuse,
         look,
         map: RwLock::new(SlotMap::default()),
@@ -364,25 +276,28 @@ impl Watcher {
         let mut ranges = Vec::new();
         for (first, last, address) in &owned {
             let (first, last, address) = (*first, *last, address.clone());
-            let confirmation = match self.masters.get(&address) {
-                Some(c) => Arc::clone(c),
+            let master = match self.masters.get(&address) {
+                Some(m) => m.clone(),
                 None => {
-                    let c = self.meet(per, &address, &answers, &voters).await;
-                    self.masters.insert(address.clone(), Arc::clone(&c));
-                    c
+                    let m = self.meet(per, &address, &answers, &voters).await;
+                    self.masters.insert(address.clone(), m.clone());
+                    m
                 }
             };
-            ranges.push((first, last, confirmation));
+            ranges.push((first, last, master.confirmation));
         }
         for answer in &answers {
-            if let Some(confirmation) = self.masters.get(&answer.address).cloned() {
-                self.count(&answer.address, &confirmation, answer, &answers, &voters);
+            if let Some(master) = self.masters.get(&answer.address).cloned() {
+                self.count(&answer.address, &master.watch, answer, &answers, &voters);
             }
         }
         // Masters that serve nothing any more are forgotten: a new claim
         // starts over with a fresh count and fresh doubts.
-        self.masters
-            .retain(|_, c| ranges.iter().any(|(_, _, r)| Arc::ptr_eq(c, r)));
+        self.masters.retain(|_, m| {
+            ranges
+                .iter()
+                .any(|(_, _, r)| Arc::ptr_eq(&m.confirmation, r))
+        });
         let masters = &self.masters;
         self.doubts
             .retain(|address, _| masters.contains_key(address));
@@ -435,7 +350,7 @@ impl Watcher {
         address: &str,
         answers: &[Answer],
         voters: &[&str],
-    ) -> Arc<Confirmation> {
+    ) -> Master {
         let Some(answer) = answers.iter().find(|a| a.address == address) else {
             // It did not answer (frozen, or just gone): assume the replicas
             // asked for, and the commands of a master without AOF.
@@ -483,20 +398,20 @@ impl Watcher {
     }
 
     /// Counts the replicas of the master of `answer` that can answer, and
-    /// lowers its confirmation's count only while the other masters agree it
+    /// lowers its count only while the other masters agree it
     /// is one.
     fn count(
         &mut self,
         address: &str,
-        confirmation: &Confirmation,
+        watch: &ReplicaWatch,
         answer: &Answer,
         answers: &[Answer],
         voters: &[&str],
     ) {
         let replication: Replication = parse(&answer.info);
         let doubts = self.doubts.entry(address.to_string()).or_default();
-        let live = doubts.count(&replication, confirmation.short_by());
-        let was = confirmation.live();
+        let live = doubts.count(&replication, watch.short_by());
+        let was = watch.live();
         if live < was && !agreed(address, answers, voters) {
             if self.held.insert(address.to_string(), was) != Some(was) {
                 warn!(
@@ -518,88 +433,7 @@ impl Watcher {
                 replicas = ?replication.replicas,
                 "replicas that can confirm lock changes on a cluster master"
             );
-            confirmation.set_live(live);
+            watch.set_live(live);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Node a (epoch 1) was frozen and still claims 0-5460; its replica d was
-    /// promoted with epoch 7 and claims the same slots.
-    const STALE_A: &str = "\
-a 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460
-b 127.0.0.1:7002@17002 master - 0 0 2 connected 5461-10922
-c 127.0.0.1:7003@17003 master - 0 0 3 connected 10923-16383
-d 127.0.0.1:7004@17004 slave a 0 0 1 connected
-";
-    const FROM_B: &str = "\
-a 127.0.0.1:7001@17001 master,fail - 0 0 1 connected
-b 127.0.0.1:7002@17002 myself,master - 0 0 2 connected 5461-10922 [5461->-x]
-c 127.0.0.1:7003@17003 master - 0 0 3 connected 10923-16383
-d 127.0.0.1:7004@17004 master - 0 0 7 connected 0-5460
-";
-
-    fn answer(address: &str, view: &str) -> Answer {
-        Answer {
-            address: address.into(),
-            view: parse_nodes(view),
-            info: String::new(),
-        }
-    }
-
-    #[test]
-    fn nodes_are_read_with_flags_epochs_and_slots() {
-        let seen = parse_nodes(FROM_B);
-        assert_eq!(seen.len(), 4);
-        assert!(seen[0].master && seen[0].failing && seen[0].slots.is_empty());
-        assert!(seen[1].myself && seen[1].slots == [(5461, 10922)]);
-        assert_eq!(seen[3].epoch, 7);
-        assert_eq!(seen[3].address, "127.0.0.1:7004");
-    }
-
-    #[test]
-    fn the_newest_claim_serves_a_slot() {
-        let answers = [
-            answer("127.0.0.1:7001", STALE_A),
-            answer("127.0.0.1:7002", FROM_B),
-        ];
-        let owned = owners(&answers);
-        assert_eq!(
-            owned,
-            vec![
-                (0, 5460, "127.0.0.1:7004".to_string()),
-                (5461, 10922, "127.0.0.1:7002".to_string()),
-                (10923, 16383, "127.0.0.1:7003".to_string()),
-            ]
-        );
-    }
-
-    #[test]
-    fn a_demoted_master_neither_is_vouched_for_nor_vouches() {
-        let answers = [
-            answer("127.0.0.1:7001", STALE_A),
-            answer("127.0.0.1:7002", FROM_B),
-            answer(
-                "127.0.0.1:7004",
-                &FROM_B.replace("myself,", "").replace(
-                    "d 127.0.0.1:7004@17004 master",
-                    "d 127.0.0.1:7004@17004 myself,master",
-                ),
-            ),
-        ];
-        let voters = ["127.0.0.1:7002", "127.0.0.1:7003", "127.0.0.1:7004"];
-        assert!(!agreed("127.0.0.1:7001", &answers, &voters));
-        // a calls d a replica, but a serves nothing any more: d is vouched for.
-        assert!(agreed("127.0.0.1:7004", &answers, &voters));
-        assert!(agreed("127.0.0.1:7002", &answers, &voters));
-        // With a still among the voters (before the promotion), d is not.
-        let before = ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"];
-        assert!(!agreed("127.0.0.1:7004", &answers, &before));
-        // A lone master vouches for itself.
-        let alone = [answer("127.0.0.1:7001", STALE_A)];
-        assert!(agreed("127.0.0.1:7001", &alone, &["127.0.0.1:7001"]));
     }
 }

@@ -1,9 +1,9 @@
 //! The request to count a master's replicas again after a short `WAIT`, and
 //! its answer, for the calls that must decide how to go out meanwhile.
 //!
-//! A `WAIT` that found too few replicas asks the counting task
-//! (`node/replicas/`, `node/cluster_replicas.rs`) for a look at once, and the
-//! connection turns short. A call that must be confirmed and took the next
+//! A `WAIT` that found too few replicas asks the counting task (`single.rs`,
+//! `cluster.rs`) for a look at once, through [`ReplicaWatch`](super::watch::ReplicaWatch)
+//! (`ReplicaCount::look_again`), and the connection turns short. A call that must be confirmed and took the next
 //! free place for a whole `WAIT` right then, a few milliseconds before the
 //! look found the replica frozen and lowered the count, would wait out a
 //! second whole `WAIT` for the same frozen replica (a waiter whose grant's
@@ -22,10 +22,9 @@ use tokio::sync::futures::OwnedNotified;
 use tokio::sync::Notify;
 
 /// Looks at a master's replicas asked for and finished, shared by the
-/// confirmations whose counts one task keeps (one, or a cluster's every
-/// master's).
+/// counts one task keeps (one, or a cluster's every master's).
 #[derive(Debug, Default)]
-pub(crate) struct Look {
+pub(super) struct Look {
     /// Wakes the counting task.
     asked: Arc<Notify>,
     /// How many looks were asked for so far.
@@ -46,19 +45,19 @@ impl Look {
 
     /// Resolves when a look was asked for since the last call (or at once if
     /// one was and nobody looked yet); it does not keep the look alive.
-    pub(crate) fn asked(&self) -> OwnedNotified {
+    pub(super) fn asked(&self) -> OwnedNotified {
         Arc::clone(&self.asked).notified_owned()
     }
 
     /// Where a look starts: what it will answer once finished
     /// ([`Look::finished`]). Taken before the look reads anything.
-    pub(crate) fn starting(&self) -> u64 {
+    pub(super) fn starting(&self) -> u64 {
         self.asks.load(Ordering::Acquire)
     }
 
     /// The look that started at `covers` ([`Look::starting`]) is done, whatever
     /// it found (a count set, kept, or no answer).
-    pub(crate) fn finished(&self, covers: u64) {
+    pub(super) fn finished(&self, covers: u64) {
         self.answered.fetch_max(covers, Ordering::AcqRel);
         self.finished.notify_waiters();
     }
@@ -87,17 +86,8 @@ impl Look {
 mod tests {
     use super::*;
     use crate::config::ReplicaSync;
-    use crate::wire::replicas::{Confirm, Confirmation, Confirmed, Need, Way};
-
-    /// What a `Need::Must` call on `c` would send now: `Some(n)`, a `WAIT`
-    /// for n replicas; `None`, no `WAIT` (or not sent at all).
-    async fn sends(c: &Confirmation) -> Option<u32> {
-        let way = c.way(Need::Must, 0).await;
-        match (way, c.required()) {
-            (Way::Wait(_), n) if n > 0 => Some(n),
-            _ => None,
-        }
-    }
+    use crate::node::replicas::watch::ReplicaWatch;
+    use crate::wire::{Confirm, Confirmation, Confirmed, Need};
 
     #[tokio::test]
     async fn a_call_that_must_be_confirmed_goes_by_the_count_its_shortfall_asked_for() {
@@ -105,21 +95,18 @@ mod tests {
             min: 1,
             timeout: Duration::from_secs(5),
         };
-        let c = Arc::new(Confirmation::new(
-            sync,
-            Duration::from_secs(12),
-            Confirm::Wait,
-            1,
-        ));
-        let look = c.look();
+        let watch = ReplicaWatch::new(1, Arc::default(), false);
+        let c = watch
+            .serve(|count| Confirmation::new(sync, Duration::from_secs(12), Confirm::Wait, count));
+        let look = Arc::clone(watch.look());
         // A WAIT came back short: a look is asked for, the connection is short.
-        c.record(&Confirmed::Short {
+        c.heard(&Confirmed::Short {
             acked: 0,
             wanted: 1,
         });
         let mut call = tokio::spawn({
             let c = Arc::clone(&c);
-            async move { sends(&c).await }
+            async move { c.would_wait(Need::Must).await }
         });
         assert!(
             tokio::time::timeout(Duration::from_millis(100), &mut call)
@@ -128,7 +115,7 @@ mod tests {
             "went out before the look"
         );
         // The look found the replica frozen: no WAIT for it.
-        c.set_live(0);
+        watch.set_live(0);
         look.finished(look.starting());
         let sent = tokio::time::timeout(Duration::from_secs(1), call)
             .await
@@ -137,15 +124,15 @@ mod tests {
         assert_eq!(sent, None);
 
         // Short again, and this time the look keeps the count: a WAIT as before.
-        c.set_live(1);
+        watch.set_live(1);
         let covers = look.starting();
-        c.record(&Confirmed::Short {
+        c.heard(&Confirmed::Short {
             acked: 0,
             wanted: 1,
         });
         let call = tokio::spawn({
             let c = Arc::clone(&c);
-            async move { sends(&c).await }
+            async move { c.would_wait(Need::Must).await }
         });
         tokio::task::yield_now().await;
         look.finished(covers + 1);
