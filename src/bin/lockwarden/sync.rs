@@ -259,7 +259,7 @@ async fn supervise(guard: SemaphoreGuard, args: &RunArgs, signals: &mut Signals)
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
-            let _ = guard.release().await;
+            let _ = guard.release_within(RELEASE_BUDGET).await;
             note(format!("cannot run {}: {e}", program.to_string_lossy()));
             return match e.kind() {
                 ErrorKind::NotFound => outcome::NOT_FOUND,
@@ -292,8 +292,12 @@ async fn supervise(guard: SemaphoreGuard, args: &RunArgs, signals: &mut Signals)
             outcome::FAILED
         }
     };
-    match tokio::time::timeout(RELEASE_BUDGET, guard.release()).await {
-        Ok(Ok(())) => code,
+    // The command waits for the real outcome (its exit would end a give-back
+    // going on in the background): the library's own bound, meant for request
+    // paths, is set past this one so that this one speaks first.
+    let give_back = guard.release_within(RELEASE_BUDGET + Duration::from_secs(1));
+    match tokio::time::timeout(RELEASE_BUDGET, give_back).await {
+        Ok(Ok(_)) => code,
         Ok(Err(e)) => {
             note(format!(
                 "the command finished but giving back permits of semaphore \"{}\" failed: {e}",
