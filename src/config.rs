@@ -228,7 +228,9 @@ impl Config {
 
     /// Longest [`LockGuard::release`](crate::LockGuard::release) (and a semaphore
     /// guard's release: [`SemaphoreGuard`](crate::SemaphoreGuard),
-    /// [`PermitGuard`](crate::PermitGuard)) keeps its caller
+    /// [`PermitGuard`](crate::PermitGuard); and
+    /// [`LatchHandle::count_down`](crate::LatchHandle::count_down), which answers
+    /// [`LockError::InFlight`](crate::LockError::InFlight) at it) keeps its caller
     /// waiting for the answer (a request path must stay bounded while Redis is
     /// frozen or a failover runs): past it, the call answers
     /// [`ReleaseOutcome::Pending`](crate::ReleaseOutcome::Pending) and the release

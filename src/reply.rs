@@ -80,10 +80,12 @@ where
     async move { rx.await.unwrap_or(Err(LockError::Stopped)) }
 }
 
-/// What a bounded give-back gives back, for its log lines and its metric.
+/// What a bounded give-back gives back (or, for a latch, counts down), for
+/// its log lines and its metric.
 #[derive(Clone, Debug)]
 pub(crate) struct Giving {
-    /// `"lock"` or `"permits"`: the metric's `of` label and the log's field.
+    /// `"lock"`, `"permits"` or `"count-down"`: the metric's `of` label and
+    /// the log's field.
     pub(crate) of: &'static str,
     /// The lock's or the semaphore's name.
     pub(crate) name: Arc<str>,
@@ -135,7 +137,7 @@ fn pending<T>(
         of,
         name = %name,
         ?waited,
-        "the release had no answer from Redis in time; it goes on in the background"
+        "the change had no answer from Redis in time; it goes on in the background"
     );
     tokio::spawn(async move {
         let began = Instant::now();
@@ -145,13 +147,13 @@ fn pending<T>(
                 name = %name,
                 ?outcome,
                 after = ?waited + began.elapsed(),
-                "a release answered late is done"
+                "a change answered late is done"
             ),
             Err(e) => tracing::warn!(
                 of,
                 name = %name,
                 error = %e,
-                "a release answered late failed ({if_it_fails})"
+                "a change answered late failed ({if_it_fails})"
             ),
         }
     });

@@ -7,6 +7,7 @@
 //! the give-back that waited at the frozen server counts nothing more). A
 //! give-back still unanswered past its op id's window (half of
 //! `Config::latch_ttl`, 5 s) is logged as in flight and lands all the same.
+//! A count-down answers within the same bound (`InFlight`) and lands once.
 //! The freezes are 4 s and 6.5 s rather than a production 14 s: any freeze
 //! longer than the bound shows the bound, and one longer than the window shows
 //! the late landing. The numbers are printed (`-- --nocapture`).
@@ -16,7 +17,7 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use lockwarden::{
-    LockError, PermitGuard, PermitSemaphore, ReleaseOutcome, Semaphore, SemaphoreGuard,
+    LockError, Locks, PermitGuard, PermitSemaphore, ReleaseOutcome, Semaphore, SemaphoreGuard,
 };
 use support::{eventually, manager, raw, Captured, RedisServer};
 
@@ -221,7 +222,7 @@ async fn a_plain_semaphore_release_during_a_freeze_answers_within_its_bound() {
     let (log, _logging) = Captured::install();
     let seen = release_frozen(Kind::Plain, "stall:rel-plain", FREEZE, None).await;
     check(&seen, Duration::from_millis(2500));
-    let done = "a release answered late is done";
+    let done = "a change answered late is done";
     assert!(
         eventually(Duration::from_secs(2), || log.text().contains(done)).await,
         "the late outcome was not logged:\n{}",
@@ -257,7 +258,53 @@ async fn a_give_back_frozen_past_its_window_lands_once_after_the_resume() {
     check(&seen, bound);
     let text = log.text();
     assert!(
-        text.contains("a release answered late failed") && text.contains("permit(s) of semaphore"),
+        text.contains("a change answered late failed") && text.contains("permit(s) of semaphore"),
         "the give-back past its window was not logged as in flight:\n{text}"
+    );
+}
+
+/// A count-down sent while Redis is frozen 4 s answers `InFlight` within its
+/// bound (2.5 s by default), not at the end of its op id's window (5 s) nor
+/// when Redis comes back; it goes on behind the call and lands once after the
+/// resume (the count is one less, and stays so), its late outcome logged.
+#[actix_rt::test]
+async fn a_count_down_during_a_freeze_answers_within_its_bound() {
+    let (log, _logging) = Captured::install();
+    let mut server = RedisServer::start();
+    let m = manager(&server, |c| c).await;
+    let latch = m.latch("stall:latch").await.expect("handle");
+    assert!(latch.try_set_count(5).await.expect("set"));
+    assert_eq!(latch.count_down().await.expect("counted down"), 4);
+    server.pause();
+    let began = Instant::now();
+    let answer = latch.count_down().await;
+    let took = began.elapsed();
+    actix_rt::time::sleep(FREEZE.saturating_sub(took)).await;
+    server.resume();
+    let resumed = Instant::now();
+    let count = |server: &RedisServer| raw::<Option<i64>>(server, &["GET", "stall:latch"]);
+    let landed = eventually(BACK_WITHIN, || count(&server) == Some(3)).await;
+    let landed_after = resumed.elapsed();
+    actix_rt::time::sleep(Duration::from_secs(1)).await;
+    let later = count(&server);
+    eprintln!(
+        "count-down during a freeze answered {answer:?} after {took:?}; landed {landed} \
+         {landed_after:?} after the resume; count {later:?} a second later"
+    );
+    assert!(
+        matches!(answer, Err(LockError::InFlight { .. })),
+        "{answer:?}"
+    );
+    assert!(
+        took <= Duration::from_millis(2500) + SLACK,
+        "answered after {took:?}"
+    );
+    assert!(landed, "the count-down never landed: count {later:?}");
+    assert_eq!(later, Some(3), "the count-down counted other than once");
+    let done = "a change answered late is done";
+    assert!(
+        eventually(Duration::from_secs(2), || log.text().contains(done)).await,
+        "the late outcome was not logged:\n{}",
+        log.text()
     );
 }

@@ -386,7 +386,13 @@ async fn latch_action(session: &Session, name: &str, args: LatchArgs) -> Result<
             }
         }
         LatchAction::CountDown { .. } => {
-            let left = latch.count_down().await.map_err(fail)?;
+            // The command waits for the real outcome (its exit would end a
+            // count-down going on in the background): a bound past the op
+            // id's window (5 s), so that the window speaks first.
+            let left = latch
+                .count_down_within(Duration::from_secs(60))
+                .await
+                .map_err(fail)?;
             show(left.to_string(), json!({"name": name, "count": left}));
             Ok(outcome::OK)
         }
