@@ -93,12 +93,13 @@ pub(crate) struct Giving {
     pub(crate) if_it_fails: &'static str,
 }
 
-/// Waits at most `bound` for `answer`, the answer to a give-back already sent
-/// (with [`ask_now`]: its actor carries it out whether or not anyone listens).
-/// `Ok(None)` when the bound passed first: the give-back goes on, counted in
-/// `lockwarden_releases_pending_total` and logged now, and its outcome is
-/// logged when it comes, so a caller on a request path can answer without
-/// losing sight of it.
+/// Waits at most `bound` for `answer`: the answer to a give-back already sent
+/// (with [`ask_now`]: its actor carries it out whether or not anyone listens),
+/// or a change that runs in the caller's future (a count-down), which then
+/// moves to a task of its own. `Ok(None)` when the bound passed first: the
+/// change goes on, counted in `lockwarden_releases_pending_total` and logged
+/// now, and its outcome is logged when it comes, so a caller on a request path
+/// can answer without losing sight of it.
 pub(crate) async fn within<T>(
     bound: Duration,
     giving: Giving,
@@ -117,9 +118,9 @@ where
     }
 }
 
-/// A give-back whose answer did not come within its caller's bound: counted,
-/// logged now, and its outcome logged when it comes (the actor keeps at it;
-/// `answer` only listens).
+/// A change whose answer did not come within its caller's bound: counted,
+/// logged now, and `answer` driven to its end in a task of its own (it only
+/// listens when an actor keeps at the change), its outcome logged.
 fn pending<T>(
     giving: Giving,
     waited: Duration,

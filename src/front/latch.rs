@@ -170,8 +170,10 @@ impl LatchHandle {
 
 /// Counts latch `name` down once (under one op id, through transient errors
 /// within its window) and answers what is left; drops the kind label with the
-/// key at zero.
+/// key at zero. Counted as unsettled meanwhile, so that a `Settle` before the
+/// process exits waits for a count-down that goes on behind its caller.
 async fn count_down(shared: Arc<Shared>, name: Arc<str>) -> Result<u64, LockError> {
+    let _counted = shared.unsettled.enter();
     let op = waiting::op_id();
     let once = waiting::once(&shared.config, &op);
     let what = || format!("counting down latch {name:?}");
