@@ -86,7 +86,7 @@ fn records(server: &RedisServer) -> Vec<String> {
 /// third: `status` lists the waiter with its wait and the other candidate
 /// under "1 election candidate" with when it began campaigning; `--json`
 /// marks it `candidate`; a piped `top` counts one waiting and names the
-/// candidate in a field of its own.
+/// candidate in a field of its own, and on a terminal after the waiter.
 #[actix_rt::test]
 async fn a_candidate_is_shown_apart_from_waiters() {
     let server = RedisServer::start();
@@ -170,6 +170,41 @@ async fn a_candidate_is_shown_apart_from_waiters() {
     assert!(
         waiters_field.starts_with("waiters=host ") && !waiters_field.contains(';'),
         "one waiter listed, the candidate apart: {row}"
+    );
+
+    // On a terminal: the candidate is named after the waiter on the lock's
+    // row, with no time, and WAITING counts the waiter alone.
+    let command = format!(
+        "{} --redis {} top --iterations 1",
+        env!("CARGO_BIN_EXE_lockwarden"),
+        server.url()
+    );
+    let out = tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::process::Command::new("script")
+            .args(["-qfec", &command, "/dev/null"])
+            .env_remove("REDIS_URL")
+            .stdin(std::process::Stdio::null())
+            .output(),
+    )
+    .await
+    .expect("top within 20 s")
+    .expect("script(1) from util-linux");
+    let screen = String::from_utf8_lossy(&out.stdout);
+    let row = screen
+        .lines()
+        .find(|l| l.starts_with(&format!("{NAME} ")))
+        .unwrap_or_else(|| panic!("no row for {NAME}: {screen:?}"));
+    eprintln!("top, on a terminal:\n{row}");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let me = format!("{}/{}", host.trim(), std::process::id());
+    let columns: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(columns.get(2), Some(&"1"), "WAITING: {row}");
+    assert!(row.contains(" waits: "), "{row}");
+    assert!(
+        row.trim_end()
+            .ends_with(&format!("s; 1 election candidate: {me}")),
+        "{row}"
     );
     waiter.abort();
 }

@@ -259,8 +259,9 @@ fn waiters_text(waiters: &[RecordedWaiter], compact: bool) -> String {
 }
 
 /// A lock's election candidates, counted and named without a wait time (a
-/// candidate waits for as long as it runs): on a screen row " 2 election
-/// candidates: web-3/4211, web-4/17" and on a plain line "\tcandidates=2
+/// candidate waits for as long as it runs): on a screen row "; 2 election
+/// candidates: web-3/4211, web-4/17" (after the holders and the waiters) and
+/// on a plain line "\tcandidates=2
 /// election candidates: host web-3 ...; ..."; empty when there are none.
 fn candidates_text(waiters: &[RecordedWaiter], compact: bool) -> String {
     let candidates: Vec<&RecordedWaiter> = waiters.iter().filter(|w| w.candidate).collect();
@@ -276,7 +277,7 @@ fn candidates_text(waiters: &[RecordedWaiter], compact: bool) -> String {
         .collect();
     let counted = waits::candidates_counted(candidates.len());
     match compact {
-        true => format!(" {counted}: {}", who.join(", ")),
+        true => format!("; {counted}: {}", who.join(", ")),
         false => format!(
             "\tcandidates={}",
             outcome::field(&format!("{counted}: {}", who.join("; ")))
