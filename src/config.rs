@@ -52,8 +52,8 @@ pub struct Config {
     pub(crate) response_timeout: Duration,
     /// How long connecting to Redis may take.
     pub(crate) connection_timeout: Duration,
-    /// Longest `LockGuard::release` waits for its answer before the release
-    /// goes on in the background ([`Config::release_wait`]).
+    /// Longest a guard's release (a lock's, a semaphore's) waits for its answer
+    /// before the release goes on in the background ([`Config::release_wait`]).
     pub(crate) release_wait: Duration,
     pub(crate) start_wait: Duration,
     /// How long a lock actor with nothing to do lingers before it stops.
@@ -226,7 +226,11 @@ impl Config {
         self
     }
 
-    /// Longest [`LockGuard::release`](crate::LockGuard::release) keeps its caller
+    /// Longest [`LockGuard::release`](crate::LockGuard::release) (and a semaphore
+    /// guard's release: [`SemaphoreGuard`](crate::SemaphoreGuard),
+    /// [`PermitGuard`](crate::PermitGuard); and
+    /// [`LatchHandle::count_down`](crate::LatchHandle::count_down), which answers
+    /// [`LockError::InFlight`](crate::LockError::InFlight) at it) keeps its caller
     /// waiting for the answer (a request path must stay bounded while Redis is
     /// frozen or a failover runs): past it, the call answers
     /// [`ReleaseOutcome::Pending`](crate::ReleaseOutcome::Pending) and the release

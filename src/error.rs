@@ -242,7 +242,10 @@ pub enum LockError {
     /// 5 s by default), so it is not known whether it applied. It was not sent
     /// again past that point: every copy that reaches Redis carries the same op
     /// id, so it applies at most once, and a frozen server that resumes applies
-    /// it then. Do not redo it by hand (adding permits again would count them
+    /// it then. A [`LatchHandle::count_down`](crate::LatchHandle::count_down)
+    /// answers this sooner, at its bound
+    /// ([`Config::release_wait`](crate::Config::release_wait)), while the
+    /// count-down goes on being sent behind the call until that point. Do not redo it by hand (adding permits again would count them
     /// twice); a server that lost it (restarted without its data) lost the
     /// semaphore's count with it. Not retryable.
     InFlight {

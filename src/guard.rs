@@ -18,7 +18,7 @@ use actix::{Message, Recipient};
 use crate::error::{LockError, LostReason};
 use crate::keys::Owner;
 use crate::kind::AcquireKind;
-use crate::reply::{ask_now, Reply};
+use crate::reply::{ask_now, within, Giving, Reply};
 use crate::signal::LostWatch;
 
 /// Sent to the actor registered with [`Acquire::on_lost`](crate::Acquire::on_lost) when a lock it holds is
@@ -48,13 +48,16 @@ pub(crate) struct Release {
     pub(crate) reply: Reply<Result<ReleaseOutcome, LockError>>,
 }
 
-/// What a release did.
+/// What a release did: a lock guard's, or a semaphore guard's
+/// ([`SemaphoreGuard`](crate::SemaphoreGuard), [`PermitGuard`](crate::PermitGuard)),
+/// which answers `Released` or `Pending`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ReleaseOutcome {
     /// That was the owner's last hold (of this kind). An exclusive, fair or write
     /// lock is now free and a waiter was woken (a writer that still holds read
     /// holds keeps reading); after a read hold, other readers may still hold it.
+    /// Of a semaphore guard: its permits are back in Redis.
     Released,
     /// The owner re-entered the lock and still holds it this many times.
     StillHeld {
@@ -64,8 +67,11 @@ pub enum ReleaseOutcome {
     /// Redis did not answer within the call's bound ([`Config::release_wait`](crate::Config::release_wait),
     /// or [`LockGuard::release_within`]): the release goes on in the
     /// background, retried until Redis answers (a frozen server, a failover),
-    /// and its outcome is logged; counted in `lockwarden_releases_pending_total`.
-    /// The lock is free once it lands, or when its lease runs out at worst.
+    /// and its outcome is logged; counted in `lockwarden_releases_pending_total`
+    /// (`of="lock"`, or `of="permits"` for a semaphore guard).
+    /// The lock is free once it lands, or when its lease runs out at worst;
+    /// a semaphore's permits are back once it lands (sent under one op id, a
+    /// give-back counts once however often it is sent).
     /// The caller's work under the lock is over either way, so a request path
     /// can answer.
     Pending {
@@ -291,15 +297,14 @@ impl LockGuard {
         // end of this call, or when the future is dropped) sends nothing more.
         self.released.store(true, Ordering::Release);
         let epoch = self.epoch;
-        let mut answer = Box::pin(ask_now(&self.lock, |reply| Release { epoch, reply }));
-        match tokio::time::timeout(bound, &mut answer).await {
-            Ok(outcome) => outcome,
-            Err(_) => {
-                let name = self.name.clone();
-                pending(name, bound, answer);
-                Ok(ReleaseOutcome::Pending { waited: bound })
-            }
-        }
+        let answer = ask_now(&self.lock, |reply| Release { epoch, reply });
+        let giving = Giving {
+            of: "lock",
+            name: self.name.clone(),
+            if_it_fails: "the lease frees the lock when it runs out",
+        };
+        let outcome = within(bound, giving, answer).await?;
+        Ok(outcome.unwrap_or(ReleaseOutcome::Pending { waited: bound }))
     }
 }
 
@@ -326,39 +331,6 @@ impl LockGuard {
     pub(crate) fn is_released(&self) -> bool {
         self.released.load(Ordering::Acquire)
     }
-}
-
-/// A release whose answer did not come within its caller's bound: counted,
-/// logged now, and its outcome logged when it comes (the lock actor keeps at
-/// it; `answer` only listens).
-fn pending(
-    name: Arc<str>,
-    waited: Duration,
-    answer: impl std::future::Future<Output = Result<ReleaseOutcome, LockError>> + Send + 'static,
-) {
-    metrics::counter!("lockwarden_releases_pending_total").increment(1);
-    tracing::warn!(
-        lock = %name,
-        ?waited,
-        "the release had no answer from Redis in time; it goes on in the background (the \
-         lease frees the lock at worst)"
-    );
-    tokio::spawn(async move {
-        let began = std::time::Instant::now();
-        match answer.await {
-            Ok(outcome) => tracing::info!(
-                lock = %name,
-                ?outcome,
-                after = ?waited + began.elapsed(),
-                "a release answered late is done"
-            ),
-            Err(e) => tracing::warn!(
-                lock = %name,
-                error = %e,
-                "a release answered late failed (the lease frees the lock when it runs out)"
-            ),
-        }
-    });
 }
 
 impl Drop for LockGuard {

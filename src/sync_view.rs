@@ -128,6 +128,10 @@ pub struct RecordedWaiter {
     /// Who the waiting manager is (host, pid, label...), from its registry
     /// entry; `None` when there is no valid one.
     pub client: Option<ClientInfo>,
+    /// An election candidate ([`Leader`](crate::Leader)) rather than a waiter:
+    /// it waits on its leader lock for as long as it runs, by design, so its
+    /// wait growing says nothing is stuck.
+    pub candidate: bool,
 }
 
 impl RecordedWaiter {

@@ -62,6 +62,9 @@ pub struct Acquire {
     /// The task it was made in, whose held locks it also waits for
     /// (`src/unit.rs`); `None` outside a task or when detached.
     task: Option<tokio::task::Id>,
+    /// A [`Leader`](crate::Leader)'s campaign: its wait is recorded as a
+    /// candidate's, which operators' views show apart from waiters.
+    candidate: bool,
 }
 
 impl Acquire {
@@ -77,6 +80,7 @@ impl Acquire {
             reentrant: true,
             behalf: Vec::new(),
             task: crate::unit::current(),
+            candidate: false,
         }
     }
 
@@ -163,6 +167,14 @@ impl Acquire {
         self.on_lost = Some(recipient);
         self
     }
+
+    /// Marks the acquisition as an election candidate's campaign, which waits
+    /// for as long as the candidate runs (`lockwarden status` and `top` show
+    /// it as a candidate). Not a candidate by default.
+    pub(crate) fn candidate(mut self) -> Acquire {
+        self.candidate = true;
+        self
+    }
 }
 
 impl_kind_setters!(Acquire, "Take");
@@ -216,6 +228,7 @@ impl Handler<Acquire> for LockManager {
             on_lost: msg.on_lost,
             reply,
             span: info_span!("acquire", lock = %msg.name, kind = %msg.kind, owner = owner.id()),
+            candidate: msg.candidate,
         };
         let entry = self.lock_actor(&msg.name, msg.kind.actor_kind(), ctx);
         entry.sent += 1;

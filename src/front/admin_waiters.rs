@@ -45,6 +45,7 @@ impl Admin {
                         since: UNIX_EPOCH + Duration::from_millis(r.since_ms),
                         expires_in: left,
                         client: None,
+                        candidate: r.candidate,
                     })
                     .collect::<Vec<_>>(),
             );

@@ -18,6 +18,7 @@ use crate::actors::latch::{AwaitZero, Latch as Policy};
 use crate::actors::shared::Shared;
 use crate::actors::waiting::{self, SyncActor};
 use crate::error::LockError;
+use crate::reply::{within, Giving};
 use crate::sync_view::SynchronizerKind;
 use crate::wire::{self, CountedDown, LatchCountDown, LatchSet};
 
@@ -97,34 +98,38 @@ impl LatchHandle {
     ///
     /// It counts once: sent under one op id, it is sent again through a
     /// dropped connection or a Redis that does not answer, and a copy that
-    /// runs twice counts nothing the second time. When Redis has not answered
-    /// within half of [`Config::latch_ttl`](crate::Config::latch_ttl) it
-    /// answers [`LockError::InFlight`]: the count-down may still apply, once;
-    /// do not count down again for it.
+    /// runs twice counts nothing the second time. It answers within
+    /// [`Config::release_wait`](crate::Config::release_wait) (2.5 s by
+    /// default) whatever Redis does, so a request path stays bounded while
+    /// Redis is frozen or fails over: past it, with [`LockError::InFlight`],
+    /// while the count-down goes on behind the call (counted in
+    /// `lockwarden_releases_pending_total{of="count-down"}`, its outcome
+    /// logged), sent again until half of
+    /// [`Config::latch_ttl`](crate::Config::latch_ttl) after it was first sent.
+    /// It may still apply, once: do not count down again for it.
     pub async fn count_down(&self) -> Result<u64, LockError> {
-        let op = waiting::op_id();
-        let once = waiting::once(&self.shared.config, &op);
-        let what = || format!("counting down latch {:?}", self.name);
-        let counted = waiting::send_once(&self.shared.config, what, || {
-            let mut conn = self.shared.node.conn();
-            async move {
-                let call = LatchCountDown {
-                    name: &self.name,
-                    once,
-                };
-                wire::call(&mut conn, &call).await
-            }
-        })
-        .await?;
-        match counted {
-            CountedDown::Left(0) => {
-                // The key is gone: its kind label goes too.
-                let mut conn = self.shared.node.conn();
-                wire::label(&mut conn, &self.name, None).await;
-                Ok(0)
-            }
-            CountedDown::Left(left) => Ok(left),
-            CountedDown::WasOpen => Ok(0),
+        self.count_down_within(self.shared.config.release_wait)
+            .await
+    }
+
+    /// [`count_down`](LatchHandle::count_down), answering within `bound`
+    /// instead of the configured
+    /// [`Config::release_wait`](crate::Config::release_wait) (a bound past half
+    /// the latch TTL waits for the count-down's own end).
+    pub async fn count_down_within(&self, bound: Duration) -> Result<u64, LockError> {
+        let (shared, name) = (self.shared.clone(), self.name.clone());
+        let giving = Giving {
+            of: "count-down",
+            name: self.name.clone(),
+            if_it_fails: "a count-down in flight applies once if Redis still has it: do not \
+                          count down again for it",
+        };
+        match within(bound, giving, count_down(shared, name)).await? {
+            Some(left) => Ok(left),
+            None => Err(LockError::InFlight {
+                what: format!("counting down latch {:?}", self.name),
+                waited: bound,
+            }),
         }
     }
 
@@ -160,5 +165,35 @@ impl LatchHandle {
     pub async fn wait_open(&self) -> Result<(), LockError> {
         self.actor.send(AwaitZero { wait: None }).await??;
         Ok(())
+    }
+}
+
+/// Counts latch `name` down once (under one op id, through transient errors
+/// within its window) and answers what is left; drops the kind label with the
+/// key at zero. Counted as unsettled meanwhile, so that a `Settle` before the
+/// process exits waits for a count-down that goes on behind its caller.
+async fn count_down(shared: Arc<Shared>, name: Arc<str>) -> Result<u64, LockError> {
+    let _counted = shared.unsettled.enter();
+    let op = waiting::op_id();
+    let once = waiting::once(&shared.config, &op);
+    let what = || format!("counting down latch {name:?}");
+    let counted = waiting::send_once(&shared.config, what, || {
+        let mut conn = shared.node.conn();
+        let name = name.clone();
+        async move {
+            let call = LatchCountDown { name: &name, once };
+            wire::call(&mut conn, &call).await
+        }
+    })
+    .await?;
+    match counted {
+        CountedDown::Left(0) => {
+            // The key is gone: its kind label goes too.
+            let mut conn = shared.node.conn();
+            wire::label(&mut conn, &name, None).await;
+            Ok(0)
+        }
+        CountedDown::Left(left) => Ok(left),
+        CountedDown::WasOpen => Ok(0),
     }
 }

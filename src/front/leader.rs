@@ -185,6 +185,7 @@ impl Leader {
             return;
         }
         let request = Acquire::new(&self.name)
+            .candidate()
             .owner(self.owner)
             .on_lost(ctx.address().recipient());
         let sent = self.manager.send(request);

@@ -22,7 +22,8 @@ use crate::actors::semaphore::{take, Expirable};
 use crate::actors::shared::Shared;
 use crate::actors::waiting::{self, SyncActor};
 use crate::error::{LockError, LostReason};
-use crate::reply::{ask, Reply};
+use crate::guard::ReleaseOutcome;
+use crate::reply::{ask_now, within, Giving, Reply};
 use crate::signal::LostWatch;
 use crate::sync_view::SynchronizerKind;
 use crate::wire::{self, ExpirableAcquire, ExpirableTake};
@@ -166,6 +167,7 @@ impl PermitSemaphoreHandle {
             lease,
             lost,
             released: false,
+            release_wait: self.shared.config.release_wait,
         })
     }
 }
@@ -182,6 +184,8 @@ pub struct PermitGuard {
     lease: Option<Duration>,
     lost: LostWatch,
     released: bool,
+    /// How long a release waits for its answer ([`Config::release_wait`](crate::Config::release_wait)).
+    release_wait: Duration,
 }
 
 impl std::fmt::Debug for PermitGuard {
@@ -227,12 +231,40 @@ impl PermitGuard {
         }
     }
 
-    /// Gives the permits back. Fails with [`LockError::Lost`] if they were lost
-    /// while held (whatever was still taken is given back all the same).
-    pub async fn release(mut self) -> Result<(), LockError> {
+    /// Gives the permits back: [`ReleaseOutcome::Released`] once Redis has
+    /// them. Fails with [`LockError::Lost`] if they were lost while held
+    /// (whatever was still taken is given back all the same).
+    ///
+    /// It answers within [`Config::release_wait`](crate::Config::release_wait)
+    /// (2.5 s by default) whatever Redis does: past it, with
+    /// [`ReleaseOutcome::Pending`] (counted in
+    /// `lockwarden_releases_pending_total{of="permits"}`), and the give-back
+    /// goes on behind the call under one op id, its outcome logged when it
+    /// comes. Permits whose give-back never lands expire with their lease (a
+    /// watchdog lease once nothing renews them).
+    pub async fn release(self) -> Result<ReleaseOutcome, LockError> {
+        let bound = self.release_wait;
+        self.release_within(bound).await
+    }
+
+    /// [`release`](PermitGuard::release), answering within `bound` instead of
+    /// the configured [`Config::release_wait`](crate::Config::release_wait).
+    pub async fn release_within(mut self, bound: Duration) -> Result<ReleaseOutcome, LockError> {
+        // Marked first: the drop sends nothing more, whatever becomes of this
+        // future.
         self.released = true;
         let epoch = self.epoch;
-        ask(&self.giver, |reply| ReturnPermits { epoch, reply }).await
+        let answer = ask_now(&self.giver, |reply| ReturnPermits { epoch, reply });
+        let giving = Giving {
+            of: "permits",
+            name: self.name.clone(),
+            if_it_fails: "permits not given back expire with their lease",
+        };
+        let given = within(bound, giving, answer).await?;
+        Ok(match given {
+            Some(()) => ReleaseOutcome::Released,
+            None => ReleaseOutcome::Pending { waited: bound },
+        })
     }
 }
 

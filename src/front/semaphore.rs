@@ -24,7 +24,8 @@ use crate::actors::semaphore::{take, TakePermits};
 use crate::actors::shared::Shared;
 use crate::actors::waiting;
 use crate::error::LockError;
-use crate::reply::{ask, Reply};
+use crate::guard::ReleaseOutcome;
+use crate::reply::{ask, ask_now, within, Giving, Reply};
 use crate::sync_view::SynchronizerKind;
 use crate::wire::{self, SemDrain, SemTrySet, MAX_PERMITS};
 
@@ -290,6 +291,7 @@ impl SemaphoreHandle {
             giver: self.giver.clone(),
             name: self.name.clone(),
             permits,
+            release_wait: self.shared.config.release_wait,
         })
     }
 
@@ -333,6 +335,11 @@ impl SemaphoreHandle {
 /// Permits taken from a semaphore. Release them with
 /// [`release`](SemaphoreGuard::release) to learn the outcome; dropping the guard
 /// gives them back in the background.
+///
+/// A release answers within [`Config::release_wait`](crate::Config::release_wait)
+/// (2.5 s by default) whatever Redis does, as a lock guard's does: past it,
+/// with [`ReleaseOutcome::Pending`], while the permits go on being given back
+/// behind the call.
 #[must_use = "a permit guard that is not kept gives its permits back at once: bind it for as long as you need them"]
 pub struct SemaphoreGuard {
     /// The semaphore's actor; keeps it alive while permits are held.
@@ -341,6 +348,8 @@ pub struct SemaphoreGuard {
     name: Arc<str>,
     /// Permits still held by this guard.
     permits: u32,
+    /// How long a release waits for its answer ([`Config::release_wait`](crate::Config::release_wait)).
+    release_wait: Duration,
 }
 
 impl std::fmt::Debug for SemaphoreGuard {
@@ -363,18 +372,40 @@ impl SemaphoreGuard {
         self.permits
     }
 
-    /// Gives every permit this guard still holds back, waking waiters.
-    pub async fn release(mut self) -> Result<(), LockError> {
-        let permits = std::mem::take(&mut self.permits);
-        if permits > 0 {
-            ask(&self.giver, |reply| GivePermits { permits, reply }).await?;
-        }
-        Ok(())
+    /// Gives every permit this guard still holds back, waking waiters:
+    /// [`ReleaseOutcome::Released`] once Redis has them back.
+    ///
+    /// It answers within [`Config::release_wait`](crate::Config::release_wait)
+    /// (2.5 s by default) whatever Redis does, so a request path stays bounded
+    /// while Redis is frozen or fails over: past it, with
+    /// [`ReleaseOutcome::Pending`], counted in
+    /// `lockwarden_releases_pending_total{of="permits"}`, and the give-back goes
+    /// on behind the call. It is sent under one op id, so however often it is
+    /// sent again it adds the permits once; its outcome is logged when it
+    /// comes. A give-back Redis has still not answered half of
+    /// [`Config::latch_ttl`](crate::Config::latch_ttl) after it was sent (5 s
+    /// by default) is not sent again: it is logged at warn as in flight, and
+    /// applies once if Redis still holds it when it resumes (do not add permits
+    /// for it by hand).
+    pub async fn release(self) -> Result<ReleaseOutcome, LockError> {
+        let bound = self.release_wait;
+        self.release_within(bound).await
     }
 
-    /// Gives back some of the permits and keeps the rest. Refused, with nothing
-    /// changed, for zero or for more than the guard holds.
-    pub async fn release_some(&mut self, permits: u32) -> Result<(), LockError> {
+    /// [`release`](SemaphoreGuard::release), answering within `bound` instead
+    /// of the configured [`Config::release_wait`](crate::Config::release_wait).
+    pub async fn release_within(mut self, bound: Duration) -> Result<ReleaseOutcome, LockError> {
+        // Counted out first: the guard's drop gives nothing more, whatever
+        // becomes of this future.
+        let permits = std::mem::take(&mut self.permits);
+        self.give(permits, bound).await
+    }
+
+    /// Gives back some of the permits and keeps the rest, within the same
+    /// bound as [`release`](SemaphoreGuard::release) (and with the same
+    /// answers). Refused, with nothing changed, for zero or for more than the
+    /// guard holds.
+    pub async fn release_some(&mut self, permits: u32) -> Result<ReleaseOutcome, LockError> {
         let reason = if permits == 0 {
             "must be at least 1"
         } else if permits > self.permits {
@@ -383,16 +414,38 @@ impl SemaphoreGuard {
             // Counted out first: once asked, the permits go back even if this
             // future is dropped, and the guard's drop must not give them again.
             self.permits -= permits;
-            if let Err(e) = ask(&self.giver, |reply| GivePermits { permits, reply }).await {
+            let given = self.give(permits, self.release_wait).await;
+            // Refused or never sent: still held. In flight (Redis may yet
+            // apply it) they stay counted out, or the drop would add them twice.
+            if matches!(&given, Err(e) if !matches!(e, LockError::InFlight { .. })) {
                 self.permits += permits;
-                return Err(e);
             }
-            return Ok(());
+            return given;
         };
         Err(LockError::InvalidAmount {
             what: "permits",
             amount: u64::from(permits),
             reason,
+        })
+    }
+
+    /// Gives `permits` (already counted out of the guard) back through the
+    /// actor, answering within `bound`.
+    async fn give(&self, permits: u32, bound: Duration) -> Result<ReleaseOutcome, LockError> {
+        if permits == 0 {
+            return Ok(ReleaseOutcome::Released);
+        }
+        let answer = ask_now(&self.giver, |reply| GivePermits { permits, reply });
+        let giving = Giving {
+            of: "permits",
+            name: self.name.clone(),
+            if_it_fails: "a give-back in flight applies once if Redis still has it: do not add \
+                          permits for it",
+        };
+        let given = within(bound, giving, answer).await?;
+        Ok(match given {
+            Some(_) => ReleaseOutcome::Released,
+            None => ReleaseOutcome::Pending { waited: bound },
         })
     }
 }

@@ -9,8 +9,8 @@
 //! exits right after a timeout took those settlements with it, and Redis kept the
 //! lock for a whole lease (a proxy adding 300-800 ms each way leaked it in 9 of 9
 //! tries). `Settle` is what such a process sends before it exits: it answers once
-//! every lock actor of the manager is quiet, no semaphore give-back or undo of
-//! a waiter's take is left unanswered and no release that no replica
+//! every lock actor of the manager is quiet, no semaphore give-back, latch
+//! count-down or undo of a waiter's take is left unanswered and no release that no replica
 //! confirmed is still kept to be redone after a failover, or at its bound.
 
 use std::time::{Duration, Instant};

@@ -9,8 +9,14 @@
 //! (`<client id>:<n>`, so the client registry names its host, pid and label),
 //! when it started waiting (Unix ms, the waiter's clock), how many permits it
 //! wants (1 for a latch or a lock), and the kind letter (`x` lock, `s`
-//! semaphore, `p` permit-expirable semaphore, `l` latch). A lock's waiter
-//! records the owner field it will hold the lock under. The score is when the record expires
+//! semaphore, `p` permit-expirable semaphore, `l` latch, `c` a lock's
+//! election candidate). A lock's waiter
+//! records the owner field it will hold the lock under. A candidate
+//! (`Leader::campaign`) waits on its leader lock for as long as it runs, by
+//! design: its own letter lets readers show it apart rather than as a wait
+//! that grows for ever, and a reader that predates the letter skips its
+//! record as one it did not write (it sees no waiter there, which is what a
+//! candidate is not). The score is when the record expires
 //! (Unix ms, the waiter's clock): the waiter refreshes it while it waits and
 //! removes it when the wait ends, so a process that dies leaves records that
 //! readers ignore after their expiry and the next writer prunes. The key's own
@@ -44,7 +50,8 @@ pub(crate) enum WaitKind {
 }
 
 impl WaitKind {
-    /// The member's kind letter.
+    /// The member's kind letter (`c` instead of `x` for a candidate: see
+    /// [`Record::candidate`]).
     fn letter(self) -> char {
         match self {
             WaitKind::Lock => 'x',
@@ -77,12 +84,18 @@ pub(crate) struct Record {
     pub(crate) wants: u64,
     /// What it waits on.
     pub(crate) kind: WaitKind,
+    /// A lock's waiter that is an election candidate, waiting for as long as
+    /// it runs (written as the kind letter `c`).
+    pub(crate) candidate: bool,
 }
 
 impl Record {
     /// The zset member for it.
     pub(crate) fn member(&self) -> String {
-        let kind = self.kind.letter();
+        let kind = match (self.kind, self.candidate) {
+            (WaitKind::Lock, true) => 'c',
+            (kind, _) => kind.letter(),
+        };
         format!(
             "{}|{}|{}|{kind}",
             self.owner_field, self.since_ms, self.wants
@@ -92,7 +105,10 @@ impl Record {
     /// A member read back; `None` for one lockwarden did not write.
     pub(crate) fn parse(member: &str) -> Option<Record> {
         let mut parts = member.rsplitn(4, '|');
-        let kind = WaitKind::from_letter(parts.next()?)?;
+        let (kind, candidate) = match parts.next()? {
+            "c" => (WaitKind::Lock, true),
+            letter => (WaitKind::from_letter(letter)?, false),
+        };
         let wants = parts.next()?.parse().ok()?;
         let since_ms = parts.next()?.parse().ok()?;
         let owner_field = parts.next()?.to_string();
@@ -101,6 +117,7 @@ impl Record {
             since_ms,
             wants,
             kind,
+            candidate,
         })
     }
 }
@@ -185,6 +202,7 @@ mod tests {
             since_ms: 1_790_000_000_123,
             wants: 2,
             kind: WaitKind::Sync(SynchronizerKind::PermitSemaphore),
+            candidate: false,
         };
         assert_eq!(Record::parse(&r.member()), Some(r.clone()));
         assert_eq!(
@@ -200,8 +218,29 @@ mod tests {
             since_ms: 5,
             wants: 1,
             kind: WaitKind::Lock,
+            candidate: false,
         };
         assert_eq!(Record::parse(&r.member()), Some(r.clone()));
+    }
+
+    /// A candidate's record reads back as one, and a waiter's record of the
+    /// letters before candidates reads back as a plain waiter.
+    #[test]
+    fn a_candidate_reads_back_apart_from_waiters() {
+        let r = Record {
+            owner_field: "6f1c1a2e-0000-4000-8000-000000000000:3".into(),
+            since_ms: 5,
+            wants: 1,
+            kind: WaitKind::Lock,
+            candidate: true,
+        };
+        assert_eq!(r.member(), "6f1c1a2e-0000-4000-8000-000000000000:3|5|1|c");
+        assert_eq!(Record::parse(&r.member()), Some(r.clone()));
+        let waiter = Record::parse("6f1c1a2e-0000-4000-8000-000000000000:3|5|1|x");
+        assert_eq!(
+            waiter.map(|w| (w.kind, w.candidate)),
+            Some((WaitKind::Lock, false))
+        );
     }
 
     #[test]

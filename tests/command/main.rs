@@ -8,6 +8,7 @@
 use lockwarden_testkit as support;
 
 mod cli;
+mod cli_candidates;
 mod cli_causes;
 mod cli_deadlock;
 mod cli_faults;

@@ -32,6 +32,7 @@ mod rwlock;
 mod semaphore;
 mod spin;
 mod stall;
+mod stall_release;
 mod tls;
 mod waiting;
 mod watchdog;

@@ -8,7 +8,8 @@
 //! count-down latch counted down through a 4 s freeze takes each count-down at
 //! most once, and exactly once when it answered `Ok`. The server's log is
 //! printed when a test fails (`RedisServer`'s drop); the numbers each test
-//! measured are printed always (`-- --nocapture`).
+//! measured are printed always (`-- --nocapture`). How long a release keeps its
+//! caller through a freeze: `stall_release.rs`.
 
 use crate::support;
 
@@ -105,8 +106,8 @@ impl Taker {
 impl Held {
     async fn release(self) -> Result<(), LockError> {
         match self {
-            Held::Plain(g) => g.release().await,
-            Held::Expirable(g) => g.release().await,
+            Held::Plain(g) => g.release().await.map(|_| ()),
+            Held::Expirable(g) => g.release().await.map(|_| ()),
         }
     }
 }
@@ -371,47 +372,5 @@ async fn a_count_down_counts_once_through_a_stall() {
         distinct.len(),
         ok.len(),
         "two count-downs answered the same count left: {ok:?}"
-    );
-}
-
-/// A held lock released while Redis is frozen answers within the guard's bound
-/// (`Config::release_wait`, 2.5 s by default) with `Pending`, not when Redis
-/// comes back; the release goes on in the background and the lock is free on
-/// the server soon after the resume. A release within the bound answers as
-/// before. (The freeze is 4 s rather than a production 14 s: any freeze longer
-/// than the bound shows it.)
-#[actix_rt::test]
-async fn a_release_during_a_freeze_answers_within_its_bound() {
-    let mut server = RedisServer::start();
-    let m = manager(&server, |c| c).await;
-    let held = support::hold(&m, "stall:release", |a| a).await;
-    let quick = support::hold(&m, "stall:quick", |a| a).await;
-    assert_eq!(
-        quick.release().await.expect("released"),
-        lockwarden::ReleaseOutcome::Released
-    );
-    server.pause();
-    let began = Instant::now();
-    let outcome = held.release().await.expect("an answer, not an error");
-    let took = began.elapsed();
-    actix_rt::time::sleep(LONG_FREEZE.saturating_sub(took)).await;
-    server.resume();
-    let resumed = Instant::now();
-    eprintln!("release during a freeze answered {outcome:?} after {took:?}");
-    assert!(
-        matches!(outcome, lockwarden::ReleaseOutcome::Pending { .. }),
-        "{outcome:?}"
-    );
-    assert!(took < Duration::from_secs(3), "answered after {took:?}");
-    let freed = eventually(Duration::from_secs(5), || {
-        !support::exists(&server, "stall:release")
-    })
-    .await;
-    eprintln!("lock free {:?} after the resume", resumed.elapsed());
-    assert!(freed, "the lock was not freed after the resume");
-    assert!(
-        resumed.elapsed() < Duration::from_secs(2),
-        "freed {:?} after the resume",
-        resumed.elapsed()
     );
 }

@@ -88,6 +88,9 @@ pub(crate) struct Request {
     pub(crate) reply: oneshot::Sender<Result<LockGuard, LockError>>,
     /// The acquisition's tracing span.
     pub(crate) span: Span,
+    /// An election candidate's campaign: recorded as a candidate, not as a
+    /// wait that grows for ever.
+    pub(crate) candidate: bool,
 }
 
 impl Waiter {
@@ -373,6 +376,7 @@ impl Waits for LockActor {
                 since: w.req.since,
                 wants: 1,
                 owner_field: Some(w.req.field.clone()),
+                candidate: w.req.candidate,
             })
             .collect()
     }

@@ -223,6 +223,7 @@ impl<P, R> Queue<P, R> {
                 since: w.since,
                 wants: wants(&w.want),
                 owner_field: None,
+                candidate: false,
             })
             .collect()
     }

@@ -72,6 +72,9 @@ pub(crate) struct Waited {
     pub(crate) wants: u64,
     /// A lock waiter's owner field; `None`: `<client id>:<id>`.
     pub(crate) owner_field: Option<Arc<str>>,
+    /// An election candidate's wait on its leader lock (recorded apart: it
+    /// lasts for as long as the candidate runs).
+    pub(crate) candidate: bool,
 }
 
 /// One actor's waiting records and missing-key warnings.
@@ -224,6 +227,7 @@ impl Waiting {
             since,
             wants,
             owner_field,
+            candidate,
         } in now
         {
             let waited = since.elapsed();
@@ -244,6 +248,7 @@ impl Waiting {
                         since_ms,
                         wants,
                         kind: self.kind,
+                        candidate,
                     }
                     .member()
                 }

@@ -111,8 +111,8 @@ pub async fn status(session: &Session, args: StatusArgs) -> Result<i32, Failure>
         );
     }
     say_queue(&lock.queue);
-    for w in &lock.waiters {
-        say!("  {}", waiter_text(w));
+    for line in waits::waiter_lines(&lock.waiters) {
+        say!("  {line}");
     }
     for c in cycles {
         say!("  DEADLOCK: {}", waits::text(c));

@@ -144,7 +144,7 @@ impl Held {
         vec![("LOCKWARDEN_LOCK", name.to_string()), (token_var, tokens)]
     }
 
-    /// Releases it, waiting up to `bound` for a lock's release: the command
+    /// Releases it, waiting up to `bound` for a lock's or permits' release: the command
     /// stays until the release is done (the library's own bound is for request
     /// paths), since its exit would end a release going on in the background.
     async fn release(self, bound: Duration) -> Result<(), LockError> {
@@ -157,7 +157,7 @@ impl Held {
                 }
                 released
             }
-            Held::Permits(guard) => guard.release().await,
+            Held::Permits(guard) => guard.release_within(bound).await.map(|_| ()),
         }
     }
 }

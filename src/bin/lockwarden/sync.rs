@@ -259,7 +259,7 @@ async fn supervise(guard: SemaphoreGuard, args: &RunArgs, signals: &mut Signals)
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
-            let _ = guard.release().await;
+            let _ = guard.release_within(RELEASE_BUDGET).await;
             note(format!("cannot run {}: {e}", program.to_string_lossy()));
             return match e.kind() {
                 ErrorKind::NotFound => outcome::NOT_FOUND,
@@ -292,8 +292,12 @@ async fn supervise(guard: SemaphoreGuard, args: &RunArgs, signals: &mut Signals)
             outcome::FAILED
         }
     };
-    match tokio::time::timeout(RELEASE_BUDGET, guard.release()).await {
-        Ok(Ok(())) => code,
+    // The command waits for the real outcome (its exit would end a give-back
+    // going on in the background): the library's own bound, meant for request
+    // paths, is set past this one so that this one speaks first.
+    let give_back = guard.release_within(RELEASE_BUDGET + Duration::from_secs(1));
+    match tokio::time::timeout(RELEASE_BUDGET, give_back).await {
+        Ok(Ok(_)) => code,
         Ok(Err(e)) => {
             note(format!(
                 "the command finished but giving back permits of semaphore \"{}\" failed: {e}",
@@ -382,7 +386,13 @@ async fn latch_action(session: &Session, name: &str, args: LatchArgs) -> Result<
             }
         }
         LatchAction::CountDown { .. } => {
-            let left = latch.count_down().await.map_err(fail)?;
+            // The command waits for the real outcome (its exit would end a
+            // count-down going on in the background): a bound past the op
+            // id's window (5 s), so that the window speaks first.
+            let left = latch
+                .count_down_within(Duration::from_secs(60))
+                .await
+                .map_err(fail)?;
             show(left.to_string(), json!({"name": name, "count": left}));
             Ok(outcome::OK)
         }

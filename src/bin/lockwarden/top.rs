@@ -13,9 +13,13 @@
 //!   its manager is registered, its owner field marked "unknown client" otherwise;
 //!   a synchronizer's permits or count where a lock's holders are, then who
 //!   waits on the lock or synchronizer (recorded waiters: `host/pid/label`, permits wanted, time so
-//!   far) and `KEY MISSING` for a semaphore whose key is gone under its waiters;
+//!   far), a leader lock's election candidates counted apart (`2 election
+//!   candidates: host/pid, ...`: each waits for as long as it runs, so it has no
+//!   time so far and is not counted as waiting), and `KEY MISSING` for a
+//!   semaphore whose key is gone under its waiters;
 //! - a pipe or a file: plain lines, a `# <time> <n> locks[, <m> synchronizers]`
-//!   line and then one tab-separated line a row per refresh;
+//!   line and then one tab-separated line a row per refresh (a lock with
+//!   election candidates has a `candidates=` field after `waiters=`);
 //! - `--json`: one object per refresh, `{"at_ms", "locks": [...], "deadlocks":
 //!   [...]}`, each row in the shape of `status --json` (a lock's with `waiting`
 //!   and `deadlock` added).
@@ -126,8 +130,13 @@ async fn look(admin: &Admin, pattern: &str) -> Frame {
         .map(|row| {
             let waiting = match &row {
                 // Listeners, or the waiters recorded if more (a fair lock's
-                // waiters listen on channels of their own).
-                Row::Lock(lock) => on_locks.next().unwrap_or(0).max(lock.waiters.len() as u64),
+                // waiters listen on channels of their own). Election
+                // candidates listen too, but are shown apart, not as waiting.
+                Row::Lock(lock) => {
+                    let candidates = lock.waiters.iter().filter(|w| w.candidate).count() as u64;
+                    let listening = on_locks.next().unwrap_or(0).saturating_sub(candidates);
+                    listening.max(lock.waiters.len() as u64 - candidates)
+                }
                 Row::Sync(sync) => sync.waiting.max(sync.waiters.len() as u64),
             };
             (row, waiting)
@@ -218,10 +227,12 @@ fn sync_number(sync: &SynchronizerSummary) -> String {
     }
 }
 
-/// Who waits on a lock or synchronizer (recorded waiters, oldest first): on a
-/// screen row " waits: web-3/4211/api x2 12s, ..." (empty when none); for a
-/// plain line "host web-3 pid 4211 ... x2 12s; ..." (`-` when none).
+/// Who waits on a lock or synchronizer (recorded waiters, oldest first,
+/// election candidates left out: [`candidates_text`]): on a screen row
+/// " waits: web-3/4211/api x2 12s, ..." (empty when none); for a plain line
+/// "host web-3 pid 4211 ... x2 12s; ..." (`-` when none).
 fn waiters_text(waiters: &[RecordedWaiter], compact: bool) -> String {
+    let waiters: Vec<&RecordedWaiter> = waiters.iter().filter(|w| !w.candidate).collect();
     if waiters.is_empty() {
         return if compact { String::new() } else { "-".into() };
     }
@@ -247,6 +258,33 @@ fn waiters_text(waiters: &[RecordedWaiter], compact: bool) -> String {
     }
 }
 
+/// A lock's election candidates, counted and named without a wait time (a
+/// candidate waits for as long as it runs): on a screen row "; 2 election
+/// candidates: web-3/4211, web-4/17" (after the holders and the waiters) and
+/// on a plain line "\tcandidates=2
+/// election candidates: host web-3 ...; ..."; empty when there are none.
+fn candidates_text(waiters: &[RecordedWaiter], compact: bool) -> String {
+    let candidates: Vec<&RecordedWaiter> = waiters.iter().filter(|w| w.candidate).collect();
+    if candidates.is_empty() {
+        return String::new();
+    }
+    let who: Vec<String> = candidates
+        .iter()
+        .map(|w| match compact {
+            true => compact_who(w.client.as_ref(), &w.owner_field),
+            false => w.who(),
+        })
+        .collect();
+    let counted = waits::candidates_counted(candidates.len());
+    match compact {
+        true => format!("; {counted}: {}", who.join(", ")),
+        false => format!(
+            "\tcandidates={}",
+            outcome::field(&format!("{counted}: {}", who.join("; ")))
+        ),
+    }
+}
+
 /// A whole screen: cursor home, clear, a header, one row a lock.
 fn screen_frame(url: &str, at: Duration, frame: &Frame, limit: usize) -> String {
     let mut lines = vec![format!(
@@ -266,7 +304,7 @@ fn screen_frame(url: &str, at: Duration, frame: &Frame, limit: usize) -> String 
             for (row, waiting) in rows.iter().take(limit) {
                 lines.push(match row {
                     Row::Lock(lock) => format!(
-                        "{:<32} {:<16} {:>7} {:>5} {:<18} {}{}{}",
+                        "{:<32} {:<16} {:>7} {:>5} {:<18} {}{}{}{}",
                         lock.name,
                         lock.kind.as_str(),
                         waiting,
@@ -278,7 +316,8 @@ fn screen_frame(url: &str, at: Duration, frame: &Frame, limit: usize) -> String 
                             ""
                         },
                         holders_text(lock, true),
-                        waiters_text(&lock.waiters, true)
+                        waiters_text(&lock.waiters, true),
+                        candidates_text(&lock.waiters, true)
                     ),
                     Row::Sync(sync) => format!(
                         "{:<32} {:<16} {:>7} {:>5} {:<18} ({}){}",
@@ -318,13 +357,14 @@ fn plain_frame(at: Duration, frame: &Frame) -> String {
             for (row, waiting) in rows {
                 lines.push(match row {
                     Row::Lock(lock) => format!(
-                        "{}\t{}\twaiting={waiting}\tqueue={}\t{}\tholders={}\twaiters={}{}",
+                        "{}\t{}\twaiting={waiting}\tqueue={}\t{}\tholders={}\twaiters={}{}{}",
                         outcome::field(&lock.name),
                         lock.kind.as_str(),
                         lock.queue.len(),
                         ttl_text(lock.ttl),
                         outcome::field(&holders_text(lock, false)),
                         outcome::field(&waiters_text(&lock.waiters, false)),
+                        candidates_text(&lock.waiters, false),
                         if seen.in_cycle(&lock.name) {
                             "\tDEADLOCK"
                         } else {

@@ -2,6 +2,10 @@
 //! a recorded waiter in words and as JSON, the deadlocks ([`Admin::deadlocks`],
 //! read best effort), and a cycle in words and as JSON.
 //!
+//! An election candidate (`Leader::campaign`) is recorded as a lock's waiter
+//! that waits for as long as it runs: it is shown apart, counted as a
+//! candidate with when it began campaigning, never as a wait whose time grows.
+//!
 //! A cycle shown here is one that stands now, whether or not a detector will
 //! break it (its processes may run with detection off): the words say who waits
 //! for what and who holds it, in the cycle's order, and which wait a detector
@@ -36,7 +40,36 @@ pub fn waiter_text(w: &RecordedWaiter) -> String {
     )
 }
 
-/// A recorded waiter as JSON.
+/// A lock's recorded waiters for `status`, one line each: the waiters first,
+/// then the candidates under a line that counts them ("2 election candidates
+/// ..."), each with when it began campaigning rather than a growing wait.
+pub fn waiter_lines(waiters: &[RecordedWaiter]) -> Vec<String> {
+    let (candidates, waits): (Vec<_>, Vec<_>) = waiters.iter().partition(|w| w.candidate);
+    let mut lines: Vec<String> = waits.into_iter().map(waiter_text).collect();
+    if !candidates.is_empty() {
+        lines.push(format!(
+            "{} (Leader::campaign: each waits its turn for as long as it runs):",
+            candidates_counted(candidates.len())
+        ));
+    }
+    lines.extend(candidates.into_iter().map(|w| {
+        let since = w.since.duration_since(std::time::UNIX_EPOCH);
+        format!(
+            "  {} campaigns since {} UTC  [{}]",
+            w.who(),
+            clock(since.unwrap_or_default()),
+            field(&w.owner_field)
+        )
+    }));
+    lines
+}
+
+/// "1 election candidate", "2 election candidates".
+pub fn candidates_counted(n: usize) -> String {
+    format!("{n} election candidate{}", if n == 1 { "" } else { "s" })
+}
+
+/// A recorded waiter as JSON (`candidate`: an election candidate).
 pub fn waiter_json(w: &RecordedWaiter) -> Value {
     let since_ms = w
         .since
@@ -50,6 +83,7 @@ pub fn waiter_json(w: &RecordedWaiter) -> Value {
         "waited_ms": w.since.elapsed().map(millis).unwrap_or(0),
         "client": client_json(w.client.as_ref()),
         "who": w.who(),
+        "candidate": w.candidate,
     })
 }
 

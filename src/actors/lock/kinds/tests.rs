@@ -35,6 +35,7 @@ fn waiter(id: u64, owner: Owner, field: &str, wait: Option<Duration>) -> Waiter 
         on_lost: None,
         reply,
         span: tracing::Span::none(),
+        candidate: false,
     })
 }
 
