@@ -380,9 +380,16 @@ impl Watcher {
             }
         }
         // Masters that serve nothing any more are forgotten: a new claim
-        // starts over with a fresh count and fresh doubts.
-        self.masters
-            .retain(|_, c| ranges.iter().any(|(_, _, r)| Arc::ptr_eq(c, r)));
+        // starts over with a fresh count and fresh doubts. The releases one
+        // kept unconfirmed go out now, to its slots' new masters
+        // (`wire/replicas/kept.rs`).
+        self.masters.retain(|_, c| {
+            let serves = ranges.iter().any(|(_, _, r)| Arc::ptr_eq(c, r));
+            if !serves {
+                c.new_master();
+            }
+            serves
+        });
         let masters = &self.masters;
         self.doubts
             .retain(|address, _| masters.contains_key(address));

@@ -188,6 +188,10 @@ impl ScriptConn for Conn {
             Confirmer::PerMaster(per) => Some(per.for_key(key)),
         }
     }
+
+    fn slot_of(&self, key: &str) -> Option<u16> {
+        self.is_cluster().then(|| cluster::slot(key))
+    }
 }
 
 impl Conn {

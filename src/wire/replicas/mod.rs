@@ -85,6 +85,7 @@ mod replies;
 mod unconfirmed;
 
 use fast::{send_fast, Fast};
+use kept::Keeper;
 pub(crate) use kept::{keep_if_unconfirmed, kept_pending, Redo};
 use lanes::budget;
 pub(crate) use lanes::Lanes;
@@ -155,6 +156,8 @@ pub(crate) struct Confirmation {
     /// A grant no replica could confirm is refused, not kept
     /// (`Config::refuse_unconfirmed_grants`).
     refuse: bool,
+    /// The releases no replica confirmed, kept to be sent again (`kept.rs`).
+    keeper: Arc<Keeper>,
 }
 
 /// How a call goes out on a connection that asks replicas to confirm.
@@ -194,6 +197,7 @@ impl Confirmation {
             master_doubted: AtomicBool::new(false),
             doubts: AtomicU64::new(0),
             refuse: false,
+            keeper: Arc::default(),
         }
         .counted(live)
     }
@@ -277,6 +281,13 @@ impl Confirmation {
     /// Answers whether it was doubted.
     pub(crate) fn trust_master(&self) -> bool {
         self.master_doubted.swap(false, Ordering::AcqRel)
+    }
+
+    /// The deployment named a new master for this connection (Sentinel's
+    /// switch, or a cluster's slots of this master served by another): the
+    /// releases it kept unconfirmed go out there now (`kept.rs`).
+    pub(crate) fn new_master(&self) {
+        self.keeper.new_master();
     }
 
     /// Whether the master is in doubt ([`Confirmation::doubt_master`]).
