@@ -135,7 +135,10 @@ fn merged(old: &str, table: &str, run: &str) -> String {
     let mut runs: Vec<(Vec<&str>, &str)> = runs_of(old)
         .into_iter()
         .map(|(topologies, text)| {
-            let left: Vec<&str> = topologies.into_iter().filter(|t| !ran.contains(t)).collect();
+            let left: Vec<&str> = topologies
+                .into_iter()
+                .filter(|t| !ran.contains(t))
+                .collect();
             (left, text)
         })
         .filter(|(topologies, _)| !topologies.is_empty())

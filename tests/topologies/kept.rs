@@ -33,8 +33,11 @@ fn promoted(url: String, port: u16, since: Instant) -> std::thread::JoinHandle<O
     })
 }
 
+/// How a lock of one kind is asked for.
+type Kind = fn(Acquire) -> Acquire;
+
 /// The locks held through the failover, by kind: (name, how it is taken).
-const KINDS: [(&str, fn(Acquire) -> Acquire); 4] = [
+const KINDS: [(&str, Kind); 4] = [
     ("kept", |a| a),
     ("kept:fair", Acquire::fair),
     ("kept:read", Acquire::read),
