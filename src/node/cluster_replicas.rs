@@ -386,7 +386,7 @@ impl Watcher {
         self.masters.retain(|_, c| {
             let serves = ranges.iter().any(|(_, _, r)| Arc::ptr_eq(c, r));
             if !serves {
-                c.new_master();
+                c.new_master(false);
             }
             serves
         });

@@ -126,6 +126,14 @@ async fn a_release_no_replica_confirmed_is_redone_after_a_failover() {
         );
         free.push((name, killed.elapsed()));
     }
+    // Redone on the master the connection followed to, they are settled: a
+    // command would exit now rather than at the end of their window.
+    let settled = support::eventually(Duration::from_secs(2), || {
+        log.text()
+            .contains("kept releases redone on the new master")
+    })
+    .await;
+    assert!(settled, "{}", log.text());
     let promoted = watch
         .join()
         .expect("watcher")

@@ -356,10 +356,11 @@ impl Follower {
         }
         self.moved.notify_waiters();
         // Releases no replica confirmed go out to the new master now, not at
-        // their next tick (`wire/replicas/kept.rs`).
+        // their next tick (`wire/replicas/kept.rs`); the connection is there
+        // already.
         let counted = self.counted.read().unwrap_or_else(|e| e.into_inner());
         if let Some(confirmation) = counted.as_ref().and_then(|(weak, _)| weak.upgrade()) {
-            confirmation.new_master();
+            confirmation.new_master(true);
         }
         Ok(true)
     }

@@ -17,9 +17,15 @@
 //! slots): at once when the deployment names a new master
 //! ([`Confirmation::new_master`]: Sentinel's switch, a cluster's slot owner
 //! changing), and otherwise every [`EVERY`]. A release stays kept until a
-//! `WAIT` behind one of its resends counts a replica, or until the earlier of
-//! its lease's end (the lock is free then anyway) and half the latch's
-//! lifetime (while Redis surely remembers the first outcome). One task per
+//! `WAIT` behind one of its resends counts a replica; or until a master the
+//! connection followed to after it was kept (Sentinel's, whose Follower moves
+//! before it tells) answered a resend: the failover it was kept for has
+//! happened and the release is on the master the deployment names (a
+//! cluster's connection may still route to the old master for a moment, so
+//! there only a replica settles it); or until the earlier of its lease's end
+//! (the lock is free then anyway) and half the latch's lifetime (while Redis
+//! surely remembers the first outcome). So `lockwarden run`, which stays while
+//! its release is kept, exits right after the redo on a new master. One task per
 //! keeper, running only while it keeps something, so a replica outage costs
 //! one round trip a second for all of a connection's releases, not one task
 //! and four calls a second for each.
@@ -75,6 +81,18 @@ struct Kept {
     call: Arc<Invocation>,
     /// When it stops being sent.
     until: Instant,
+    /// [`State::followed`] when it was kept.
+    followed: u64,
+}
+
+/// A kept release as one resend sees it.
+#[derive(Debug, Clone)]
+struct Resend {
+    /// The call to send again.
+    call: Arc<Invocation>,
+    /// The connection followed a new master since it was kept: an answer
+    /// there settles it.
+    moved: bool,
 }
 
 /// The kept releases of one master's connection, and the signal that sends
@@ -95,45 +113,59 @@ struct State {
     kept: Vec<Kept>,
     /// A task is sending them; it ends when none is left.
     running: bool,
+    /// How many times the connection moved to a new master and said so
+    /// ([`Keeper::new_master`] with `followed`).
+    followed: u64,
 }
 
 impl Keeper {
     /// The deployment named a new master: what is kept goes out now (or right
-    /// after a resend under way).
-    pub(super) fn new_master(&self) {
+    /// after a resend under way). `followed`: the connection sends there
+    /// already ([`Confirmation::new_master`]).
+    pub(super) fn new_master(&self, followed: bool) {
+        if followed {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.followed += 1;
+        }
         self.new_master.notify_one();
     }
 
     /// Keeps `call` until `until`, starting the task on `conn` if none runs.
     fn keep<C: ScriptConn>(self: &Arc<Self>, conn: &C, call: Arc<Invocation>, until: Instant) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.kept.push(Kept { call, until });
+        let followed = state.followed;
+        state.kept.push(Kept {
+            call,
+            until,
+            followed,
+        });
         PENDING.fetch_add(1, Ordering::AcqRel);
         if !std::mem::replace(&mut state.running, true) {
             tokio::spawn(run(Arc::clone(self), conn.clone()));
         }
     }
 
-    /// Drops what is past its window (or, with `confirmed`, those calls) and
+    /// Drops what is past its window (or, with `settled`, those calls) and
     /// answers what is left to send, and the latest end among them; `None`,
     /// and the task marked ended, when nothing is left.
-    fn left(&self, confirmed: &[Arc<Invocation>]) -> Option<(Vec<Arc<Invocation>>, Instant)> {
+    fn left(&self, settled: &[Arc<Invocation>]) -> Option<(Vec<Resend>, Instant)> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         let before = state.kept.len();
         state
             .kept
-            .retain(|k| k.until > now && !confirmed.iter().any(|c| Arc::ptr_eq(c, &k.call)));
+            .retain(|k| k.until > now && !settled.iter().any(|c| Arc::ptr_eq(c, &k.call)));
         PENDING.fetch_sub(before - state.kept.len(), Ordering::AcqRel);
         let until = state.kept.iter().map(|k| k.until).max();
         let Some(until) = until else {
             state.running = false;
             return None;
         };
-        Some((
-            state.kept.iter().map(|k| Arc::clone(&k.call)).collect(),
-            until,
-        ))
+        let calls = state.kept.iter().map(|k| Resend {
+            call: Arc::clone(&k.call),
+            moved: k.followed < state.followed,
+        });
+        Some((calls.collect(), until))
     }
 }
 
@@ -193,37 +225,50 @@ async fn run<C: ScriptConn>(keeper: Arc<Keeper>, mut conn: C) {
         let resent = std::pin::pin!(tokio::time::timeout(left, resend(&mut conn, &calls)));
         let named = std::pin::pin!(keeper.new_master.notified());
         match select(resent, named).await {
-            Either::Left((Ok(confirmed), _)) => done = confirmed,
+            Either::Left((Ok(settled), _)) => done = settled,
             Either::Left((Err(_), _)) => {}
             Either::Right(_) => {
                 debug!("a new master was named while kept releases were resent; again there");
-                keeper.new_master();
+                keeper.new_master.notify_one();
             }
         }
     }
 }
 
 /// Sends `calls` again, one pipeline per group the connection may pipeline
-/// together; answers those a replica confirmed.
-async fn resend<C: ScriptConn>(conn: &mut C, calls: &[Arc<Invocation>]) -> Vec<Arc<Invocation>> {
-    let mut groups: Vec<(Option<u16>, Vec<Arc<Invocation>>)> = Vec::new();
-    for call in calls {
-        let group = call.routing_key().and_then(|k| conn.slot_of(k));
+/// together; answers those now settled: confirmed by a replica, or answered
+/// by a master the connection followed to since they were kept.
+async fn resend<C: ScriptConn>(conn: &mut C, calls: &[Resend]) -> Vec<Arc<Invocation>> {
+    let mut groups: Vec<(Option<u16>, Vec<Resend>)> = Vec::new();
+    for r in calls {
+        let group = r.call.routing_key().and_then(|k| conn.slot_of(k));
         match groups.iter_mut().find(|(g, _)| *g == group) {
-            Some((_, members)) => members.push(Arc::clone(call)),
-            None => groups.push((group, vec![Arc::clone(call)])),
+            Some((_, members)) => members.push(r.clone()),
+            None => groups.push((group, vec![r.clone()])),
         }
     }
     let sends = groups.into_iter().map(|(_, members)| {
         let mut conn = conn.clone();
         async move {
-            let lock = members[0].routing_key().unwrap_or("?").to_owned();
-            match resend_group(&mut conn, &members).await {
-                Ok(Confirmed::Enough) => {
-                    debug!(%lock, count = members.len(), "kept releases are now confirmed by a replica");
-                    members
+            let lock = members[0].call.routing_key().unwrap_or("?").to_owned();
+            let calls: Vec<Arc<Invocation>> = members.iter().map(|r| Arc::clone(&r.call)).collect();
+            match resend_group(&mut conn, &calls).await {
+                Ok((_, Confirmed::Enough)) => {
+                    debug!(%lock, count = calls.len(), "kept releases are now confirmed by a replica");
+                    calls
                 }
-                Ok(_) => Vec::new(),
+                Ok((replies, _)) => {
+                    let redone: Vec<Arc<Invocation>> = members
+                        .iter()
+                        .zip(&replies)
+                        .filter(|(r, reply)| r.moved && !matches!(reply, Value::ServerError(_)))
+                        .map(|(r, _)| Arc::clone(&r.call))
+                        .collect();
+                    if !redone.is_empty() {
+                        info!(%lock, count = redone.len(), "kept releases redone on the new master");
+                    }
+                    redone
+                }
                 Err(e) => {
                     debug!(%lock, error = %e, "kept releases could not be resent; trying again");
                     Vec::new()
@@ -241,7 +286,7 @@ async fn resend<C: ScriptConn>(conn: &mut C, calls: &[Arc<Invocation>]) -> Vec<A
 async fn resend_group<C: ScriptConn>(
     conn: &mut C,
     calls: &[Arc<Invocation>],
-) -> RedisResult<Confirmed> {
+) -> RedisResult<(Vec<Value>, Confirmed)> {
     let publish = conn.publish();
     let cmds: Vec<redis::Cmd> = calls.iter().map(|c| c.command(publish)).collect();
     let confirmation = conn.confirmation(calls[0].routing_key());
@@ -253,13 +298,13 @@ async fn resend_group<C: ScriptConn>(
         .map(|(c, _)| &**c)
         .collect();
     if missing.is_empty() {
-        return Ok(confirmed);
+        return Ok((replies, confirmed));
     }
     for call in missing {
         call.script.get(publish).load_async(conn).await?;
     }
     let confirmation = conn.confirmation(calls[0].routing_key());
-    Ok(pipelined(conn, confirmation.as_deref(), &cmds).await?.1)
+    pipelined(conn, confirmation.as_deref(), &cmds).await
 }
 
 /// `cmds` in one pipeline on `conn`, with a `WAIT` (and `WAITAOF`) behind

@@ -285,9 +285,13 @@ impl Confirmation {
 
     /// The deployment named a new master for this connection (Sentinel's
     /// switch, or a cluster's slots of this master served by another): the
-    /// releases it kept unconfirmed go out there now (`kept.rs`).
-    pub(crate) fn new_master(&self) {
-        self.keeper.new_master();
+    /// releases it kept unconfirmed go out there now (`kept.rs`). `followed`:
+    /// the connection already sends there (Sentinel's Follower moved before
+    /// telling), so a release it answers is redone where the deployment
+    /// points and need not be kept any longer; not so on a cluster, whose
+    /// connection may still route to the old master for a moment.
+    pub(crate) fn new_master(&self, followed: bool) {
+        self.keeper.new_master(followed);
     }
 
     /// Whether the master is in doubt ([`Confirmation::doubt_master`]).
