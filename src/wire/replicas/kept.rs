@@ -132,6 +132,13 @@ impl Keeper {
 
     /// Keeps `call` until `until`, starting the task on `conn` if none runs.
     fn keep<C: ScriptConn>(self: &Arc<Self>, conn: &C, call: Arc<Invocation>, until: Instant) {
+        if self.push(call, until) {
+            tokio::spawn(run(Arc::clone(self), conn.clone()));
+        }
+    }
+
+    /// Adds `call`, kept until `until`; answers whether a task must start.
+    fn push(&self, call: Arc<Invocation>, until: Instant) -> bool {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let followed = state.followed;
         state.kept.push(Kept {
@@ -140,9 +147,7 @@ impl Keeper {
             followed,
         });
         PENDING.fetch_add(1, Ordering::AcqRel);
-        if !std::mem::replace(&mut state.running, true) {
-            tokio::spawn(run(Arc::clone(self), conn.clone()));
-        }
+        !std::mem::replace(&mut state.running, true)
     }
 
     /// Drops what is past its window (or, with `settled`, those calls) and
@@ -166,6 +171,25 @@ impl Keeper {
             moved: k.followed < state.followed,
         });
         Some((calls.collect(), until))
+    }
+}
+
+impl Confirmation {
+    /// The deployment named a new master for this connection (Sentinel's
+    /// switch, or a cluster's slots of this master served by another): the
+    /// releases it kept unconfirmed go out there now (this file). `followed`:
+    /// the connection already sends there (Sentinel's Follower moved before
+    /// telling), so a release it answers is redone where the deployment
+    /// points and need not be kept any longer; not so on a cluster, whose
+    /// connection may still route to the old master for a moment.
+    pub(crate) fn new_master(&self, followed: bool) {
+        self.keeper.new_master(followed);
+    }
+
+    /// Whether this connection asks replicas to confirm, and its master had
+    /// one at some point (so a failover could promote it).
+    pub(crate) fn wants_replicas(&self) -> bool {
+        self.sync.min > 0 && self.had_replicas.load(Ordering::Acquire)
     }
 }
 
@@ -362,25 +386,4 @@ async fn pipelined<C: ScriptConn>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_change_a_replica_confirmed_is_let_go() {
-        assert!(!unconfirmed(true, &Confirmed::Enough));
-        assert!(unconfirmed(true, &Confirmed::NotAsked));
-        let none = Confirmed::NoReplica {
-            refuse: false,
-            wanted: 1,
-        };
-        assert!(unconfirmed(true, &none));
-        assert!(!unconfirmed(
-            true,
-            &Confirmed::Short {
-                acked: 0,
-                wanted: 1
-            }
-        ));
-        assert!(!unconfirmed(false, &Confirmed::NotAsked));
-    }
-}
+mod tests;

@@ -156,7 +156,7 @@ pub(crate) struct Confirmation {
     /// A grant no replica could confirm is refused, not kept
     /// (`Config::refuse_unconfirmed_grants`).
     refuse: bool,
-    /// The releases no replica confirmed, kept to be sent again (`kept.rs`).
+    /// Releases no replica confirmed, kept to be sent again (`kept.rs`).
     keeper: Arc<Keeper>,
 }
 
@@ -231,12 +231,6 @@ impl Confirmation {
         self.short.load(Ordering::Acquire)
     }
 
-    /// Whether this connection asks replicas to confirm, and its master had
-    /// one at some point (so a failover could promote it).
-    pub(crate) fn wants_replicas(&self) -> bool {
-        self.sync.min > 0 && self.had_replicas.load(Ordering::Acquire)
-    }
-
     /// How many replicas the last `WAIT` counted, if it came back short.
     pub(crate) fn short_by(&self) -> Option<u32> {
         self.is_short().then(|| self.acked.load(Ordering::Acquire))
@@ -281,17 +275,6 @@ impl Confirmation {
     /// Answers whether it was doubted.
     pub(crate) fn trust_master(&self) -> bool {
         self.master_doubted.swap(false, Ordering::AcqRel)
-    }
-
-    /// The deployment named a new master for this connection (Sentinel's
-    /// switch, or a cluster's slots of this master served by another): the
-    /// releases it kept unconfirmed go out there now (`kept.rs`). `followed`:
-    /// the connection already sends there (Sentinel's Follower moved before
-    /// telling), so a release it answers is redone where the deployment
-    /// points and need not be kept any longer; not so on a cluster, whose
-    /// connection may still route to the old master for a moment.
-    pub(crate) fn new_master(&self, followed: bool) {
-        self.keeper.new_master(followed);
     }
 
     /// Whether the master is in doubt ([`Confirmation::doubt_master`]).
