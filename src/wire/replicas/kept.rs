@@ -151,9 +151,9 @@ impl Keeper {
     }
 
     /// Drops what is past its window (or, with `settled`, those calls) and
-    /// answers what is left to send, and the latest end among them; `None`,
-    /// and the task marked ended, when nothing is left.
-    fn left(&self, settled: &[Arc<Invocation>]) -> Option<(Vec<Resend>, Instant)> {
+    /// answers what is left to send, and the earliest and latest ends among
+    /// them; `None`, and the task marked ended, when nothing is left.
+    fn left(&self, settled: &[Arc<Invocation>]) -> Option<(Vec<Resend>, Instant, Instant)> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         let before = state.kept.len();
@@ -161,8 +161,8 @@ impl Keeper {
             .kept
             .retain(|k| k.until > now && !settled.iter().any(|c| Arc::ptr_eq(c, &k.call)));
         PENDING.fetch_sub(before - state.kept.len(), Ordering::AcqRel);
-        let until = state.kept.iter().map(|k| k.until).max();
-        let Some(until) = until else {
+        let ends = state.kept.iter().map(|k| k.until);
+        let (Some(first), Some(until)) = (ends.clone().min(), ends.max()) else {
             state.running = false;
             return None;
         };
@@ -170,7 +170,7 @@ impl Keeper {
             call: Arc::clone(&k.call),
             moved: k.followed < state.followed,
         });
-        Some((calls.collect(), until))
+        Some((calls.collect(), first, until))
     }
 }
 
@@ -235,12 +235,18 @@ pub(crate) fn keep_if_unconfirmed<C: ScriptConn>(
 async fn run<C: ScriptConn>(keeper: Arc<Keeper>, mut conn: C) {
     let mut done: Vec<Arc<Invocation>> = Vec::new();
     loop {
+        // What a resend settled, and what ends, stops counting at once: a
+        // process on its way out waits for them (`Settle`).
+        let Some((_, first, _)) = keeper.left(&std::mem::take(&mut done)) else {
+            return;
+        };
         {
-            let tick = std::pin::pin!(tokio::time::sleep(EVERY));
+            let next = EVERY.min(first.saturating_duration_since(Instant::now()));
+            let tick = std::pin::pin!(tokio::time::sleep(next));
             let named = std::pin::pin!(keeper.new_master.notified());
             select(tick, named).await;
         }
-        let Some((calls, until)) = keeper.left(&std::mem::take(&mut done)) else {
+        let Some((calls, _, until)) = keeper.left(&[]) else {
             return;
         };
         // A new master named while a resend waits on the old one (frozen, or

@@ -85,10 +85,10 @@ fn a_release_kept_before_a_followed_move_counts_as_moved_and_ends_when_settled()
     keeper.new_master(false);
     keeper.new_master(true);
     assert!(!keeper.push(Arc::clone(&b), until), "one task per keeper");
-    let (left, _) = keeper.left(&[]).expect("both kept");
+    let (left, _, _) = keeper.left(&[]).expect("both kept");
     let moved: Vec<bool> = left.iter().map(|r| r.moved).collect();
     assert_eq!(moved, [true, false], "only `a` was kept before the move");
-    let (left, _) = keeper.left(&[a]).expect("b kept");
+    let (left, _, _) = keeper.left(&[a]).expect("b kept");
     assert!(left.len() == 1 && Arc::ptr_eq(&left[0].call, &b));
     assert!(keeper.left(&[b]).is_none(), "nothing left: the task ends");
     assert!(
