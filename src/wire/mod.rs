@@ -61,8 +61,8 @@ pub(crate) use fenced::{FencedReply, FencedWrite};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
 pub(crate) use registry::{read_clients, register};
 pub(crate) use replicas::{
-    confirm_with, judge, keep_if_unconfirmed, kept_pending, unmark, Confirm, Confirmation,
-    Confirmed, Lanes, Look, Need, Redo,
+    confirm_with, judge, keep_if_unconfirmed, unmark, Confirm, Confirmation, Confirmed, Lanes,
+    Look, Need, Redo,
 };
 pub(crate) use rw::{ReadAcquire, ReadRelease, RwRenew, WriteAcquire, WriteRelease};
 pub(crate) use synchronizer::{

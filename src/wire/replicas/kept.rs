@@ -38,7 +38,7 @@
 //! it: the latch, written by the release before that grant, is replicated
 //! with it, and the window never outlives the latch.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -47,21 +47,12 @@ use redis::{RedisResult, ServerErrorKind, Value};
 use tokio::sync::Notify;
 use tracing::{debug, info};
 
-use super::{confirmed, push_waits, Confirmation, Confirmed};
+use super::{confirmed, push_waits, Confirmation, Confirmed, Look};
 use crate::config::ReplicaSync;
 use crate::wire::{Invocation, ScriptConn};
 
 /// How often kept releases are sent again when no new master is named.
 pub(crate) const EVERY: Duration = Duration::from_secs(1);
-
-/// Kept releases in this process: a process on its way out waits for them
-/// (`Settle`), since they end with it.
-static PENDING: AtomicUsize = AtomicUsize::new(0);
-
-/// How many releases are kept in this process.
-pub(crate) fn kept_pending() -> usize {
-    PENDING.load(Ordering::Acquire)
-}
 
 /// What is sent again when a release goes unconfirmed, and for how long.
 #[derive(Debug, Clone)]
@@ -83,6 +74,17 @@ struct Kept {
     until: Instant,
     /// [`State::followed`] when it was kept.
     followed: u64,
+    /// Counts it while it is kept, for the connection's [`Settle`]
+    /// (`Confirmation::kept_pending`).
+    ///
+    /// [`Settle`]: crate::Settle
+    counted: Arc<Look>,
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        self.counted.kept.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A kept release as one resend sees it.
@@ -131,22 +133,28 @@ impl Keeper {
     }
 
     /// Keeps `call` until `until`, starting the task on `conn` if none runs.
-    fn keep<C: ScriptConn>(self: &Arc<Self>, conn: &C, call: Arc<Invocation>, until: Instant) {
-        if self.push(call, until) {
+    fn keep<C: ScriptConn>(
+        self: &Arc<Self>,
+        conn: &C,
+        (call, until): (Arc<Invocation>, Instant),
+        counted: Arc<Look>,
+    ) {
+        if self.push(call, until, counted) {
             tokio::spawn(run(Arc::clone(self), conn.clone()));
         }
     }
 
     /// Adds `call`, kept until `until`; answers whether a task must start.
-    fn push(&self, call: Arc<Invocation>, until: Instant) -> bool {
+    fn push(&self, call: Arc<Invocation>, until: Instant, counted: Arc<Look>) -> bool {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let followed = state.followed;
+        counted.kept.fetch_add(1, Ordering::AcqRel);
         state.kept.push(Kept {
             call,
             until,
             followed,
+            counted,
         });
-        PENDING.fetch_add(1, Ordering::AcqRel);
         !std::mem::replace(&mut state.running, true)
     }
 
@@ -156,11 +164,9 @@ impl Keeper {
     fn left(&self, settled: &[Arc<Invocation>]) -> Option<(Vec<Resend>, Instant, Instant)> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
-        let before = state.kept.len();
         state
             .kept
             .retain(|k| k.until > now && !settled.iter().any(|c| Arc::ptr_eq(c, &k.call)));
-        PENDING.fetch_sub(before - state.kept.len(), Ordering::AcqRel);
         let ends = state.kept.iter().map(|k| k.until);
         let (Some(first), Some(until)) = (ends.clone().min(), ends.max()) else {
             state.running = false;
@@ -175,6 +181,13 @@ impl Keeper {
 }
 
 impl Confirmation {
+    /// How many releases this connection keeps (every master's, on a
+    /// cluster): a manager on its way out waits for them (`Settle`), since
+    /// they end with its process.
+    pub(crate) fn kept_pending(&self) -> usize {
+        self.look.kept.load(Ordering::Acquire)
+    }
+
     /// The deployment named a new master for this connection (Sentinel's
     /// switch, or a cluster's slots of this master served by another): the
     /// releases it kept unconfirmed go out there now (this file). `followed`:
@@ -225,9 +238,10 @@ pub(crate) fn keep_if_unconfirmed<C: ScriptConn>(
         "a release no replica confirmed is kept, to be redone after a failover"
     );
     let until = sent + Duration::from_millis(redo.for_ms);
+    let counted = confirmation.look();
     confirmation
         .keeper
-        .keep(conn, Arc::clone(&redo.again), until);
+        .keep(conn, (Arc::clone(&redo.again), until), counted);
 }
 
 /// The keeper's task: sends what is kept every [`EVERY`], or at once when a

@@ -14,7 +14,7 @@
 //! the count that look left: without a `WAIT` when no replica can answer,
 //! with one as before when the count stands.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +35,9 @@ pub(crate) struct Look {
     answered: AtomicU64,
     /// Wakes the calls waiting for a look to finish.
     finished: Notify,
+    /// Releases kept by the confirmations sharing it (one connection's:
+    /// `kept.rs`), which a manager on its way out waits for (`Settle`).
+    pub(super) kept: AtomicUsize,
 }
 
 impl Look {

@@ -86,7 +86,7 @@ mod unconfirmed;
 
 use fast::{send_fast, Fast};
 use kept::Keeper;
-pub(crate) use kept::{keep_if_unconfirmed, kept_pending, Redo};
+pub(crate) use kept::{keep_if_unconfirmed, Redo};
 use lanes::budget;
 pub(crate) use lanes::Lanes;
 pub(crate) use look::Look;

@@ -75,24 +75,34 @@ fn every_kind_of_release_is_kept_and_a_hand_over_only_for_its_release() {
 #[test]
 fn a_release_kept_before_a_followed_move_counts_as_moved_and_ends_when_settled() {
     let keeper = Keeper::default();
+    let look = Arc::new(Look::default());
     let (a, b) = (release("a"), release("b"));
     let until = Instant::now() + Duration::from_secs(5);
     assert!(
-        keeper.push(Arc::clone(&a), until),
+        keeper.push(Arc::clone(&a), until, Arc::clone(&look)),
         "the first starts the task"
     );
     // A move the connection did not follow (a cluster's) settles nothing.
     keeper.new_master(false);
     keeper.new_master(true);
-    assert!(!keeper.push(Arc::clone(&b), until), "one task per keeper");
+    assert!(
+        !keeper.push(Arc::clone(&b), until, Arc::clone(&look)),
+        "one task per keeper"
+    );
     let (left, _, _) = keeper.left(&[]).expect("both kept");
     let moved: Vec<bool> = left.iter().map(|r| r.moved).collect();
     assert_eq!(moved, [true, false], "only `a` was kept before the move");
     let (left, _, _) = keeper.left(&[a]).expect("b kept");
     assert!(left.len() == 1 && Arc::ptr_eq(&left[0].call, &b));
+    assert_eq!(
+        look.kept.load(Ordering::Acquire),
+        1,
+        "what Settle waits for"
+    );
     assert!(keeper.left(&[b]).is_none(), "nothing left: the task ends");
+    assert_eq!(look.kept.load(Ordering::Acquire), 0);
     assert!(
-        keeper.push(release("c"), Instant::now()),
+        keeper.push(release("c"), Instant::now(), Arc::clone(&look)),
         "a new task starts"
     );
     assert!(keeper.left(&[]).is_none(), "past its window");
