@@ -1,5 +1,9 @@
 //! The chaos suite's tables, the locks' and the semaphores', and their places in
-//! docs/faults.md (each between its markers, replaced by each run that writes it).
+//! docs/faults.md (each between its markers). The locks' table is merged: the
+//! rows of the topologies that ran replace theirs, the others' rows stay as an
+//! earlier run left them, and the list of runs above the table says which run
+//! each topology's rows come from. The semaphores' table is one topology's, so
+//! a run that has it replaces it whole.
 
 use std::time::Duration;
 
@@ -61,7 +65,8 @@ pub fn semaphore_table(rows: &[SemRow]) -> String {
 }
 
 /// Writes the tables that ran into docs/faults.md with the run's date and
-/// settings, each between its markers.
+/// settings, each between its markers; the locks' table merged with the rows
+/// of the topologies that did not run.
 pub fn write_docs(
     table: Option<&str>,
     sem_table: Option<&str>,
@@ -75,17 +80,16 @@ pub fn write_docs(
     };
     let about = run_text(took);
     if let Some(table) = table {
-        let text = format!(
-            "{about}: {} workers on {} locks, \
-             each a `lockwarden run` with `--wait 20s`, `--watchdog-lease {}s` and a 50 ms \
-             section; {} s of undisturbed running after each fault. Each row is the window \
-             from its fault to the next one. Blind time: the longest stretch in the window \
-             in which nobody held a lock that workers were waiting for.\n\n{table}",
+        let run = format!(
+            "{about}: {} workers on {} locks, `--watchdog-lease {}s`, {} s of undisturbed \
+             running after each fault",
             settings.workers,
             settings.locks,
             settings.lease.as_secs(),
             settings.quiet.as_secs()
         );
+        let old = between(&doc, BEGIN, END).unwrap_or_default();
+        let text = merged(old, table, &run);
         doc = replace_between(&doc, BEGIN, END, &text).unwrap_or(doc);
     }
     if let Some(table) = sem_table {
@@ -105,6 +109,94 @@ pub fn write_docs(
     if let Err(err) = std::fs::write(path, doc) {
         eprintln!("chaos: cannot write {path}: {err}");
     }
+}
+
+/// What the locks' table says above its rows, whichever runs they come from.
+const LOCKS_ABOUT: &str = "Each worker is a `lockwarden run` with `--wait 20s` and a 50 ms \
+    section. Each row is the window from its fault to the next one. Blind time: the longest \
+    stretch in the window in which nobody held a lock that workers were waiting for. A run may \
+    cover some topologies only (`LOCKWARDEN_CHAOS_TOPOLOGIES`): it replaces their rows and \
+    leaves the others' as they were. The rows of each topology come from:";
+
+/// The order of the topologies in the table; others follow as they come.
+const ORDER: [&str; 4] = ["standalone", "sentinel", "cluster", "redlock"];
+
+/// The locks' text between the markers: `old` (what was there) with the rows
+/// of the topologies in `table` (this run's, in Markdown) replaced, and `run`
+/// named as where they come from.
+fn merged(old: &str, table: &str, run: &str) -> String {
+    let new = rows_of(table);
+    let mut ran: Vec<&str> = Vec::new();
+    for (topology, _) in &new {
+        if !ran.contains(topology) {
+            ran.push(topology);
+        }
+    }
+    let mut runs: Vec<(Vec<&str>, &str)> = runs_of(old)
+        .into_iter()
+        .map(|(topologies, text)| {
+            let left: Vec<&str> = topologies
+                .into_iter()
+                .filter(|t| !ran.contains(t))
+                .collect();
+            (left, text)
+        })
+        .filter(|(topologies, _)| !topologies.is_empty())
+        .collect();
+    runs.push((ran.clone(), run));
+    let kept: Vec<(&str, &str)> = rows_of(old)
+        .into_iter()
+        .filter(|(topology, _)| !ran.contains(topology))
+        .collect();
+    let mut topologies: Vec<&str> = ORDER.to_vec();
+    for (topology, _) in kept.iter().chain(&new) {
+        if !topologies.contains(topology) {
+            topologies.push(topology);
+        }
+    }
+    let mut out = format!("{LOCKS_ABOUT}\n\n");
+    for (topologies, text) in &runs {
+        out.push_str(&format!("- {}: {text}.\n", topologies.join(", ")));
+    }
+    out.push('\n');
+    out.extend(table.lines().take(2).map(|l| format!("{l}\n")));
+    for topology in topologies {
+        for (_, line) in kept.iter().chain(&new).filter(|(t, _)| *t == topology) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The rows of a Markdown table in `text` with their topology (first cell),
+/// the header and its rule left out.
+fn rows_of(text: &str) -> Vec<(&str, &str)> {
+    text.lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| topology |"))
+        .filter_map(|l| Some((l[1..].split('|').next()?.trim(), l)))
+        .collect()
+}
+
+/// The list of runs in `text`: `- <topology>, <topology>: <run>.` lines.
+fn runs_of(text: &str) -> Vec<(Vec<&str>, &str)> {
+    text.lines()
+        .filter_map(|l| {
+            let (topologies, run) = l.strip_prefix("- ")?.split_once(": Run of ")?;
+            let run = &l[l.len() - run.len() - "Run of ".len()..];
+            Some((
+                topologies.split(", ").collect(),
+                run.strip_suffix('.').unwrap_or(run),
+            ))
+        })
+        .collect()
+}
+
+/// The text between `begin` and `end` in `doc`, if it has them.
+fn between<'a>(doc: &'a str, begin: &str, end: &str) -> Option<&'a str> {
+    let b = doc.find(begin)? + begin.len();
+    let e = doc.find(end)?;
+    doc.get(b..e)
 }
 
 /// `doc` with the text between `begin` and `end` replaced by `text`; `None`

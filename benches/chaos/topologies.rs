@@ -218,8 +218,14 @@ pub fn sentinel(settings: &Settings) -> Vec<Row> {
                 std::thread::sleep(Duration::from_millis(1500));
                 fleet.wait_for_a_release(Duration::from_secs(5));
                 master.borrow_mut().kill();
+                let killed = std::time::Instant::now();
                 replica.borrow_mut().resume();
                 named(replica_port, true);
+                // The failover's own time, to read the row's blind time by.
+                eprintln!(
+                    "chaos: sentinel: the replica named master {:?} after the kill",
+                    killed.elapsed()
+                );
                 // The old master back as a replica, for the faults after.
                 for server in [&first, &second] {
                     if server.borrow().port() != replica_port {

@@ -19,6 +19,7 @@ use actix::prelude::*;
 
 use super::manager::LockManager;
 use crate::actors::lock::IsQuiet;
+use crate::wire::ScriptConn;
 
 /// How often the lock actors are asked again while something is in flight.
 const POLL: Duration = Duration::from_millis(10);
@@ -45,6 +46,10 @@ impl Handler<Settle> for LockManager {
     fn handle(&mut self, msg: Settle, _ctx: &mut Context<Self>) -> Self::Result {
         let actors: Vec<_> = self.lock_actors().collect();
         let unsettled = self.shared().unsettled.clone();
+        // This manager's connection's kept releases (every master's on a
+        // cluster), not another manager's of the same process.
+        let kept = self.shared().node.conn().confirmation(None);
+        let kept_pending = move || kept.as_ref().map_or(0, |c| c.kept_pending());
         let deadline = Instant::now() + msg.within;
         Box::pin(async move {
             for actor in actors {
@@ -61,7 +66,7 @@ impl Handler<Settle> for LockManager {
             // window (`actors/waiting/once.rs`).
             // And releases no replica confirmed, kept to be redone after a
             // failover (`wire/replicas/kept.rs`): they end with the process.
-            while !unsettled.is_empty() || crate::wire::kept_pending() > 0 {
+            while !unsettled.is_empty() || kept_pending() > 0 {
                 if Instant::now() + POLL > deadline {
                     return false;
                 }

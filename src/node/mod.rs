@@ -182,6 +182,10 @@ impl ScriptConn for Conn {
     fn confirmation(&self, key: Option<&str>) -> Option<Arc<Confirmation>> {
         Some(self.confirmation.as_ref()?.for_key(key))
     }
+
+    fn slot_of(&self, key: &str) -> Option<u16> {
+        self.is_cluster().then(|| cluster::slot(key))
+    }
 }
 
 impl Conn {

@@ -13,7 +13,7 @@ use super::batch::with_lock_ops;
 use super::lua::Lua;
 use super::{
     acquire_reply, answers, flag, release_reply, unexpected, AcquireReply, BatchOp, Invocation,
-    Redo, ReleaseReply, ScriptCall,
+    ReleaseReply, ScriptCall,
 };
 use crate::keys;
 
@@ -108,11 +108,8 @@ impl ScriptCall for Release<'_> {
             .arg(keys::WAKE_ONE)
             .arg(flag(self.retry));
         call.batch = Some(BatchOp::Release);
-        call.redo = Some(Redo {
-            flag: 4,
-            for_ms: self.lease_ms.min(self.latch_ttl_ms / 2),
-        });
-        call
+        // ARGV[5], the retry flag, is set on a resend: it reads the latch.
+        call.kept(Some(4), self.lease_ms, self.latch_ttl_ms)
     }
 
     fn parse(&self, reply: Value) -> RedisResult<ReleaseReply> {
@@ -174,7 +171,7 @@ impl ScriptCall for Transfer<'_> {
     fn invocation(&self) -> Invocation {
         let r = &self.release;
         // Must be confirmed like any grant: the new owner's hold is what it says.
-        Invocation::new(&TRANSFER)
+        let mut call = Invocation::new(&TRANSFER)
             .must_replicate()
             .key(r.name)
             .key(keys::channel(r.name))
@@ -189,7 +186,14 @@ impl ScriptCall for Transfer<'_> {
             .arg(self.lease_ms)
             .arg(self.token_ttl_ms)
             .arg(flag(self.count))
-            .arg(self.delay_ms)
+            .arg(self.delay_ms);
+        // Kept unconfirmed, only its release half is sent again: on the master
+        // that ran the hand-over the latch answers it; on one that never saw
+        // it, the old owner's hold goes and waiters are woken. The grant is not
+        // redone: the new owner's hold there would be one its renewals may
+        // already have found gone, a lock held by nobody for a whole lease.
+        call.redo = r.invocation().redo;
+        call
     }
 
     fn parse(&self, reply: Value) -> RedisResult<TransferReply> {

@@ -131,6 +131,8 @@ impl ScriptCall for FairRelease<'_> {
             .arg(self.field)
             .arg(self.latch_ttl_ms)
             .arg(keys::WAKE_ONE)
+            // Every call reads the latch first: a resend is a retry as it is.
+            .kept(None, self.lease_ms, self.latch_ttl_ms)
     }
 
     fn parse(&self, reply: Value) -> RedisResult<ReleaseReply> {

@@ -43,6 +43,12 @@ pub(crate) trait ScriptConn: ConnectionLike + Lanes + Clone + Send + 'static {
     fn confirmation(&self, _key: Option<&str>) -> Option<Arc<Confirmation>> {
         None
     }
+
+    /// The hash slot of `key` on a cluster, where one pipeline may hold the
+    /// commands of one slot only; `None`, the default, elsewhere.
+    fn slot_of(&self, _key: &str) -> Option<u16> {
+        None
+    }
 }
 
 /// One script, compiled for both publish commands.

@@ -61,8 +61,8 @@ pub(crate) use fenced::{FencedReply, FencedWrite};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
 pub(crate) use registry::{read_clients, register};
 pub(crate) use replicas::{
-    confirm_with, judge, keep_if_unconfirmed, kept_pending, unmark, Confirm, Confirmation,
-    Confirmed, Lanes, Need, Redo, ReplicaCount,
+    confirm_with, judge, keep_if_unconfirmed, unmark, Confirm, Confirmation, Confirmed, Lanes,
+    Need, Redo, ReplicaCount,
 };
 pub(crate) use rw::{ReadAcquire, ReadRelease, RwRenew, WriteAcquire, WriteRelease};
 pub(crate) use synchronizer::{
@@ -84,8 +84,8 @@ pub(crate) struct Invocation {
     /// Whether its answer holds only once replicas confirmed its write (when the
     /// connection asks them, `Config::sync_replicas`).
     pub(crate) need: Need,
-    /// Set on a release, which is kept and sent again as a retry when no
-    /// replica confirmed it (`replicas/kept.rs`).
+    /// Set on a release (and a hand-over), which is kept and sent again as a
+    /// retry when no replica confirmed it (`replicas/kept.rs`).
     pub(crate) redo: Option<Redo>,
 }
 
@@ -109,6 +109,24 @@ impl Invocation {
     /// a release, a fenced write).
     fn must_replicate(mut self) -> Invocation {
         self.need = Need::Must;
+        self
+    }
+
+    /// A release, kept and sent again under its request id when no replica
+    /// confirmed it (`replicas/kept.rs`): for up to its lease (`lease_ms`, the
+    /// lock is free by then anyway) and at most half the latch's lifetime
+    /// (`latch_ttl_ms`, while Redis surely remembers the first outcome). The
+    /// resend has its retry flag, ARGV[`flag`], set to "1" so that it reads
+    /// the latch; `None` for a script that always reads it.
+    fn kept(mut self, flag: Option<usize>, lease_ms: u64, latch_ttl_ms: u64) -> Invocation {
+        let mut again = self.clone();
+        if let Some(arg) = flag.and_then(|i| again.args.get_mut(i)) {
+            *arg = "1".to_owned();
+        }
+        self.redo = Some(Redo {
+            again: std::sync::Arc::new(again),
+            for_ms: lease_ms.min(latch_ttl_ms / 2),
+        });
         self
     }
 

@@ -144,6 +144,10 @@ impl ScriptCall for ReadRelease<'_> {
             .arg(self.field)
             .arg(self.latch_ttl_ms)
             .arg(keys::WAKE_ONE)
+            // Every call reads the latch first: a resend is a retry as it is.
+            // A read hold has no lease of its own here: half the latch's
+            // lifetime bounds its resends.
+            .kept(None, u64::MAX, self.latch_ttl_ms)
     }
 
     fn parse(&self, reply: Value) -> RedisResult<ReleaseReply> {
@@ -179,6 +183,8 @@ impl ScriptCall for WriteRelease<'_> {
             .arg(self.field)
             .arg(self.latch_ttl_ms)
             .arg(keys::WAKE_ALL)
+            // Every call reads the latch first: a resend is a retry as it is.
+            .kept(None, self.lease_ms, self.latch_ttl_ms)
     }
 
     fn parse(&self, reply: Value) -> RedisResult<ReleaseReply> {

@@ -31,8 +31,8 @@ fn name_with_a_replica(cluster: &Cluster) -> (String, usize, usize) {
     panic!("no master with a running replica")
 }
 
-/// The reproduction: the lock is free on the promoted replica within two
-/// seconds of the takeover, not after the 30 s lease.
+/// The reproduction: the lock is free on the promoted replica within a
+/// second of the takeover, not after the 30 s lease.
 pub(crate) async fn a_release_no_replica_confirmed_is_redone_after_the_masters_death(
     cluster: &mut Cluster,
 ) {
@@ -82,10 +82,11 @@ pub(crate) async fn a_release_no_replica_confirmed_is_redone_after_the_masters_d
         log.text()
     );
     eprintln!("cluster: free {free:?} after the kill; the replica took over after {promoted_at:?}");
-    // Measured 0.34 and 1.27 s after the takeover seen here (the client learns
-    // the new slot owner from its own topology refresh, a moment after).
+    // Measured 0.01, 0.76 and 0.01 s after the takeover seen here: the keeper
+    // resends when the replica count's look finds the slots served by another
+    // master (at most a second apart), and redis-rs follows to it.
     assert!(
-        free <= promoted_at + Duration::from_secs(2),
+        free <= promoted_at + Duration::from_secs(1),
         "the lock stayed held {free:?}, the failover took {promoted_at:?}\n{}",
         log.text()
     );

@@ -2,8 +2,9 @@
 //!
 //! With replica confirmation on and no replica able to answer (all frozen, cut
 //! off or gone), the library answers a release without a `WAIT` and keeps it,
-//! sending it again until a replica confirms it or its window ends (the lease,
-//! at most half the latch's lifetime: 5 s by default), so that a failover to a
+//! sending it again until a replica confirms it, it is redone on the master
+//! Sentinel names after a failover, or its window ends (the lease, at most
+//! half the latch's lifetime: 5 s by default), so that a failover to a
 //! replica that never saw it does not leave the lock held there for the rest
 //! of its lease (`wire/replicas/kept.rs`). That needs the process. So the
 //! command stays until its kept release is settled, at most [`STAY`], and says

@@ -33,6 +33,7 @@
 //! `cluster_views.rs`.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
@@ -74,6 +75,9 @@ pub(crate) struct PerMaster {
     /// A grant no replica could confirm is refused
     /// (`Config::refuse_unconfirmed_grants`).
     refuse: bool,
+    /// The releases every master's confirmation keeps, counted together: the
+    /// connection's, which `Settle` waits for (`wire/replicas/kept.rs`).
+    kept: Arc<AtomicUsize>,
 }
 
 /// Ranges of slots and the confirmation of the master serving them.
@@ -106,6 +110,7 @@ impl PerMaster {
         let confirmation = watch.serve(|count| {
             Confirmation::new(self.sync, self.response_timeout, confirm, count)
                 .refusing(self.refuse)
+                .sharing_kept(Arc::clone(&self.kept))
         });
         Master {
             confirmation,
@@ -198,14 +203,18 @@ pub(super) async fn start(
     (response_timeout, refuse): (Duration, bool),
 ) -> RedisResult<Arc<PerMaster>> {
     let look = Arc::new(Look::default());
+    let kept = Arc::new(AtomicUsize::new(0));
     let per = Arc::new(PerMaster {
         sync,
         response_timeout,
         // Never counted: a slot's master is, once a look places the slot.
         unplaced: ReplicaWatch::new(sync.min, Arc::clone(&look), false).serve(|count| {
-            Confirmation::new(sync, response_timeout, Confirm::Wait, count).refusing(refuse)
+            Confirmation::new(sync, response_timeout, Confirm::Wait, count)
+                .refusing(refuse)
+                .sharing_kept(Arc::clone(&kept))
         }),
         refuse,
+        kept,
         look,
         map: RwLock::new(SlotMap::default()),
     });
@@ -292,11 +301,17 @@ impl Watcher {
             }
         }
         // Masters that serve nothing any more are forgotten: a new claim
-        // starts over with a fresh count and fresh doubts.
+        // starts over with a fresh count and fresh doubts. The releases one
+        // kept unconfirmed go out now, to its slots' new masters
+        // (`wire/replicas/kept.rs`).
         self.masters.retain(|_, m| {
-            ranges
+            let serves = ranges
                 .iter()
-                .any(|(_, _, r)| Arc::ptr_eq(&m.confirmation, r))
+                .any(|(_, _, r)| Arc::ptr_eq(&m.confirmation, r));
+            if !serves {
+                m.confirmation.new_master(false);
+            }
+            serves
         });
         let masters = &self.masters;
         self.doubts

@@ -101,6 +101,12 @@ impl CountOnMove for OnMove {
             watch.trust_master();
         }
     }
+
+    fn followed(&self) {
+        if let Some(watch) = self.0.upgrade() {
+            watch.new_master(true);
+        }
+    }
 }
 
 /// Keeps `watch`'s count of replicas current for the master behind `link`

@@ -87,6 +87,16 @@ impl ReplicaWatch {
         self.budget.get().and_then(Weak::upgrade)
     }
 
+    /// The connection now sends to a new master (Sentinel's switch, or a
+    /// cluster's slots served by another; `followed`: it already sends
+    /// there): the releases kept unconfirmed go out now
+    /// (`wire/replicas/kept.rs`).
+    pub(crate) fn new_master(&self, followed: bool) {
+        if let Some(confirmation) = self.budget() {
+            confirmation.new_master(followed);
+        }
+    }
+
     /// Counts `live` replicas that can answer. A new count is a new
     /// situation: the connection is no longer taken as short, so calls ask
     /// again.

@@ -50,6 +50,10 @@ pub(crate) trait CountOnMove: Send + Sync {
 
     /// The connection moved to a master whose `INFO replication` is `info`.
     fn moved(&self, info: &str);
+
+    /// The connection sends to the new master now (told whether or not its
+    /// `INFO` could be read): what was kept for a failover goes out there.
+    fn followed(&self);
 }
 
 /// The hook a move runs.
@@ -358,6 +362,17 @@ impl Follower {
             counted.moved(&info);
         }
         self.moved.notify_waiters();
+        // Releases no replica confirmed go out to the new master now, not at
+        // their next tick (`wire/replicas/kept.rs`); the connection is there
+        // already.
+        let hook = self
+            .counted
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(hook) = hook {
+            hook.followed();
+        }
         Ok(true)
     }
 }

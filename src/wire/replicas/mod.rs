@@ -84,7 +84,8 @@ mod replies;
 mod unconfirmed;
 
 use fast::{send_fast, Fast};
-pub(crate) use kept::{keep_if_unconfirmed, kept_pending, Redo};
+use kept::Keeper;
+pub(crate) use kept::{keep_if_unconfirmed, Redo};
 use lanes::budget;
 pub(crate) use lanes::Lanes;
 use replies::confirmed;
@@ -173,6 +174,13 @@ pub(crate) struct Confirmation {
     /// A grant no replica could confirm is refused, not kept
     /// (`Config::refuse_unconfirmed_grants`).
     refuse: bool,
+    /// Releases no replica confirmed, kept to be sent again (`kept.rs`).
+    keeper: Arc<Keeper>,
+    /// How many releases the confirmations of this connection keep (one
+    /// master's, or every master's of a cluster connection, shared through
+    /// [`Confirmation::sharing_kept`]): a manager on its way out waits for
+    /// them (`Settle`).
+    kept: Arc<AtomicUsize>,
 }
 
 /// How a call goes out on a connection that asks replicas to confirm.
@@ -207,7 +215,16 @@ impl Confirmation {
             aof: confirm == Confirm::WaitAndAof,
             fast: None,
             refuse: false,
+            keeper: Arc::default(),
+            kept: Arc::default(),
         }
+    }
+
+    /// The same, counting its kept releases in `kept`, shared with the other
+    /// masters' confirmations of one cluster connection.
+    pub(crate) fn sharing_kept(mut self, kept: Arc<AtomicUsize>) -> Confirmation {
+        self.kept = kept;
+        self
     }
 
     /// How many replicas a `WAIT` asks for now.
