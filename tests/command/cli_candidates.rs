@@ -9,6 +9,7 @@ use crate::support;
 
 use std::time::Duration;
 
+use crate::cli_who::output;
 use actix::prelude::*;
 use lockwarden::{Acquire, Deposed, Elected, Leader, LockManager};
 use serde_json::Value;
@@ -32,28 +33,6 @@ impl Handler<Elected> for Quiet {
 impl Handler<Deposed> for Quiet {
     type Result = ();
     fn handle(&mut self, _: Deposed, _: &mut Context<Self>) {}
-}
-
-/// The `lockwarden` binary with `--redis` set to this server.
-fn lockwarden(server: &RedisServer) -> tokio::process::Command {
-    support::lockwarden_at(env!("CARGO_BIN_EXE_lockwarden"), &server.url())
-}
-
-/// Runs it with `args` and answers its stdout, checking it exits 0.
-async fn output(server: &RedisServer, args: &[&str]) -> String {
-    let out = tokio::time::timeout(
-        Duration::from_secs(20),
-        lockwarden(server).args(args).output(),
-    )
-    .await
-    .expect("lockwarden within 20 s")
-    .expect("run lockwarden");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A candidate for `NAME` through `manager`.

@@ -19,7 +19,7 @@ fn lockwarden(server: &RedisServer) -> tokio::process::Command {
 }
 
 /// Runs it with `args` and answers its stdout, checking it exits 0.
-async fn output(server: &RedisServer, args: &[&str]) -> String {
+pub(crate) async fn output(server: &RedisServer, args: &[&str]) -> String {
     let out = tokio::time::timeout(
         Duration::from_secs(20),
         lockwarden(server).args(args).output(),
