@@ -22,7 +22,7 @@ use tracing::{debug, warn};
 use super::attempts::{InFlight, Unresolved};
 use super::holding::Claim;
 use super::kinds::{self, BusyAnswer, Giveback, Next, OnBusy, Retry};
-use super::waiters::Gone;
+use super::waiters::{self, Gone};
 use super::LockActor;
 use crate::actors::listen::{self, Alarm};
 use crate::durations::millis;
@@ -50,12 +50,12 @@ struct Abandoning {
 impl Abandoning {
     fn of(w: &super::Waiter) -> Abandoning {
         Abandoning {
-            id: w.req.id,
-            kind: w.req.kind,
-            owner: w.req.owner,
-            field: w.req.field.clone(),
-            lease: w.req.lease,
-            reentrant: w.req.reentrant,
+            id: w.want.req.id,
+            kind: w.want.req.kind,
+            owner: w.want.req.owner,
+            field: w.want.req.field.clone(),
+            lease: w.want.req.lease,
+            reentrant: w.want.req.reentrant,
         }
     }
 }
@@ -122,14 +122,14 @@ impl LockActor {
         // A retry (the first attempt found the key a lock hash, or got an error),
         // or an earlier attempt of this actor found it one: a key that turns into
         // another type under a live lock actor then reads as busy, not WRONGTYPE.
-        let new_owner = w.req.new_owner && (w.tried_at.is_some() || known_lock);
-        w.tried_at = Some(Instant::now());
+        let new_owner = w.want.req.new_owner && (w.want.tried_at.is_some() || known_lock);
+        w.want.tried_at = Some(Instant::now());
         let attempt = InFlight {
-            waiter: w.req.id,
-            kind: w.req.kind,
-            owner: w.req.owner,
-            field: w.req.field.clone(),
-            lease: w.req.lease,
+            waiter: w.want.req.id,
+            kind: w.want.req.kind,
+            owner: w.want.req.owner,
+            field: w.want.req.field.clone(),
+            lease: w.want.req.lease,
             queue,
         };
         let call = kinds::Attempt {
@@ -140,7 +140,7 @@ impl LockActor {
             queue,
             token_ttl_ms: millis(self.shared.config.token_ttl),
             new_owner,
-            reentrant: w.req.reentrant,
+            reentrant: w.want.req.reentrant,
             delay_ms: millis(self.shared.config.lock_delay),
         };
         self.wait.attempts.sent(attempt.waiter);
@@ -184,10 +184,11 @@ impl LockActor {
                 if let Some(w) = self.wait.queue.take(attempt.waiter) {
                     // A fair waiter refused a re-entry leaves its place.
                     self.left(Gone::of(&w));
-                    w.fail(match refused {
+                    let refusal = match refused {
                         AcquireReply::UpgradeRefused => LockError::UpgradeRefused,
                         _ => LockError::ReentryRefused,
-                    });
+                    };
+                    waiters::fail(w, refusal);
                 }
                 self.pump(ctx);
             }
@@ -210,7 +211,7 @@ impl LockActor {
         sent: Instant,
         ctx: &mut Context<Self>,
     ) {
-        let Some(w) = self.wait.queue.take(attempt.waiter) else {
+        let Some(mut w) = self.wait.queue.take(attempt.waiter) else {
             // The waiter gave up while its attempt was in flight. The grant is
             // real, so it is undone through the normal path: a guard that is
             // dropped at once releases its hold.
@@ -226,24 +227,25 @@ impl LockActor {
             return;
         };
         self.kind.granted(self.wait.queue.len());
-        let waited = w.req.since.elapsed();
-        crate::stats::record::acquired(w.req.kind, waited, self.metric_name());
-        w.req
+        let waited = w.want.req.since.elapsed();
+        crate::stats::record::acquired(w.want.req.kind, waited, self.metric_name());
+        w.want
+            .req
             .span
             .in_scope(|| debug!(token, holds, ?waited, "acquired"));
         let claim = Claim {
-            kind: w.req.kind,
-            owner: w.req.owner,
-            field: w.req.field.clone(),
-            lease: w.req.lease,
-            on_lost: w.req.on_lost,
+            kind: w.want.req.kind,
+            owner: w.want.req.owner,
+            field: w.want.req.field.clone(),
+            lease: w.want.req.lease,
+            on_lost: w.want.req.on_lost.take(),
         };
         let guard = self
             .grant(claim, token, sent, ctx)
             .confirmed_by_replica(confirmed);
         // If the caller is gone the guard comes back and is dropped here, which
         // releases it at once.
-        let _ = w.req.reply.send(Ok(guard));
+        let _ = w.answer(Ok(guard));
     }
 
     /// The attempt failed with a Redis error.
@@ -475,6 +477,7 @@ impl LockActor {
             .wait
             .queue
             .find(self.wait.attempts.in_flight()?)?
+            .want
             .tried_at?;
         let quiet = now.saturating_duration_since(since);
         (quiet >= SILENCE).then(|| {

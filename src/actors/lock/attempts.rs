@@ -50,9 +50,9 @@ impl Unresolved {
     /// The attempt made for this waiter.
     pub(super) fn of(w: &Waiter) -> Box<Unresolved> {
         Box::new(Unresolved {
-            kind: w.req.kind,
-            owner: w.req.owner,
-            field: w.req.field.clone(),
+            kind: w.want.req.kind,
+            owner: w.want.req.owner,
+            field: w.want.req.field.clone(),
         })
     }
 }

@@ -103,9 +103,9 @@ impl LockActor {
             .wait
             .queue
             .iter()
-            .filter(|w| !w.try_once)
-            .filter(|w| checked.is_none_or(|(c, _)| !c.contains_key(&w.req.id)))
-            .map(|w| w.req.since + timeout)
+            .filter(|w| !w.once)
+            .filter(|w| checked.is_none_or(|(c, _)| !c.contains_key(&w.want.req.id)))
+            .map(|w| w.want.req.since + timeout)
             .min();
         let recheck = checked
             .filter(|(c, _)| !c.is_empty())
@@ -133,26 +133,26 @@ impl LockActor {
         self.wait
             .queue
             .iter()
-            .filter(|w| !w.try_once && !w.req.reply.is_closed())
-            .filter(|w| w.req.since.elapsed() >= timeout)
+            .filter(|w| !w.once && !w.is_gone())
+            .filter(|w| w.want.req.since.elapsed() >= timeout)
             .map(|w| {
-                let wait = match detector.checked.get(&w.req.id) {
+                let wait = match detector.checked.get(&w.want.req.id) {
                     Some((wait, _)) => wait.clone(),
                     None => {
                         let since_ms =
-                            now_ms.saturating_sub(w.req.since.elapsed().as_millis() as u64);
-                        let mut owners = vec![owner_of(&w.req.field).to_string()];
-                        owners.extend(w.req.behalf.iter().cloned());
+                            now_ms.saturating_sub(w.want.req.since.elapsed().as_millis() as u64);
+                        let mut owners = vec![owner_of(&w.want.req.field).to_string()];
+                        owners.extend(w.want.req.behalf.iter().cloned());
                         Wait {
                             owners,
                             lock: name.to_string(),
-                            wants: w.req.kind,
-                            field: w.req.field.to_string(),
+                            wants: w.want.req.kind,
+                            field: w.want.req.field.to_string(),
                             since_ms,
                         }
                     }
                 };
-                (w.req.id, wait)
+                (w.want.req.id, wait)
             })
             .collect()
     }
@@ -265,13 +265,13 @@ impl LockActor {
         let Some(w) = self.wait.queue.take(id) else {
             return false;
         };
-        w.req.span.in_scope(
+        w.want.req.span.in_scope(
             || info!(lock = %self.name, commands, %cycle, "deadlock: this wait gives up"),
         );
-        crate::stats::record::deadlock(w.req.kind);
+        crate::stats::record::deadlock(w.want.req.kind);
         self.left(Gone::of(&w));
         self.abandon(&w, ctx);
-        w.fail(LockError::Deadlock(Box::new(cycle)));
+        super::waiters::fail(w, LockError::Deadlock(Box::new(cycle)));
         true
     }
 
@@ -299,7 +299,7 @@ impl LockActor {
         let ended: Vec<u64> = detector
             .checked
             .keys()
-            .filter(|id| queue.find(**id).is_none_or(|w| w.req.reply.is_closed()))
+            .filter(|id| queue.find(**id).is_none_or(|w| w.is_gone()))
             .copied()
             .collect();
         let mut removals = Vec::new();

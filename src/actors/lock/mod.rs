@@ -58,14 +58,14 @@ use life::Life;
 use release::Releases;
 use timers::Timers;
 use waiters::Gone;
-pub(crate) use waiters::Request;
 use waiters::Waiter;
 use waiters::WaiterQueue;
+pub(crate) use waiters::{Reply, Request};
 
 /// Queue a waiter (sent by the manager only, which counts them for the idle handshake).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub(crate) struct Enqueue(pub(crate) Request);
+pub(crate) struct Enqueue(pub(crate) Request, pub(crate) Reply);
 
 /// The caller of this waiter went away: forget it.
 #[derive(Message, Debug)]
@@ -311,46 +311,49 @@ impl Handler<QueueLen> for LockActor {
 impl Handler<Enqueue> for LockActor {
     type Result = ();
 
-    fn handle(&mut self, Enqueue(request): Enqueue, ctx: &mut Context<Self>) {
-        let waiter = Waiter::new(request);
+    fn handle(&mut self, Enqueue(request, reply): Enqueue, ctx: &mut Context<Self>) {
+        let waiter = waiters::waiter(request, reply);
         self.life.received += 1;
         if self.shared.is_shutting_down() {
             // Sent before the manager's shutdown reached it: refused like the rest.
-            waiter.fail(LockError::ShuttingDown);
+            waiters::fail(waiter, LockError::ShuttingDown);
             self.reconcile(ctx);
             return;
         }
         if self
             .held
             .holdings
-            .is_upgrade(waiter.req.owner, waiter.req.kind)
+            .is_upgrade(waiter.want.req.owner, waiter.want.req.kind)
         {
             // It would wait for its own read holds: refused now, not queued.
-            waiter.fail(LockError::UpgradeRefused);
+            waiters::fail(waiter, LockError::UpgradeRefused);
             self.reconcile(ctx);
             return;
         }
         let reentrant = self
             .held
             .holdings
-            .reenters(waiter.req.owner, waiter.req.kind);
-        if reentrant && !waiter.req.reentrant {
+            .reenters(waiter.want.req.owner, waiter.want.req.kind);
+        if reentrant && !waiter.want.req.reentrant {
             // A non-reentrant lock its owner holds: refused now, not queued (a
             // hold taken meanwhile is refused by the acquire script instead).
-            waiter.fail(LockError::ReentryRefused);
+            waiters::fail(waiter, LockError::ReentryRefused);
             self.reconcile(ctx);
             return;
         }
         if waiter.deadline.is_none()
-            && !waiter.try_once
-            && self.held.holdings.blocks(waiter.req.owner, waiter.req.kind)
+            && !waiter.once
+            && self
+                .held
+                .holdings
+                .blocks(waiter.want.req.owner, waiter.want.req.kind)
         {
             // A waiter with no deadline behind a holder of this same process may be
             // waiting for itself (the same task, another owner): say so, later, if
             // it is still there then. Only such waiters get the timer: one on every
             // acquisition would stay in the actor for the whole delay (135 bytes
             // per held lock).
-            let id = waiter.req.id;
+            let id = waiter.want.req.id;
             ctx.run_later(self.shared.config.stall_warning, move |act, _| {
                 act.warn_if_stalled(id)
             });
@@ -372,14 +375,15 @@ impl LockActor {
             return;
         };
         if let Some(h) = self.held.holdings.iter().find(|h| {
-            h.owner != w.req.owner && (h.kind.excludes(w.req.kind) || w.req.kind.excludes(h.kind))
+            h.owner != w.want.req.owner
+                && (h.kind.excludes(w.want.req.kind) || w.want.req.kind.excludes(h.kind))
         }) {
-            w.req.span.in_scope(|| {
+            w.want.req.span.in_scope(|| {
                 warn!(
                     lock = %self.name,
-                    waited = ?w.req.since.elapsed(),
+                    waited = ?w.want.req.since.elapsed(),
                     holder = %h.owner,
-                    waiter = %w.req.owner,
+                    waiter = %w.want.req.owner,
                     "waiting, with no deadline, for a lock that another owner of this same \
                      process holds; if the same task holds it, it waits for itself forever: \
                      pass the holder's Owner to re-enter (Acquire::owner), or give the wait a \
