@@ -257,7 +257,7 @@ impl LockActor {
     ) {
         if redis_is_protocol_error(&e) {
             self.wait.attempts.lost(attempt);
-            self.restart(&e, ctx);
+            self.life.restart(&self.name, &e, ctx);
         } else if redis_is_transient(&e) {
             // What stands in the way now, told to a waiter whose deadline passes.
             let delay = self.wait.attempts.failed(&self.shared.config, e.clone());

@@ -53,7 +53,7 @@ use subs::Subs;
 
 use attempts::Attempts;
 use holding::{Holdings, LostHoldings};
-use kinds::{Heard, KindState};
+use kinds::{Chore, Heard, KindState};
 use life::Life;
 use release::Releases;
 use timers::Timers;
@@ -196,7 +196,11 @@ impl LockActor {
             channel.unsubscribe(&self.shared.subscriber);
         }
         self.wait.subs = subs;
-        self.kind_timers(ctx);
+        let every = self.kind.tick_every(&self.wait.queue, &self.shared.config);
+        self.timers.keep_ticking(every, ctx, |act, ctx| {
+            let chore = act.kind.tick(&act.wait.queue, &act.name, &act.shared);
+            act.run_chore(chore, ctx);
+        });
         self.send_chores(ctx);
         self.forget_ended_waits(ctx);
         if self.wait.waiting.is_some() {
@@ -205,7 +209,11 @@ impl LockActor {
             // behind. Only while records exist (they are boxed on demand).
             crate::actors::waiting::ended(self, ctx);
         }
-        self.idle_countdown(ctx);
+        let (idle, after) = (self.is_idle(), self.shared.config.idle_timeout);
+        self.timers.idle_countdown(idle, after, ctx, |act, ctx| {
+            act.life
+                .ask_to_retire(act.name.clone(), act.kind.kind(), ctx)
+        });
     }
 
     /// Nothing at all is going on: no waiter, holding, call or subscription.
@@ -246,6 +254,28 @@ impl LockActor {
         self.kind.left(gone, &self.wait.queue);
     }
 
+    /// Sends the Redis work the kind has pending.
+    fn send_chores(&mut self, ctx: &mut Context<Self>) {
+        while let Some(chore) = self.kind.chore(&self.wait.queue, &self.name, &self.shared) {
+            self.run_chore(Some(chore), ctx);
+        }
+    }
+
+    /// Spawns a chore; its outcome goes to the kind, which says whether
+    /// waiters may try now.
+    fn run_chore(&mut self, chore: Option<Chore>, ctx: &mut Context<Self>) {
+        let Some(chore) = chore else {
+            return;
+        };
+        Timers::spawn_chore(chore, ctx, |act, done, ctx| {
+            if act.kind.chore_done(done, &mut act.wait.queue, &act.name) {
+                act.pump(ctx);
+            } else {
+                act.reconcile(ctx);
+            }
+        });
+    }
+
     /// Carries out what the kind made of an unlock message or a subscription.
     fn on_heard(&mut self, heard: Heard, ctx: &mut Context<Self>) {
         match heard {
@@ -273,7 +303,7 @@ impl Handler<Derail> for LockActor {
     type Result = ();
 
     fn handle(&mut self, _msg: Derail, ctx: &mut Context<Self>) {
-        self.restart(&"derailed by a test", ctx);
+        self.life.restart(&self.name, &"derailed by a test", ctx);
     }
 }
 

@@ -210,7 +210,7 @@ impl LockActor {
                 Err(LockError::NotHeld)
             }
             Err(e) if redis_is_protocol_error(&e) => {
-                self.restart(&e, ctx);
+                self.life.restart(&self.name, &e, ctx);
                 Err(LockError::from(e))
             }
             Err(e) => {
