@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{debug, warn};
 
-use super::attempts::{InFlight, Unresolved};
+use super::attempts::{Abandoning, InFlight, Unresolved};
 use super::holding::Claim;
 use super::kinds::{self, BusyAnswer, Giveback, Next, OnBusy, Retry};
 use super::waiters::{self, Gone};
@@ -27,42 +27,7 @@ use super::LockActor;
 use crate::actors::listen::{self, Alarm};
 use crate::durations::millis;
 use crate::error::{redis_is_protocol_error, redis_is_transient, replica_shortfall, LockError};
-use crate::keys::Owner;
-use crate::kind::AcquireKind;
 use crate::wire::{self, AcquireReply};
-
-/// What giving back an abandoned attempt needs of its waiter.
-struct Abandoning {
-    /// The waiter.
-    id: u64,
-    /// What it asked for.
-    kind: AcquireKind,
-    /// Its owner.
-    owner: Owner,
-    /// Its hash field.
-    field: Arc<str>,
-    /// Its lease (`None`: the watchdog's).
-    lease: Option<Duration>,
-    /// A re-entry by its owner is allowed.
-    reentrant: bool,
-}
-
-impl Abandoning {
-    fn of(w: &super::Waiter) -> Abandoning {
-        Abandoning {
-            id: w.want.req.id,
-            kind: w.want.req.kind,
-            owner: w.want.req.owner,
-            field: w.want.req.field.clone(),
-            lease: w.want.req.lease,
-            reentrant: w.want.req.reentrant,
-        }
-    }
-}
-
-/// How long an attempt may go unanswered before a waiter whose deadline passes is
-/// told that Redis did not answer rather than that the lock is held.
-const SILENCE: Duration = Duration::from_millis(100);
 
 impl LockActor {
     /// Lets the waiter whose turn it is try (the kind decides who), if nothing
@@ -447,7 +412,8 @@ impl LockActor {
                     let a = Abandoning::of(a);
                     act.abandon_attempt(a, ctx);
                 }
-                let silence = act.silence(now);
+                let asking = act.wait.attempts.in_flight();
+                let silence = act.wait.queue.silence(asking, now);
                 let cause = act.wait.attempts.last_error().or(silence.as_ref());
                 let who = || super::waiters::WhoHolds {
                     conn: act.shared.node.conn(),
@@ -463,32 +429,6 @@ impl LockActor {
                 act.pump(ctx);
             });
         }
-    }
-
-    /// The error a waiter gets at its deadline when the attempt in flight has had
-    /// no answer for a while (Redis frozen, a network partition): without it the
-    /// waiter would be told the lock is held elsewhere, which nobody said. An
-    /// attempt normally answers in well under a millisecond; past
-    /// [`SILENCE`] it is not a busy lock that stands in the way.
-    fn silence(&self, now: Instant) -> Option<redis::RedisError> {
-        // Kept in the waiter, not the actor: a held lock has no waiters, so the
-        // send time costs nothing per held lock.
-        let since = self
-            .wait
-            .queue
-            .find(self.wait.attempts.in_flight()?)?
-            .want
-            .tried_at?;
-        let quiet = now.saturating_duration_since(since);
-        (quiet >= SILENCE).then(|| {
-            redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "Redis did not answer the acquisition attempt for {} ms before the wait ran out (is it reachable?)",
-                    quiet.as_millis()
-                ),
-            ))
-        })
     }
 
     /// Finds out what an attempt with a lost reply did, and undoes it if it took a

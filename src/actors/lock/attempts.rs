@@ -225,6 +225,36 @@ impl Attempts {
     }
 }
 
+/// What giving back an abandoned attempt needs of its waiter.
+pub(super) struct Abandoning {
+    /// The waiter.
+    pub(super) id: u64,
+    /// What it asked for.
+    pub(super) kind: AcquireKind,
+    /// Its owner.
+    pub(super) owner: Owner,
+    /// Its hash field.
+    pub(super) field: Arc<str>,
+    /// Its lease (`None`: the watchdog's).
+    pub(super) lease: Option<Duration>,
+    /// A re-entry by its owner is allowed.
+    pub(super) reentrant: bool,
+}
+
+impl Abandoning {
+    /// What giving back the attempt of `w` needs.
+    pub(super) fn of(w: &Waiter) -> Abandoning {
+        Abandoning {
+            id: w.want.req.id,
+            kind: w.want.req.kind,
+            owner: w.want.req.owner,
+            field: w.want.req.field.clone(),
+            lease: w.want.req.lease,
+            reentrant: w.want.req.reentrant,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

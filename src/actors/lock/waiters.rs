@@ -33,6 +33,10 @@ use crate::node::Conn;
 use crate::view::Holder;
 use crate::wire::waiting::WaitKind;
 
+/// How long an attempt may go unanswered before a waiter whose deadline passes is
+/// told that Redis did not answer rather than that the lock is held.
+const SILENCE: Duration = Duration::from_millis(100);
+
 /// One pending acquisition: a waiter of the kit's queue, holding the request
 /// and the lock's marks of it ([`Want`]).
 pub(crate) type Waiter = queue::Waiter<Want, LockGuard>;
@@ -303,6 +307,27 @@ impl WaiterQueue {
         gone
     }
 
+    /// The error a waiter gets at its deadline when the attempt in flight (for
+    /// waiter `asking`) has had no answer for a while (Redis frozen, a network
+    /// partition): without it the waiter would be told the lock is held
+    /// elsewhere, which nobody said. An attempt normally answers in well under
+    /// a millisecond; past [`SILENCE`] it is not a busy lock that stands in the
+    /// way. The send time is kept in the waiter, not the actor: a held lock has
+    /// no waiters, so it costs nothing per held lock.
+    pub(crate) fn silence(&self, asking: Option<u64>, now: Instant) -> Option<redis::RedisError> {
+        let since = self.find(asking?)?.want.tried_at?;
+        let quiet = now.saturating_duration_since(since);
+        (quiet >= SILENCE).then(|| {
+            redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "Redis did not answer the acquisition attempt for {} ms before the wait ran out (is it reachable?)",
+                    quiet.as_millis()
+                ),
+            ))
+        })
+    }
+
     /// The earliest deadline of any waiter.
     pub(crate) fn nearest_deadline(&self) -> Option<Instant> {
         self.items.iter().filter_map(|w| w.deadline).min()
@@ -367,5 +392,48 @@ impl Waits for LockActor {
 
     fn idle(&mut self) {
         self.wait.waiting = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::Owner;
+
+    /// A waiter `id` that waits for ever, answered on a channel nobody reads.
+    fn waiting(id: u64) -> Waiter {
+        let (reply, _) = oneshot::channel();
+        let req = Request {
+            id,
+            kind: AcquireKind::Exclusive,
+            owner: Owner::default(),
+            new_owner: false,
+            reentrant: true,
+            field: Arc::from("client:1"),
+            behalf: Vec::new(),
+            lease: None,
+            wait: None,
+            since: Instant::now(),
+            on_lost: None,
+            span: Span::none(),
+        };
+        waiter(req, reply)
+    }
+
+    /// A wait that runs out while its attempt has gone unanswered past
+    /// `SILENCE` is told Redis did not answer (not that the lock is held); an
+    /// attempt just sent, or none in flight, says nothing.
+    #[test]
+    fn an_unanswered_attempt_is_named_at_the_deadline() {
+        let mut q = WaiterQueue::default();
+        q.push(waiting(1), false);
+        let now = Instant::now();
+        assert!(q.silence(Some(1), now).is_none(), "not sent yet");
+        q.find_mut(1).expect("queued").want.tried_at = Some(now);
+        assert!(q.silence(Some(1), now).is_none(), "just sent");
+        let later = now + SILENCE;
+        let e = q.silence(Some(1), later).expect("silent for SILENCE");
+        assert!(e.to_string().contains("did not answer"), "{e}");
+        assert!(q.silence(None, later).is_none(), "nothing in flight");
     }
 }
