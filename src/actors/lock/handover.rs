@@ -110,9 +110,7 @@ impl LockActor {
         }
         out
     }
-}
 
-impl LockActor {
     /// What a transfer's answer means: as a release, and as a grant (its
     /// token and confirmation) when the lock went to the waiter.
     fn read_transfer(

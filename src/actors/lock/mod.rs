@@ -52,10 +52,9 @@ use crate::kind::Kind;
 use subs::Subs;
 
 use attempts::Attempts;
-use holding::{Holdings, LostHoldings};
+use holding::Held;
 use kinds::{Chore, Heard, KindState};
 use life::Life;
-use release::Releases;
 use timers::Timers;
 use waiters::Gone;
 use waiters::Waiter;
@@ -148,18 +147,6 @@ struct Wait {
     /// Its deadlock checks (`deadlock.rs`), boxed and only while a wait is
     /// past `Config::deadlock_timeout`, for the same reason.
     detector: Option<Box<deadlock::Detector>>,
-}
-
-/// The holding side of a lock actor: the holds of this process and the
-/// releases of them in flight.
-#[derive(Default)]
-struct Held {
-    /// The local owners holding the lock.
-    holdings: Holdings,
-    /// Lost holdings whose guards are still alive.
-    lost: LostHoldings,
-    /// Release scripts in flight.
-    releases: Releases,
 }
 
 impl LockActor {
