@@ -1085,6 +1085,32 @@ fn node_functions_stay_short() {
     assert!(long.is_empty(), "functions too long:\n{}", long.join("\n"));
 }
 
+/// The longest a function in `src/actors/` may be: the actors' rules read as
+/// short steps, each named.
+const ACTORS_FN_LINES: usize = 60;
+
+/// No function in `src/actors/` is longer than [`ACTORS_FN_LINES`].
+#[test]
+fn actor_functions_stay_short() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    sources(&root.join("src/actors"), &mut files);
+    assert!(files.len() > 20, "found only {} files", files.len());
+    let mut long = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("read a source file");
+        let relative = file.strip_prefix(root).expect("under root").display();
+        for (name, line, length) in function_lengths(&text) {
+            if length > ACTORS_FN_LINES {
+                long.push(format!(
+                    "{relative}:{line}: fn {name} is {length} lines (at most {ACTORS_FN_LINES})"
+                ));
+            }
+        }
+    }
+    assert!(long.is_empty(), "functions too long:\n{}", long.join("\n"));
+}
+
 /// The length check itself counts what it is for.
 #[test]
 fn a_long_function_is_seen() {

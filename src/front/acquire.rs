@@ -226,13 +226,12 @@ impl Handler<Acquire> for LockManager {
             wait: msg.wait,
             since,
             on_lost: msg.on_lost,
-            reply,
             span: info_span!("acquire", lock = %msg.name, kind = %msg.kind, owner = owner.id()),
             candidate: msg.candidate,
         };
         let entry = self.lock_actor(&msg.name, msg.kind.actor_kind(), ctx);
         entry.sent += 1;
-        entry.addr.do_send(Enqueue(request));
+        entry.addr.do_send(Enqueue(request, reply));
         AcquireResponse::Waiting {
             rx,
             ticket: Ticket {

@@ -19,50 +19,15 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{debug, warn};
 
-use super::attempts::{InFlight, Unresolved};
+use super::attempts::{Abandoning, InFlight, Unresolved};
 use super::holding::Claim;
 use super::kinds::{self, BusyAnswer, Giveback, Next, OnBusy, Retry};
-use super::waiters::Gone;
+use super::waiters::{self, Gone};
 use super::LockActor;
 use crate::actors::listen::{self, Alarm};
 use crate::durations::millis;
 use crate::error::{redis_is_protocol_error, redis_is_transient, replica_shortfall, LockError};
-use crate::keys::Owner;
-use crate::kind::AcquireKind;
 use crate::wire::{self, AcquireReply};
-
-/// What giving back an abandoned attempt needs of its waiter.
-struct Abandoning {
-    /// The waiter.
-    id: u64,
-    /// What it asked for.
-    kind: AcquireKind,
-    /// Its owner.
-    owner: Owner,
-    /// Its hash field.
-    field: Arc<str>,
-    /// Its lease (`None`: the watchdog's).
-    lease: Option<Duration>,
-    /// A re-entry by its owner is allowed.
-    reentrant: bool,
-}
-
-impl Abandoning {
-    fn of(w: &super::Waiter) -> Abandoning {
-        Abandoning {
-            id: w.req.id,
-            kind: w.req.kind,
-            owner: w.req.owner,
-            field: w.req.field.clone(),
-            lease: w.req.lease,
-            reentrant: w.req.reentrant,
-        }
-    }
-}
-
-/// How long an attempt may go unanswered before a waiter whose deadline passes is
-/// told that Redis did not answer rather than that the lock is held.
-const SILENCE: Duration = Duration::from_millis(100);
 
 impl LockActor {
     /// Lets the waiter whose turn it is try (the kind decides who), if nothing
@@ -122,14 +87,14 @@ impl LockActor {
         // A retry (the first attempt found the key a lock hash, or got an error),
         // or an earlier attempt of this actor found it one: a key that turns into
         // another type under a live lock actor then reads as busy, not WRONGTYPE.
-        let new_owner = w.req.new_owner && (w.tried_at.is_some() || known_lock);
-        w.tried_at = Some(Instant::now());
+        let new_owner = w.want.req.new_owner && (w.want.tried_at.is_some() || known_lock);
+        w.want.tried_at = Some(Instant::now());
         let attempt = InFlight {
-            waiter: w.req.id,
-            kind: w.req.kind,
-            owner: w.req.owner,
-            field: w.req.field.clone(),
-            lease: w.req.lease,
+            waiter: w.want.req.id,
+            kind: w.want.req.kind,
+            owner: w.want.req.owner,
+            field: w.want.req.field.clone(),
+            lease: w.want.req.lease,
             queue,
         };
         let call = kinds::Attempt {
@@ -140,7 +105,7 @@ impl LockActor {
             queue,
             token_ttl_ms: millis(self.shared.config.token_ttl),
             new_owner,
-            reentrant: w.req.reentrant,
+            reentrant: w.want.req.reentrant,
             delay_ms: millis(self.shared.config.lock_delay),
         };
         self.wait.attempts.sent(attempt.waiter);
@@ -184,10 +149,11 @@ impl LockActor {
                 if let Some(w) = self.wait.queue.take(attempt.waiter) {
                     // A fair waiter refused a re-entry leaves its place.
                     self.left(Gone::of(&w));
-                    w.fail(match refused {
+                    let refusal = match refused {
                         AcquireReply::UpgradeRefused => LockError::UpgradeRefused,
                         _ => LockError::ReentryRefused,
-                    });
+                    };
+                    waiters::fail(w, refusal);
                 }
                 self.pump(ctx);
             }
@@ -210,7 +176,7 @@ impl LockActor {
         sent: Instant,
         ctx: &mut Context<Self>,
     ) {
-        let Some(w) = self.wait.queue.take(attempt.waiter) else {
+        let Some(mut w) = self.wait.queue.take(attempt.waiter) else {
             // The waiter gave up while its attempt was in flight. The grant is
             // real, so it is undone through the normal path: a guard that is
             // dropped at once releases its hold.
@@ -226,24 +192,25 @@ impl LockActor {
             return;
         };
         self.kind.granted(self.wait.queue.len());
-        let waited = w.req.since.elapsed();
-        crate::stats::record::acquired(w.req.kind, waited, self.metric_name());
-        w.req
+        let waited = w.want.req.since.elapsed();
+        crate::stats::record::acquired(w.want.req.kind, waited, self.metric_name());
+        w.want
+            .req
             .span
             .in_scope(|| debug!(token, holds, ?waited, "acquired"));
         let claim = Claim {
-            kind: w.req.kind,
-            owner: w.req.owner,
-            field: w.req.field.clone(),
-            lease: w.req.lease,
-            on_lost: w.req.on_lost,
+            kind: w.want.req.kind,
+            owner: w.want.req.owner,
+            field: w.want.req.field.clone(),
+            lease: w.want.req.lease,
+            on_lost: w.want.req.on_lost.take(),
         };
         let guard = self
             .grant(claim, token, sent, ctx)
             .confirmed_by_replica(confirmed);
         // If the caller is gone the guard comes back and is dropped here, which
         // releases it at once.
-        let _ = w.req.reply.send(Ok(guard));
+        let _ = w.answer(Ok(guard));
     }
 
     /// The attempt failed with a Redis error.
@@ -255,7 +222,7 @@ impl LockActor {
     ) {
         if redis_is_protocol_error(&e) {
             self.wait.attempts.lost(attempt);
-            self.restart(&e, ctx);
+            self.life.restart(&self.name, &e, ctx);
         } else if redis_is_transient(&e) {
             // What stands in the way now, told to a waiter whose deadline passes.
             let delay = self.wait.attempts.failed(&self.shared.config, e.clone());
@@ -445,7 +412,8 @@ impl LockActor {
                     let a = Abandoning::of(a);
                     act.abandon_attempt(a, ctx);
                 }
-                let silence = act.silence(now);
+                let asking = act.wait.attempts.in_flight();
+                let silence = act.wait.queue.silence(asking, now);
                 let cause = act.wait.attempts.last_error().or(silence.as_ref());
                 let who = || super::waiters::WhoHolds {
                     conn: act.shared.node.conn(),
@@ -461,31 +429,6 @@ impl LockActor {
                 act.pump(ctx);
             });
         }
-    }
-
-    /// The error a waiter gets at its deadline when the attempt in flight has had
-    /// no answer for a while (Redis frozen, a network partition): without it the
-    /// waiter would be told the lock is held elsewhere, which nobody said. An
-    /// attempt normally answers in well under a millisecond; past
-    /// [`SILENCE`] it is not a busy lock that stands in the way.
-    fn silence(&self, now: Instant) -> Option<redis::RedisError> {
-        // Kept in the waiter, not the actor: a held lock has no waiters, so the
-        // send time costs nothing per held lock.
-        let since = self
-            .wait
-            .queue
-            .find(self.wait.attempts.in_flight()?)?
-            .tried_at?;
-        let quiet = now.saturating_duration_since(since);
-        (quiet >= SILENCE).then(|| {
-            redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "Redis did not answer the acquisition attempt for {} ms before the wait ran out (is it reachable?)",
-                    quiet.as_millis()
-                ),
-            ))
-        })
     }
 
     /// Finds out what an attempt with a lost reply did, and undoes it if it took a

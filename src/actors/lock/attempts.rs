@@ -50,9 +50,9 @@ impl Unresolved {
     /// The attempt made for this waiter.
     pub(super) fn of(w: &Waiter) -> Box<Unresolved> {
         Box::new(Unresolved {
-            kind: w.req.kind,
-            owner: w.req.owner,
-            field: w.req.field.clone(),
+            kind: w.want.req.kind,
+            owner: w.want.req.owner,
+            field: w.want.req.field.clone(),
         })
     }
 }
@@ -222,6 +222,36 @@ impl Attempts {
         self.acquiring = false;
         self.abandoned = false;
         self.checking = false;
+    }
+}
+
+/// What giving back an abandoned attempt needs of its waiter.
+pub(super) struct Abandoning {
+    /// The waiter.
+    pub(super) id: u64,
+    /// What it asked for.
+    pub(super) kind: AcquireKind,
+    /// Its owner.
+    pub(super) owner: Owner,
+    /// Its hash field.
+    pub(super) field: Arc<str>,
+    /// Its lease (`None`: the watchdog's).
+    pub(super) lease: Option<Duration>,
+    /// A re-entry by its owner is allowed.
+    pub(super) reentrant: bool,
+}
+
+impl Abandoning {
+    /// What giving back the attempt of `w` needs.
+    pub(super) fn of(w: &Waiter) -> Abandoning {
+        Abandoning {
+            id: w.want.req.id,
+            kind: w.want.req.kind,
+            owner: w.want.req.owner,
+            field: w.want.req.field.clone(),
+            lease: w.want.req.lease,
+            reentrant: w.want.req.reentrant,
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use actix::prelude::*;
 use futures::future::join_all;
 use tracing::{debug, info, warn};
 
-use super::waiters::Gone;
+use super::waiters::{Gone, WaiterQueue};
 use super::LockActor;
 use crate::actors::listen::Alarm;
 use crate::actors::waiting::{check, Checked, Published};
@@ -59,6 +59,64 @@ pub(super) struct Detector {
 const QUICK_RECHECK: u32 = 4;
 
 impl Detector {
+    /// When the next round is due (`None`: no wait to check), for `detector`
+    /// if the actor has one: a wait not checked yet is due a timeout after it
+    /// began; one checked already, a timeout after the last round (a quarter
+    /// of one after a first check in Redis that found nothing:
+    /// [`QUICK_RECHECK`]).
+    fn next_round(
+        detector: Option<&mut Detector>,
+        queue: &WaiterQueue,
+        timeout: Duration,
+    ) -> Option<Instant> {
+        let checked = detector.map(|d| {
+            let every = if std::mem::take(&mut d.soon) {
+                timeout / QUICK_RECHECK
+            } else {
+                timeout
+            };
+            (&d.checked, d.last_round.map(|last| last + every))
+        });
+        let first_check = queue
+            .iter()
+            .filter(|w| !w.once)
+            .filter(|w| checked.as_ref().is_none_or(|(c, _)| !c.contains_key(&w.id)))
+            .map(|w| w.since + timeout)
+            .min();
+        let recheck = checked
+            .filter(|(c, _)| !c.is_empty())
+            .and_then(|(_, next)| next);
+        first_check.into_iter().chain(recheck).min()
+    }
+
+    /// The waits of `queue` past the timeout, as the graph shows them: as
+    /// checked already, or as they are now (the lock `name`).
+    fn due_waits(&self, queue: &WaiterQueue, name: &str, timeout: Duration) -> Vec<(u64, Wait)> {
+        let now_ms = now_ms();
+        let due = queue.iter().filter(|w| !w.once && !w.is_gone());
+        due.filter(|w| w.since.elapsed() >= timeout)
+            .map(|w| {
+                let wait = match self.checked.get(&w.id) {
+                    Some((wait, _)) => wait.clone(),
+                    None => {
+                        let req = &w.want.req;
+                        let since_ms = now_ms.saturating_sub(w.since.elapsed().as_millis() as u64);
+                        let mut owners = vec![owner_of(&req.field).to_string()];
+                        owners.extend(req.behalf.iter().cloned());
+                        Wait {
+                            owners,
+                            lock: name.to_string(),
+                            wants: req.kind,
+                            field: req.field.to_string(),
+                            since_ms,
+                        }
+                    }
+                };
+                (w.id, wait)
+            })
+            .collect()
+    }
+
     /// After the actor's restart: its alarm and round belonged to the old context.
     pub(super) fn forget(&mut self) {
         self.alarm.forget();
@@ -81,37 +139,8 @@ impl LockActor {
         {
             return;
         }
-        // A wait not checked yet is due a timeout after it began; one checked
-        // already, a timeout after the last round (a quarter of one after a
-        // first check in Redis that found nothing: QUICK_RECHECK).
-        let soon = self
-            .wait
-            .detector
-            .as_mut()
-            .is_some_and(|d| std::mem::take(&mut d.soon));
-        let every = if soon {
-            timeout / QUICK_RECHECK
-        } else {
-            timeout
-        };
-        let checked = self
-            .wait
-            .detector
-            .as_ref()
-            .map(|d| (&d.checked, d.last_round));
-        let first_check = self
-            .wait
-            .queue
-            .iter()
-            .filter(|w| !w.try_once)
-            .filter(|w| checked.is_none_or(|(c, _)| !c.contains_key(&w.req.id)))
-            .map(|w| w.req.since + timeout)
-            .min();
-        let recheck = checked
-            .filter(|(c, _)| !c.is_empty())
-            .and_then(|(_, last)| last)
-            .map(|last| last + every);
-        let Some(at) = first_check.into_iter().chain(recheck).min() else {
+        let detector = self.wait.detector.as_deref_mut();
+        let Some(at) = Detector::next_round(detector, &self.wait.queue, timeout) else {
             return;
         };
         let delay = at.saturating_duration_since(Instant::now());
@@ -123,38 +152,6 @@ impl LockActor {
 
     fn detector_mut(&mut self) -> &mut Detector {
         self.wait.detector.get_or_insert_with(Box::default)
-    }
-
-    /// The waits past the timeout, as the graph shows them.
-    fn due_waits(&mut self, timeout: Duration) -> Vec<(u64, Wait)> {
-        let now_ms = now_ms();
-        let detector = self.wait.detector.get_or_insert_with(Box::default);
-        let name = &self.name;
-        self.wait
-            .queue
-            .iter()
-            .filter(|w| !w.try_once && !w.req.reply.is_closed())
-            .filter(|w| w.req.since.elapsed() >= timeout)
-            .map(|w| {
-                let wait = match detector.checked.get(&w.req.id) {
-                    Some((wait, _)) => wait.clone(),
-                    None => {
-                        let since_ms =
-                            now_ms.saturating_sub(w.req.since.elapsed().as_millis() as u64);
-                        let mut owners = vec![owner_of(&w.req.field).to_string()];
-                        owners.extend(w.req.behalf.iter().cloned());
-                        Wait {
-                            owners,
-                            lock: name.to_string(),
-                            wants: w.req.kind,
-                            field: w.req.field.to_string(),
-                            since_ms,
-                        }
-                    }
-                };
-                (w.req.id, wait)
-            })
-            .collect()
     }
 
     /// This lock as this process's walks see it: its holders here, its waits
@@ -180,7 +177,8 @@ impl LockActor {
         let Some(timeout) = self.shared.config.deadlock_timeout else {
             return;
         };
-        let due = self.due_waits(timeout);
+        let detector = self.wait.detector.get_or_insert_with(Box::default);
+        let due = detector.due_waits(&self.wait.queue, &self.name, timeout);
         self.publish(due.iter().map(|(_, w)| w.clone()).collect());
         if due.is_empty() {
             self.reconcile(ctx);
@@ -265,13 +263,13 @@ impl LockActor {
         let Some(w) = self.wait.queue.take(id) else {
             return false;
         };
-        w.req.span.in_scope(
+        w.want.req.span.in_scope(
             || info!(lock = %self.name, commands, %cycle, "deadlock: this wait gives up"),
         );
-        crate::stats::record::deadlock(w.req.kind);
+        crate::stats::record::deadlock(w.want.req.kind);
         self.left(Gone::of(&w));
         self.abandon(&w, ctx);
-        w.fail(LockError::Deadlock(Box::new(cycle)));
+        super::waiters::fail(w, LockError::Deadlock(Box::new(cycle)));
         true
     }
 
@@ -299,7 +297,7 @@ impl LockActor {
         let ended: Vec<u64> = detector
             .checked
             .keys()
-            .filter(|id| queue.find(**id).is_none_or(|w| w.req.reply.is_closed()))
+            .filter(|id| queue.find(**id).is_none_or(|w| w.is_gone()))
             .copied()
             .collect();
         let mut removals = Vec::new();
@@ -320,5 +318,98 @@ impl LockActor {
             detector.alarm.cancel(ctx);
             self.wait.detector = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::sync::oneshot;
+
+    use super::*;
+    use crate::actors::lock::waiters::{waiter, Request, Waiter};
+    use crate::keys::Owner;
+    use crate::kind::AcquireKind;
+
+    /// Waiter `id` of field `field`, arrived `ago`, waiting `wait`, on behalf
+    /// of `behalf` too; its answer channel is kept open by the caller.
+    fn waiting(
+        id: u64,
+        field: &str,
+        ago: Duration,
+        wait: Option<Duration>,
+        behalf: &[&str],
+    ) -> (
+        Waiter,
+        oneshot::Receiver<Result<crate::guard::LockGuard, LockError>>,
+    ) {
+        let (reply, rx) = oneshot::channel();
+        let req = Request {
+            id,
+            kind: AcquireKind::Exclusive,
+            owner: Owner::default(),
+            new_owner: false,
+            reentrant: true,
+            field: Arc::from(field),
+            behalf: behalf.iter().map(|b| b.to_string()).collect(),
+            lease: None,
+            wait,
+            since: Instant::now() - ago,
+            on_lost: None,
+            span: tracing::Span::none(),
+            candidate: false,
+        };
+        (waiter(req, reply), rx)
+    }
+
+    /// Only a wait that lasts and has passed the timeout is checked, under its
+    /// owner and those it waits on behalf of; the first round comes a timeout
+    /// after the oldest unchecked wait began.
+    #[test]
+    fn a_wait_past_the_timeout_is_due_with_its_owners() {
+        let timeout = Duration::from_secs(1);
+        let mut queue = WaiterQueue::default();
+        let (old, _a) = waiting(1, "c:1:write", Duration::from_secs(2), None, &["c:9"]);
+        let (once, _b) = waiting(2, "c:2", Duration::from_secs(5), Some(Duration::ZERO), &[]);
+        let (new, _c) = waiting(3, "c:3", Duration::ZERO, None, &[]);
+        let since = old.since;
+        for w in [old, once, new] {
+            queue.push(w, false);
+        }
+        let due = Detector::default().due_waits(&queue, "res", timeout);
+        assert_eq!(due.len(), 1, "{due:?}");
+        let (id, wait) = &due[0];
+        assert_eq!(*id, 1);
+        assert_eq!(wait.owners, vec!["c:1".to_string(), "c:9".to_string()]);
+        assert_eq!(wait.lock, "res");
+        assert_eq!(
+            Detector::next_round(None, &queue, timeout),
+            Some(since + timeout)
+        );
+    }
+
+    /// A first check that found no cycle brings the next round a quarter of
+    /// the timeout after it, not a whole timeout.
+    #[test]
+    fn a_first_clear_check_is_repeated_soon() {
+        let timeout = Duration::from_secs(4);
+        let mut queue = WaiterQueue::default();
+        let (w, _rx) = waiting(1, "c:1", Duration::from_secs(5), None, &[]);
+        queue.push(w, false);
+        let mut d = Detector::default();
+        let [(id, wait)] = <[_; 1]>::try_from(d.due_waits(&queue, "res", timeout)).expect("one");
+        d.checked.insert(id, (wait, true));
+        let last = Instant::now();
+        d.last_round = Some(last);
+        d.soon = true;
+        assert_eq!(
+            Detector::next_round(Some(&mut d), &queue, timeout),
+            Some(last + timeout / 4)
+        );
+        assert_eq!(
+            Detector::next_round(Some(&mut d), &queue, timeout),
+            Some(last + timeout)
+        );
     }
 }

@@ -42,13 +42,13 @@ impl LockActor {
         }
         let holder = self.held.holdings.get(epoch)?.owner;
         let head = self.wait.queue.front()?;
-        if head.req.owner == holder || head.req.reply.is_closed() {
+        if head.want.req.owner == holder || head.is_gone() {
             return None;
         }
         let LastRelease::HandOver { count } = self.kind.last_release() else {
             return None;
         };
-        let (attempt, to) = self.start_attempt(head.req.id)?;
+        let (attempt, to) = self.start_attempt(head.want.req.id)?;
         self.held.releases.start();
         let sent = Instant::now();
         let fut = transfer(
@@ -110,9 +110,7 @@ impl LockActor {
         }
         out
     }
-}
 
-impl LockActor {
     /// What a transfer's answer means: as a release, and as a grant (its
     /// token and confirmation) when the lock went to the waiter.
     fn read_transfer(

@@ -18,9 +18,11 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{debug, warn};
 
+use super::release::Releases;
 use super::LockActor;
 use crate::actors::listen::Alarm;
 use crate::actors::renewer::{Lapsed, Watched};
+use crate::actors::shared::Shared;
 use crate::error::LostReason;
 use crate::guard::{LockGuard, LockLost};
 use crate::keys::Owner;
@@ -215,6 +217,55 @@ impl LostHoldings {
     }
 }
 
+/// The holding side of a lock actor: the holds of this process and the
+/// releases of them in flight.
+#[derive(Default)]
+pub(super) struct Held {
+    /// The local owners holding the lock.
+    pub(super) holdings: Holdings,
+    /// Lost holdings whose guards are still alive.
+    pub(super) lost: LostHoldings,
+    /// Release scripts in flight.
+    pub(super) releases: Releases,
+}
+
+impl Held {
+    /// Takes holding `epoch` out, records how long it was held (under the
+    /// label `metric`), and stops renewing it.
+    pub(super) fn forget(
+        &mut self,
+        epoch: u64,
+        shared: &Shared,
+        metric: Option<&str>,
+    ) -> Option<Holding> {
+        let h = self.holdings.remove(epoch)?;
+        crate::stats::record::held(h.kind, h.since.elapsed(), metric);
+        if h.watchdog {
+            shared.renewals.unwatch(epoch);
+        }
+        Some(h)
+    }
+
+    /// Until when a release of the last hold of holding `epoch` is worth
+    /// retrying: past this the lease has surely run out in Redis (for a
+    /// watchdog holding, counted from the last renewal that succeeded), so the
+    /// lock is free whatever became of the release.
+    pub(super) fn lease_end(&self, epoch: u64, sent: Instant, shared: &Shared) -> Option<Instant> {
+        let h = self.holdings.get(epoch)?;
+        let end = match h.watchdog {
+            true => shared.renewals.earliest(&[epoch]).unwrap_or(sent + h.lease),
+            false => h.valid_until,
+        };
+        Some(end.min(sent + h.lease))
+    }
+}
+
+/// The lock `name` as a metric label, when the config opts in
+/// (`Config::metric_lock_names`).
+pub(super) fn metric_name<'a>(shared: &Shared, name: &'a str) -> Option<&'a str> {
+    shared.config.metric_lock_names.then_some(name)
+}
+
 impl LockActor {
     /// Records a successful acquisition and makes its guard.
     pub(super) fn grant(
@@ -297,20 +348,16 @@ impl LockActor {
         self.arm_expiry(ctx);
     }
 
-    /// Takes a holding out and stops renewing it.
     /// The lock name as a metric label, when the config opts in
     /// (`Config::metric_lock_names`).
     pub(super) fn metric_name(&self) -> Option<&str> {
-        self.shared.config.metric_lock_names.then_some(&*self.name)
+        metric_name(&self.shared, &self.name)
     }
 
+    /// Takes holding `epoch` out and stops renewing it.
     pub(super) fn forget(&mut self, epoch: u64) -> Option<Holding> {
-        let h = self.held.holdings.remove(epoch)?;
-        crate::stats::record::held(h.kind, h.since.elapsed(), self.metric_name());
-        if h.watchdog {
-            self.shared.renewals.unwatch(epoch);
-        }
-        Some(h)
+        let metric = metric_name(&self.shared, &self.name);
+        self.held.forget(epoch, &self.shared, metric)
     }
 
     /// Arms (or re-arms) the timer that declares holdings lost when their

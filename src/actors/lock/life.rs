@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use actix::fut::wrap_future;
 use actix::prelude::*;
 use actix::WeakRecipient;
 use tracing::{debug, error};
@@ -16,6 +17,8 @@ use super::attempts::Unresolved;
 use super::release::Releases;
 use super::{Idle, LockActor};
 use crate::error::{LockError, LostReason};
+use crate::kind::Kind;
+use crate::node::Conn;
 use crate::wire;
 
 /// The actor's relation to its manager and its restarts.
@@ -43,82 +46,36 @@ impl Life {
     }
 }
 
-impl LockActor {
+impl Life {
     /// Redis answered in a shape the protocol does not allow, so local state can no
     /// longer be trusted: stop, and let the Supervisor restart this actor. Waiters
     /// and the holding are kept; the holding is then re-read from Redis.
-    pub(super) fn restart(&mut self, why: &dyn std::fmt::Display, ctx: &mut Context<Self>) {
-        error!(lock = %self.name, %why, "lock actor cannot continue; restarting it");
-        self.life.restart_requested = true;
+    pub(super) fn restart(
+        &mut self,
+        name: &str,
+        why: &dyn std::fmt::Display,
+        ctx: &mut Context<LockActor>,
+    ) {
+        error!(lock = %name, %why, "lock actor cannot continue; restarting it");
+        self.restart_requested = true;
         ctx.stop();
-    }
-
-    /// Starts the idle countdown when nothing at all is going on, and stops it
-    /// when something is.
-    pub(super) fn idle_countdown(&mut self, ctx: &mut Context<Self>) {
-        match (self.is_idle(), self.timers.idle.is_set()) {
-            (true, false) => {
-                let after = self.shared.config.idle_timeout;
-                let slot: fn(&mut Self) -> &mut crate::actors::listen::Alarm =
-                    |act| &mut act.timers.idle;
-                self.timers.idle.set(ctx, after, slot, Self::on_idle);
-            }
-            (false, true) => self.timers.idle.cancel(ctx),
-            _ => {}
-        }
-    }
-
-    /// After a restart: asks Redis whether the holdings still stand, then restarts
-    /// their expiry timer (or reports them lost) and lets waiters try. The renewer
-    /// went on renewing the watchdog holdings meanwhile (this actor's address
-    /// outlives the restart).
-    fn verify_after_restart(&mut self, ctx: &mut Context<Self>) {
-        if self.held.holdings.is_empty() {
-            self.pump(ctx);
-            return;
-        }
-        let held: Vec<(u64, Arc<str>)> = self
-            .held
-            .holdings
-            .iter()
-            .map(|h| (h.epoch, h.field.clone()))
-            .collect();
-        let mut conn = self.shared.node.conn();
-        let name = self.name.clone();
-        let fut = async move {
-            let mut counts = Vec::with_capacity(held.len());
-            for (epoch, field) in held {
-                counts.push((epoch, wire::hold_count(&mut conn, &name, &field).await));
-            }
-            counts
-        };
-        ctx.spawn(fut.into_actor(self).map(move |counts, act, ctx| {
-            for (epoch, res) in counts {
-                // Gone meanwhile, or cannot tell now (the watchdog and the expiry
-                // timer will): nothing to do here.
-                if matches!(res, Ok(0)) {
-                    act.lose(epoch, LostReason::OwnerGone, ctx);
-                }
-            }
-            act.holding_timers(ctx);
-            act.pump(ctx);
-        }));
     }
 
     /// Idle for a while: ask the manager to retire this actor. The manager agrees
     /// only if it has sent nothing this actor has not seen, so no request is lost.
-    fn on_idle(&mut self, ctx: &mut Context<Self>) {
-        let Some(manager) = self.life.manager.upgrade() else {
+    pub(super) fn ask_to_retire(&self, name: Arc<str>, kind: Kind, ctx: &mut Context<LockActor>) {
+        let Some(manager) = self.manager.upgrade() else {
             ctx.stop();
             return;
         };
         let msg = Idle {
-            name: self.name.clone(),
-            kind: self.kind.kind(),
+            name,
+            kind,
             addr: ctx.address(),
-            received: self.life.received,
+            received: self.received,
         };
-        ctx.spawn(manager.send(msg).into_actor(self).map(|res, act, ctx| {
+        let asked = wrap_future::<_, LockActor>(manager.send(msg));
+        ctx.spawn(asked.map(|res, act, ctx| {
             if res.unwrap_or(true) {
                 debug!(lock = %act.name, "idle lock actor stopped");
                 ctx.stop();
@@ -129,15 +86,50 @@ impl LockActor {
     }
 }
 
+/// After a restart: how many holds Redis counts for each holding (`epoch`,
+/// owner field) the actor kept.
+async fn hold_counts(
+    mut conn: Conn,
+    name: Arc<str>,
+    held: Vec<(u64, Arc<str>)>,
+) -> Vec<(u64, redis::RedisResult<u32>)> {
+    let mut counts = Vec::with_capacity(held.len());
+    for (epoch, field) in held {
+        counts.push((epoch, wire::hold_count(&mut conn, &name, &field).await));
+    }
+    counts
+}
+
 impl Actor for LockActor {
     type Context = Context<Self>;
 
+    /// After a restart, asks Redis whether the holdings still stand, then
+    /// restarts their expiry timer (or reports them lost) and lets waiters try.
+    /// The renewer went on renewing the watchdog holdings meanwhile (this
+    /// actor's address outlives the restart).
     fn started(&mut self, ctx: &mut Context<Self>) {
-        if std::mem::take(&mut self.life.restarted) {
-            self.verify_after_restart(ctx);
-        } else {
+        if !std::mem::take(&mut self.life.restarted) {
             self.reconcile(ctx);
+            return;
         }
+        if self.held.holdings.is_empty() {
+            self.pump(ctx);
+            return;
+        }
+        let held = self.held.holdings.iter();
+        let held = held.map(|h| (h.epoch, h.field.clone())).collect();
+        let counts = hold_counts(self.shared.node.conn(), self.name.clone(), held);
+        ctx.spawn(counts.into_actor(self).map(move |counts, act, ctx| {
+            for (epoch, res) in counts {
+                // Gone meanwhile, or cannot tell now (the watchdog and the expiry
+                // timer will): nothing to do here.
+                if matches!(res, Ok(0)) {
+                    act.lose(epoch, LostReason::OwnerGone, ctx);
+                }
+            }
+            act.holding_timers(ctx);
+            act.pump(ctx);
+        }));
     }
 
     fn stopped(&mut self, _ctx: &mut Context<Self>) {

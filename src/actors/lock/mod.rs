@@ -52,20 +52,19 @@ use crate::kind::Kind;
 use subs::Subs;
 
 use attempts::Attempts;
-use holding::{Holdings, LostHoldings};
-use kinds::{Heard, KindState};
+use holding::Held;
+use kinds::{Chore, Heard, KindState};
 use life::Life;
-use release::Releases;
 use timers::Timers;
 use waiters::Gone;
-pub(crate) use waiters::Request;
 use waiters::Waiter;
 use waiters::WaiterQueue;
+pub(crate) use waiters::{Reply, Request};
 
 /// Queue a waiter (sent by the manager only, which counts them for the idle handshake).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub(crate) struct Enqueue(pub(crate) Request);
+pub(crate) struct Enqueue(pub(crate) Request, pub(crate) Reply);
 
 /// The caller of this waiter went away: forget it.
 #[derive(Message, Debug)]
@@ -150,18 +149,6 @@ struct Wait {
     detector: Option<Box<deadlock::Detector>>,
 }
 
-/// The holding side of a lock actor: the holds of this process and the
-/// releases of them in flight.
-#[derive(Default)]
-struct Held {
-    /// The local owners holding the lock.
-    holdings: Holdings,
-    /// Lost holdings whose guards are still alive.
-    lost: LostHoldings,
-    /// Release scripts in flight.
-    releases: Releases,
-}
-
 impl LockActor {
     pub(crate) fn new(
         name: Arc<str>,
@@ -196,7 +183,11 @@ impl LockActor {
             channel.unsubscribe(&self.shared.subscriber);
         }
         self.wait.subs = subs;
-        self.kind_timers(ctx);
+        let every = self.kind.tick_every(&self.wait.queue, &self.shared.config);
+        self.timers.keep_ticking(every, ctx, |act, ctx| {
+            let chore = act.kind.tick(&act.wait.queue, &act.name, &act.shared);
+            act.run_chore(chore, ctx);
+        });
         self.send_chores(ctx);
         self.forget_ended_waits(ctx);
         if self.wait.waiting.is_some() {
@@ -205,7 +196,11 @@ impl LockActor {
             // behind. Only while records exist (they are boxed on demand).
             crate::actors::waiting::ended(self, ctx);
         }
-        self.idle_countdown(ctx);
+        let (idle, after) = (self.is_idle(), self.shared.config.idle_timeout);
+        self.timers.idle_countdown(idle, after, ctx, |act, ctx| {
+            act.life
+                .ask_to_retire(act.name.clone(), act.kind.kind(), ctx)
+        });
     }
 
     /// Nothing at all is going on: no waiter, holding, call or subscription.
@@ -246,6 +241,28 @@ impl LockActor {
         self.kind.left(gone, &self.wait.queue);
     }
 
+    /// Sends the Redis work the kind has pending.
+    fn send_chores(&mut self, ctx: &mut Context<Self>) {
+        while let Some(chore) = self.kind.chore(&self.wait.queue, &self.name, &self.shared) {
+            self.run_chore(Some(chore), ctx);
+        }
+    }
+
+    /// Spawns a chore; its outcome goes to the kind, which says whether
+    /// waiters may try now.
+    fn run_chore(&mut self, chore: Option<Chore>, ctx: &mut Context<Self>) {
+        let Some(chore) = chore else {
+            return;
+        };
+        Timers::spawn_chore(chore, ctx, |act, done, ctx| {
+            if act.kind.chore_done(done, &mut act.wait.queue, &act.name) {
+                act.pump(ctx);
+            } else {
+                act.reconcile(ctx);
+            }
+        });
+    }
+
     /// Carries out what the kind made of an unlock message or a subscription.
     fn on_heard(&mut self, heard: Heard, ctx: &mut Context<Self>) {
         match heard {
@@ -273,7 +290,7 @@ impl Handler<Derail> for LockActor {
     type Result = ();
 
     fn handle(&mut self, _msg: Derail, ctx: &mut Context<Self>) {
-        self.restart(&"derailed by a test", ctx);
+        self.life.restart(&self.name, &"derailed by a test", ctx);
     }
 }
 
@@ -311,46 +328,49 @@ impl Handler<QueueLen> for LockActor {
 impl Handler<Enqueue> for LockActor {
     type Result = ();
 
-    fn handle(&mut self, Enqueue(request): Enqueue, ctx: &mut Context<Self>) {
-        let waiter = Waiter::new(request);
+    fn handle(&mut self, Enqueue(request, reply): Enqueue, ctx: &mut Context<Self>) {
+        let waiter = waiters::waiter(request, reply);
         self.life.received += 1;
         if self.shared.is_shutting_down() {
             // Sent before the manager's shutdown reached it: refused like the rest.
-            waiter.fail(LockError::ShuttingDown);
+            waiters::fail(waiter, LockError::ShuttingDown);
             self.reconcile(ctx);
             return;
         }
         if self
             .held
             .holdings
-            .is_upgrade(waiter.req.owner, waiter.req.kind)
+            .is_upgrade(waiter.want.req.owner, waiter.want.req.kind)
         {
             // It would wait for its own read holds: refused now, not queued.
-            waiter.fail(LockError::UpgradeRefused);
+            waiters::fail(waiter, LockError::UpgradeRefused);
             self.reconcile(ctx);
             return;
         }
         let reentrant = self
             .held
             .holdings
-            .reenters(waiter.req.owner, waiter.req.kind);
-        if reentrant && !waiter.req.reentrant {
+            .reenters(waiter.want.req.owner, waiter.want.req.kind);
+        if reentrant && !waiter.want.req.reentrant {
             // A non-reentrant lock its owner holds: refused now, not queued (a
             // hold taken meanwhile is refused by the acquire script instead).
-            waiter.fail(LockError::ReentryRefused);
+            waiters::fail(waiter, LockError::ReentryRefused);
             self.reconcile(ctx);
             return;
         }
         if waiter.deadline.is_none()
-            && !waiter.try_once
-            && self.held.holdings.blocks(waiter.req.owner, waiter.req.kind)
+            && !waiter.once
+            && self
+                .held
+                .holdings
+                .blocks(waiter.want.req.owner, waiter.want.req.kind)
         {
             // A waiter with no deadline behind a holder of this same process may be
             // waiting for itself (the same task, another owner): say so, later, if
             // it is still there then. Only such waiters get the timer: one on every
             // acquisition would stay in the actor for the whole delay (135 bytes
             // per held lock).
-            let id = waiter.req.id;
+            let id = waiter.want.req.id;
             ctx.run_later(self.shared.config.stall_warning, move |act, _| {
                 act.warn_if_stalled(id)
             });
@@ -372,14 +392,15 @@ impl LockActor {
             return;
         };
         if let Some(h) = self.held.holdings.iter().find(|h| {
-            h.owner != w.req.owner && (h.kind.excludes(w.req.kind) || w.req.kind.excludes(h.kind))
+            h.owner != w.want.req.owner
+                && (h.kind.excludes(w.want.req.kind) || w.want.req.kind.excludes(h.kind))
         }) {
-            w.req.span.in_scope(|| {
+            w.want.req.span.in_scope(|| {
                 warn!(
                     lock = %self.name,
-                    waited = ?w.req.since.elapsed(),
+                    waited = ?w.want.req.since.elapsed(),
                     holder = %h.owner,
-                    waiter = %w.req.owner,
+                    waiter = %w.want.req.owner,
                     "waiting, with no deadline, for a lock that another owner of this same \
                      process holds; if the same task holds it, it waits for itself forever: \
                      pass the holder's Owner to re-enter (Acquire::owner), or give the wait a \

@@ -70,23 +70,6 @@ impl Handler<Release> for LockActor {
 }
 
 impl LockActor {
-    /// Until when a release of the last hold of holding `epoch` is worth
-    /// retrying: past this the lease has surely run out in Redis (for a
-    /// watchdog holding, counted from the last renewal that succeeded), so the
-    /// lock is free whatever became of the release.
-    pub(super) fn lease_end(&self, epoch: u64, sent: Instant) -> Option<Instant> {
-        let h = self.held.holdings.get(epoch)?;
-        let end = match h.watchdog {
-            true => self
-                .shared
-                .renewals
-                .earliest(&[epoch])
-                .unwrap_or(sent + h.lease),
-            false => h.valid_until,
-        };
-        Some(end.min(sent + h.lease))
-    }
-
     /// Runs the release script for one hold of a live holding.
     pub(super) fn release_hold(
         &mut self,
@@ -98,7 +81,8 @@ impl LockActor {
         h.guards = h.guards.saturating_sub(1);
         let (kind, field, lease, last) = (h.kind, h.field.clone(), h.lease, h.guards == 0);
         let sent = Instant::now();
-        let lease_end = self.lease_end(epoch, sent).unwrap_or(sent + lease);
+        let lease_end = self.held.lease_end(epoch, sent, &self.shared);
+        let lease_end = lease_end.unwrap_or(sent + lease);
         let giveback = Giveback {
             name: self.name.clone(),
             kind,
@@ -210,7 +194,7 @@ impl LockActor {
                 Err(LockError::NotHeld)
             }
             Err(e) if redis_is_protocol_error(&e) => {
-                self.restart(&e, ctx);
+                self.life.restart(&self.name, &e, ctx);
                 Err(LockError::from(e))
             }
             Err(e) => {
@@ -224,9 +208,7 @@ impl LockActor {
             }
         }
     }
-}
 
-impl LockActor {
     /// Carries out what the kind decided after a release freed the lock: a
     /// yield holds the head waiter back, listening for the other processes'
     /// release.

@@ -19,6 +19,7 @@ use actix::prelude::*;
 use futures::future::join_all;
 use tracing::{debug, warn};
 
+use super::holding::{metric_name, Held};
 use super::kinds::{Giveback, Scripts};
 use super::release::with_latch;
 use super::LockActor;
@@ -40,7 +41,7 @@ impl Handler<ShutDown> for LockActor {
         let gone = self.wait.queue.fail_all(|| LockError::ShuttingDown);
         self.left(gone);
         self.send_chores(ctx);
-        let givebacks = self.holdings_given_up();
+        let givebacks = holdings_given_up(&mut self.held, &self.name, &self.shared);
         self.holding_timers(ctx);
         let (scripts, shared) = (self.kind.scripts(), self.shared.clone());
         let name = self.name.clone();
@@ -62,55 +63,54 @@ impl Handler<ShutDown> for LockActor {
     }
 }
 
-impl LockActor {
-    /// Tells every live holding's guards and watchers that the lock is gone,
-    /// moves it to the lost set, and answers what to give back in Redis: each
-    /// holding's give-back, its guards, and until when a retry is worth it.
-    fn holdings_given_up(&mut self) -> Vec<(Giveback, u32, Instant)> {
-        // Holdings whose last guard is being released already are left to that
-        // release (the manager waits for it with `IsQuiet`).
-        let epochs: Vec<u64> = self
-            .held
-            .holdings
-            .iter()
-            .filter(|h| h.guards > 0)
-            .map(|h| h.epoch)
-            .collect();
-        let sent = Instant::now();
-        let mut givebacks = Vec::with_capacity(epochs.len());
-        for epoch in epochs {
-            // Until when a retry is worth it: the end of the lease (past it the
-            // lock is free anyway), read before `forget` stops the renewals.
-            let Some(lease_end) = self.lease_end(epoch, sent) else {
-                continue;
-            };
-            let Some(h) = self.forget(epoch) else {
-                continue;
-            };
-            h.lost_tx.lose(LostReason::ShutDown);
-            for watcher in &h.watchers {
-                watcher.do_send(LockLost {
-                    name: self.name.to_string(),
-                    owner: h.owner,
-                    owner_field: h.field.to_string(),
-                    reason: LostReason::ShutDown,
-                });
-            }
-            self.held
-                .lost
-                .insert(h.epoch, LostReason::ShutDown, h.guards);
-            let giveback = Giveback {
-                name: self.name.clone(),
-                kind: h.kind,
-                field: h.field.clone(),
-                lease_ms: millis(h.lease),
-                request_id: Arc::from(""),
-                retry: false,
-            };
-            givebacks.push((giveback, h.guards, lease_end));
+/// Tells every live holding's guards and watchers that the lock is gone,
+/// moves it to the lost set, and answers what to give back in Redis: each
+/// holding's give-back, its guards, and until when a retry is worth it.
+fn holdings_given_up(
+    held: &mut Held,
+    name: &Arc<str>,
+    shared: &Shared,
+) -> Vec<(Giveback, u32, Instant)> {
+    // Holdings whose last guard is being released already are left to that
+    // release (the manager waits for it with `IsQuiet`).
+    let epochs: Vec<u64> = held
+        .holdings
+        .iter()
+        .filter(|h| h.guards > 0)
+        .map(|h| h.epoch)
+        .collect();
+    let sent = Instant::now();
+    let mut givebacks = Vec::with_capacity(epochs.len());
+    for epoch in epochs {
+        // Until when a retry is worth it: the end of the lease (past it the
+        // lock is free anyway), read before `forget` stops the renewals.
+        let Some(lease_end) = held.lease_end(epoch, sent, shared) else {
+            continue;
+        };
+        let Some(h) = held.forget(epoch, shared, metric_name(shared, name)) else {
+            continue;
+        };
+        h.lost_tx.lose(LostReason::ShutDown);
+        for watcher in &h.watchers {
+            watcher.do_send(LockLost {
+                name: name.to_string(),
+                owner: h.owner,
+                owner_field: h.field.to_string(),
+                reason: LostReason::ShutDown,
+            });
         }
-        givebacks
+        held.lost.insert(h.epoch, LostReason::ShutDown, h.guards);
+        let giveback = Giveback {
+            name: name.clone(),
+            kind: h.kind,
+            field: h.field.clone(),
+            lease_ms: millis(h.lease),
+            request_id: Arc::from(""),
+            retry: false,
+        };
+        givebacks.push((giveback, h.guards, lease_end));
     }
+    givebacks
 }
 
 /// Gives back every hold of one holding (one release per guard, and a few more

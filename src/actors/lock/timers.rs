@@ -7,6 +7,10 @@
 //! refresh of its places). A kind's Redis work (a [`Chore`]) is spawned here and
 //! its outcome handed back to the kind, opaque to the skeleton.
 
+use std::any::Any;
+use std::time::Duration;
+
+use actix::fut::wrap_future;
 use actix::prelude::*;
 
 use super::kinds::Chore;
@@ -27,30 +31,18 @@ pub(super) struct Timers {
 }
 
 impl Timers {
-    /// After a restart: the old context's timers are gone.
-    pub(super) fn forget(&mut self) {
-        self.wake.forget();
-        self.expiry.forget();
-        self.idle.forget();
-        self.tick = None;
-    }
-}
-
-impl LockActor {
-    /// Keeps the kind's periodic timer running while the kind needs it, and
-    /// only then.
-    pub(super) fn kind_timers(&mut self, ctx: &mut Context<Self>) {
-        let every = self.kind.tick_every(&self.wait.queue, &self.shared.config);
-        match (every, self.timers.tick.is_some()) {
-            (Some(every), false) => {
-                let tick = ctx.run_interval(every, |act, ctx| {
-                    let chore = act.kind.tick(&act.wait.queue, &act.name, &act.shared);
-                    act.run_chore(chore, ctx);
-                });
-                self.timers.tick = Some(tick);
-            }
+    /// Keeps the kind's periodic timer running while the kind asks for one
+    /// (`every`), and only then; each tick runs `tick` on the actor.
+    pub(super) fn keep_ticking(
+        &mut self,
+        every: Option<Duration>,
+        ctx: &mut Context<LockActor>,
+        tick: fn(&mut LockActor, &mut Context<LockActor>),
+    ) {
+        match (every, self.tick.is_some()) {
+            (Some(every), false) => self.tick = Some(ctx.run_interval(every, tick)),
             (None, true) => {
-                if let Some(t) = self.timers.tick.take() {
+                if let Some(t) = self.tick.take() {
                     ctx.cancel_future(t);
                 }
             }
@@ -58,25 +50,40 @@ impl LockActor {
         }
     }
 
-    /// Sends the Redis work the kind has pending.
-    pub(super) fn send_chores(&mut self, ctx: &mut Context<Self>) {
-        while let Some(chore) = self.kind.chore(&self.wait.queue, &self.name, &self.shared) {
-            self.run_chore(Some(chore), ctx);
+    /// Spawns the kind's Redis work on the actor; its outcome, opaque to the
+    /// skeleton, goes to `done` (which hands it to the kind).
+    pub(super) fn spawn_chore(
+        Chore(work): Chore,
+        ctx: &mut Context<LockActor>,
+        done: fn(&mut LockActor, Box<dyn Any>, &mut Context<LockActor>),
+    ) {
+        ctx.spawn(wrap_future::<_, LockActor>(work).map(move |out, act, ctx| done(act, out, ctx)));
+    }
+
+    /// Starts the idle countdown when nothing at all is going on (`idle`), and
+    /// stops it when something is; `then` runs when it ends.
+    pub(super) fn idle_countdown(
+        &mut self,
+        idle: bool,
+        after: Duration,
+        ctx: &mut Context<LockActor>,
+        then: fn(&mut LockActor, &mut Context<LockActor>),
+    ) {
+        match (idle, self.idle.is_set()) {
+            (true, false) => {
+                let slot: fn(&mut LockActor) -> &mut Alarm = |act| &mut act.timers.idle;
+                self.idle.set(ctx, after, slot, then);
+            }
+            (false, true) => self.idle.cancel(ctx),
+            _ => {}
         }
     }
 
-    /// Spawns a chore; its outcome goes to the kind, which says whether waiters
-    /// may try now.
-    fn run_chore(&mut self, chore: Option<Chore>, ctx: &mut Context<Self>) {
-        let Some(Chore(work)) = chore else {
-            return;
-        };
-        ctx.spawn(work.into_actor(self).map(|done, act, ctx| {
-            if act.kind.chore_done(done, &mut act.wait.queue, &act.name) {
-                act.pump(ctx);
-            } else {
-                act.reconcile(ctx);
-            }
-        }));
+    /// After a restart: the old context's timers are gone.
+    pub(super) fn forget(&mut self) {
+        self.wake.forget();
+        self.expiry.forget();
+        self.idle.forget();
+        self.tick = None;
     }
 }

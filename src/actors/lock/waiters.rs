@@ -1,9 +1,11 @@
-//! The local waiter queue of one lock: pending acquisitions in arrival order.
+//! The local waiter queue of one lock: pending acquisitions in arrival order,
+//! kept in the waiting kit's `Queue` (`actors/waiting/queue.rs`).
 //!
-//! A waiter is a reply channel plus what its attempt needs (kind, owner, lease) and
-//! when it gives up. The queue itself never talks to Redis; the lock actor decides
-//! when the head may try. Waiters whose caller went away are noticed here (their
-//! reply channel is closed) and dropped without an answer.
+//! A waiter is the kit's: a reply channel, a deadline, and what the lock wants of
+//! it ([`Want`]: the request its attempt needs, kind, owner, lease, and the lock's
+//! marks). The queue itself never talks to Redis; the lock actor decides when the
+//! head may try. Waiters whose caller went away are noticed here (their reply
+//! channel is closed) and dropped without an answer.
 //!
 //! A fair-lock waiter also has a place in the Redis queue once its first attempt is
 //! sent (`queued`): whoever removes it from this queue gets its owner field back in
@@ -13,7 +15,6 @@
 //! once per sweep of expired waiters, bounded, and only then, so a wait that
 //! succeeds costs nothing more.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,7 @@ use tracing::Span;
 
 use super::LockActor;
 use crate::actors::shared::Shared;
+use crate::actors::waiting::queue::{self, Queue};
 use crate::actors::waiting::{Waited, Waiting, Waits};
 use crate::error::{LockError, HOLDER_READ_LIMIT};
 use crate::guard::LockGuard;
@@ -31,16 +33,19 @@ use crate::node::Conn;
 use crate::view::Holder;
 use crate::wire::waiting::WaitKind;
 
-/// One pending acquisition: the request as the manager sent it, and the lock
-/// actor's bookkeeping of it.
+/// How long an attempt may go unanswered before a waiter whose deadline passes is
+/// told that Redis did not answer rather than that the lock is held.
+const SILENCE: Duration = Duration::from_millis(100);
+
+/// One pending acquisition: a waiter of the kit's queue, holding the request
+/// and the lock's marks of it ([`Want`]).
+pub(crate) type Waiter = queue::Waiter<Want, LockGuard>;
+
+/// What a lock's waiter wants, and the lock actor's marks of it.
 #[derive(Debug)]
-pub(crate) struct Waiter {
+pub(crate) struct Want {
     /// What was asked.
     pub(crate) req: Request,
-    /// When to give up; `None` waits until acquired.
-    pub(crate) deadline: Option<Instant>,
-    /// A zero wait: answered after its first attempt, whatever it found.
-    pub(crate) try_once: bool,
     /// When its latest attempt was sent (while that attempt is in flight, how
     /// long Redis has been silent).
     pub(crate) tried_at: Option<Instant>,
@@ -52,9 +57,12 @@ pub(crate) struct Waiter {
     pub(crate) try_now: bool,
 }
 
+/// Where the outcome of an acquisition goes.
+pub(crate) type Reply = oneshot::Sender<Result<LockGuard, LockError>>;
+
 /// What the manager hands a lock actor for one acquisition (in
-/// [`Enqueue`](super::Enqueue)): the request alone. The waiter's bookkeeping is
-/// the lock actor's, made in [`Waiter::new`].
+/// [`Enqueue`](super::Enqueue), beside its [`Reply`]): the request alone. The
+/// waiter's bookkeeping is the lock actor's, made in [`waiter`].
 #[derive(Debug)]
 pub(crate) struct Request {
     /// Unique within the manager; what cancels it and matches attempt results.
@@ -84,8 +92,6 @@ pub(crate) struct Request {
     pub(crate) since: Instant,
     /// Who else to tell if the lock is lost while held.
     pub(crate) on_lost: Option<actix::Recipient<crate::guard::LockLost>>,
-    /// Where the outcome goes.
-    pub(crate) reply: oneshot::Sender<Result<LockGuard, LockError>>,
     /// The acquisition's tracing span.
     pub(crate) span: Span,
     /// An election candidate's campaign: recorded as a candidate, not as a
@@ -93,39 +99,39 @@ pub(crate) struct Request {
     pub(crate) candidate: bool,
 }
 
-impl Waiter {
-    /// The waiter of a request, not tried yet.
-    pub(crate) fn new(req: Request) -> Waiter {
-        Waiter {
-            // A zero wait is answered by its one attempt, not by a timer (which
-            // would fire before the attempt returns). A wait too long to
-            // represent is the same as no deadline.
-            deadline: req
-                .wait
-                .filter(|w| !w.is_zero())
-                .and_then(|w| req.since.checked_add(w)),
-            try_once: req.wait.is_some_and(|w| w.is_zero()),
-            req,
-            tried_at: None,
-            queued: false,
-            try_now: true,
-        }
-    }
+/// The waiter of a request, not tried yet, answered on `reply`.
+pub(crate) fn waiter(req: Request, reply: Reply) -> Waiter {
+    // A zero wait is answered by its one attempt, not by a timer (which would
+    // fire before the attempt returns). A wait too long to represent is the
+    // same as no deadline.
+    let deadline = req
+        .wait
+        .filter(|w| !w.is_zero())
+        .and_then(|w| req.since.checked_add(w));
+    let once = req.wait.is_some_and(|w| w.is_zero());
+    let want = Want {
+        tried_at: None,
+        queued: false,
+        try_now: true,
+        req,
+    };
+    queue::Waiter::new(want.req.id, want.req.since, deadline, once, want, reply)
+}
 
-    /// Answers with an error (a closed channel means nobody listens any more, which
-    /// is fine: there is nothing to undo for a failure).
-    pub(crate) fn fail(self, err: LockError) {
-        crate::stats::record::failed(self.req.kind, &err);
-        let _ = self.req.reply.send(Err(err));
-    }
+/// Answers `w` with an error (a closed channel means nobody listens any more,
+/// which is fine: there is nothing to undo for a failure).
+pub(crate) fn fail(w: Waiter, err: LockError) {
+    crate::stats::record::failed(w.want.req.kind, &err);
+    let _ = w.answer(Err(err));
+}
 
-    /// Answers "timed out" with the time waited and who held the lock then.
-    fn time_out(self, waited: Duration, holder: Option<Box<Holder>>) {
-        self.req
-            .span
-            .in_scope(|| tracing::debug!(?waited, "gave up waiting"));
-        self.fail(LockError::Timeout { waited, holder });
-    }
+/// Answers "timed out" with the time waited and who held the lock then.
+fn time_out(w: Waiter, waited: Duration, holder: Option<Box<Holder>>) {
+    w.want
+        .req
+        .span
+        .in_scope(|| tracing::debug!(?waited, "gave up waiting"));
+    fail(w, LockError::Timeout { waited, holder });
 }
 
 /// How waiters whose wait ran out learn who held the lock: one look at it
@@ -167,7 +173,7 @@ impl WhoHolds {
                 Err(_) => None,
             };
             for (w, waited) in timed_out {
-                w.time_out(waited, holder.clone());
+                time_out(w, waited, holder.clone());
             }
         });
     }
@@ -193,17 +199,25 @@ impl Gone {
 
     fn add(&mut self, w: &Waiter) {
         self.count += 1;
-        if w.queued {
-            self.queued.push(w.req.field.clone());
+        if w.want.queued {
+            self.queued.push(w.want.req.field.clone());
         }
+    }
+
+    fn of_all(ws: &[Waiter]) -> Gone {
+        let mut gone = Gone::default();
+        ws.iter().for_each(|w| gone.add(w));
+        gone
     }
 }
 
-/// The queue; see the module documentation.
+/// The lock's waiters: the kit's [`Queue`], with the lock's rules for
+/// answering those it takes out (a timeout names the holder; a failure is
+/// counted in the statistics; a fair waiter's place is handed back in [`Gone`]).
 #[derive(Debug, Default)]
 pub(crate) struct WaiterQueue {
-    /// Head first.
-    items: VecDeque<Waiter>,
+    /// Head first; a waiter's id is its request's.
+    items: Queue<Want, LockGuard>,
 }
 
 impl WaiterQueue {
@@ -219,14 +233,7 @@ impl WaiterQueue {
     /// Appends a waiter; a re-entry by the current holder goes first instead, since
     /// making it wait behind others who wait for that holder would deadlock.
     pub(crate) fn push(&mut self, waiter: Waiter, reentrant: bool) {
-        // Most locks have one waiter at a time; a VecDeque's first push would make
-        // room for four (600 bytes), kept for as long as the lock actor lives.
-        self.items.reserve_exact(1);
-        if reentrant {
-            self.items.push_front(waiter);
-        } else {
-            self.items.push_back(waiter);
-        }
+        self.items.push(waiter, reentrant);
     }
 
     pub(crate) fn front(&self) -> Option<&Waiter> {
@@ -235,18 +242,12 @@ impl WaiterQueue {
 
     /// The waiter with this id, if it is still queued.
     pub(crate) fn find(&self, id: u64) -> Option<&Waiter> {
-        self.items.iter().find(|w| w.req.id == id)
+        self.items.get(id)
     }
 
     /// Removes and returns the waiter with this id, if it is still queued.
     pub(crate) fn take(&mut self, id: u64) -> Option<Waiter> {
-        let at = self.items.iter().position(|w| w.req.id == id)?;
-        let w = self.items.remove(at);
-        if self.items.is_empty() {
-            // A held lock keeps no room for waiters it no longer has.
-            self.items = VecDeque::new();
-        }
-        w
+        self.items.remove(id)
     }
 
     /// The first waiter that `pick` accepts.
@@ -259,28 +260,21 @@ impl WaiterQueue {
         self.items.iter()
     }
 
-    /// Every waiter, head first, to change their flags.
+    /// Every waiter, head first, to change their marks.
     pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Waiter> {
         self.items.iter_mut()
     }
 
-    /// The waiter with this id, if it is still queued, to change its flags.
+    /// The waiter with this id, if it is still queued, to change its marks.
     pub(crate) fn find_mut(&mut self, id: u64) -> Option<&mut Waiter> {
-        self.items.iter_mut().find(|w| w.req.id == id)
+        self.items.get_mut(id)
     }
 
     /// Drops waiters whose caller stopped listening, but `keep` (the one whose
     /// attempt is in flight: its `Cancel` deals with it).
     pub(crate) fn remove_gone(&mut self, keep: Option<u64>) -> Gone {
-        let mut gone = Gone::default();
-        self.items.retain(|w| {
-            let closed = w.req.reply.is_closed() && Some(w.req.id) != keep;
-            if closed {
-                gone.add(w);
-            }
-            !closed
-        });
-        gone
+        let gone = self.items.take_where(|w| w.is_gone() && Some(w.id) != keep);
+        Gone::of_all(&gone)
     }
 
     /// Answers every waiter whose deadline is at or before `now`: with `cause`, the
@@ -292,7 +286,8 @@ impl WaiterQueue {
         cause: Option<&redis::RedisError>,
         who: impl FnOnce() -> WhoHolds,
     ) -> Gone {
-        self.answer_where(|w| w.deadline.is_some_and(|d| d <= now), cause, Some(who))
+        let expired = self.items.take_expired(now);
+        answer(expired, cause, Some(who))
     }
 
     /// Answers the try-once waiters that `pick` accepts, whose one attempt was just
@@ -303,56 +298,70 @@ impl WaiterQueue {
         pick: impl Fn(&Waiter) -> bool,
         cause: Option<&redis::RedisError>,
     ) -> Gone {
-        self.answer_where(|w| w.try_once && pick(w), cause, None::<fn() -> WhoHolds>)
-    }
-
-    fn answer_where(
-        &mut self,
-        pick: impl Fn(&Waiter) -> bool,
-        cause: Option<&redis::RedisError>,
-        who: Option<impl FnOnce() -> WhoHolds>,
-    ) -> Gone {
-        let mut gone = Gone::default();
-        let mut kept = VecDeque::with_capacity(self.items.len());
-        let mut timed_out = Vec::new();
-        for w in self.items.drain(..) {
-            if !pick(&w) {
-                kept.push_back(w);
-                continue;
-            }
-            gone.add(&w);
-            match cause {
-                Some(e) => w.fail(LockError::from(e.clone())),
-                None => {
-                    let waited = w.req.since.elapsed();
-                    timed_out.push((w, waited));
-                }
-            }
-        }
-        self.items = kept;
-        match who {
-            Some(who) if !timed_out.is_empty() => who().answer(timed_out),
-            _ => timed_out
-                .into_iter()
-                .for_each(|(w, waited)| w.time_out(waited, None)),
-        }
-        gone
+        let tried = self.items.take_where(|w| w.once && pick(w));
+        answer(tried, cause, None::<fn() -> WhoHolds>)
     }
 
     /// Fails every waiter with a copy of one error.
     pub(crate) fn fail_all(&mut self, err: impl Fn() -> LockError) -> Gone {
-        let mut gone = Gone::default();
-        for w in self.items.drain(..) {
-            gone.add(&w);
-            w.fail(err());
-        }
+        let all = self.items.take_where(|_| true);
+        let gone = Gone::of_all(&all);
+        all.into_iter().for_each(|w| fail(w, err()));
         gone
+    }
+
+    /// The error a waiter gets at its deadline when the attempt in flight (for
+    /// waiter `asking`) has had no answer for a while (Redis frozen, a network
+    /// partition): without it the waiter would be told the lock is held
+    /// elsewhere, which nobody said. An attempt normally answers in well under
+    /// a millisecond; past [`SILENCE`] it is not a busy lock that stands in the
+    /// way. The send time is kept in the waiter, not the actor: a held lock has
+    /// no waiters, so it costs nothing per held lock.
+    pub(crate) fn silence(&self, asking: Option<u64>, now: Instant) -> Option<redis::RedisError> {
+        let since = self.find(asking?)?.want.tried_at?;
+        let quiet = now.saturating_duration_since(since);
+        (quiet >= SILENCE).then(|| {
+            redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "Redis did not answer the acquisition attempt for {} ms before the wait ran out (is it reachable?)",
+                    quiet.as_millis()
+                ),
+            ))
+        })
     }
 
     /// The earliest deadline of any waiter.
     pub(crate) fn nearest_deadline(&self) -> Option<Instant> {
         self.items.iter().filter_map(|w| w.deadline).min()
     }
+}
+
+/// Answers the waiters taken out: with `cause` when their attempt met a Redis
+/// error, else "timed out", naming the holder `who` reads if given.
+fn answer(
+    taken: Vec<Waiter>,
+    cause: Option<&redis::RedisError>,
+    who: Option<impl FnOnce() -> WhoHolds>,
+) -> Gone {
+    let gone = Gone::of_all(&taken);
+    let mut timed_out = Vec::new();
+    for w in taken {
+        match cause {
+            Some(e) => fail(w, LockError::from(e.clone())),
+            None => {
+                let waited = w.want.req.since.elapsed();
+                timed_out.push((w, waited));
+            }
+        }
+    }
+    match who {
+        Some(who) if !timed_out.is_empty() => who().answer(timed_out),
+        _ => timed_out
+            .into_iter()
+            .for_each(|(w, waited)| time_out(w, waited, None)),
+    }
+    gone
 }
 
 /// The lock's waits that last are recorded for operators (`actors/waiting/records.rs`),
@@ -368,15 +377,15 @@ impl Waits for LockActor {
     /// The waiters that wait (not a single attempt), with the owner field each
     /// will hold the lock under.
     fn waiters_now(&self) -> Vec<Waited> {
-        let waits = self.wait.queue.iter().filter(|w| !w.try_once);
+        let waits = self.wait.queue.iter().filter(|w| !w.once);
         waits
-            .filter(|w| !w.req.reply.is_closed())
+            .filter(|w| !w.is_gone())
             .map(|w| Waited {
-                id: w.req.id,
-                since: w.req.since,
+                id: w.id,
+                since: w.since,
                 wants: 1,
-                owner_field: Some(w.req.field.clone()),
-                candidate: w.req.candidate,
+                owner_field: Some(w.want.req.field.clone()),
+                candidate: w.want.req.candidate,
             })
             .collect()
     }
@@ -387,5 +396,49 @@ impl Waits for LockActor {
 
     fn idle(&mut self) {
         self.wait.waiting = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::Owner;
+
+    /// A waiter `id` that waits for ever, answered on a channel nobody reads.
+    fn waiting(id: u64) -> Waiter {
+        let (reply, _) = oneshot::channel();
+        let req = Request {
+            id,
+            kind: AcquireKind::Exclusive,
+            owner: Owner::default(),
+            new_owner: false,
+            reentrant: true,
+            field: Arc::from("client:1"),
+            behalf: Vec::new(),
+            lease: None,
+            wait: None,
+            since: Instant::now(),
+            on_lost: None,
+            span: Span::none(),
+            candidate: false,
+        };
+        waiter(req, reply)
+    }
+
+    /// A wait that runs out while its attempt has gone unanswered past
+    /// `SILENCE` is told Redis did not answer (not that the lock is held); an
+    /// attempt just sent, or none in flight, says nothing.
+    #[test]
+    fn an_unanswered_attempt_is_named_at_the_deadline() {
+        let mut q = WaiterQueue::default();
+        q.push(waiting(1), false);
+        let now = Instant::now();
+        assert!(q.silence(Some(1), now).is_none(), "not sent yet");
+        q.find_mut(1).expect("queued").want.tried_at = Some(now);
+        assert!(q.silence(Some(1), now).is_none(), "just sent");
+        let later = now + SILENCE;
+        let e = q.silence(Some(1), later).expect("silent for SILENCE");
+        assert!(e.to_string().contains("did not answer"), "{e}");
+        assert!(q.silence(None, later).is_none(), "nothing in flight");
     }
 }

@@ -41,7 +41,7 @@ mod deadlock;
 pub(crate) mod engine;
 mod once;
 mod places;
-mod queue;
+pub(crate) mod queue;
 mod records;
 mod runner;
 

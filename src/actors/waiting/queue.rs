@@ -42,6 +42,28 @@ pub(crate) struct Waiter<P, R> {
 }
 
 impl<P, R> Waiter<P, R> {
+    /// A waiter the actor makes itself, to [`push`](Queue::push) or keep
+    /// until it is queued: `id` and `since` its own (a lock's come with the
+    /// manager's request), `deadline` as it counts it.
+    pub(crate) fn new(
+        id: u64,
+        since: Instant,
+        deadline: Option<Instant>,
+        once: bool,
+        want: P,
+        tx: oneshot::Sender<Result<R, LockError>>,
+    ) -> Self {
+        Waiter {
+            id,
+            since,
+            deadline,
+            once,
+            last_error: None,
+            want,
+            tx,
+        }
+    }
+
     /// Its caller went away: nobody reads an answer.
     pub(crate) fn is_gone(&self) -> bool {
         self.tx.is_closed()
@@ -113,19 +135,32 @@ impl<P, R> Queue<P, R> {
         tx: oneshot::Sender<Result<R, LockError>>,
     ) -> &mut Waiter<P, R> {
         let now = Instant::now();
-        self.waiters.push_back(Waiter {
-            id: Waiting::next_id(),
-            since: now,
-            deadline: wait.and_then(|w| now.checked_add(w)),
-            once,
-            last_error: None,
-            want,
-            tx,
-        });
+        let deadline = wait.and_then(|w| now.checked_add(w));
+        let w = Waiter::new(Waiting::next_id(), now, deadline, once, want, tx);
+        self.push(w, false);
         let Some(last) = self.waiters.back_mut() else {
             unreachable!("a waiter was just queued")
         };
         last
+    }
+
+    /// Queues a waiter made with [`Waiter::new`]: last, or first when `front`
+    /// (a lock's re-entry by its holder, which must not wait behind those who
+    /// wait for that holder).
+    pub(crate) fn push(&mut self, w: Waiter<P, R>, front: bool) {
+        // Most actors have one waiter at a time; a VecDeque's first push would
+        // make room for four, kept for as long as the actor lives.
+        self.waiters.reserve_exact(1);
+        if front {
+            self.waiters.push_front(w);
+        } else {
+            self.waiters.push_back(w);
+        }
+    }
+
+    /// How many wait.
+    pub(crate) fn len(&self) -> usize {
+        self.waiters.len()
     }
 
     /// Nobody waits.
@@ -146,7 +181,46 @@ impl<P, R> Queue<P, R> {
     /// Takes out the waiter with this id.
     pub(crate) fn remove(&mut self, id: u64) -> Option<Waiter<P, R>> {
         let at = self.waiters.iter().position(|w| w.id == id)?;
-        self.waiters.remove(at)
+        let w = self.waiters.remove(at);
+        self.shrink_if_empty();
+        w
+    }
+
+    /// Takes out, unanswered and in order, every waiter `pick` accepts: the
+    /// actor answers them itself (a lock first reads who holds it, to name the
+    /// holder in a timeout).
+    pub(crate) fn take_where(&mut self, pick: impl Fn(&Waiter<P, R>) -> bool) -> Vec<Waiter<P, R>> {
+        let mut out = Vec::new();
+        let mut kept = VecDeque::with_capacity(self.waiters.len());
+        for w in self.waiters.drain(..) {
+            if pick(&w) {
+                out.push(w);
+            } else {
+                kept.push_back(w);
+            }
+        }
+        self.waiters = kept;
+        self.shrink_if_empty();
+        out
+    }
+
+    /// Takes out, unanswered, the waiters whose deadline is at or before
+    /// `now` (never a try-once waiter: its one attempt answers it).
+    pub(crate) fn take_expired(&mut self, now: Instant) -> Vec<Waiter<P, R>> {
+        self.take_where(|w| !w.once && w.deadline.is_some_and(|d| d <= now))
+    }
+
+    /// An empty queue keeps no room: an actor that holds (a lock) may live
+    /// long with nobody waiting.
+    fn shrink_if_empty(&mut self) {
+        if self.waiters.is_empty() {
+            self.waiters = VecDeque::new();
+        }
+    }
+
+    /// The waiter with this id.
+    pub(crate) fn get(&self, id: u64) -> Option<&Waiter<P, R>> {
+        self.waiters.iter().find(|w| w.id == id)
     }
 
     /// The waiter with this id.
@@ -273,6 +347,29 @@ mod tests {
         assert!(matches!(d.await, Ok(Err(LockError::Timeout { .. }))));
         assert_eq!(q.lasting(), 0);
         drop(a);
+    }
+
+    /// A waiter pushed at the front (a lock's re-entry) goes before those
+    /// already waiting; an expiry hands the expired back unanswered, so that
+    /// the actor can say who held it in their answer, and a try-once waiter is
+    /// never among them.
+    #[tokio::test]
+    async fn the_front_goes_first_and_the_expired_come_back_unanswered() {
+        let mut q = Q::default();
+        let now = Instant::now();
+        let (tx, mut late) = oneshot::channel();
+        q.push(Waiter::new(10, now, Some(now), false, 1, tx), false);
+        let (tx, _once) = oneshot::channel();
+        q.push(Waiter::new(11, now, Some(now), true, 2, tx), false);
+        let (tx, _first) = oneshot::channel();
+        q.push(Waiter::new(12, now, None, false, 3, tx), true);
+        assert_eq!(q.iter().map(|w| w.id).collect::<Vec<_>>(), vec![12, 10, 11]);
+        let expired = q.take_expired(now);
+        assert_eq!(expired.iter().map(|w| w.id).collect::<Vec<_>>(), vec![10]);
+        assert!(late.try_recv().is_err(), "not answered by the queue");
+        assert_eq!(q.len(), 2);
+        drop(expired);
+        assert!(q.remove(12).is_some() && q.remove(11).is_some() && q.is_empty());
     }
 
     /// Only the waits that last and whose caller is there are recorded.

@@ -153,12 +153,12 @@ pub(in crate::actors::lock) fn head_first(queue: &mut WaiterQueue, holdings: &Ho
     let Some(head) = queue.front() else {
         return Next::Wait;
     };
-    if holdings.blocks(head.req.owner, head.req.kind) {
+    if holdings.blocks(head.want.req.owner, head.want.req.kind) {
         // No waiter of a head-first kind has a place in a Redis queue.
         let _nobody_placed = queue.fail_try_once(|_| true, None);
         return Next::Wait;
     }
-    Next::Try(head.req.id)
+    Next::Try(head.want.req.id)
 }
 
 /// After a busy answer: the lock is held, so every try-once waiter's one attempt

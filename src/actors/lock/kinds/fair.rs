@@ -68,7 +68,7 @@ impl Fair {
     /// The field `field` leaves the Redis queue, unless a local waiter still
     /// waits with it.
     fn leave_field(&mut self, field: &str, queue: &WaiterQueue) {
-        let waits = queue.iter().any(|w| &*w.req.field == field);
+        let waits = queue.iter().any(|w| &*w.want.req.field == field);
         if !waits && !self.leaving.iter().any(|f| &**f == field) {
             let mut leaving = std::mem::take(&mut self.leaving).into_vec();
             leaving.push(Arc::from(field));
@@ -81,14 +81,14 @@ impl Fair {
     /// the back, being alive.
     fn refreshed(queue: &mut WaiterQueue, stands: Vec<(Arc<str>, Place)>, name: &str) {
         for (field, place) in stands {
-            for w in queue.iter_mut().filter(|w| w.req.field == field) {
+            for w in queue.iter_mut().filter(|w| w.want.req.field == field) {
                 match place {
-                    Place::None if w.queued => {
+                    Place::None if w.want.queued => {
                         debug!(lock = %name, "a waiter's place lapsed; queueing it again");
-                        w.queued = false;
-                        w.try_now = true;
+                        w.want.queued = false;
+                        w.want.try_now = true;
                     }
-                    Place::Head => w.try_now = true,
+                    Place::Head => w.want.try_now = true,
                     Place::None | Place::Kept => {}
                 }
             }
@@ -105,31 +105,32 @@ impl Policy for Fair {
     /// holder keeps from the lock (the local release tells the head).
     /// Try-once waiters that a local holder keeps out are answered now.
     fn next(&mut self, queue: &mut WaiterQueue, holdings: &Holdings, _now: Instant) -> Next {
-        let gone = queue.fail_try_once(|w| holdings.blocks(w.req.owner, w.req.kind), None);
+        let gone =
+            queue.fail_try_once(|w| holdings.blocks(w.want.req.owner, w.want.req.kind), None);
         self.leave(gone, queue);
         for w in queue.iter_mut() {
-            if w.queued && holdings.blocks(w.req.owner, w.req.kind) {
-                w.try_now = false;
+            if w.want.queued && holdings.blocks(w.want.req.owner, w.want.req.kind) {
+                w.want.try_now = false;
             }
         }
         queue
-            .first(|w| w.try_now)
-            .map_or(Next::Wait, |w| Next::Try(w.req.id))
+            .first(|w| w.want.try_now)
+            .map_or(Next::Wait, |w| Next::Try(w.want.req.id))
     }
 
     /// Once sent, the attempt may put it in the Redis queue (unless it tries
     /// once): from then on, leaving this queue must leave that one too.
     fn sending(&mut self, w: &mut Waiter) -> bool {
-        let queue = !w.try_once;
-        w.queued |= queue;
-        w.try_now = false;
+        let queue = !w.once;
+        w.want.queued |= queue;
+        w.want.try_now = false;
         queue
     }
 
     /// Only this waiter's one attempt was made; the others make their own (so
     /// others may be due at once). It listens on its own channel.
     fn busy(&mut self, answer: BusyAnswer<'_>, queue: &mut WaiterQueue, _c: &Config) -> OnBusy {
-        let gone = queue.fail_try_once(|w| w.req.id == answer.waiter, None);
+        let gone = queue.fail_try_once(|w| w.want.req.id == answer.waiter, None);
         self.leave(gone, queue);
         let listening = queue.find(answer.waiter).is_some();
         if answer.placed && !listening {
@@ -168,25 +169,26 @@ impl Policy for Fair {
     /// Messages may have been lost: every waiter tries again (one of them may
     /// be at the head of a free lock).
     fn resync(&mut self, queue: &mut WaiterQueue) {
-        queue.iter_mut().for_each(|w| w.try_now = true);
+        queue.iter_mut().for_each(|w| w.want.try_now = true);
     }
 
     /// Waiters may have missed their message: each tries again.
     fn restarting(&mut self, queue: &mut WaiterQueue) {
         self.places.reset();
-        queue.iter_mut().for_each(|w| w.try_now = true);
+        queue.iter_mut().for_each(|w| w.want.try_now = true);
     }
 
     /// The first of ours in the Redis queue asks again (the others are told by
     /// message when their turn comes).
     fn timer_fired(&mut self, queue: &mut WaiterQueue) {
-        if let Some(w) = queue.iter_mut().find(|w| w.queued) {
-            w.try_now = true;
+        if let Some(w) = queue.iter_mut().find(|w| w.want.queued) {
+            w.want.try_now = true;
         }
     }
 
     fn needs(&self, channel: &str, name: &str, queue: &WaiterQueue, _holding: bool) -> bool {
-        field_of(channel, name).is_some_and(|field| queue.iter().any(|w| &*w.req.field == field))
+        field_of(channel, name)
+            .is_some_and(|field| queue.iter().any(|w| &*w.want.req.field == field))
     }
 
     fn left(&mut self, gone: Gone, queue: &WaiterQueue) {
@@ -198,7 +200,7 @@ impl Policy for Fair {
     fn tick_every(&self, queue: &WaiterQueue, config: &Config) -> Option<Duration> {
         queue
             .iter()
-            .any(|w| w.queued)
+            .any(|w| w.want.queued)
             .then(|| config.fair_refresh_every())
     }
 
@@ -206,9 +208,9 @@ impl Policy for Fair {
     /// which (if any) is at the head of a free lock.
     fn tick(&mut self, queue: &WaiterQueue, name: &Arc<str>, shared: &Shared) -> Option<Chore> {
         let mut fields: Vec<Arc<str>> = Vec::new();
-        for w in queue.iter().filter(|w| w.queued) {
-            if !fields.contains(&w.req.field) {
-                fields.push(w.req.field.clone());
+        for w in queue.iter().filter(|w| w.want.queued) {
+            if !fields.contains(&w.want.req.field) {
+                fields.push(w.want.req.field.clone());
             }
         }
         if !self.places.start_refresh(&fields) {
@@ -222,7 +224,7 @@ impl Policy for Fair {
     /// The call that takes the leaving fields out of the Redis queue, if any.
     fn chore(&mut self, queue: &WaiterQueue, name: &Arc<str>, shared: &Shared) -> Option<Chore> {
         let leaving = std::mem::take(&mut self.leaving).into_vec();
-        let still: Vec<Arc<str>> = queue.iter().map(|w| w.req.field.clone()).collect();
+        let still: Vec<Arc<str>> = queue.iter().map(|w| w.want.req.field.clone()).collect();
         let leaving = self.places.start_leave(leaving, &still)?;
         let call = FairPlaceCalls { name, shared }.leave_call(leaving);
         let work = async move { Box::new(Done::Left(call.await)) as Box<dyn Any> };
@@ -301,8 +303,8 @@ fn field_of<'c>(channel: &'c str, name: &str) -> Option<&'c str> {
 /// The waiters with this owner field try at the next pump.
 fn mark_due(queue: &mut WaiterQueue, field: &str) {
     for w in queue.iter_mut() {
-        if &*w.req.field == field {
-            w.try_now = true;
+        if &*w.want.req.field == field {
+            w.want.try_now = true;
         }
     }
 }

@@ -14,14 +14,14 @@ use super::rw::ReadWrite;
 use super::spin::Spin;
 use super::*;
 use crate::actors::lock::holding::Holdings;
-use crate::actors::lock::waiters::{Request, Waiter, WaiterQueue};
+use crate::actors::lock::waiters::{self, Request, Waiter, WaiterQueue};
 use crate::keys::{self, Owner};
 
 /// A waiter of `owner` with field `field`; `wait` as `Acquire::wait` says
 /// (`Some(ZERO)`: one try).
 fn waiter(id: u64, owner: Owner, field: &str, wait: Option<Duration>) -> Waiter {
     let (reply, _) = oneshot::channel();
-    Waiter::new(Request {
+    let req = Request {
         id,
         kind: AcquireKind::Exclusive,
         owner,
@@ -33,10 +33,10 @@ fn waiter(id: u64, owner: Owner, field: &str, wait: Option<Duration>) -> Waiter 
         wait,
         since: Instant::now(),
         on_lost: None,
-        reply,
         span: tracing::Span::none(),
         candidate: false,
-    })
+    };
+    waiters::waiter(req, reply)
 }
 
 /// A queue of the given waiters, in order.
