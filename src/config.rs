@@ -230,7 +230,7 @@ impl Config {
     /// guard's release: [`SemaphoreGuard`](crate::SemaphoreGuard),
     /// [`PermitGuard`](crate::PermitGuard); and
     /// [`LatchHandle::count_down`](crate::LatchHandle::count_down), which answers
-    /// [`LockError::InFlight`](crate::LockError::InFlight) at it) keeps its caller
+    /// [`LockError::InFlight`] at it) keeps its caller
     /// waiting for the answer (a request path must stay bounded while Redis is
     /// frozen or a failover runs): past it, the call answers
     /// [`ReleaseOutcome::Pending`](crate::ReleaseOutcome::Pending) and the release
