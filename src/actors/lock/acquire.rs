@@ -41,7 +41,7 @@ impl LockActor {
         if self.wait.attempts.has_unresolved() {
             // First find out what the lost attempt did. In-flight releases of the
             // same owner would blur the count, so wait for them (they pump again).
-            if self.held.releases.none() {
+            if self.releases.none() {
                 self.resolve(ctx);
             }
             self.reconcile(ctx);
@@ -236,7 +236,7 @@ impl LockActor {
             // A grant too few replicas confirmed is real on the master: give
             // it back now rather than at the next attempt, so that nothing
             // holds it while the caller is told it was not granted.
-            let undo_now = replica_shortfall(&e).is_some() && self.held.releases.none();
+            let undo_now = replica_shortfall(&e).is_some() && self.releases.none();
             self.schedule(Some(delay), ctx);
             if undo_now {
                 self.resolve(ctx);

@@ -37,7 +37,7 @@ impl LockActor {
         giveback: &Giveback,
     ) -> Option<ResponseActFuture<Self, Result<ReleaseOutcome, LockError>>> {
         // An attempt, a check or another release in flight would race with it.
-        if !self.wait.attempts.is_quiet() || !self.held.releases.none() {
+        if !self.wait.attempts.is_quiet() || !self.releases.none() {
             return None;
         }
         let holder = self.held.holdings.get(epoch)?.owner;
@@ -49,7 +49,7 @@ impl LockActor {
             return None;
         };
         let (attempt, to) = self.start_attempt(head.want.req.id)?;
-        self.held.releases.start();
+        self.releases.start();
         let sent = Instant::now();
         let fut = transfer(
             self.kind.scripts(),
@@ -74,7 +74,7 @@ impl LockActor {
         (res, refused): Handing,
         ctx: &mut Context<Self>,
     ) -> Result<ReleaseOutcome, LockError> {
-        self.held.releases.done();
+        self.releases.done();
         if let Some(e) = &refused {
             warn!(lock = %self.name, error = %e, "cannot hand the lock over in one call; releasing instead");
             self.kind.handed(Handed::Refused);

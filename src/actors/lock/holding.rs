@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{debug, warn};
 
-use super::release::Releases;
 use super::LockActor;
 use crate::actors::listen::Alarm;
 use crate::actors::renewer::{Lapsed, Watched};
@@ -217,16 +216,15 @@ impl LostHoldings {
     }
 }
 
-/// The holding side of a lock actor: the holds of this process and the
-/// releases of them in flight.
+/// The holding side of a lock actor: the holds of this process, kept or
+/// lost. (The releases in flight are the actor's own part, `release.rs`:
+/// the release path reads the kinds, which read the holdings.)
 #[derive(Default)]
 pub(super) struct Held {
     /// The local owners holding the lock.
     pub(super) holdings: Holdings,
     /// Lost holdings whose guards are still alive.
     pub(super) lost: LostHoldings,
-    /// Release scripts in flight.
-    pub(super) releases: Releases,
 }
 
 impl Held {

@@ -160,7 +160,7 @@ impl Supervised for LockActor {
         self.kind.restarting(&mut self.wait.queue);
         // Their callers got a mailbox error; a hold they may have left behind is
         // found by the next release (StillHeld with no guard) or expires unrenewed.
-        self.held.releases = Releases::default();
+        self.releases = Releases::default();
         self.timers.forget();
         if let Some(w) = &mut self.wait.waiting {
             w.forget();

@@ -55,6 +55,7 @@ use attempts::Attempts;
 use holding::Held;
 use kinds::{Chore, Heard, KindState};
 use life::Life;
+use release::Releases;
 use timers::Timers;
 use waiters::Gone;
 use waiters::Waiter;
@@ -122,6 +123,8 @@ pub(crate) struct LockActor {
     wait: Wait,
     /// The holding side: who holds, what was lost, what is being given back.
     held: Held,
+    /// Release scripts in flight (`release.rs`).
+    releases: Releases,
     /// The wake, expiry and idle timers, and the kind's periodic one (`timers.rs`).
     timers: Timers,
     /// The manager, the idle handshake's count and the restart flags (`life.rs`).
@@ -162,6 +165,7 @@ impl LockActor {
             shared,
             wait: Wait::default(),
             held: Held::default(),
+            releases: Releases::default(),
             timers: Timers::default(),
             life: Life::new(manager),
         }
@@ -209,7 +213,7 @@ impl LockActor {
             && self.held.holdings.is_empty()
             && self.held.lost.is_empty()
             && self.wait.attempts.is_quiet()
-            && self.held.releases.none()
+            && self.releases.none()
             && !self.kind.busy_with_chores()
             && self.wait.subs.is_empty()
             && self.wait.detector.is_none()
@@ -306,7 +310,7 @@ impl Handler<IsQuiet> for LockActor {
     type Result = bool;
 
     fn handle(&mut self, _msg: IsQuiet, _ctx: &mut Context<Self>) -> bool {
-        self.wait.attempts.is_quiet() && self.held.releases.none()
+        self.wait.attempts.is_quiet() && self.releases.none()
     }
 }
 

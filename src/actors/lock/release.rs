@@ -96,7 +96,7 @@ impl LockActor {
                 return handover;
             }
         }
-        self.held.releases.start();
+        self.releases.start();
         let (scripts, shared) = (self.kind.scripts(), self.shared.clone());
         // Only the last hold's release may outlive its latch: see `with_latch`.
         let until = last.then_some(lease_end);
@@ -110,7 +110,7 @@ impl LockActor {
             )
         });
         Box::pin(fut.into_actor(self).map(move |(res, late), act, ctx| {
-            act.held.releases.done();
+            act.releases.done();
             let res = match res {
                 // A retry past the latch's lifetime no longer learns what an
                 // earlier attempt did. Finding the owner gone then means that

@@ -47,7 +47,7 @@ impl Handler<ShutDown> for LockActor {
         let name = self.name.clone();
         let count = givebacks.len();
         for _ in 0..count {
-            self.held.releases.start();
+            self.releases.start();
         }
         let all = join_all(givebacks.into_iter().map(|(giveback, guards, until)| {
             let (shared, name) = (shared.clone(), name.clone());
@@ -55,7 +55,7 @@ impl Handler<ShutDown> for LockActor {
         }));
         Box::pin(all.into_actor(self).map(move |released, act, ctx| {
             for _ in 0..count {
-                act.held.releases.done();
+                act.releases.done();
             }
             act.reconcile(ctx);
             released.into_iter().filter(|r| *r).count()
