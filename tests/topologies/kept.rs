@@ -13,7 +13,11 @@ use support::{RedisServer, Sentinel, MASTER_NAME};
 
 /// Waits until Sentinel `url` names the server on `port` as the master;
 /// answers how long after `since` that was.
-fn promoted(url: String, port: u16, since: Instant) -> std::thread::JoinHandle<Option<Duration>> {
+pub(crate) fn promoted(
+    url: String,
+    port: u16,
+    since: Instant,
+) -> std::thread::JoinHandle<Option<Duration>> {
     std::thread::spawn(move || {
         let client = redis::Client::open(url).expect("url");
         while since.elapsed() < Duration::from_secs(30) {

@@ -428,27 +428,7 @@ async fn a_release_caught_by_a_failover_is_retried_on_the_new_master() {
     master.kill();
     let killed = Instant::now();
     std::fs::write(&go, b"").expect("tell the child to end");
-    let promoted = std::thread::spawn({
-        let (sentinel, port) = (sentinels[0].url(), replica.port());
-        move || {
-            let client = redis::Client::open(sentinel).expect("url");
-            while killed.elapsed() < Duration::from_secs(30) {
-                let named: Option<(String, u16)> =
-                    client.get_connection().ok().and_then(|mut c| {
-                        redis::cmd("SENTINEL")
-                            .arg("get-master-addr-by-name")
-                            .arg(MASTER_NAME)
-                            .query(&mut c)
-                            .ok()
-                    });
-                if named.is_some_and(|(_, p)| p == port) {
-                    return Some(killed.elapsed());
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            None
-        }
-    });
+    let promoted = crate::kept::promoted(sentinels[0].url(), replica.port(), killed);
 
     let out = tokio::time::timeout(Duration::from_secs(40), holder.wait_with_output())
         .await

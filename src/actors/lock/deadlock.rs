@@ -323,14 +323,10 @@ impl LockActor {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use tokio::sync::oneshot;
 
     use super::*;
-    use crate::actors::lock::waiters::{waiter, Request, Waiter};
-    use crate::keys::Owner;
-    use crate::kind::AcquireKind;
+    use crate::actors::lock::waiters::{test_request, waiter, Request, Waiter};
 
     /// Waiter `id` of field `field`, arrived `ago`, waiting `wait`, on behalf
     /// of `behalf` too; its answer channel is kept open by the caller.
@@ -346,19 +342,10 @@ mod tests {
     ) {
         let (reply, rx) = oneshot::channel();
         let req = Request {
-            id,
-            kind: AcquireKind::Exclusive,
-            owner: Owner::default(),
-            new_owner: false,
-            reentrant: true,
-            field: Arc::from(field),
             behalf: behalf.iter().map(|b| b.to_string()).collect(),
-            lease: None,
             wait,
             since: Instant::now() - ago,
-            on_lost: None,
-            span: tracing::Span::none(),
-            candidate: false,
+            ..test_request(id, field)
         };
         (waiter(req, reply), rx)
     }

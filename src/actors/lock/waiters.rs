@@ -399,29 +399,35 @@ impl Waits for LockActor {
     }
 }
 
+/// A test's request: an exclusive, reentrant wait for ever by a fresh owner
+/// under `field`, arrived now; a test changes what it needs.
+#[cfg(test)]
+pub(crate) fn test_request(id: u64, field: &str) -> Request {
+    Request {
+        id,
+        kind: AcquireKind::Exclusive,
+        owner: crate::keys::Owner::default(),
+        new_owner: false,
+        reentrant: true,
+        field: Arc::from(field),
+        behalf: Vec::new(),
+        lease: None,
+        wait: None,
+        since: Instant::now(),
+        on_lost: None,
+        span: Span::none(),
+        candidate: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keys::Owner;
 
     /// A waiter `id` that waits for ever, answered on a channel nobody reads.
     fn waiting(id: u64) -> Waiter {
         let (reply, _) = oneshot::channel();
-        let req = Request {
-            id,
-            kind: AcquireKind::Exclusive,
-            owner: Owner::default(),
-            new_owner: false,
-            reentrant: true,
-            field: Arc::from("client:1"),
-            behalf: Vec::new(),
-            lease: None,
-            wait: None,
-            since: Instant::now(),
-            on_lost: None,
-            span: Span::none(),
-            candidate: false,
-        };
+        let req = test_request(id, "client:1");
         waiter(req, reply)
     }
 

@@ -22,19 +22,9 @@ use crate::keys::{self, Owner};
 fn waiter(id: u64, owner: Owner, field: &str, wait: Option<Duration>) -> Waiter {
     let (reply, _) = oneshot::channel();
     let req = Request {
-        id,
-        kind: AcquireKind::Exclusive,
         owner,
-        new_owner: false,
-        reentrant: true,
-        field: Arc::from(field),
-        behalf: Vec::new(),
-        lease: None,
         wait,
-        since: Instant::now(),
-        on_lost: None,
-        span: tracing::Span::none(),
-        candidate: false,
+        ..waiters::test_request(id, field)
     };
     waiters::waiter(req, reply)
 }
