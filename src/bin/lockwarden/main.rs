@@ -40,6 +40,7 @@ mod cli_help;
 mod cli_ops;
 mod cli_run;
 mod cli_sync;
+mod counters;
 mod duration;
 mod hold;
 mod inspect;
@@ -52,6 +53,7 @@ mod sync;
 mod top;
 mod unlock;
 mod waits;
+mod watch;
 
 use std::io::Write;
 
@@ -137,8 +139,8 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         }
         Command::List(args) => inspect::list(&session, args).await,
         Command::Top(args) => top::top(&session, args).await,
-        Command::Latch(args) => sync::latch(&session, args).await,
-        Command::Semaphore(args) => sync::semaphore(&session, args).await,
+        Command::Latch(args) => counters::latch(&session, args).await,
+        Command::Semaphore(args) => counters::semaphore(&session, args).await,
     }
 }
 

@@ -24,7 +24,7 @@
 //! (`redlock.rs` takes it); it is lost when fewer than a majority still hold it,
 //! and the command sees every granting server's token instead of one.
 //!
-//! While the command runs, Redis is asked about the lock once a second through the
+//! While the command runs, Redis is asked about the lock once a second (`watch.rs`) through the
 //! manager's connection (each server's, with `--redlock`). A lock is lost only when its lease runs out without a
 //! renewal, possibly after the command has ended, so an outage is said on stderr
 //! when it is first seen (and again when Redis answers), not only at the end.
@@ -34,9 +34,8 @@ use std::io::{ErrorKind, IsTerminal};
 use std::time::Duration;
 
 use actix::Addr;
-use futures::future::join_all;
 use futures::FutureExt;
-use lockwarden::{Inspect, LockError, LockGuard, LockManager, LostReason, PermitGuard, RedGuard};
+use lockwarden::{LockError, LockGuard, LockManager, LostReason, PermitGuard, RedGuard};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use tokio::time::Instant;
@@ -52,12 +51,7 @@ use crate::outcome::release_budget;
 use crate::outcome::{self, child_code, note, signal_code, Failure};
 use crate::redlock::{self, RedWaited};
 use crate::session::Session;
-
-/// How often Redis is asked about the lock while the command runs, so that an
-/// outage is reported when it starts.
-const PROBE_EVERY: Duration = Duration::from_secs(1);
-/// How long a probe may take before Redis counts as not answering.
-const PROBE_BUDGET: Duration = Duration::from_secs(1);
+use crate::watch::Watch;
 
 /// Where signals for the command go.
 #[derive(Clone, Copy, Debug)]
@@ -221,54 +215,6 @@ async fn run_redlock(session: &Session, args: RunArgs) -> Result<i32, Failure> {
     };
     let held = Held::Red(guard, places, managers);
     Ok(supervise(held, &args, &mut signals, &watch).await)
-}
-
-/// What `run` needs to keep an eye on Redis while the command runs.
-#[derive(Debug)]
-struct Watch<'a> {
-    /// The managers holding the lock: one, or a RedLock's.
-    managers: Vec<Addr<LockManager>>,
-    /// How many of them must answer for Redis to count as answering.
-    quorum: usize,
-    /// The Redis URL, password hidden, for messages.
-    shown_url: &'a str,
-    /// The lease the lock is held with (explicit, or the watchdog's).
-    lease: Duration,
-}
-
-impl Watch<'_> {
-    /// Waits [`PROBE_EVERY`], then asks Redis about the lock through each manager's
-    /// connection (the one renewals use); answers why not, if fewer than `quorum`
-    /// answered within [`PROBE_BUDGET`].
-    async fn probe(&self, name: &str) -> Result<(), String> {
-        actix_rt::time::sleep(PROBE_EVERY).await;
-        let asked = self.managers.iter().map(|m| async move {
-            match tokio::time::timeout(PROBE_BUDGET, m.send(Inspect::new(name))).await {
-                Ok(Ok(Ok(_))) => Ok(()),
-                Ok(Ok(Err(e))) => Err(e.to_string()),
-                Ok(Err(_)) => Err("the lock manager stopped".to_string()),
-                Err(_) => Err(format!("no answer within {}", human(PROBE_BUDGET))),
-            }
-        });
-        let answers = join_all(asked).await;
-        let answered = answers.iter().filter(|a| a.is_ok()).count();
-        if answered >= self.quorum {
-            return Ok(());
-        }
-        let why = answers
-            .into_iter()
-            .find_map(Result::err)
-            .unwrap_or_default();
-        if self.managers.len() == 1 {
-            Err(why)
-        } else {
-            Err(format!(
-                "{answered} of {} servers answered, {} needed; {why}",
-                self.managers.len(),
-                self.quorum
-            ))
-        }
-    }
 }
 
 /// `run --json`: the last line on stdout, after whatever the command printed:
