@@ -16,5 +16,6 @@ mod on_cluster;
 mod replica_faults;
 mod replicas;
 mod sentinel;
+mod sentinel_failover;
 mod sentinel_tls;
 mod unconfirmed;

@@ -183,10 +183,19 @@ impl Follower {
     }
 
     /// Whether the Sentinels name the master in use as theirs with no failover
-    /// under way: `Some(true)` if every Sentinel that answered does, `Some(false)`
-    /// if one names another master or is failing over (or down-flags it), `None`
-    /// if none answered. Asked when the master lost replicas
-    /// (`node/replicas/`), to tell a replica's trouble from a demotion.
+    /// under way: `Some(true)` if every Sentinel that answered with the newest
+    /// configuration does, `Some(false)` if one of those names another master
+    /// or is failing over (or down-flags it), `None` if none answered. Asked
+    /// when the master lost replicas (`node/replicas/`), to tell a replica's
+    /// trouble from a demotion.
+    ///
+    /// Only the answers of the newest `config-epoch` count: a failover raises
+    /// the epoch, so a Sentinel still on an older one missed it (it was cut
+    /// off, or started while the old master was already down and never met the
+    /// others). It names the old master, down-flagged, for as long as it stays
+    /// behind; heeding it would keep the new master in doubt for good, every
+    /// lock change refused. A Sentinel that has seen the failover starts, or a
+    /// newer one, always has the newest epoch, so it is never outvoted.
     pub(in crate::node) async fn still_master(&self) -> Option<bool> {
         let address = self.address();
         let asks = self.sentinel_clients.iter().map(|client| {
@@ -215,10 +224,15 @@ impl Follower {
             .into_iter()
             .flatten()
             .collect();
-        if answers.is_empty() {
-            return None;
-        }
-        Some(answers.iter().all(|fields| {
+        let epoch = |fields: &std::collections::HashMap<String, String>| {
+            let epoch = fields
+                .get("config-epoch")
+                .and_then(|e| e.parse::<u64>().ok());
+            epoch.unwrap_or(0)
+        };
+        let newest = answers.iter().map(epoch).max()?;
+        let mut current = answers.iter().filter(|fields| epoch(fields) == newest);
+        Some(current.all(|fields| {
             let named = format!(
                 "{}:{}",
                 fields.get("ip").map_or("", String::as_str),
