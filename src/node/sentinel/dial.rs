@@ -45,19 +45,14 @@ impl Follower {
     /// lane whose connection does not answer a PING is looked at: a frozen
     /// master answers no connection, but if a fresh one answers, the lane's
     /// lost a call's bytes and pairs each reply with the request before it for
-    /// good (`node/standalone.rs` says more), so it is replaced.
+    /// good (`node/standalone.rs` says more), so it is replaced. A lane whose
+    /// call waits in a `WAIT` answers its PING only once the `WAIT` ends, so
+    /// it gets that long again before it counts as silent: replacing it would
+    /// abort a call that was only waiting for replicas.
     pub(super) async fn replace_silent(&self, master: Client) -> RedisResult<bool> {
-        let lanes = self.lanes();
-        let pings = (0..lanes).map(|lane| {
-            let mut conn = self.conn(lane);
-            async move {
-                let ping = redis::cmd("PING");
-                let ping = ping.query_async::<String>(&mut conn);
-                matches!(tokio::time::timeout(LOOKUP_PAUSE, ping).await, Ok(Ok(_)))
-            }
-        });
-        let answered = futures::future::join_all(pings).await;
-        let silent: Vec<usize> = (0..lanes).filter(|&lane| !answered[lane]).collect();
+        let silent = self
+            .unanswered((0..self.lanes()).collect(), LOOKUP_PAUSE)
+            .await;
         if silent.is_empty() {
             return Ok(true);
         }
@@ -68,9 +63,14 @@ impl Follower {
             Ok::<_, RedisError>(fresh)
         });
         let fresh = futures::future::try_join_all(fresh);
-        let Ok(Ok(fresh)) = tokio::time::timeout(LOOKUP_PAUSE, fresh).await else {
+        let Ok(Ok(mut fresh)) = tokio::time::timeout(LOOKUP_PAUSE, fresh).await else {
             return Ok(false);
         };
+        let silent = self.unanswered(silent, self.waits_up_to).await;
+        fresh.truncate(silent.len());
+        if silent.is_empty() {
+            return Ok(true);
+        }
         self.generation.fetch_add(1, Ordering::AcqRel);
         {
             let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
@@ -83,6 +83,25 @@ impl Follower {
         self.moved.notify_waiters();
         debug!(master = %master.get_connection_info().addr(), lanes = ?silent, "the master's connection stopped answering while a new one answers: replaced");
         Ok(true)
+    }
+
+    /// The lanes of `lanes` whose connection does not answer a PING within
+    /// `budget`.
+    async fn unanswered(&self, lanes: Vec<usize>, budget: std::time::Duration) -> Vec<usize> {
+        let pings = lanes.iter().map(|&lane| {
+            let mut conn = self.conn(lane);
+            async move {
+                let ping = redis::cmd("PING");
+                let ping = ping.query_async::<String>(&mut conn);
+                matches!(tokio::time::timeout(budget, ping).await, Ok(Ok(_)))
+            }
+        });
+        let answered = futures::future::join_all(pings).await;
+        let silent = lanes
+            .into_iter()
+            .zip(answered)
+            .filter(|(_, answered)| !answered);
+        silent.map(|(lane, _)| lane).collect()
     }
 }
 

@@ -82,6 +82,9 @@ pub(crate) struct Follower {
     moved: Arc<tokio::sync::Notify>,
     /// How the connections are made.
     settings: ConnectionManagerConfig,
+    /// The longest a lock change's `WAIT` holds its lane: a lane that answers
+    /// no PING for that long (beyond the usual pause) is silent.
+    waits_up_to: std::time::Duration,
     /// The master's name and a client per Sentinel, for the listeners.
     name: String,
     sentinel_clients: Vec<Client>,
@@ -125,6 +128,9 @@ impl Follower {
             generation: Arc::default(),
             moved: Arc::new(tokio::sync::Notify::new()),
             settings,
+            waits_up_to: config
+                .replica_sync()
+                .map_or(std::time::Duration::ZERO, |sync| sync.timeout),
             name: config
                 .sentinel
                 .as_ref()
