@@ -58,6 +58,7 @@ pub(crate) trait Calls: Policy + Unpin + 'static {
     fn grant(
         act: &mut SyncActor<Self>,
         want: &Self::Want,
+        won: Option<Self::Won>,
         sent: Instant,
         ctx: &mut Context<SyncActor<Self>>,
     ) -> Self::Grant;
@@ -178,8 +179,9 @@ impl<P: Calls> SyncActor<P> {
 
     /// Makes a taken waiter's grant and answers it; a grant whose caller
     /// left is dropped here (the engine undoes the take).
-    fn grant(&mut self, taken: Taken<P>, ctx: &mut Context<Self>) {
-        let grant = P::grant(self, &taken.waiter.want.want, taken.sent, ctx);
+    fn grant(&mut self, mut taken: Taken<P>, ctx: &mut Context<Self>) {
+        let won = taken.won.take();
+        let grant = P::grant(self, &taken.waiter.want.want, won, taken.sent, ctx);
         if let Err(grant) = self.engine.deliver(taken, grant) {
             P::ungrant(self, grant, ctx);
         }

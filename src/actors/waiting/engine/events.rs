@@ -66,6 +66,9 @@ pub(crate) struct Taken<P: Policy> {
     pub(crate) waiter: Waiter<P>,
     /// When the attempt that took was sent (a lease counts from then).
     pub(crate) sent: Instant,
+    /// What its own answer gave it (`None`: its wait ended without one, a
+    /// latch opened for everyone).
+    pub(crate) won: Option<P::Won>,
 }
 
 /// What happens to the engine.
