@@ -54,6 +54,16 @@ pub(crate) trait Calls: Policy + Unpin + 'static {
         Box::pin(futures::future::ready(Ok(Undone::Cancelled)))
     }
 
+    /// Finds out what a lost attempt for `want` did and gives back a take
+    /// that no grant accounts for. Only asked of a policy that
+    /// [`Policy::checks_lost`]; the others have nothing to check.
+    fn check(
+        _act: &mut SyncActor<Self>,
+        _want: &Self::Want,
+    ) -> LocalBoxFuture<'static, redis::RedisResult<()>> {
+        Box::pin(futures::future::ready(Ok(())))
+    }
+
     /// Makes the grant of a waiter whose take (sent at `sent`) succeeded.
     fn grant(
         act: &mut SyncActor<Self>,
@@ -139,6 +149,11 @@ impl<P: Calls> SyncActor<P> {
             Effect::Grant(taken) => self.grant(taken, ctx),
             Effect::Undo { op, want } => self.undo(op, want, ctx),
             Effect::Leave(ids) => P::leave(self, ids, ctx),
+            Effect::Check { want } => {
+                let check = P::check(self, &want);
+                let done = check.into_actor(self);
+                ctx.spawn(done.map(|done, act, ctx| act.run(Event::Checked(done), ctx)));
+            }
             Effect::Subscribe(name) => {
                 let subscriber = self.shared.subscriber.clone();
                 listen::subscribe(self, &name, &subscriber, ctx);

@@ -95,7 +95,12 @@ impl<P: Policy> Engine<P> {
                 self.short(asked, retry_in, missing);
             }
             Err(e) => {
-                w.want.lost = true;
+                if self.policy.checks_lost() {
+                    let want = w.want.want.clone();
+                    self.lost(want, &e);
+                } else {
+                    w.want.lost = true;
+                }
                 self.failed(asked, e);
             }
         }

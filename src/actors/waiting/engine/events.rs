@@ -100,6 +100,9 @@ pub(crate) enum Event<P: Policy> {
     Look,
     /// A refresh of the Redis queue said where each place stands.
     Places(Vec<(Arc<str>, Place)>),
+    /// The check of a lost attempt ([`Effect::Check`]) is done (`Err`: it
+    /// could not tell yet).
+    Checked(redis::RedisResult<()>),
     /// Nobody waited for the idle timeout.
     IdleOver,
     /// The manager shuts down.
@@ -118,6 +121,9 @@ pub(crate) enum Effect<P: Policy> {
     Undo { op: Arc<str>, want: P::Want },
     /// Take these places out of the Redis queue.
     Leave(Vec<Arc<str>>),
+    /// Find out what a lost attempt for `want` did and give back a take no
+    /// grant accounts for; then [`Event::Checked`]. Nobody asks meanwhile.
+    Check { want: P::Want },
     /// Subscribe to this channel; then [`Event::Subscribed`].
     Subscribe(String),
     /// Tell the subscriber this channel is not wanted here any more.

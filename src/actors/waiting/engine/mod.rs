@@ -24,9 +24,12 @@
 //!   deadline, a caller gone, a refusal, a shutdown) undoes its take, and so
 //!   does a grant that finds its caller gone ([`Effect::Undo`]);
 //! - leavers are swept and deadlines answered even while an attempt is out,
-//!   and the timer is armed for the next deadline while it is.
+//!   and the timer is armed for the next deadline while it is;
+//! - for a policy whose scripts remember no op id (the lock), an attempt whose
+//!   answer is lost is checked before anyone asks again (`check.rs`).
 
 mod answers;
+mod check;
 mod events;
 mod policy;
 #[cfg(test)]
@@ -55,6 +58,8 @@ pub(crate) struct Engine<P: Policy> {
     /// The settings: the fallback interval and the backoff.
     config: Arc<Config>,
     effects: Vec<Effect<P>>,
+    /// A lost attempt to check before the next one (`check.rs`).
+    check: check::Check<P::Want>,
 }
 
 impl<P: Policy> Engine<P> {
@@ -67,6 +72,7 @@ impl<P: Policy> Engine<P> {
             channels: Vec::new(),
             config,
             effects: Vec::new(),
+            check: check::Check::Clear,
         }
     }
 
@@ -131,6 +137,7 @@ impl<P: Policy> Engine<P> {
                 self.policy.placed(stands, &mut self.waiters);
                 self.pump();
             }
+            Event::Checked(done) => self.checked(done),
             Event::IdleOver => {
                 if self.waiters.is_empty() {
                     self.unsubscribe_all();
@@ -202,7 +209,7 @@ impl<P: Policy> Engine<P> {
         // Leavers are answered even while an attempt is out: a caller hears
         // its deadline on time, and an asking leaver's take is undone at once.
         self.sweep();
-        if !self.attempt.wake() || self.waiters.is_empty() {
+        if !self.attempt.wake() || self.checking() || self.waiters.is_empty() {
             return;
         }
         let id = match self.policy.next(&self.waiters, Instant::now()) {
@@ -341,7 +348,7 @@ impl<P: Policy> Engine<P> {
     /// Nobody waits and nothing is out: no timer, and the subscription ends
     /// now or after a while.
     fn tidy(&mut self) {
-        if !self.waiters.is_empty() || self.attempt.in_flight() {
+        if !self.waiters.is_empty() || self.attempt.in_flight() || self.check_pending() {
             return;
         }
         self.effects.push(Effect::Disarm);

@@ -162,6 +162,15 @@ pub(crate) trait Policy: Sized {
         false
     }
 
+    /// Whether an attempt whose answer is lost is checked by the runner
+    /// before anyone asks again (`engine/check.rs`), rather than sent again
+    /// under its op id: for a synchronizer whose scripts remember no op id
+    /// (the lock). Its waiters are then never marked `lost`: the check gives
+    /// back what the attempt took, once.
+    fn checks_lost(&self) -> bool {
+        false
+    }
+
     /// Reads Redis's answer to an attempt.
     fn classify(&self, reply: Self::Reply) -> Found<Self::Won>;
 

@@ -13,6 +13,8 @@ use crate::actors::semaphore::{Fair, Grant, Plain, Takes};
 use crate::keys;
 use crate::wire::SemTake;
 
+mod lock_rules;
+
 type Answer<G> = oneshot::Receiver<Result<G, LockError>>;
 
 /// A quick configuration (nothing connects).
@@ -380,123 +382,4 @@ fn a_latch_reads_once_for_everyone() {
         fx.iter().filter(|f| matches!(f, Effect::Grant(_))).count(),
         1
     );
-}
-
-/// A policy of the shape the lock has: it decides who asks from more than the
-/// queue (a holder here keeps the queue out, a yield holds everyone back), and
-/// a take gives its waiter a token. `Some(token)`: taken; `None`: busy.
-#[derive(Debug, Default)]
-struct Picky {
-    /// What `next` answers while set; the head otherwise.
-    pick: Option<Pick>,
-}
-
-impl Policy for Picky {
-    type Want = ();
-    type Grant = u64;
-    type Won = u64;
-    type Reply = Option<u64>;
-    const LABEL: &'static str = "picky";
-
-    fn name(&self) -> &str {
-        "picky"
-    }
-
-    fn wants(&self, _want: &()) -> u64 {
-        1
-    }
-
-    fn next(&mut self, waiters: &Waiters<Self>, _now: Instant) -> Pick {
-        let head = waiters.front().map_or(Pick::Nobody, |w| Pick::Waiter(w.id));
-        self.pick.unwrap_or(head)
-    }
-
-    fn channel(&self, _w: &Waiter<Self>) -> Option<String> {
-        None
-    }
-
-    fn classify(&self, reply: Option<u64>) -> Found<u64> {
-        match reply {
-            Some(token) => Found::Taken {
-                left: 0,
-                won: token,
-            },
-            None => Found::Short {
-                retry_in: None,
-                missing: false,
-            },
-        }
-    }
-}
-
-/// A `Picky` waiter arrives; answers where its answer comes and the effects.
-fn arrive(e: &mut Engine<Picky>, wait: Option<Duration>) -> (Answer<u64>, Vec<Effect<Picky>>) {
-    let (reply, answer) = oneshot::channel();
-    (
-        answer,
-        e.handle(Event::Arrive {
-            want: (),
-            wait,
-            reply,
-        }),
-    )
-}
-
-/// While the policy holds back, nobody asks and the timer rings when the
-/// hold ends; then the head asks.
-#[test]
-fn a_hold_back_asks_nobody_and_rings_when_it_ends() {
-    let mut e = engine(Picky::default());
-    let hold = Duration::from_millis(300);
-    e.policy.pick = Some(Pick::HoldBack(hold));
-    let (_a, fx) = arrive(&mut e, None);
-    assert!(asks(&fx).is_empty(), "nobody asks while it holds back");
-    let armed = fx.iter().filter_map(|f| match f {
-        Effect::Arm(d) => Some(*d),
-        _ => None,
-    });
-    assert_eq!(
-        armed.min(),
-        Some(hold),
-        "the timer rings when the hold ends"
-    );
-    e.policy.pick = None;
-    let fx = e.handle(Event::Timer);
-    assert_eq!(asks(&fx).len(), 1, "the head asks once the hold is over");
-}
-
-/// When nobody can win (a holder here keeps the queue out), a waiter that
-/// tries once is answered "no" at once, without asking Redis; one that waits
-/// stays, and asks once the way is clear.
-#[tokio::test]
-async fn a_blocked_queue_answers_a_try_at_once_and_keeps_the_waiters() {
-    let mut e = engine(Picky::default());
-    e.policy.pick = Some(Pick::Blocked);
-    let (once, fx) = arrive(&mut e, Some(Duration::ZERO));
-    assert!(asks(&fx).is_empty());
-    assert!(matches!(once.await, Ok(Err(LockError::Timeout { .. }))));
-    let (_waits, fx) = arrive(&mut e, None);
-    assert!(asks(&fx).is_empty(), "nobody asks while blocked");
-    assert_eq!(e.waiters().count(), 1, "the waiter that waits stays");
-    e.policy.pick = None;
-    let fx = e.handle(Event::Wake);
-    assert_eq!(asks(&fx).len(), 1, "it asks once the way is clear");
-}
-
-/// What a take won (a lock's fencing token) reaches the runner with the
-/// waiter, which makes its grant of it.
-#[tokio::test]
-async fn a_grant_carries_what_the_take_won() {
-    let mut e = engine(Picky::default());
-    let (a, fx) = arrive(&mut e, None);
-    let (id, _) = asks(&fx).pop().expect("the head asks at once");
-    let fx = e.handle(answered(id, Ok(Some(7))));
-    let taken = fx.into_iter().find_map(|f| match f {
-        Effect::Grant(t) => Some(t),
-        _ => None,
-    });
-    let mut taken = taken.expect("the take is granted");
-    let won = taken.won.take().expect("its own answer gave it something");
-    assert!(e.deliver(taken, won).is_ok());
-    assert!(matches!(a.await, Ok(Ok(7))));
 }
