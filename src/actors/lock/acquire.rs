@@ -3,7 +3,7 @@
 //!
 //! At most one attempt per lock is in flight, and none while a local holder the
 //! waiter cannot share with holds the lock, so local waiters never stampede Redis.
-//! Which waiter tries is the kind's choice ([`Next`]), and so is what follows a
+//! Which waiter tries is the kind's choice ([`Pick`]), and so is what follows a
 //! busy answer ([`OnBusy`]): this file carries out both.
 //! An attempt whose reply was lost has an unknown outcome: before anyone tries
 //! again, the actor reads the owner's hold count and gives back a hold the lost
