@@ -60,6 +60,8 @@ impl Policy for Latch {
     /// Its waiters want nothing but the latch open.
     type Want = ();
     type Grant = bool;
+    /// A read that finds zero gives nothing beside the open door.
+    type Won = ();
     /// The count.
     type Reply = u64;
     const SCOPE: Scope = Scope::All;
@@ -100,9 +102,9 @@ impl Policy for Latch {
         Some(keys::latch_channel(&self.name))
     }
 
-    fn classify(&self, count: u64) -> Found {
+    fn classify(&self, count: u64) -> Found<()> {
         if count == 0 {
-            Found::Taken { left: 0 }
+            Found::Taken { left: 0, won: () }
         } else {
             Found::Short {
                 retry_in: None,
@@ -137,6 +139,7 @@ impl Calls for Latch {
     fn grant(
         _act: &mut SyncActor<Self>,
         _want: &(),
+        _won: Option<()>,
         _sent: Instant,
         _ctx: &mut Context<SyncActor<Self>>,
     ) -> bool {

@@ -3,7 +3,7 @@
 //!
 //! At most one attempt per lock is in flight, and none while a local holder the
 //! waiter cannot share with holds the lock, so local waiters never stampede Redis.
-//! Which waiter tries is the kind's choice ([`Next`]), and so is what follows a
+//! Which waiter tries is the kind's choice ([`Pick`]), and so is what follows a
 //! busy answer ([`OnBusy`]): this file carries out both.
 //! An attempt whose reply was lost has an unknown outcome: before anyone tries
 //! again, the actor reads the owner's hold count and gives back a hold the lost
@@ -21,10 +21,11 @@ use tracing::{debug, warn};
 
 use super::attempts::{Abandoning, InFlight, Unresolved};
 use super::holding::Claim;
-use super::kinds::{self, BusyAnswer, Giveback, Next, OnBusy, Retry};
+use super::kinds::{self, BusyAnswer, Giveback, OnBusy, Retry};
 use super::waiters::{self, Gone};
 use super::LockActor;
 use crate::actors::listen::{self, Alarm};
+use crate::actors::waiting::engine::Pick;
 use crate::durations::millis;
 use crate::error::{redis_is_protocol_error, redis_is_transient, replica_shortfall, LockError};
 use crate::wire::{self, AcquireReply};
@@ -55,12 +56,19 @@ impl LockActor {
             .kind
             .next(&mut self.wait.queue, &self.held.holdings, Instant::now())
         {
-            Next::Try(id) => Some(id),
-            Next::HoldBack(left) => {
+            Pick::Waiter(id) => Some(id),
+            Pick::HoldBack(left) => {
                 self.schedule(Some(left), ctx);
                 None
             }
-            Next::Wait => None,
+            Pick::Blocked => {
+                // A local holder keeps the queue out: nobody can win now.
+                // Nothing is in flight here, so no try-once waiter is asking.
+                let gone = self.wait.queue.fail_try_once(|_| true, None);
+                self.left(gone);
+                None
+            }
+            Pick::Nobody => None,
         };
         let Some((attempt, call)) = picked.and_then(|id| self.start_attempt(id)) else {
             self.reconcile(ctx);

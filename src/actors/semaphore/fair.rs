@@ -34,7 +34,7 @@ use tracing::debug;
 use super::{Grant, Takes};
 use crate::actors::shared::Shared;
 use crate::actors::waiting::engine::{
-    Ask, Event, Found, Heard, Mark, Policy, Then, Waiter, Waiters,
+    Ask, Event, Found, Heard, Mark, Pick, Policy, Then, Waiter, Waiters,
 };
 use crate::actors::waiting::{
     keep_refreshing, leave, Calls, PlaceCalls, Placed, Places, SyncActor,
@@ -88,6 +88,7 @@ fn nudge(waiters: &mut Waiters<Fair>) {
 impl Policy for Fair {
     type Want = FairWant;
     type Grant = Grant;
+    type Won = ();
     type Reply = SemTake;
     const LABEL: &'static str = "fair semaphore";
 
@@ -104,8 +105,9 @@ impl Policy for Fair {
         u64::from(want.permits)
     }
 
-    fn next(&self, waiters: &Waiters<Self>) -> Option<u64> {
-        waiters.iter().find(|w| w.want.want.due).map(|w| w.id)
+    fn next(&mut self, waiters: &Waiters<Self>, _now: Instant) -> Pick {
+        let due = waiters.iter().find(|w| w.want.want.due);
+        due.map_or(Pick::Nobody, |w| Pick::Waiter(w.id))
     }
 
     /// A waiter that will wait listens on its own channel before it takes a
@@ -123,9 +125,9 @@ impl Policy for Fair {
         mark.op.clone().filter(|_| mark.want.queued)
     }
 
-    fn classify(&self, reply: SemTake) -> Found {
+    fn classify(&self, reply: SemTake) -> Found<()> {
         match reply {
-            SemTake::Taken { left } => Found::Taken { left },
+            SemTake::Taken { left } => Found::Taken { left, won: () },
             SemTake::Short { missing, .. } => Found::Short {
                 retry_in: None,
                 missing,
@@ -237,6 +239,7 @@ impl Calls for Fair {
     fn grant(
         _act: &mut SyncActor<Self>,
         _want: &FairWant,
+        _won: Option<()>,
         _sent: Instant,
         _ctx: &mut Context<SyncActor<Self>>,
     ) -> Grant {

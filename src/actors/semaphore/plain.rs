@@ -90,6 +90,7 @@ macro_rules! alike {
     ($reply:ty) => {
         type Want = SemWant;
         type Grant = Grant;
+        type Won = ();
         type Reply = $reply;
         const LABEL: &'static str = "semaphore";
 
@@ -123,9 +124,9 @@ macro_rules! alike {
 impl Policy for Plain {
     alike!(SemTake);
 
-    fn classify(&self, reply: SemTake) -> Found {
+    fn classify(&self, reply: SemTake) -> Found<()> {
         match reply {
-            SemTake::Taken { left } => Found::Taken { left },
+            SemTake::Taken { left } => Found::Taken { left, won: () },
             SemTake::Short { missing, .. } => Found::Short {
                 retry_in: None,
                 missing,
@@ -139,9 +140,9 @@ impl Policy for Expirable {
 
     /// A permit with a lease frees by itself at its expiry: ask again then,
     /// without waiting for the fallback.
-    fn classify(&self, reply: ExpirableTake) -> Found {
+    fn classify(&self, reply: ExpirableTake) -> Found<()> {
         match reply {
-            ExpirableTake::Taken { left } => Found::Taken { left },
+            ExpirableTake::Taken { left } => Found::Taken { left, won: () },
             ExpirableTake::Short {
                 expires_in_ms,
                 missing,
@@ -201,6 +202,7 @@ impl Calls for Plain {
     fn grant(
         _act: &mut SyncActor<Self>,
         _want: &SemWant,
+        _won: Option<()>,
         _sent: Instant,
         _ctx: &mut Context<SyncActor<Self>>,
     ) -> Grant {
@@ -261,6 +263,7 @@ impl Calls for Expirable {
     fn grant(
         act: &mut SyncActor<Self>,
         want: &SemWant,
+        _won: Option<()>,
         sent: Instant,
         ctx: &mut Context<SyncActor<Self>>,
     ) -> Grant {

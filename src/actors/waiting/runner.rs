@@ -54,10 +54,21 @@ pub(crate) trait Calls: Policy + Unpin + 'static {
         Box::pin(futures::future::ready(Ok(Undone::Cancelled)))
     }
 
+    /// Finds out what a lost attempt for `want` did and gives back a take
+    /// that no grant accounts for. Only asked of a policy that
+    /// [`Policy::checks_lost`]; the others have nothing to check.
+    fn check(
+        _act: &mut SyncActor<Self>,
+        _want: &Self::Want,
+    ) -> LocalBoxFuture<'static, redis::RedisResult<()>> {
+        Box::pin(futures::future::ready(Ok(())))
+    }
+
     /// Makes the grant of a waiter whose take (sent at `sent`) succeeded.
     fn grant(
         act: &mut SyncActor<Self>,
         want: &Self::Want,
+        won: Option<Self::Won>,
         sent: Instant,
         ctx: &mut Context<SyncActor<Self>>,
     ) -> Self::Grant;
@@ -138,6 +149,11 @@ impl<P: Calls> SyncActor<P> {
             Effect::Grant(taken) => self.grant(taken, ctx),
             Effect::Undo { op, want } => self.undo(op, want, ctx),
             Effect::Leave(ids) => P::leave(self, ids, ctx),
+            Effect::Check { want } => {
+                let check = P::check(self, &want);
+                let done = check.into_actor(self);
+                ctx.spawn(done.map(|done, act, ctx| act.run(Event::Checked(done), ctx)));
+            }
             Effect::Subscribe(name) => {
                 let subscriber = self.shared.subscriber.clone();
                 listen::subscribe(self, &name, &subscriber, ctx);
@@ -178,8 +194,9 @@ impl<P: Calls> SyncActor<P> {
 
     /// Makes a taken waiter's grant and answers it; a grant whose caller
     /// left is dropped here (the engine undoes the take).
-    fn grant(&mut self, taken: Taken<P>, ctx: &mut Context<Self>) {
-        let grant = P::grant(self, &taken.waiter.want.want, taken.sent, ctx);
+    fn grant(&mut self, mut taken: Taken<P>, ctx: &mut Context<Self>) {
+        let won = taken.won.take();
+        let grant = P::grant(self, &taken.waiter.want.want, won, taken.sent, ctx);
         if let Err(grant) = self.engine.deliver(taken, grant) {
             P::ungrant(self, grant, ctx);
         }

@@ -1,5 +1,6 @@
-//! The decisions a kind's hooks answer with, as data the lock actor carries out,
-//! and the decisions most kinds share (the head waiter tries; a busy answer is
+//! The decisions a kind's hooks answer with, as data the lock actor carries out
+//! (who tries is the waiting engine's [`Pick`], the word every synchronizer
+//! answers that question with), and the decisions most kinds share (the head waiter tries; a busy answer is
 //! followed by listening on the lock's channel).
 //!
 //! Data rather than calls back into the actor, so that a kind never reaches into
@@ -14,19 +15,7 @@ use futures::future::LocalBoxFuture;
 use super::Scripts;
 use crate::actors::lock::holding::Holdings;
 use crate::actors::lock::waiters::WaiterQueue;
-
-/// Who tries next ([`Policy::next`](super::Policy::next)).
-#[derive(Debug, PartialEq, Eq)]
-pub(in crate::actors::lock) enum Next {
-    /// The waiter with this id sends its attempt now.
-    Try(u64),
-    /// Nobody asks Redis for this long (the lock yields to other processes);
-    /// the skeleton arms its wake timer for then.
-    HoldBack(Duration),
-    /// Nobody may try now (no waiter, or a local holder keeps them out: its
-    /// release lets them try).
-    Wait,
-}
+use crate::actors::waiting::engine::Pick;
 
 /// A busy answer, as the kind needs it.
 #[derive(Debug)]
@@ -147,18 +136,16 @@ impl std::fmt::Debug for Chore {
 }
 
 /// The head waiter tries, unless a local holder it cannot share with holds the
-/// lock (asking Redis cannot succeed then, and the local release lets it try);
-/// then every try-once waiter is answered now.
-pub(in crate::actors::lock) fn head_first(queue: &mut WaiterQueue, holdings: &Holdings) -> Next {
+/// lock (asking Redis cannot succeed then, and the local release lets it try):
+/// then nobody can win now, and the skeleton answers every try-once waiter.
+pub(in crate::actors::lock) fn head_first(queue: &WaiterQueue, holdings: &Holdings) -> Pick {
     let Some(head) = queue.front() else {
-        return Next::Wait;
+        return Pick::Nobody;
     };
     if holdings.blocks(head.want.req.owner, head.want.req.kind) {
-        // No waiter of a head-first kind has a place in a Redis queue.
-        let _nobody_placed = queue.fail_try_once(|_| true, None);
-        return Next::Wait;
+        return Pick::Blocked;
     }
-    Next::Try(head.want.req.id)
+    Pick::Waiter(head.want.req.id)
 }
 
 /// After a busy answer: the lock is held, so every try-once waiter's one attempt

@@ -19,13 +19,14 @@ use redis::RedisResult;
 use super::decisions::{self, Freed};
 use super::echo::Echo;
 use super::{
-    AfterRelease, Attempt, BusyAnswer, Giveback, Handed, Heard, LastRelease, Next, OnBusy, Policy,
+    AfterRelease, Attempt, BusyAnswer, Giveback, Handed, Heard, LastRelease, OnBusy, Policy,
     Scripts,
 };
 use crate::actors::lock::holding::Holdings;
 use crate::actors::lock::waiters::WaiterQueue;
 use crate::actors::renewer::Renewal;
 use crate::actors::shared::Shared;
+use crate::actors::waiting::engine::Pick;
 use crate::config::Config;
 use crate::durations::millis;
 use crate::keys;
@@ -47,14 +48,14 @@ impl Policy for Exclusive {
         &ExclusiveScripts
     }
 
-    fn next(&mut self, queue: &mut WaiterQueue, holdings: &Holdings, now: Instant) -> Next {
+    fn next(&mut self, queue: &mut WaiterQueue, holdings: &Holdings, now: Instant) -> Pick {
         if queue.is_empty() {
-            return Next::Wait;
+            return Pick::Nobody;
         }
         match self.turn.holding_back(now) {
             // Yielding to other processes: their waiters go first; the head asks
             // when the yield ends, unless a message comes first.
-            Some(left) => Next::HoldBack(left),
+            Some(left) => Pick::HoldBack(left),
             None => decisions::head_first(queue, holdings),
         }
     }

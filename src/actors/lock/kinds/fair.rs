@@ -24,11 +24,12 @@ use futures::FutureExt;
 use redis::RedisResult;
 use tracing::debug;
 
-use super::{Attempt, BusyAnswer, Chore, Giveback, Heard, Next, OnBusy, Policy, Retry, Scripts};
+use super::{Attempt, BusyAnswer, Chore, Giveback, Heard, OnBusy, Policy, Retry, Scripts};
 use crate::actors::lock::holding::Holdings;
 use crate::actors::lock::waiters::{Gone, Waiter, WaiterQueue};
 use crate::actors::renewer::Renewal;
 use crate::actors::shared::Shared;
+use crate::actors::waiting::engine::Pick;
 use crate::actors::waiting::{PlaceCalls, Places};
 use crate::config::Config;
 use crate::durations::millis;
@@ -104,7 +105,7 @@ impl Policy for Fair {
     /// The first waiter that is due, skipping those with a place that a local
     /// holder keeps from the lock (the local release tells the head).
     /// Try-once waiters that a local holder keeps out are answered now.
-    fn next(&mut self, queue: &mut WaiterQueue, holdings: &Holdings, _now: Instant) -> Next {
+    fn next(&mut self, queue: &mut WaiterQueue, holdings: &Holdings, _now: Instant) -> Pick {
         let gone =
             queue.fail_try_once(|w| holdings.blocks(w.want.req.owner, w.want.req.kind), None);
         self.leave(gone, queue);
@@ -115,7 +116,7 @@ impl Policy for Fair {
         }
         queue
             .first(|w| w.want.try_now)
-            .map_or(Next::Wait, |w| Next::Try(w.want.req.id))
+            .map_or(Pick::Nobody, |w| Pick::Waiter(w.want.req.id))
     }
 
     /// Once sent, the attempt may put it in the Redis queue (unless it tries

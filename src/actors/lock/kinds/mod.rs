@@ -9,7 +9,7 @@
 //! - [`Policy`], its own state and its decisions. The skeleton never asks a kind
 //!   yes/no questions; at each event it calls a hook, which may change the kind's
 //!   state (and the waiters' marks) and answers with a decision as data that the
-//!   skeleton carries out ([`Next`]: who tries; [`OnBusy`]: after a busy answer,
+//!   skeleton carries out ([`Pick`]: who tries; [`OnBusy`]: after a busy answer,
 //!   retry now, after a delay, or listen; [`LastRelease`]: a plain release or a
 //!   hand-over; [`Heard`]: what an unlock message means; [`AfterRelease`]; a
 //!   [`Chore`]: Redis work of the kind's own, such as the fair lock's places).
@@ -49,11 +49,12 @@ use super::holding::Holdings;
 use super::waiters::{Gone, Waiter, WaiterQueue};
 use crate::actors::renewer::Renewal;
 use crate::actors::shared::Shared;
+use crate::actors::waiting::engine::Pick;
 use crate::config::Config;
 use crate::kind::{AcquireKind, Kind};
 use crate::wire::{AcquireReply, ReleaseReply, TransferReply};
 pub(super) use decisions::{
-    AfterRelease, BusyAnswer, Chore, Freed, Handed, Heard, LastRelease, Next, OnBusy, Retry,
+    AfterRelease, BusyAnswer, Chore, Freed, Handed, Heard, LastRelease, OnBusy, Retry,
 };
 
 /// One acquisition attempt, as every kind's acquire script needs it.
@@ -159,8 +160,9 @@ pub(super) trait Policy {
     /// What it says to Redis.
     fn scripts(&self) -> &'static dyn Scripts;
 
-    /// Who tries next, if anyone; may answer try-once waiters that cannot win.
-    fn next(&mut self, queue: &mut WaiterQueue, holdings: &Holdings, _now: Instant) -> Next {
+    /// Who tries next, if anyone; may answer try-once waiters that cannot win
+    /// (or answer [`Pick::Blocked`] for the skeleton to answer them all).
+    fn next(&mut self, queue: &mut WaiterQueue, holdings: &Holdings, _now: Instant) -> Pick {
         decisions::head_first(queue, holdings)
     }
 

@@ -15,6 +15,7 @@ use super::spin::Spin;
 use super::*;
 use crate::actors::lock::holding::Holdings;
 use crate::actors::lock::waiters::{self, Request, Waiter, WaiterQueue};
+use crate::actors::waiting::engine::Pick;
 use crate::keys::{self, Owner};
 
 /// A waiter of `owner` with field `field`; `wait` as `Acquire::wait` says
@@ -95,7 +96,7 @@ fn the_head_waiter_tries_unless_a_local_holder_keeps_it_out() {
         waiter(2, a, "a", Some(Duration::ZERO)),
     ]);
     let free = Holdings::default();
-    assert_eq!(rw.next(&mut q, &free, Instant::now()), Next::Try(1));
+    assert_eq!(rw.next(&mut q, &free, Instant::now()), Pick::Waiter(1));
     let mut held = Holdings::default();
     held.entry(
         AcquireKind::Exclusive,
@@ -104,8 +105,11 @@ fn the_head_waiter_tries_unless_a_local_holder_keeps_it_out() {
         Duration::from_secs(1),
         Instant::now(),
     );
-    assert_eq!(rw.next(&mut q, &held, Instant::now()), Next::Wait);
-    assert_eq!(q.len(), 1, "the try-once waiter is answered at once");
+    assert_eq!(
+        rw.next(&mut q, &held, Instant::now()),
+        Pick::Blocked,
+        "nobody can win now: the skeleton answers the try-once waiter at once"
+    );
 }
 
 #[test]
@@ -138,14 +142,14 @@ fn an_exclusive_lock_hands_over_inside_its_run_then_yields_to_other_processes() 
     assert!(matches!(after, AfterRelease::Yield { .. }));
     let mut q = queue_of(vec![waiter(1, Owner::new(), "f", None)]);
     let next = ex.next(&mut q, &Holdings::default(), Instant::now());
-    assert!(matches!(next, Next::HoldBack(_)), "{next:?}");
+    assert!(matches!(next, Pick::HoldBack(_)), "{next:?}");
     // Its own message comes back first and means nothing; another process's
     // release ends the yield.
     assert_eq!(ex.heard("c", "res", &mut q), Heard::Nothing);
     assert_ne!(ex.heard("c", "res", &mut q), Heard::Nothing);
     assert_eq!(
         ex.next(&mut q, &Holdings::default(), Instant::now()),
-        Next::Try(1)
+        Pick::Waiter(1)
     );
 }
 
@@ -224,7 +228,7 @@ fn a_fair_waiter_takes_a_place_and_listens_on_its_own_channel() {
     ]);
     assert_eq!(
         fair.next(&mut q, &Holdings::default(), Instant::now()),
-        Next::Try(1)
+        Pick::Waiter(1)
     );
     let placed = fair.sending(q.find_mut(1).expect("queued"));
     assert!(placed);
@@ -235,7 +239,7 @@ fn a_fair_waiter_takes_a_place_and_listens_on_its_own_channel() {
     // Not due until told: the next new waiter tries instead.
     assert_eq!(
         fair.next(&mut q, &Holdings::default(), Instant::now()),
-        Next::Try(2)
+        Pick::Waiter(2)
     );
     let on = fair.busy(busy(1, "f", true), &mut q, &config);
     assert_eq!(on.retry, Retry::Listen(keys::fair_channel("res", "f")));
@@ -254,13 +258,13 @@ fn a_fair_waiter_tries_when_its_channel_or_the_queue_head_names_it() {
     fair.sending(q.find_mut(2).expect("queued"));
     assert_eq!(
         fair.next(&mut q, &Holdings::default(), Instant::now()),
-        Next::Wait
+        Pick::Nobody
     );
     let heard = fair.heard(&keys::fair_channel("res", "g"), "res", &mut q);
     assert_eq!(heard, Heard::Pump);
     assert_eq!(
         fair.next(&mut q, &Holdings::default(), Instant::now()),
-        Next::Try(2)
+        Pick::Waiter(2)
     );
     fair.sending(q.find_mut(2).expect("queued"));
     let mut answer = busy(2, "g", false);
@@ -268,7 +272,7 @@ fn a_fair_waiter_tries_when_its_channel_or_the_queue_head_names_it() {
     fair.busy(answer, &mut q, &config);
     assert_eq!(
         fair.next(&mut q, &Holdings::default(), Instant::now()),
-        Next::Try(1)
+        Pick::Waiter(1)
     );
 }
 

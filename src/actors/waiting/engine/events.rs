@@ -66,6 +66,9 @@ pub(crate) struct Taken<P: Policy> {
     pub(crate) waiter: Waiter<P>,
     /// When the attempt that took was sent (a lease counts from then).
     pub(crate) sent: Instant,
+    /// What its own answer gave it (`None`: its wait ended without one, a
+    /// latch opened for everyone).
+    pub(crate) won: Option<P::Won>,
 }
 
 /// What happens to the engine.
@@ -97,6 +100,9 @@ pub(crate) enum Event<P: Policy> {
     Look,
     /// A refresh of the Redis queue said where each place stands.
     Places(Vec<(Arc<str>, Place)>),
+    /// The check of a lost attempt ([`Effect::Check`]) is done (`Err`: it
+    /// could not tell yet).
+    Checked(redis::RedisResult<()>),
     /// Nobody waited for the idle timeout.
     IdleOver,
     /// The manager shuts down.
@@ -115,6 +121,9 @@ pub(crate) enum Effect<P: Policy> {
     Undo { op: Arc<str>, want: P::Want },
     /// Take these places out of the Redis queue.
     Leave(Vec<Arc<str>>),
+    /// Find out what a lost attempt for `want` did and give back a take no
+    /// grant accounts for; then [`Event::Checked`]. Nobody asks meanwhile.
+    Check { want: P::Want },
     /// Subscribe to this channel; then [`Event::Subscribed`].
     Subscribe(String),
     /// Tell the subscriber this channel is not wanted here any more.

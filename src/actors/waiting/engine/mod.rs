@@ -24,8 +24,12 @@
 //!   deadline, a caller gone, a refusal, a shutdown) undoes its take, and so
 //!   does a grant that finds its caller gone ([`Effect::Undo`]);
 //! - leavers are swept and deadlines answered even while an attempt is out,
-//!   and the timer is armed for the next deadline while it is.
+//!   and the timer is armed for the next deadline while it is;
+//! - for a policy whose scripts remember no op id (the lock), an attempt whose
+//!   answer is lost is checked before anyone asks again (`check.rs`).
 
+mod answers;
+mod check;
 mod events;
 mod policy;
 #[cfg(test)]
@@ -34,15 +38,15 @@ mod tests;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::{timeout, Attempt, Queue, Waited};
 use crate::actors::listen::Channel;
 use crate::actors::shared::until_first;
 use crate::config::Config;
-use crate::error::{redis_is_transient, LockError};
+use crate::error::LockError;
 pub(crate) use events::{Ask, Effect, Event, Mark, Reply, Taken, Waiter, Waiters};
-pub(crate) use policy::{Found, Heard, Policy, Scope, Then};
+pub(crate) use policy::{Found, Heard, Pick, Policy, Scope, Then};
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -54,6 +58,8 @@ pub(crate) struct Engine<P: Policy> {
     /// The settings: the fallback interval and the backoff.
     config: Arc<Config>,
     effects: Vec<Effect<P>>,
+    /// A lost attempt to check before the next one (`check.rs`).
+    check: check::Check<P::Want>,
 }
 
 impl<P: Policy> Engine<P> {
@@ -66,6 +72,7 @@ impl<P: Policy> Engine<P> {
             channels: Vec::new(),
             config,
             effects: Vec::new(),
+            check: check::Check::Clear,
         }
     }
 
@@ -130,6 +137,7 @@ impl<P: Policy> Engine<P> {
                 self.policy.placed(stands, &mut self.waiters);
                 self.pump();
             }
+            Event::Checked(done) => self.checked(done),
             Event::IdleOver => {
                 if self.waiters.is_empty() {
                     self.unsubscribe_all();
@@ -201,12 +209,17 @@ impl<P: Policy> Engine<P> {
         // Leavers are answered even while an attempt is out: a caller hears
         // its deadline on time, and an asking leaver's take is undone at once.
         self.sweep();
-        if !self.attempt.wake() || self.waiters.is_empty() {
+        if !self.attempt.wake() || self.checking() || self.waiters.is_empty() {
             return;
         }
-        let Some(id) = self.policy.next(&self.waiters) else {
-            self.arm(None);
-            return;
+        let id = match self.policy.next(&self.waiters, Instant::now()) {
+            Pick::Waiter(id) => id,
+            Pick::HoldBack(delay) => return self.arm(Some(delay)),
+            Pick::Blocked => {
+                self.answer_once();
+                return self.arm(None);
+            }
+            Pick::Nobody => return self.arm(None),
         };
         let Some(channel) = self.waiters.get_mut(id).map(|w| self.policy.channel(w)) else {
             return;
@@ -277,6 +290,18 @@ impl<P: Policy> Engine<P> {
         any
     }
 
+    /// Nobody can win now: each waiter that tries once and is not asking is
+    /// answered as if its one attempt had come back short.
+    fn answer_once(&mut self) {
+        let once = self.waiters.take_where(|w| w.once && !w.want.asking);
+        let mut gone = Vec::with_capacity(once.len());
+        for w in once {
+            gone.push(w.want.clone());
+            w.time_out();
+        }
+        self.leave(gone);
+    }
+
     /// These waiters are done here: a take of theirs that may have run unseen
     /// is undone, their own channels dropped, their places left.
     fn leave(&mut self, gone: Vec<Mark<P::Want>>) {
@@ -323,7 +348,7 @@ impl<P: Policy> Engine<P> {
     /// Nobody waits and nothing is out: no timer, and the subscription ends
     /// now or after a while.
     fn tidy(&mut self) {
-        if !self.waiters.is_empty() || self.attempt.in_flight() {
+        if !self.waiters.is_empty() || self.attempt.in_flight() || self.check_pending() {
             return;
         }
         self.effects.push(Effect::Disarm);
@@ -345,146 +370,6 @@ impl<P: Policy> Engine<P> {
     fn arm_in(&mut self, delay: Duration) {
         let delay = until_first(delay, self.waiters.deadlines());
         self.effects.push(Effect::Arm(delay));
-    }
-
-    /// What follows an answer.
-    fn then(&mut self, then: Then) {
-        match then {
-            Then::Pump => self.pump(),
-            Then::Wait(_) if self.attempt.again() => self.pump(),
-            Then::Wait(hint) => self.arm(hint),
-        }
-    }
-
-    /// An attempt answered.
-    fn answered(&mut self, asked: u64, reply: redis::RedisResult<P::Reply>, sent: Instant) {
-        self.attempt.finish();
-        let found = reply.map(|r| self.policy.classify(r));
-        match P::SCOPE {
-            Scope::All => self.answered_all(found, sent),
-            Scope::Asker => self.answered_asker(asked, found, sent),
-        }
-    }
-
-    /// An answer for everyone waiting (a latch's read).
-    fn answered_all(&mut self, found: redis::RedisResult<Found>, sent: Instant) {
-        match found {
-            Ok(Found::Taken { .. }) => {
-                self.attempt.succeeded();
-                self.open(sent);
-            }
-            Ok(Found::Short { .. }) => {
-                self.attempt.succeeded();
-                self.then(Then::Wait(None));
-            }
-            Err(e) => {
-                warn!(name = %self.policy.name(), error = %e, "{} attempt failed", P::LABEL);
-                if redis_is_transient(&e) {
-                    let delay = self.attempt.failed(&self.config, e);
-                    self.arm_in(delay);
-                } else {
-                    // It will repeat: everyone hears it now.
-                    let gone = self.waiters.answer_all(|| Err(LockError::from(e.clone())));
-                    self.leave(gone);
-                }
-            }
-        }
-    }
-
-    /// The wait is over for everyone.
-    fn open(&mut self, sent: Instant) {
-        while let Some(waiter) = self.waiters.pop_front() {
-            self.effects.push(Effect::Grant(Taken { waiter, sent }));
-        }
-    }
-
-    /// An answer for the waiter `asked`.
-    fn answered_asker(&mut self, asked: u64, found: redis::RedisResult<Found>, sent: Instant) {
-        let Some(w) = self.waiters.get_mut(asked) else {
-            // It left meanwhile and its take is being undone: the next asks.
-            return self.pump();
-        };
-        w.want.asking = false;
-        match found {
-            Ok(Found::Taken { left }) => {
-                self.attempt.succeeded();
-                self.taken(asked, left, sent);
-            }
-            Ok(Found::Short { retry_in, missing }) => {
-                self.attempt.succeeded();
-                self.short(asked, retry_in, missing);
-            }
-            Err(e) => {
-                w.want.lost = true;
-                self.failed(asked, e);
-            }
-        }
-    }
-
-    /// The take of `asked` succeeded.
-    fn taken(&mut self, asked: u64, left: u64, sent: Instant) {
-        self.effects.push(Effect::KeyFound);
-        let Some(mut waiter) = self.waiters.remove(asked) else {
-            return;
-        };
-        waiter.want.lost = false;
-        if let Some(name) = self.policy.own_channel(&waiter.want) {
-            self.drop_channel(&name);
-        }
-        self.effects.push(Effect::Grant(Taken { waiter, sent }));
-        let then = self.policy.after_grant(left, &mut self.waiters);
-        self.then(then);
-    }
-
-    /// Too few for `asked` now.
-    fn short(&mut self, asked: u64, retry_in: Option<Duration>, missing: bool) {
-        let lasting = self.waiters.lasting();
-        let Some(w) = self.waiters.get_mut(asked) else {
-            return;
-        };
-        if !missing {
-            self.effects.push(Effect::KeyFound);
-        } else if !w.once {
-            let waited = w.since.elapsed();
-            self.effects.push(Effect::KeyMissing {
-                waiting: lasting,
-                waited,
-            });
-        }
-        if w.once {
-            if let Some(w) = self.waiters.remove(asked) {
-                let mark = w.want.clone();
-                w.time_out();
-                self.leave(vec![mark]);
-            }
-            return self.pump();
-        }
-        let then = self.policy.short(&mut w.want.want, retry_in);
-        self.then(then);
-    }
-
-    /// The attempt of `asked` failed (it is marked `lost`).
-    fn failed(&mut self, asked: u64, e: redis::RedisError) {
-        let (name, label) = (self.policy.name(), P::LABEL);
-        let Some(w) = self.waiters.get_mut(asked) else {
-            return;
-        };
-        if redis_is_transient(&e) && !w.once {
-            warn!(%name, error = %e, "{label} attempt failed; retrying");
-            w.last_error = Some(e.clone().into());
-            let delay = self.attempt.failed(&self.config, e);
-            self.arm_in(delay);
-            return;
-        }
-        warn!(%name, error = %e, "{label} attempt failed");
-        if let Some(w) = self.waiters.remove(asked) {
-            // A refused take changed nothing; one whose answer is lost (or
-            // unconfirmed by replicas) may have: undone either way.
-            let mark = w.want.clone();
-            let _ = w.answer(Err(e.into()));
-            self.leave(vec![mark]);
-        }
-        self.pump();
     }
 
     /// Every waiter is answered `ShuttingDown` and leaves.

@@ -1,6 +1,6 @@
 //! What a synchronizer tells the waiting engine about itself: the [`Policy`]
 //! trait, and the small decisions its hooks answer with as data ([`Found`],
-//! [`Then`], [`Heard`], [`Scope`]).
+//! [`Pick`], [`Then`], [`Heard`], [`Scope`]).
 //!
 //! A policy holds only what makes its synchronizer different: whom it lets ask,
 //! which channel a waiter listens on, what Redis's answer means, what a wake
@@ -11,7 +11,7 @@
 
 use std::fmt::Debug;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{Mark, Waiter, Waiters};
 use crate::actors::waiting::{op_id, timeout};
@@ -27,13 +27,16 @@ pub(crate) enum Scope {
     All,
 }
 
-/// What an answer from Redis says, once the policy read it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Found {
+/// What an answer from Redis says, once the policy read it; `W` is what a
+/// take gives its waiter beside the grant itself ([`Policy::Won`]).
+#[derive(Debug)]
+pub(crate) enum Found<W> {
     /// Done: taken (or the latch is open); `left` permits remain.
     Taken {
         /// Permits left after the take (0 for a latch).
         left: u64,
+        /// What Redis gave the waiter (a lock's fencing token and count).
+        won: W,
     },
     /// Not now: too few permits (or a count above zero).
     Short {
@@ -43,6 +46,21 @@ pub(crate) enum Found {
         /// The key does not exist at all.
         missing: bool,
     },
+}
+
+/// Who asks when the queue looks again ([`Policy::next`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pick {
+    /// This waiter (its local id) asks now.
+    Waiter(u64),
+    /// Nobody asks for this long (a spin lock yields to other processes): the
+    /// timer rings then, or at the first deadline if sooner.
+    HoldBack(Duration),
+    /// Nobody asks now, and a waiter that tries once cannot win (a local
+    /// holder keeps the queue out): each one not asking is answered now.
+    Blocked,
+    /// Nobody asks now.
+    Nobody,
 }
 
 /// What follows an answer.
@@ -72,6 +90,10 @@ pub(crate) trait Policy: Sized {
     type Want: Clone + Debug + Unpin + 'static;
     /// What a waiter gets when its wait is over.
     type Grant: Debug + Unpin + 'static;
+    /// What a successful take tells beside the take itself, for the runner
+    /// to make the grant with (`()` for a semaphore or a latch; a lock's
+    /// fencing token, hold count and replica confirmation).
+    type Won: Debug + Unpin + 'static;
     /// What Redis answers an attempt, before [`Policy::classify`] reads it.
     type Reply: 'static;
     /// Whom an answer is for.
@@ -114,9 +136,11 @@ pub(crate) trait Policy: Sized {
         true
     }
 
-    /// Which waiter asks when the queue looks again; `None`: nobody now.
-    fn next(&self, waiters: &Waiters<Self>) -> Option<u64> {
-        waiters.front().map(|w| w.id)
+    /// Which waiter asks when the queue looks again, at `now`; the default
+    /// is the head. `&mut`: a policy may keep books on who asked (a spin
+    /// lock's backoff).
+    fn next(&mut self, waiters: &Waiters<Self>, _now: Instant) -> Pick {
+        waiters.front().map_or(Pick::Nobody, |w| Pick::Waiter(w.id))
     }
 
     /// The channel `w` listens on before it asks (`None`: it does not wait).
@@ -138,8 +162,17 @@ pub(crate) trait Policy: Sized {
         false
     }
 
+    /// Whether an attempt whose answer is lost is checked by the runner
+    /// before anyone asks again (`engine/check.rs`), rather than sent again
+    /// under its op id: for a synchronizer whose scripts remember no op id
+    /// (the lock). Its waiters are then never marked `lost`: the check gives
+    /// back what the attempt took, once.
+    fn checks_lost(&self) -> bool {
+        false
+    }
+
     /// Reads Redis's answer to an attempt.
-    fn classify(&self, reply: Self::Reply) -> Found;
+    fn classify(&self, reply: Self::Reply) -> Found<Self::Won>;
 
     /// A waiter's take succeeded with `left` permits left: what follows.
     fn after_grant(&mut self, _left: u64, _waiters: &mut Waiters<Self>) -> Then {

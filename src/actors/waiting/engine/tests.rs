@@ -13,6 +13,8 @@ use crate::actors::semaphore::{Fair, Grant, Plain, Takes};
 use crate::keys;
 use crate::wire::SemTake;
 
+mod lock_rules;
+
 type Answer<G> = oneshot::Receiver<Result<G, LockError>>;
 
 /// A quick configuration (nothing connects).

@@ -1,0 +1,176 @@
+//! What the engine makes of an attempt's answer: a take (the waiter leaves
+//! the queue with what it won, and the policy says what follows), a short
+//! answer (wait for a wake, or answer a waiter that tries once), a Redis error (retried while it is
+//! transient and the waiter lasts, else answered), and, for a policy whose
+//! answer is for everyone, the latch's open door.
+//!
+//! Apart from `mod.rs` because this is the half of the loop that reads Redis,
+//! while `mod.rs` keeps the queue, the channels and the timer.
+
+use std::time::{Duration, Instant};
+
+use tracing::warn;
+
+use super::{Effect, Engine, Found, Policy, Scope, Taken, Then};
+use crate::error::{redis_is_transient, LockError};
+
+impl<P: Policy> Engine<P> {
+    /// What follows an answer.
+    pub(super) fn then(&mut self, then: Then) {
+        match then {
+            Then::Pump => self.pump(),
+            Then::Wait(_) if self.attempt.again() => self.pump(),
+            Then::Wait(hint) => self.arm(hint),
+        }
+    }
+
+    /// An attempt answered.
+    pub(super) fn answered(
+        &mut self,
+        asked: u64,
+        reply: redis::RedisResult<P::Reply>,
+        sent: Instant,
+    ) {
+        self.attempt.finish();
+        let found = reply.map(|r| self.policy.classify(r));
+        match P::SCOPE {
+            Scope::All => self.answered_all(found, sent),
+            Scope::Asker => self.answered_asker(asked, found, sent),
+        }
+    }
+
+    /// An answer for everyone waiting (a latch's read).
+    fn answered_all(&mut self, found: redis::RedisResult<Found<P::Won>>, sent: Instant) {
+        match found {
+            Ok(Found::Taken { .. }) => {
+                self.attempt.succeeded();
+                self.open(sent);
+            }
+            Ok(Found::Short { .. }) => {
+                self.attempt.succeeded();
+                self.then(Then::Wait(None));
+            }
+            Err(e) => {
+                warn!(name = %self.policy.name(), error = %e, "{} attempt failed", P::LABEL);
+                if redis_is_transient(&e) {
+                    let delay = self.attempt.failed(&self.config, e);
+                    self.arm_in(delay);
+                } else {
+                    // It will repeat: everyone hears it now.
+                    let gone = self.waiters.answer_all(|| Err(LockError::from(e.clone())));
+                    self.leave(gone);
+                }
+            }
+        }
+    }
+
+    /// The wait is over for everyone.
+    pub(super) fn open(&mut self, sent: Instant) {
+        while let Some(waiter) = self.waiters.pop_front() {
+            let won = None;
+            self.effects
+                .push(Effect::Grant(Taken { waiter, sent, won }));
+        }
+    }
+
+    /// An answer for the waiter `asked`.
+    fn answered_asker(
+        &mut self,
+        asked: u64,
+        found: redis::RedisResult<Found<P::Won>>,
+        sent: Instant,
+    ) {
+        let Some(w) = self.waiters.get_mut(asked) else {
+            // It left meanwhile and its take is being undone: the next asks.
+            return self.pump();
+        };
+        w.want.asking = false;
+        match found {
+            Ok(Found::Taken { left, won }) => {
+                self.attempt.succeeded();
+                self.taken(asked, left, won, sent);
+            }
+            Ok(Found::Short { retry_in, missing }) => {
+                self.attempt.succeeded();
+                self.short(asked, retry_in, missing);
+            }
+            Err(e) => {
+                if self.policy.checks_lost() {
+                    let want = w.want.want.clone();
+                    self.lost(want, &e);
+                } else {
+                    w.want.lost = true;
+                }
+                self.failed(asked, e);
+            }
+        }
+    }
+
+    /// The take of `asked` succeeded.
+    fn taken(&mut self, asked: u64, left: u64, won: P::Won, sent: Instant) {
+        self.effects.push(Effect::KeyFound);
+        let Some(mut waiter) = self.waiters.remove(asked) else {
+            return;
+        };
+        waiter.want.lost = false;
+        if let Some(name) = self.policy.own_channel(&waiter.want) {
+            self.drop_channel(&name);
+        }
+        let won = Some(won);
+        self.effects
+            .push(Effect::Grant(Taken { waiter, sent, won }));
+        let then = self.policy.after_grant(left, &mut self.waiters);
+        self.then(then);
+    }
+
+    /// Too few for `asked` now.
+    fn short(&mut self, asked: u64, retry_in: Option<Duration>, missing: bool) {
+        let lasting = self.waiters.lasting();
+        let Some(w) = self.waiters.get_mut(asked) else {
+            return;
+        };
+        if !missing {
+            self.effects.push(Effect::KeyFound);
+        } else if !w.once {
+            let waited = w.since.elapsed();
+            self.effects.push(Effect::KeyMissing {
+                waiting: lasting,
+                waited,
+            });
+        }
+        if w.once {
+            if let Some(w) = self.waiters.remove(asked) {
+                let mark = w.want.clone();
+                w.time_out();
+                self.leave(vec![mark]);
+            }
+            return self.pump();
+        }
+        let then = self.policy.short(&mut w.want.want, retry_in);
+        self.then(then);
+    }
+
+    /// The attempt of `asked` failed (it is marked `lost`).
+    fn failed(&mut self, asked: u64, e: redis::RedisError) {
+        let (name, label) = (self.policy.name(), P::LABEL);
+        let Some(w) = self.waiters.get_mut(asked) else {
+            return;
+        };
+        if redis_is_transient(&e) && !w.once {
+            warn!(%name, error = %e, "{label} attempt failed; retrying");
+            w.last_error = Some(e.clone().into());
+            let delay = self.attempt.failed(&self.config, e);
+            self.arm_in(delay);
+            return;
+        }
+        warn!(%name, error = %e, "{label} attempt failed");
+        if let Some(w) = self.waiters.remove(asked) {
+            // A refused take changed nothing; one whose answer is lost (or
+            // unconfirmed by replicas) may have: undone either way.
+            let mark = w.want.clone();
+            let _ = w.answer(Err(e.into()));
+            self.leave(vec![mark]);
+        }
+        self.pump();
+    }
+}

@@ -1,0 +1,209 @@
+//! The engine's rules that the lock needs and no semaphore or latch uses:
+//! who asks decided from more than the queue (a yield holds everyone back, a
+//! local holder blocks the queue), a take that hands its waiter what it won
+//! (a fencing token), a waiter that listens only once it was refused (an
+//! uncontended take is one call, no subscription), and a lost attempt checked
+//! before anyone asks again (a script with no op id to answer a repeat from).
+//! Tested with `Picky`, a policy of the lock's shape, and nothing else.
+
+use super::*;
+
+/// A policy of the lock's shape. Its reply: `Some(token)`, taken; `None`,
+/// busy. Its want: whether the waiter was refused once (then it listens).
+#[derive(Debug, Default)]
+struct Picky {
+    /// What `next` answers while set; the head otherwise.
+    pick: Option<Pick>,
+    /// It checks a lost attempt rather than sending it again.
+    checks: bool,
+}
+
+impl Policy for Picky {
+    type Want = bool;
+    type Grant = u64;
+    type Won = u64;
+    type Reply = Option<u64>;
+    const LABEL: &'static str = "picky";
+
+    fn name(&self) -> &str {
+        "picky"
+    }
+
+    fn wants(&self, _want: &bool) -> u64 {
+        1
+    }
+
+    fn next(&mut self, waiters: &Waiters<Self>, _now: Instant) -> Pick {
+        let head = waiters.front().map_or(Pick::Nobody, |w| Pick::Waiter(w.id));
+        self.pick.unwrap_or(head)
+    }
+
+    fn channel(&self, w: &Waiter<Self>) -> Option<String> {
+        w.want.want.then(|| "picky".to_owned())
+    }
+
+    fn classify(&self, reply: Option<u64>) -> Found<u64> {
+        match reply {
+            Some(token) => Found::Taken {
+                left: 0,
+                won: token,
+            },
+            None => Found::Short {
+                retry_in: None,
+                missing: false,
+            },
+        }
+    }
+
+    /// Refused once: it listens from now on, and asks again once it does.
+    fn short(&mut self, refused: &mut bool, _retry_in: Option<Duration>) -> Then {
+        *refused = true;
+        Then::Pump
+    }
+
+    fn checks_lost(&self) -> bool {
+        self.checks
+    }
+}
+
+/// A `Picky` waiter arrives; answers where its answer comes and the effects.
+fn arrive(e: &mut Engine<Picky>, wait: Option<Duration>) -> (Answer<u64>, Vec<Effect<Picky>>) {
+    let (reply, answer) = oneshot::channel();
+    let want = false;
+    (answer, e.handle(Event::Arrive { want, wait, reply }))
+}
+
+/// The checks of a lost attempt among `effects`.
+fn checks(effects: &[Effect<Picky>]) -> usize {
+    let checks = effects.iter().filter(|f| matches!(f, Effect::Check { .. }));
+    checks.count()
+}
+
+/// While the policy holds back, nobody asks and the timer rings when the
+/// hold ends; then the head asks.
+#[test]
+fn a_hold_back_asks_nobody_and_rings_when_it_ends() {
+    let mut e = engine(Picky::default());
+    let hold = Duration::from_millis(300);
+    e.policy.pick = Some(Pick::HoldBack(hold));
+    let (_a, fx) = arrive(&mut e, None);
+    assert!(asks(&fx).is_empty(), "nobody asks while it holds back");
+    let armed = fx.iter().filter_map(|f| match f {
+        Effect::Arm(d) => Some(*d),
+        _ => None,
+    });
+    assert_eq!(
+        armed.min(),
+        Some(hold),
+        "the timer rings when the hold ends"
+    );
+    e.policy.pick = None;
+    let fx = e.handle(Event::Timer);
+    assert_eq!(asks(&fx).len(), 1, "the head asks once the hold is over");
+}
+
+/// When nobody can win (a holder here keeps the queue out), a waiter that
+/// tries once is answered "no" at once, without asking Redis; one that waits
+/// stays, and asks once the way is clear.
+#[tokio::test]
+async fn a_blocked_queue_answers_a_try_at_once_and_keeps_the_waiters() {
+    let mut e = engine(Picky::default());
+    e.policy.pick = Some(Pick::Blocked);
+    let (once, fx) = arrive(&mut e, Some(Duration::ZERO));
+    assert!(asks(&fx).is_empty());
+    assert!(matches!(once.await, Ok(Err(LockError::Timeout { .. }))));
+    let (_waits, fx) = arrive(&mut e, None);
+    assert!(asks(&fx).is_empty(), "nobody asks while blocked");
+    assert_eq!(e.waiters().count(), 1, "the waiter that waits stays");
+    e.policy.pick = None;
+    let fx = e.handle(Event::Wake);
+    assert_eq!(asks(&fx).len(), 1, "it asks once the way is clear");
+}
+
+/// An uncontended take is one attempt and no subscription, and what it won
+/// (a lock's fencing token) reaches the runner with the waiter, which makes
+/// its grant of it.
+#[tokio::test]
+async fn an_uncontended_take_is_one_call_and_carries_what_it_won() {
+    let mut e = engine(Picky::default());
+    let (a, fx) = arrive(&mut e, None);
+    assert!(
+        subscribes(&fx).is_empty(),
+        "no subscription before a refusal"
+    );
+    let (id, _) = asks(&fx).pop().expect("the head asks at once");
+    let fx = e.handle(answered(id, Ok(Some(7))));
+    assert!(subscribes(&fx).is_empty() && asks(&fx).is_empty());
+    let taken = fx.into_iter().find_map(|f| match f {
+        Effect::Grant(t) => Some(t),
+        _ => None,
+    });
+    let mut taken = taken.expect("the take is granted");
+    let won = taken.won.take().expect("its own answer gave it something");
+    assert!(e.deliver(taken, won).is_ok());
+    assert!(matches!(a.await, Ok(Ok(7))));
+}
+
+/// A busy answer makes the waiter listen, and it asks again once it does: a
+/// release between the busy answer and the subscription is not missed.
+#[test]
+fn a_busy_answer_listens_then_asks_again() {
+    let mut e = engine(Picky::default());
+    let (_a, fx) = arrive(&mut e, None);
+    let (id, _) = asks(&fx).pop().expect("the head asks at once");
+    let fx = e.handle(answered(id, Ok(None)));
+    assert_eq!(subscribes(&fx), vec!["picky".to_owned()]);
+    assert!(asks(&fx).is_empty(), "not before the subscription is made");
+    let fx = e.handle(Event::Subscribed("picky".to_owned()));
+    assert_eq!(asks(&fx).len(), 1, "it asks again once it listens");
+}
+
+/// A lost answer is checked before anyone asks again, and the waiter is not
+/// marked for an undo: the check gives back whatever the attempt took, once.
+#[tokio::test]
+async fn a_lost_answer_is_checked_before_anyone_asks_again() {
+    let mut e = engine(Picky {
+        checks: true,
+        ..Picky::default()
+    });
+    let (a, fx) = arrive(&mut e, None);
+    let (id, _) = asks(&fx).pop().expect("the head asks at once");
+    let (_b, _) = arrive(&mut e, None);
+    let fx = e.handle(answered(id, Err(transient())));
+    assert!(asks(&fx).is_empty() && undos(&fx).is_empty());
+    let fx = e.handle(Event::Timer);
+    assert_eq!(checks(&fx), 1, "the check goes out first");
+    assert!(asks(&fx).is_empty(), "and nobody asks meanwhile");
+    drop(a);
+    let fx = e.handle(Event::Left);
+    assert!(undos(&fx).is_empty(), "the check covers a leaver");
+    assert!(
+        asks(&fx).is_empty() && checks(&fx) == 0,
+        "one check at a time"
+    );
+    let fx = e.handle(Event::Checked(Err(transient())));
+    assert!(
+        asks(&fx).is_empty(),
+        "a check that could not tell is not done"
+    );
+    let fx = e.handle(Event::Timer);
+    assert_eq!(checks(&fx), 1, "so it goes out again");
+    let fx = e.handle(Event::Checked(Ok(())));
+    assert_eq!(asks(&fx).len(), 1, "once checked, the next waiter asks");
+}
+
+/// A connection refused before the call went out did nothing: no check.
+#[test]
+fn a_refused_connection_needs_no_check() {
+    let mut e = engine(Picky {
+        checks: true,
+        ..Picky::default()
+    });
+    let (_a, fx) = arrive(&mut e, None);
+    let (id, _) = asks(&fx).pop().expect("the head asks at once");
+    let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+    let _ = e.handle(answered(id, Err(redis::RedisError::from(refused))));
+    let fx = e.handle(Event::Timer);
+    assert_eq!(checks(&fx), 0);
+    assert_eq!(asks(&fx).len(), 1, "the same waiter asks again");
+}
