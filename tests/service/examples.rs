@@ -6,13 +6,10 @@
 //! fenced example's stale writes are refused in Redis and in PostgreSQL; two
 //! instances of the actix-web example share their locks, semaphore and leader.
 //!
-//! `cargo test` builds the root package's examples but does not say where; it never
-//! builds fenced and metrics, which live in a package of their own
-//! (examples/integrations/) so that their PostgreSQL and Prometheus crates are
-//! compiled only here; and a filtered run (`cargo test --test service examples::`)
-//! builds none of them. So the test asks cargo to build them (a no-op when they are
-//! fresh) and runs the binaries from the target directory. Each example gets its own
-//! `redis-server`.
+//! `cargo test` builds the examples but does not say where; a filtered run
+//! (`cargo test --test service examples::`) does not build them at all. So the test asks cargo
+//! to build them (a no-op when they are fresh) and runs the binaries from the
+//! target directory. Each example gets its own `redis-server`.
 
 use crate::support;
 
@@ -44,14 +41,8 @@ pub(crate) fn example(name: &str) -> PathBuf {
         let out = Command::new(cargo)
             .env_clear()
             .envs(std::env::vars().filter(|(k, _)| keep(k)))
-            // fenced and metrics live in the lockwarden-examples package
-            // (examples/integrations/), with the client crates only they need.
             .args([
                 "build",
-                "-p",
-                "lockwarden",
-                "-p",
-                "lockwarden-examples",
                 "--example",
                 "quickstart",
                 "--example",

@@ -7,9 +7,8 @@
 //! In a service the two lines that matter are the exporter's install (with
 //! buckets for the `_seconds` histograms, which it would otherwise render as
 //! summaries) and nothing else: every lock manager of the process records to
-//! the installed recorder. Run with
-//! `cargo run -p lockwarden-examples --example metrics`; it needs `redis-server`
-//! on the PATH (REDIS_SERVER names another binary).
+//! the installed recorder. Run with `cargo run --example metrics`; it needs
+//! `redis-server` on the PATH (REDIS_SERVER names another binary).
 
 use lockwarden_testkit as support;
 

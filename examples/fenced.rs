@@ -4,9 +4,8 @@
 //! Redis (`FencedWrite`, checked by a script where the data lives) and for a row in
 //! PostgreSQL (a token column and `UPDATE ... WHERE token <= $token`).
 //!
-//! Run with `cargo run -p lockwarden-examples --example fenced`. Redis:
-//! `REDIS_URL`, else `redis://127.0.0.1:6379`, else a private `redis-server` on a
-//! free port.
+//! Run with `cargo run --example fenced`. Redis: `REDIS_URL`, else
+//! `redis://127.0.0.1:6379`, else a private `redis-server` on a free port.
 //! PostgreSQL: `DATABASE_URL` (a libpq connection string), else
 //! `host=127.0.0.1 user=postgres dbname=test`; without one, the SQL half is skipped
 //! and said so. Exits 1 if any stale write went through.
