@@ -123,8 +123,11 @@ async fn tokens_keep_increasing_after_a_failover_that_lost_the_last_grant() {
 async fn distinct_names_leave_no_permanent_keys() {
     const NAMES: usize = 3000;
     let server = RedisServer::start();
+    // The counters live 5 s: long enough that none has lapsed when the 3,000
+    // grants are done (1-2 s; with a 1 s lifetime the first ones lapsed before
+    // the last were made on a slow run), short enough to wait out below.
     let m = manager(&server, |c| {
-        c.token_ttl(Duration::from_secs(1))
+        c.token_ttl(Duration::from_secs(5))
             .latch_ttl(Duration::from_millis(500))
     })
     .await;
@@ -155,7 +158,7 @@ async fn distinct_names_leave_no_permanent_keys() {
         assert!(pttl != -1, "{key} has no TTL");
     }
     // The managers' registry entries stay while they run.
-    let empty = eventually(Duration::from_secs(10), || {
+    let empty = eventually(Duration::from_secs(20), || {
         support::data_keys(&server).is_empty()
     })
     .await;
