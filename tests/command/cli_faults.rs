@@ -447,8 +447,9 @@ async fn a_holder_stopped_past_its_lease_is_told_it_did_not_run() {
         "--grace",
         "1s",
         "--",
-        "sleep",
-        "30",
+        "sh",
+        "-c",
+        "echo running; exec sleep 30",
     ];
     let mut lw = lockwarden(&server.url(), &args)
         .spawn()
@@ -458,8 +459,22 @@ async fn a_holder_stopped_past_its_lease_is_told_it_did_not_run() {
             .and_then(|id| i32::try_from(id).ok())
             .expect("a pid"),
     );
-    let held = eventually(LIMIT, || support::exists(&server, "paused")).await;
-    assert!(held, "the lock was never taken");
+    // Stopped only once the command knows it holds the lock (its command
+    // runs): the key alone is not enough, because a holder stopped before the
+    // grant's answer reached it retries the acquisition after SIGCONT and then
+    // holds a fresh lease (seen under load: no loss to report, `sleep` ran on).
+    let mut out = tokio::io::BufReader::new(lw.stdout.take().expect("stdout piped"));
+    let mut line = String::new();
+    let read = actix_rt::time::timeout(
+        LIMIT,
+        tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line),
+    )
+    .await;
+    assert!(
+        matches!(read, Ok(Ok(_))) && line.trim() == "running",
+        "the command never ran under the lock: {read:?} {line:?}"
+    );
+    assert!(support::exists(&server, "paused"), "the lock is not held");
     kill(pid, Signal::SIGSTOP).expect("SIGSTOP");
     let stopped = Instant::now();
     // Redis lets the lease run out while the holder cannot renew it.
@@ -477,7 +492,12 @@ async fn a_holder_stopped_past_its_lease_is_told_it_did_not_run() {
         }
         if Instant::now() >= deadline {
             let _ = kill(pid, Signal::SIGKILL);
-            panic!("lockwarden did not exit within {LIMIT:?} of SIGCONT");
+            let _ = lw.wait().await;
+            let mut err = String::new();
+            if let Some(mut piped) = lw.stderr.take() {
+                let _ = tokio::io::AsyncReadExt::read_to_string(&mut piped, &mut err).await;
+            }
+            panic!("lockwarden did not exit within {LIMIT:?} of SIGCONT; it said: {err}");
         }
         actix_rt::time::sleep(Duration::from_millis(10)).await;
     };
