@@ -31,7 +31,7 @@ pub(super) const NOT_REPLICATED: &str = "lockwarden: not confirmed by enough rep
 
 /// The error the wire layer answers for a grant or renewal that only `acked` of
 /// the `wanted` replicas confirmed. It travels as a `RedisError` (as every
-/// answer of a script call does) and becomes [`LockError::NotReplicated`].
+/// answer of a script call does) and becomes [`LockError::NotReplicated`](super::LockError::NotReplicated).
 pub(crate) fn not_replicated(acked: u32, wanted: u32) -> redis::RedisError {
     redis::RedisError::from((
         redis::ErrorKind::Extension,

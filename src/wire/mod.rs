@@ -62,7 +62,7 @@ pub(crate) use lua::{Lua, Publish, ScriptConn};
 pub(crate) use registry::{read_clients, register};
 pub(crate) use replicas::{
     confirm_with, judge, keep_if_unconfirmed, unmark, Confirm, Confirmation, Confirmed, Lanes,
-    Need, Redo, ReplicaCount,
+    Moves, Need, Redo, ReplicaCount,
 };
 pub(crate) use rw::{ReadAcquire, ReadRelease, RwRenew, WriteAcquire, WriteRelease};
 pub(crate) use synchronizer::{

@@ -22,7 +22,7 @@ use super::{cluster as per_master, single, Confirmer};
 use crate::config::{Config, ReplicaSync};
 use crate::error::LockError;
 use crate::node::{cluster, Conn, Link};
-use crate::wire::{confirm_with, Confirm, Confirmation};
+use crate::wire::{confirm_with, Confirm, Confirmation, Moves};
 
 /// Reads, at start, what replica confirmation needs of the master: which
 /// commands confirm a lock change there and how many replicas can answer now.
@@ -205,10 +205,10 @@ async fn one_master(
     // One server behind the connection: the fast path (short WAITs, several
     // at once) can tell a reconnect by CLIENT ID (a standalone reconnect lands
     // on the same server, whose client ids only grow) and a Sentinel move by
-    // the Follower's generation.
-    let generation = match &conn.link {
-        Link::Sentinel(follower) => follower.generation(),
-        _ => Arc::default(),
+    // the Follower's count of moves.
+    let moves = match &conn.link {
+        Link::Sentinel(follower) => follower.move_count(),
+        _ => Moves::default(),
     };
     let lanes = match &conn.link {
         Link::Standalone(s) => s.lanes(),
@@ -228,7 +228,7 @@ async fn one_master(
             .lanes(lanes)
             .refusing(config.refuse_unconfirmed);
         match fast {
-            true => made.fast(generation, config.response_timeout),
+            true => made.fast(moves, config.response_timeout),
             false => made,
         }
     });

@@ -38,7 +38,11 @@ use crate::wire::{Confirmation, ReplicaCount};
 /// The start-up check (`start.rs`) only makes it, with the first count and,
 /// under Sentinel, a master in doubt if it did not answer at start. The wire
 /// half writes nothing: it reads through [`ReplicaCount`] and asks for a look
-/// with [`ReplicaCount::look_again`].
+/// with [`ReplicaCount::look_again`]. One more number reaches the wire half
+/// beside this type, written by no one here: the Sentinel connection's count
+/// of moves ([`Moves`](crate::wire::Moves), raised by the Follower as it moves
+/// or replaces a lane), a fact of the connection like its `CLIENT ID`, which
+/// the fast lane reads to tell two servers apart.
 #[derive(Debug)]
 pub(crate) struct ReplicaWatch {
     /// How many of the master's replicas can answer now.

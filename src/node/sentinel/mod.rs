@@ -34,6 +34,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
+use crate::wire::Moves;
 use dial::connect_lanes;
 
 /// How many times a lookup is tried after a sign that the master moved, and the
@@ -349,10 +350,9 @@ impl Follower {
         }
     }
 
-    /// The count of moves to a new master, shared with the connection's
-    /// replica confirmation.
-    pub(crate) fn generation(&self) -> Arc<AtomicU64> {
-        Arc::clone(&self.generation)
+    /// The count of this connection's moves, for replica confirmation to read.
+    pub(crate) fn move_count(&self) -> Moves {
+        Moves::of(Arc::clone(&self.generation))
     }
 
     /// Asks the Sentinels and, if the master moved, connects to the new one.

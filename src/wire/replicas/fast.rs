@@ -3,7 +3,7 @@
 //! `CLIENT ID` and a short `WAIT` ([`FAST_WAIT`]) instead of queueing for the
 //! one place a whole `WAIT` has. A short `WAIT` that runs out closes the lane
 //! and its change asks again with a whole `WAIT`, counted only on the very
-//! connection its script ran on (same `CLIENT ID`, same Follower generation).
+//! connection its script ran on (same `CLIENT ID`, same count of [`Moves`]).
 //! The module documentation of `wire/replicas/` says why the budget is sized
 //! as it is.
 
@@ -35,10 +35,32 @@ pub(super) struct Fast {
     /// A short `WAIT` ran out: the fast path is closed until a whole `WAIT`
     /// confirms again or the replicas are counted anew.
     closed: AtomicBool,
-    /// Bumped whenever the connection moves to another server (a Sentinel
-    /// failover): with the `CLIENT ID`, it tells whether the second `WAIT` went
-    /// on the connection the script's write went on.
-    generation: Arc<AtomicU64>,
+    /// The connection's moves to another server: with the `CLIENT ID`, it
+    /// tells whether the second `WAIT` went on the connection the script's
+    /// write went on.
+    moves: Moves,
+}
+
+/// How many times a connection moved to another server (a Sentinel failover,
+/// or a lane replaced by a fresh connection), read here and written by the
+/// connection that moves (`node/sentinel/`'s Follower; a standalone or cluster
+/// connection never moves, its count stays 0). It is a fact of the connection,
+/// as its `CLIENT ID` is of the server: replica confirmation only reads it, to
+/// tell whether two calls went to the same server, since two servers may hand
+/// out equal client ids.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Moves(Arc<AtomicU64>);
+
+impl Moves {
+    /// A view of `count`, which the moving connection raises before each move.
+    pub(crate) fn of(count: Arc<AtomicU64>) -> Moves {
+        Moves(count)
+    }
+
+    /// The count now.
+    fn seen(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
 }
 
 /// How long a fast-path `WAIT` waits: replicas acknowledge within a round trip
@@ -57,16 +79,12 @@ impl Confirmation {
     /// runs out closes the fast path (until a whole `WAIT` confirms again) and
     /// its call asks again, `CLIENT ID` and a whole `WAIT`, within the
     /// ordinary budget: counted only if that `CLIENT ID`, and the connection's
-    /// `generation` (bumped when it moves to another server, whose client ids
+    /// `moves` (counted when it moves to another server, whose client ids
     /// may equal the old one's), are the script's (a reconnect in between
     /// would have the second `WAIT` cover nothing of it). A short `WAIT` running
     /// out is not a shortfall: only a whole one doubts replicas. No fast path
     /// when the response timeout leaves no room for it.
-    pub(crate) fn fast(
-        mut self,
-        generation: Arc<AtomicU64>,
-        response_timeout: Duration,
-    ) -> Confirmation {
+    pub(crate) fn fast(mut self, moves: Moves, response_timeout: Duration) -> Confirmation {
         let room = response_timeout.saturating_sub(self.sync.timeout + WAIT_SLACK);
         let places = budget(FAST_WAIT, room);
         if room > 2 * (FAST_WAIT + WAIT_SLACK) {
@@ -74,7 +92,7 @@ impl Confirmation {
                 timeout: FAST_WAIT,
                 places: self.places.iter().map(|_| Semaphore::new(places)).collect(),
                 closed: AtomicBool::new(false),
-                generation,
+                moves,
             });
         }
         self
@@ -122,7 +140,7 @@ impl Fast {
     }
 }
 
-/// [`send`](super::send) on the fast path ([`Confirmation::fast`]), in `place` of `lane`
+/// [`send`](fn@super::send) on the fast path ([`Confirmation::fast`]), in `place` of `lane`
 /// (whose budget a second `WAIT` takes a place in): the script,
 /// `CLIENT ID` and a short `WAIT` in one pipeline; if that `WAIT` runs out, the
 /// fast path closes and the call asks again with a whole one.
@@ -136,7 +154,7 @@ pub(super) async fn send_fast<C: ConnectionLike>(
     let Some(fast) = confirmation.fast.as_ref() else {
         return Err(crate::wire::unexpected("a fast WAIT without a fast path"));
     };
-    let generation = fast.generation.load(Ordering::Acquire);
+    let moved = fast.moves.seen();
     let sync = ReplicaSync {
         min: confirmation.required(),
         timeout: fast.timeout,
@@ -184,7 +202,7 @@ pub(super) async fn send_fast<C: ConnectionLike>(
                     let mut replies = replies.into_iter();
                     let same = replies.next().as_ref().and_then(client_id) == client_id(&id)
                         && client_id(&id).is_some()
-                        && fast.generation.load(Ordering::Acquire) == generation;
+                        && fast.moves.seen() == moved;
                     match replies.next() {
                         // Another connection than the script's (a reconnect
                         // or a move in between): its WAIT covers nothing of it.

@@ -84,14 +84,15 @@ mod send;
 mod unconfirmed;
 
 use fast::Fast;
+pub(crate) use fast::Moves;
 use kept::Keeper;
 pub(crate) use kept::{keep_if_unconfirmed, Redo};
 use lanes::budget;
 pub(crate) use lanes::Lanes;
 use replies::confirmed;
+pub(crate) use replies::{confirm_with, judge, unmark, Confirm, Confirmed};
 use send::push_waits;
 pub(crate) use send::send;
-pub(crate) use replies::{confirm_with, judge, unmark, Confirm, Confirmed};
 
 use crate::config::ReplicaSync;
 
