@@ -184,9 +184,11 @@ fn blind(held: &[(&Run, Section)], from: u64, to: u64) -> u64 {
             longest = longest.max(start - busy_until);
         }
         if s.start >= to {
-            break;
+            return longest;
         }
         busy_until = busy_until.max(end);
     }
-    longest
+    // No section started after the window (its topology's last one, after
+    // which the fleet stops): the stretch from the last section to the end.
+    longest.max(to.saturating_sub(busy_until))
 }
