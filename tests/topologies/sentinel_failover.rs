@@ -337,7 +337,10 @@ async fn a_sentinel_that_missed_the_failover_does_not_block_the_new_master() {
         )
     });
     guard.release().await.expect("released on the new master");
-    assert!(took < Duration::from_secs(8), "granted only after {took:?}");
+    // Granted at all is the point: with the stale Sentinel heeded, the grant
+    // never comes (its 15 s wait runs out). How soon is not asserted: about
+    // 1.1 s alone, but once in seven runs of the whole suite on Valkey it took
+    // more than 8 s (a master doubted under load waits for the Sentinels).
     eprintln!(
         "granted {took:?} after the new master lost its replica, a stale Sentinel listed first"
     );
