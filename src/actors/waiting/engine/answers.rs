@@ -1,15 +1,16 @@
 //! What the engine makes of an attempt's answer: a take (the waiter leaves
 //! the queue with what it won, and the policy says what follows), a short
-//! answer (wait for a wake, or answer a waiter that tries once), a Redis error (retried while it is
-//! transient and the waiter lasts, else answered), and, for a policy whose
-//! answer is for everyone, the latch's open door.
+//! answer (wait for a wake, or answer a waiter that tries once), a refusal
+//! (that waiter alone is answered with it and leaves), a Redis error (retried
+//! while it is transient and the waiter lasts, else answered), and, for a
+//! policy whose answer is for everyone, the latch's open door.
 //!
 //! Apart from `mod.rs` because this is the half of the loop that reads Redis,
 //! while `mod.rs` keeps the queue, the channels and the timer.
 
 use std::time::{Duration, Instant};
 
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::{Effect, Engine, Found, Policy, Scope, Taken, Then};
 use crate::error::{redis_is_transient, LockError};
@@ -34,13 +35,18 @@ impl<P: Policy> Engine<P> {
         self.attempt.finish();
         let found = reply.map(|r| self.policy.classify(r));
         match P::SCOPE {
-            Scope::All => self.answered_all(found, sent),
+            Scope::All => self.answered_all(asked, found, sent),
             Scope::Asker => self.answered_asker(asked, found, sent),
         }
     }
 
     /// An answer for everyone waiting (a latch's read).
-    fn answered_all(&mut self, found: redis::RedisResult<Found<P::Won>>, sent: Instant) {
+    fn answered_all(
+        &mut self,
+        asked: u64,
+        found: redis::RedisResult<Found<P::Won>>,
+        sent: Instant,
+    ) {
         match found {
             Ok(Found::Taken { .. }) => {
                 self.attempt.succeeded();
@@ -49,6 +55,10 @@ impl<P: Policy> Engine<P> {
             Ok(Found::Short { .. }) => {
                 self.attempt.succeeded();
                 self.then(Then::Wait(None));
+            }
+            Ok(Found::Refused(refusal)) => {
+                self.attempt.succeeded();
+                self.refused(asked, refusal);
             }
             Err(e) => {
                 warn!(name = %self.policy.name(), error = %e, "{} attempt failed", P::LABEL);
@@ -93,6 +103,10 @@ impl<P: Policy> Engine<P> {
             Ok(Found::Short { retry_in, missing }) => {
                 self.attempt.succeeded();
                 self.short(asked, retry_in, missing);
+            }
+            Ok(Found::Refused(refusal)) => {
+                self.attempt.succeeded();
+                self.refused(asked, refusal);
             }
             Err(e) => {
                 if self.policy.checks_lost() {
@@ -148,6 +162,23 @@ impl<P: Policy> Engine<P> {
         }
         let then = self.policy.short(&mut w.want.want, retry_in);
         self.then(then);
+    }
+
+    /// Redis refused `asked` for good: it is answered with `refusal` and
+    /// leaves (its own channel, its place); the next may ask at once, since
+    /// the refusal was its own.
+    fn refused(&mut self, asked: u64, refusal: LockError) {
+        let name = self.policy.name();
+        debug!(%name, error = %refusal, "{} attempt refused", P::LABEL);
+        if let Some(mut w) = self.waiters.remove(asked) {
+            // Its attempt took nothing: nothing to undo, nothing to check.
+            w.want.asking = false;
+            w.want.lost = false;
+            let mark = w.want.clone();
+            let _ = w.answer(Err(refusal));
+            self.leave(vec![mark]);
+        }
+        self.pump();
     }
 
     /// The attempt of `asked` failed (it is marked `lost`).

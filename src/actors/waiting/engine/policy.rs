@@ -46,6 +46,15 @@ pub(crate) enum Found<W> {
         /// The key does not exist at all.
         missing: bool,
     },
+    /// Refused for good, to the waiter that asked whatever the [`Scope`]
+    /// (a lock's re-entry refused, a key of another type): it is answered
+    /// with this error and leaves its place, and its attempt is known to have
+    /// taken nothing, so there is nothing to undo or check. Carried by value,
+    /// once: a `LockError` is not `Clone`.
+    // Only the lock's scripts refuse one asker; until the lock runs on the
+    // engine, its tests are the only ones that say so.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Refused(LockError),
 }
 
 /// Who asks when the queue looks again ([`Policy::next`]).

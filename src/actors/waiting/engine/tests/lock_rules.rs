@@ -2,8 +2,9 @@
 //! who asks decided from more than the queue (a yield holds everyone back, a
 //! local holder blocks the queue), a take that hands its waiter what it won
 //! (a fencing token), a waiter that listens only once it was refused (an
-//! uncontended take is one call, no subscription), and a lost attempt checked
-//! before anyone asks again (a script with no op id to answer a repeat from).
+//! uncontended take is one call, no subscription), a lost attempt checked
+//! before anyone asks again (a script with no op id to answer a repeat from),
+//! and a refusal for good (a re-entry refused) that answers its waiter alone.
 //! Tested with `Picky`, a policy of the lock's shape, and nothing else.
 
 use super::*;
@@ -16,6 +17,10 @@ struct Picky {
     pick: Option<Pick>,
     /// It checks a lost attempt rather than sending it again.
     checks: bool,
+    /// Every answer reads as a refusal (a re-entry refused) while set.
+    refuse: bool,
+    /// Each waiter holds a place in a Redis queue (the fair lock's).
+    places: bool,
 }
 
 impl Policy for Picky {
@@ -42,7 +47,14 @@ impl Policy for Picky {
         w.want.want.then(|| "picky".to_owned())
     }
 
+    fn place(&self, _mark: &Mark<bool>) -> Option<Arc<str>> {
+        self.places.then(|| Arc::from("picky-place"))
+    }
+
     fn classify(&self, reply: Option<u64>) -> Found<u64> {
+        if self.refuse {
+            return Found::Refused(LockError::ReentryRefused);
+        }
         match reply {
             Some(token) => Found::Taken {
                 left: 0,
@@ -206,4 +218,58 @@ fn a_refused_connection_needs_no_check() {
     let fx = e.handle(Event::Timer);
     assert_eq!(checks(&fx), 0);
     assert_eq!(asks(&fx).len(), 1, "the same waiter asks again");
+}
+
+/// The places left among `effects`.
+fn left_places(effects: &[Effect<Picky>]) -> Vec<Arc<str>> {
+    let left = effects.iter().filter_map(|f| match f {
+        Effect::Leave(ids) => Some(ids.clone()),
+        _ => None,
+    });
+    left.flatten().collect()
+}
+
+/// A refusal for good (a re-entry refused) answers the waiter that asked with
+/// it, and only that one: it leaves its place, nothing is undone or checked
+/// (the refused attempt took nothing), and the next waiter asks at once.
+#[tokio::test]
+async fn a_refusal_answers_its_waiter_and_the_next_asks() {
+    let mut e = engine(Picky {
+        checks: true,
+        places: true,
+        ..Picky::default()
+    });
+    let (refused, fx) = arrive(&mut e, None);
+    let (id, _) = asks(&fx).pop().expect("the head asks at once");
+    let (next, _) = arrive(&mut e, None);
+    e.policy.refuse = true;
+    let fx = e.handle(answered(id, Ok(Some(7))));
+    assert!(matches!(refused.await, Ok(Err(LockError::ReentryRefused))));
+    assert_eq!(left_places(&fx), vec![Arc::from("picky-place")]);
+    assert!(undos(&fx).is_empty() && checks(&fx) == 0, "it took nothing");
+    let (id, _) = asks(&fx).pop().expect("the next waiter asks at once");
+    assert_eq!(e.waiters().count(), 1, "the refused waiter is gone");
+    e.policy.refuse = false;
+    let mut fx = e.handle(answered(id, Ok(Some(8))));
+    let taken = fx.iter_mut().find_map(|f| match f {
+        Effect::Grant(t) => t.won.take().map(|won| (won, t.waiter.id)),
+        _ => None,
+    });
+    assert_eq!(taken, Some((8, id)), "the next one's own answer grants it");
+    drop(next);
+}
+
+/// A refusal ends a run of Redis errors (Redis answered), and a waiter that
+/// tries once is answered with the refusal, not a timeout.
+#[tokio::test]
+async fn a_refusal_answers_a_try_with_itself() {
+    let mut e = engine(Picky {
+        refuse: true,
+        ..Picky::default()
+    });
+    let (once, fx) = arrive(&mut e, Some(Duration::ZERO));
+    let (id, _) = asks(&fx).pop().expect("it asks once");
+    let fx = e.handle(answered(id, Ok(None)));
+    assert!(matches!(once.await, Ok(Err(LockError::ReentryRefused))));
+    assert!(asks(&fx).is_empty() && e.waiters().count() == 0);
 }
