@@ -209,6 +209,7 @@ impl<P: Calls> SyncActor<P> {
         let (shared, name) = (self.shared.clone(), self.name.clone());
         let permits = self.engine.policy().wants(&want);
         let ticket = shared.unsettled.enter();
+        let undone = want.clone();
         let fut = async move {
             let _counted = ticket;
             let what = || {
@@ -219,14 +220,18 @@ impl<P: Calls> SyncActor<P> {
         };
         ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
             let name = act.name.clone();
-            match res {
+            let event = match res {
                 Ok(Undone::GaveBack) => {
                     debug!(%name, "permits taken for a waiter that left are back");
+                    Event::Look
                 }
-                Ok(_) => {}
-                Err(e) => warn!(%name, error = %e, "undoing a waiter's take failed"),
-            }
-            act.run(Event::Look, ctx);
+                Ok(_) => Event::Look,
+                Err(e) => {
+                    warn!(%name, error = %e, "undoing a waiter's take failed");
+                    Event::UndoFailed(undone)
+                }
+            };
+            act.run(event, ctx);
         }));
     }
 

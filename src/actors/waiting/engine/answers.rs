@@ -91,9 +91,12 @@ impl<P: Policy> Engine<P> {
         sent: Instant,
     ) {
         let Some(w) = self.waiters.get_mut(asked) else {
-            // It left meanwhile and its take is being undone: the next asks.
+            // It left meanwhile and its take is being undone: the next asks
+            // (once what the take did is checked, if it may have run).
+            self.orphan_answered(&found);
             return self.pump();
         };
+        self.orphan = None;
         w.want.asking = false;
         match found {
             Ok(Found::Taken { left, won }) => {

@@ -98,6 +98,10 @@ pub(crate) enum Event<P: Policy> {
     Wake,
     /// Look at the queue again (an undo or a give-back is done).
     Look,
+    /// The undo of a take for this want ([`Effect::Undo`]) failed: it is not
+    /// known to have run. A policy that checks lost attempts has what the
+    /// take did checked before anyone asks again; then, as [`Event::Look`].
+    UndoFailed(P::Want),
     /// A refresh of the Redis queue said where each place stands.
     Places(Vec<(Arc<str>, Place)>),
     /// The check of a lost attempt ([`Effect::Check`]) is done (`Err`: it
@@ -117,7 +121,7 @@ pub(crate) enum Effect<P: Policy> {
     /// Make this waiter's grant and [`Engine::deliver`] it.
     Grant(Taken<P>),
     /// Undo the take under `op` (in the background, counted as unsettled);
-    /// then [`Event::Look`].
+    /// then [`Event::Look`], or [`Event::UndoFailed`] if it failed.
     Undo { op: Arc<str>, want: P::Want },
     /// Take these places out of the Redis queue.
     Leave(Vec<Arc<str>>),

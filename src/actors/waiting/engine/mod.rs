@@ -26,7 +26,9 @@
 //! - leavers are swept and deadlines answered even while an attempt is out,
 //!   and the timer is armed for the next deadline while it is;
 //! - for a policy whose scripts remember no op id (the lock), an attempt whose
-//!   answer is lost is checked before anyone asks again (`check.rs`).
+//!   answer is lost is checked before anyone asks again, and so is one whose
+//!   waiter left while it was out and whose answer says it took, or whose
+//!   undo failed (`check.rs`).
 
 mod answers;
 mod check;
@@ -60,6 +62,10 @@ pub(crate) struct Engine<P: Policy> {
     effects: Vec<Effect<P>>,
     /// A lost attempt to check before the next one (`check.rs`).
     check: check::Check<P::Want>,
+    /// What the waiter whose attempt is out wanted, once it left, for a
+    /// policy that checks lost attempts: its answer may say the take ran
+    /// (`check.rs`).
+    orphan: Option<P::Want>,
 }
 
 impl<P: Policy> Engine<P> {
@@ -73,6 +79,7 @@ impl<P: Policy> Engine<P> {
             config,
             effects: Vec::new(),
             check: check::Check::Clear,
+            orphan: None,
         }
     }
 
@@ -133,6 +140,7 @@ impl<P: Policy> Engine<P> {
             }
             Event::Subscribed(name) => self.subscribed(&name),
             Event::Look => self.pump(),
+            Event::UndoFailed(want) => self.undo_failed(want),
             Event::Places(stands) => {
                 self.policy.placed(stands, &mut self.waiters);
                 self.pump();
@@ -309,6 +317,9 @@ impl<P: Policy> Engine<P> {
         for mark in gone {
             if let Some(name) = self.policy.own_channel(&mark) {
                 self.drop_channel(&name);
+            }
+            if mark.asking {
+                self.orphaned(&mark.want);
             }
             if mark.unsure() {
                 // The undo leaves any place too.

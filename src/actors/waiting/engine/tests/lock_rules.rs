@@ -273,3 +273,70 @@ async fn a_refusal_answers_a_try_with_itself() {
     assert!(matches!(once.await, Ok(Err(LockError::ReentryRefused))));
     assert!(asks(&fx).is_empty() && e.waiters().count() == 0);
 }
+
+/// A waiter that leaves while its attempt is out has its take undone at once
+/// (right behind the attempt); an answer that says it took is checked all the
+/// same before anyone asks again, as the undo may have gone out first, and
+/// nobody is granted it.
+#[tokio::test]
+async fn a_take_for_a_leaver_is_undone_then_checked() {
+    let mut e = engine(Picky {
+        checks: true,
+        ..Picky::default()
+    });
+    let (a, fx) = arrive(&mut e, None);
+    let (id, _) = asks(&fx).pop().expect("the head asks at once");
+    let (_b, _) = arrive(&mut e, None);
+    drop(a);
+    let fx = e.handle(Event::Left);
+    assert_eq!(undos(&fx).len(), 1, "undone at once, behind the attempt");
+    let fx = e.handle(answered(id, Ok(Some(7))));
+    assert!(!fx.iter().any(|f| matches!(f, Effect::Grant(_))));
+    assert_eq!(checks(&fx), 1, "the take is checked");
+    assert!(asks(&fx).is_empty(), "before anyone asks again");
+    let fx = e.handle(Event::Checked(Ok(())));
+    assert_eq!(asks(&fx).len(), 1, "then the next waiter asks");
+}
+
+/// A busy answer to a leaver's attempt took nothing: no check, and the next
+/// waiter asks at once; an attempt of a leaver that got no answer is checked
+/// first (a check that cannot tell yet backs off).
+#[test]
+fn a_leavers_busy_answer_needs_no_check_and_a_lost_one_does() {
+    for (reply, checked) in [(Ok(None), false), (Err(transient()), true)] {
+        let mut e = engine(Picky {
+            checks: true,
+            ..Picky::default()
+        });
+        let (a, fx) = arrive(&mut e, None);
+        let (id, _) = asks(&fx).pop().expect("the head asks at once");
+        let (_b, _) = arrive(&mut e, None);
+        drop(a);
+        let _ = e.handle(Event::Left);
+        let fx = e.handle(answered(id, reply));
+        assert_eq!(checks(&fx) == 1, checked);
+        assert_eq!(asks(&fx).is_empty(), checked, "a check goes first");
+    }
+}
+
+/// An undo that failed is not known to have run: what the take did is checked
+/// before anyone asks again.
+#[test]
+fn a_failed_undo_is_checked() {
+    let mut e = engine(Picky {
+        checks: true,
+        ..Picky::default()
+    });
+    let (a, fx) = arrive(&mut e, None);
+    let (id, _) = asks(&fx).pop().expect("the head asks at once");
+    let (_b, _) = arrive(&mut e, None);
+    drop(a);
+    let _ = e.handle(Event::Left);
+    let fx = e.handle(answered(id, Ok(None)));
+    assert_eq!(asks(&fx).len(), 1, "the next waiter asks");
+    let (next, _) = asks(&fx).pop().expect("asked");
+    let _ = e.handle(answered(next, Ok(None)));
+    let fx = e.handle(Event::UndoFailed(false));
+    assert_eq!(checks(&fx), 1, "the failed undo's take is checked");
+    assert!(asks(&fx).is_empty());
+}
