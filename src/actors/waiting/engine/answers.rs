@@ -33,6 +33,7 @@ impl<P: Policy> Engine<P> {
         sent: Instant,
     ) {
         self.attempt.finish();
+        self.asked_at = None;
         let found = reply.map(|r| self.policy.classify(r));
         match P::SCOPE {
             Scope::All => self.answered_all(asked, found, sent),

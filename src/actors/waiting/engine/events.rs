@@ -128,6 +128,10 @@ pub(crate) enum Effect<P: Policy> {
     /// Find out what a lost attempt for `want` did and give back a take no
     /// grant accounts for; then [`Event::Checked`]. Nobody asks meanwhile.
     Check { want: P::Want },
+    /// These waiters' deadlines passed (each waited this long) with nothing
+    /// to tell them but a timeout: answer each with one, naming who holds
+    /// (only for a policy that [`Policy::names_holder`]). They left already.
+    TimedOut(Vec<(Waiter<P>, Duration)>),
     /// Subscribe to this channel; then [`Event::Subscribed`].
     Subscribe(String),
     /// Tell the subscriber this channel is not wanted here any more.

@@ -24,7 +24,8 @@
 //!   deadline, a caller gone, a refusal, a shutdown) undoes its take, and so
 //!   does a grant that finds its caller gone ([`Effect::Undo`]);
 //! - leavers are swept and deadlines answered even while an attempt is out,
-//!   and the timer is armed for the next deadline while it is;
+//!   and the timer is armed for the next deadline while it is; a deadline
+//!   that passes while Redis is silent or failing says so (`expiry.rs`);
 //! - for a policy whose scripts remember no op id (the lock), an attempt whose
 //!   answer is lost is checked before anyone asks again, and so is one whose
 //!   waiter left while it was out and whose answer says it took, or whose
@@ -33,6 +34,7 @@
 mod answers;
 mod check;
 mod events;
+mod expiry;
 mod policy;
 #[cfg(test)]
 mod tests;
@@ -66,6 +68,9 @@ pub(crate) struct Engine<P: Policy> {
     /// policy that checks lost attempts: its answer may say the take ran
     /// (`check.rs`).
     orphan: Option<P::Want>,
+    /// When the attempt out was sent: past [`Policy::silence`], a deadline
+    /// that passes is told Redis did not answer (`expiry.rs`).
+    asked_at: Option<Instant>,
 }
 
 impl<P: Policy> Engine<P> {
@@ -80,6 +85,7 @@ impl<P: Policy> Engine<P> {
             effects: Vec::new(),
             check: check::Check::Clear,
             orphan: None,
+            asked_at: None,
         }
     }
 
@@ -241,6 +247,7 @@ impl<P: Policy> Engine<P> {
             return;
         };
         self.attempt.start();
+        self.asked_at = Some(Instant::now());
         w.want.asking = true;
         let ask = Ask {
             waiter: id,
@@ -283,19 +290,6 @@ impl<P: Policy> Engine<P> {
             self.attempt.settle();
         }
         self.pump();
-    }
-
-    /// Answers the waiters that left or whose deadline passed; answers
-    /// whether there were any.
-    fn sweep(&mut self) -> bool {
-        let last = self.attempt.last_error().cloned();
-        let policy = &self.policy;
-        let gone = self
-            .waiters
-            .sweep(|waited| policy.expired(waited, last.as_ref()));
-        let any = !gone.is_empty();
-        self.leave(gone);
-        any
     }
 
     /// Nobody can win now: each waiter that tries once and is not asking is

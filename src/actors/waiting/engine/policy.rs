@@ -139,6 +139,21 @@ pub(crate) trait Policy: Sized {
         Err(timeout(waited))
     }
 
+    /// Whether a waiter whose deadline passes with nothing to tell it but a
+    /// timeout is handed to the runner to answer, naming who holds
+    /// ([`Effect::TimedOut`](super::Effect::TimedOut)), rather than answered
+    /// by [`Policy::expired`]: a lock's timeout names its holder.
+    fn names_holder(&self) -> bool {
+        false
+    }
+
+    /// How long an attempt may go unanswered before a waiter whose deadline
+    /// passes is told Redis did not answer, rather than that it waited in
+    /// vain (`None`: never). An attempt answers in well under a millisecond.
+    fn silence(&self) -> Option<Duration> {
+        None
+    }
+
     /// Whether a newcomer makes the queue look again (`first`: it found
     /// nobody waiting; `in_flight`: an attempt is out).
     fn asks_on_arrival(&self, _first: bool, _in_flight: bool) -> bool {

@@ -4,7 +4,8 @@
 //! (a fencing token), a waiter that listens only once it was refused (an
 //! uncontended take is one call, no subscription), a lost attempt checked
 //! before anyone asks again (a script with no op id to answer a repeat from),
-//! and a refusal for good (a re-entry refused) that answers its waiter alone.
+//! a refusal for good (a re-entry refused) that answers its waiter alone, and
+//! a timeout that names the holder or says Redis was silent.
 //! Tested with `Picky`, a policy of the lock's shape, and nothing else.
 
 use super::*;
@@ -21,6 +22,10 @@ struct Picky {
     refuse: bool,
     /// Each waiter holds a place in a Redis queue (the fair lock's).
     places: bool,
+    /// Its timeouts name the holder (the runner answers them).
+    names: bool,
+    /// How long an attempt may go unanswered before a deadline says so.
+    silence: Option<Duration>,
 }
 
 impl Policy for Picky {
@@ -45,6 +50,26 @@ impl Policy for Picky {
 
     fn channel(&self, w: &Waiter<Self>) -> Option<String> {
         w.want.want.then(|| "picky".to_owned())
+    }
+
+    fn names_holder(&self) -> bool {
+        self.names
+    }
+
+    fn silence(&self) -> Option<Duration> {
+        self.silence
+    }
+
+    /// A wait that ran out while Redis failed (or was silent) says so.
+    fn expired(
+        &self,
+        waited: Duration,
+        last: Option<&redis::RedisError>,
+    ) -> Result<u64, LockError> {
+        match last {
+            Some(e) => Err(LockError::from(e.clone())),
+            None => Err(timeout(waited)),
+        }
     }
 
     fn place(&self, _mark: &Mark<bool>) -> Option<Arc<str>> {
@@ -339,4 +364,62 @@ fn a_failed_undo_is_checked() {
     let fx = e.handle(Event::UndoFailed(false));
     assert_eq!(checks(&fx), 1, "the failed undo's take is checked");
     assert!(asks(&fx).is_empty());
+}
+
+/// A waiter whose deadline passes with nothing but a timeout to tell it is
+/// handed to the runner unanswered, to name the holder in it, and leaves
+/// (its place) at once; the others stay.
+#[test]
+fn a_timeout_goes_to_the_runner_to_name_the_holder() {
+    let mut e = engine(Picky {
+        names: true,
+        places: true,
+        ..Picky::default()
+    });
+    e.policy.pick = Some(Pick::Nobody);
+    let (mut short, _) = arrive(&mut e, Some(Duration::from_millis(10)));
+    let (_long, _) = arrive(&mut e, None);
+    std::thread::sleep(Duration::from_millis(20));
+    let fx = e.handle(Event::Timer);
+    let timed_out: Vec<_> = fx
+        .iter()
+        .filter_map(|f| match f {
+            Effect::TimedOut(ws) => Some(ws.iter().map(|(w, waited)| (w.id, *waited))),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(timed_out.len(), 1, "the one whose deadline passed");
+    assert!(timed_out[0].1 >= Duration::from_millis(10));
+    assert!(
+        short.try_recv().is_err(),
+        "unanswered: the runner answers it"
+    );
+    assert_eq!(left_places(&fx), vec![Arc::from("picky-place")]);
+    assert_eq!(e.waiters().count(), 1, "the other one stays");
+}
+
+/// A deadline that passes while the attempt out has gone unanswered past the
+/// policy's silence is told Redis did not answer, not that it waited in vain;
+/// one that passes just after an attempt went out is a plain timeout.
+#[tokio::test]
+async fn a_deadline_in_a_silence_says_redis_did_not_answer() {
+    for (silence, said) in [(Duration::ZERO, true), (Duration::from_secs(60), false)] {
+        let mut e = engine(Picky {
+            names: true,
+            silence: Some(silence),
+            ..Picky::default()
+        });
+        let (asker, fx) = arrive(&mut e, Some(Duration::from_millis(10)));
+        assert_eq!(asks(&fx).len(), 1, "its attempt is out");
+        std::thread::sleep(Duration::from_millis(20));
+        let fx = e.handle(Event::Timer);
+        let handed = fx.iter().any(|f| matches!(f, Effect::TimedOut(_)));
+        assert_eq!(handed, !said, "a plain timeout goes to the runner");
+        if said {
+            let answer = asker.await.expect("answered");
+            let e = answer.expect_err("not granted").to_string();
+            assert!(e.contains("did not answer"), "{e}");
+        }
+    }
 }
