@@ -22,6 +22,10 @@ impl<P: Policy> Engine<P> {
             Then::Pump => self.pump(),
             Then::Wait(_) if self.attempt.again() => self.pump(),
             Then::Wait(hint) => self.arm(hint),
+            Then::Held(hint) => {
+                self.answer_once();
+                self.then(Then::Wait(hint));
+            }
         }
     }
 

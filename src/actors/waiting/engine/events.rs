@@ -136,6 +136,9 @@ pub(crate) enum Effect<P: Policy> {
     Subscribe(String),
     /// Tell the subscriber this channel is not wanted here any more.
     Unsubscribe(String),
+    /// Send [`Event::Look`] after this long, beside the timer (a delay that
+    /// may be shorter than the runtime's timers tick).
+    WakeAfter(Duration),
     /// Ring [`Event::Timer`] after this long, in place of the timer set before.
     Arm(Duration),
     /// Unset the timer.

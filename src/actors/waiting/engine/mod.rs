@@ -140,6 +140,7 @@ impl<P: Policy> Engine<P> {
             Event::Heard { channel, wake_all } => {
                 match self.policy.heard(&channel, wake_all, &mut self.waiters) {
                     Heard::Wake => self.pump(),
+                    Heard::WakeAfter(delay) => self.effects.push(Effect::WakeAfter(delay)),
                     Heard::Open => self.open(Instant::now()),
                     Heard::Nothing => {}
                 }

@@ -52,7 +52,8 @@ pub(crate) enum Found<W> {
     /// taken nothing, so there is nothing to undo or check. Carried by value,
     /// once: a `LockError` is not `Clone`.
     // Only the lock's scripts refuse one asker; until the lock runs on the
-    // engine, its tests are the only ones that say so.
+    // engine, its tests are the only ones that say so (as for `Then::Held`
+    // and `Heard::WakeAfter`, the lock's decisions too).
     #[cfg_attr(not(test), allow(dead_code))]
     Refused(LockError),
 }
@@ -80,6 +81,10 @@ pub(crate) enum Then {
     /// Wait for a wake, at most the fallback interval (or `Some` sooner); a
     /// wake that came during the attempt counts, and the head asks again.
     Wait(Option<Duration>),
+    /// It is held (a lock's busy answer): each waiter that tries once and is
+    /// not asking would hear the same, so it is answered now; then as `Wait`.
+    #[cfg_attr(not(test), allow(dead_code))] // see `Found::Refused`
+    Held(Option<Duration>),
 }
 
 /// What a message on a channel means.
@@ -87,6 +92,10 @@ pub(crate) enum Then {
 pub(crate) enum Heard {
     /// Something was freed: look at the queue again.
     Wake,
+    /// The same, after this delay (a lock's random start after another
+    /// process's release, so that processes do not all ask at once).
+    #[cfg_attr(not(test), allow(dead_code))] // see `Found::Refused`
+    WakeAfter(Duration),
     /// The wait is over for everyone, without asking (a latch's `0`).
     Open,
     /// Nothing for these waiters.

@@ -4,8 +4,9 @@
 //! (a fencing token), a waiter that listens only once it was refused (an
 //! uncontended take is one call, no subscription), a lost attempt checked
 //! before anyone asks again (a script with no op id to answer a repeat from),
-//! a refusal for good (a re-entry refused) that answers its waiter alone, and
-//! a timeout that names the holder or says Redis was silent.
+//! a refusal for good (a re-entry refused) that answers its waiter alone, a
+//! timeout that names the holder or says Redis was silent, a busy answer that
+//! answers every try at once, and a wake after a delay.
 //! Tested with `Picky`, a policy of the lock's shape, and nothing else.
 
 use super::*;
@@ -26,6 +27,10 @@ struct Picky {
     names: bool,
     /// How long an attempt may go unanswered before a deadline says so.
     silence: Option<Duration>,
+    /// A busy answer says it is held (try-once waiters are answered).
+    held: bool,
+    /// A message wakes the queue after this delay.
+    wake_after: Option<Duration>,
 }
 
 impl Policy for Picky {
@@ -95,7 +100,14 @@ impl Policy for Picky {
     /// Refused once: it listens from now on, and asks again once it does.
     fn short(&mut self, refused: &mut bool, _retry_in: Option<Duration>) -> Then {
         *refused = true;
-        Then::Pump
+        match self.held {
+            true => Then::Held(None),
+            false => Then::Pump,
+        }
+    }
+
+    fn heard(&mut self, _channel: &str, _wake_all: bool, _waiters: &mut Waiters<Self>) -> Heard {
+        self.wake_after.map_or(Heard::Wake, Heard::WakeAfter)
     }
 
     fn checks_lost(&self) -> bool {
@@ -422,4 +434,54 @@ async fn a_deadline_in_a_silence_says_redis_did_not_answer() {
             assert!(e.contains("did not answer"), "{e}");
         }
     }
+}
+
+/// A busy answer that says the lock is held answers every waiter that tries
+/// once at once (its one attempt would say the same), without asking Redis
+/// again; a waiter that waits stays.
+#[tokio::test]
+async fn a_held_answer_answers_every_try() {
+    let mut e = engine(Picky {
+        held: true,
+        ..Picky::default()
+    });
+    let (_waits, fx) = arrive(&mut e, None);
+    let (id, _) = asks(&fx).pop().expect("the head asks at once");
+    let (once, fx) = arrive(&mut e, Some(Duration::ZERO));
+    assert!(asks(&fx).is_empty(), "one attempt at a time");
+    let fx = e.handle(answered(id, Ok(None)));
+    assert!(matches!(once.await, Ok(Err(LockError::Timeout { .. }))));
+    assert!(asks(&fx).is_empty(), "nobody asks until a wake");
+    assert_eq!(e.waiters().count(), 1, "the waiter that waits stays");
+}
+
+/// A message may wake the queue after a delay (a random start among
+/// processes): the runner sleeps it, then the queue looks again.
+#[test]
+fn a_message_may_wake_after_a_delay() {
+    let delay = Duration::from_micros(300);
+    let mut e = engine(Picky {
+        wake_after: Some(delay),
+        ..Picky::default()
+    });
+    let (_a, fx) = arrive(&mut e, None);
+    let (id, _) = asks(&fx).pop().expect("the head asks at once");
+    let fx = e.handle(answered(id, Ok(None)));
+    let fx = e.handle(Event::Subscribed(subscribes(&fx).pop().expect("listens")));
+    let (id, _) = asks(&fx).pop().expect("it asks again once it listens");
+    e.policy.held = true;
+    let fx = e.handle(answered(id, Ok(None)));
+    assert!(asks(&fx).is_empty(), "busy and listening: it waits");
+    let fx = e.handle(Event::Heard {
+        channel: "picky".to_owned(),
+        wake_all: false,
+    });
+    let after = fx.iter().find_map(|f| match f {
+        Effect::WakeAfter(d) => Some(*d),
+        _ => None,
+    });
+    assert_eq!(after, Some(delay));
+    assert!(asks(&fx).is_empty(), "not before the delay");
+    let fx = e.handle(Event::Look);
+    assert_eq!(asks(&fx).len(), 1, "then the head asks");
 }
