@@ -18,7 +18,8 @@
 //!   the queue look again once it is answered, since its answer may predate
 //!   what the wake announced ([`Attempt`]);
 //! - a waiter that will wait listens on its channel before it asks, so a
-//!   release between a short answer and the subscription is not missed;
+//!   release between a short answer and the subscription is not missed; a
+//!   channel the policy keeps is listened on whoever waits;
 //! - every attempt of a waiter carries its op id; the waiter is `asking` while
 //!   one is out and `lost` once one failed without an answer; leaving then (a
 //!   deadline, a caller gone, a refusal, a shutdown) undoes its take, and so
@@ -155,7 +156,7 @@ impl<P: Policy> Engine<P> {
             Event::Checked(done) => self.checked(done),
             Event::IdleOver => {
                 if self.waiters.is_empty() {
-                    self.unsubscribe_all();
+                    self.unsubscribe_unkept();
                 }
             }
             Event::Shutdown => self.shut_down(),
@@ -224,6 +225,9 @@ impl<P: Policy> Engine<P> {
         // Leavers are answered even while an attempt is out: a caller hears
         // its deadline on time, and an asking leaver's take is undone at once.
         self.sweep();
+        if let Some(name) = self.policy.kept_channel() {
+            self.listening(name);
+        }
         if !self.attempt.wake() || self.checking() || self.waiters.is_empty() {
             return;
         }
@@ -345,10 +349,22 @@ impl<P: Policy> Engine<P> {
     }
 
     /// Every subscription ends.
-    fn unsubscribe_all(&mut self) {
-        let names = self.drop_channels();
+    /// Every subscription ends but the one the policy keeps
+    /// ([`Policy::kept_channel`]), which is made if it is not.
+    fn unsubscribe_unkept(&mut self) {
+        let kept = self.policy.kept_channel();
+        let unkept = self
+            .channels
+            .iter_mut()
+            .filter(|c| Some(c.name()) != kept.as_deref());
+        let names: Vec<String> = unkept
+            .filter_map(|c| c.off().then(|| c.name().to_owned()))
+            .collect();
         self.effects
             .extend(names.into_iter().map(Effect::Unsubscribe));
+        if let Some(name) = kept {
+            self.listening(name);
+        }
     }
 
     /// Nobody waits and nothing is out: no timer, and the subscription ends
@@ -359,7 +375,7 @@ impl<P: Policy> Engine<P> {
         }
         self.effects.push(Effect::Disarm);
         if !self.policy.lingers() {
-            self.unsubscribe_all();
+            self.unsubscribe_unkept();
         } else if self.channels.iter().any(Channel::is_live) {
             self.effects.push(Effect::Linger);
         }

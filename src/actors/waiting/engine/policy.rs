@@ -189,6 +189,14 @@ pub(crate) trait Policy: Sized {
         None
     }
 
+    /// A channel to listen on whoever waits, as long as the policy says so
+    /// (a lock's holder taking turns, or yielding, hears the other processes'
+    /// release): made when the queue looks, kept when nobody waits. The
+    /// runner sends [`Event::Look`](super::Event::Look) when it changes.
+    fn kept_channel(&self) -> Option<String> {
+        None
+    }
+
     /// Whether the subscription outlives the last waiter for a while
     /// (waiters come in bursts) rather than ending with it.
     fn lingers(&self) -> bool {

@@ -6,7 +6,8 @@
 //! before anyone asks again (a script with no op id to answer a repeat from),
 //! a refusal for good (a re-entry refused) that answers its waiter alone, a
 //! timeout that names the holder or says Redis was silent, a busy answer that
-//! answers every try at once, and a wake after a delay.
+//! answers every try at once, a wake after a delay, and a channel kept for a
+//! holder whoever waits.
 //! Tested with `Picky`, a policy of the lock's shape, and nothing else.
 
 use super::*;
@@ -31,6 +32,8 @@ struct Picky {
     held: bool,
     /// A message wakes the queue after this delay.
     wake_after: Option<Duration>,
+    /// A channel it listens on whoever waits (a holder taking turns).
+    keep: Option<&'static str>,
 }
 
 impl Policy for Picky {
@@ -55,6 +58,10 @@ impl Policy for Picky {
 
     fn channel(&self, w: &Waiter<Self>) -> Option<String> {
         w.want.want.then(|| "picky".to_owned())
+    }
+
+    fn kept_channel(&self) -> Option<String> {
+        self.keep.map(str::to_owned)
     }
 
     fn names_holder(&self) -> bool {
@@ -484,4 +491,44 @@ fn a_message_may_wake_after_a_delay() {
     assert!(asks(&fx).is_empty(), "not before the delay");
     let fx = e.handle(Event::Look);
     assert_eq!(asks(&fx).len(), 1, "then the head asks");
+}
+
+/// The unsubscriptions among `effects`.
+fn unsubscribes(effects: &[Effect<Picky>]) -> Vec<String> {
+    let gone = effects.iter().filter_map(|f| match f {
+        Effect::Unsubscribe(name) => Some(name.clone()),
+        _ => None,
+    });
+    gone.collect()
+}
+
+/// A channel the policy keeps (a lock's holder taking turns) is subscribed
+/// to when the queue looks, even with nobody waiting, and outlives the last
+/// waiter; once the policy lets it go, it ends when nobody waits.
+#[tokio::test]
+async fn a_kept_channel_outlives_the_waiters() {
+    let mut e = engine(Picky {
+        keep: Some("turns"),
+        ..Picky::default()
+    });
+    let fx = e.handle(Event::Look);
+    assert_eq!(subscribes(&fx), vec!["turns".to_owned()]);
+    let _ = e.handle(Event::Subscribed("turns".to_owned()));
+    let (a, fx) = arrive(&mut e, None);
+    let (id, _) = asks(&fx).pop().expect("the head asks at once");
+    let fx = e.handle(answered(id, Ok(None)));
+    assert_eq!(subscribes(&fx), vec!["picky".to_owned()]);
+    let fx = e.handle(Event::Subscribed("picky".to_owned()));
+    let (id, _) = asks(&fx).pop().expect("it asks again once it listens");
+    drop(a);
+    let _ = e.handle(Event::Left);
+    let fx = e.handle(answered(id, Ok(None)));
+    assert_eq!(
+        unsubscribes(&fx),
+        vec!["picky".to_owned()],
+        "only the waiter's"
+    );
+    e.policy.keep = None;
+    let fx = e.handle(Event::Look);
+    assert_eq!(unsubscribes(&fx), vec!["turns".to_owned()]);
 }
