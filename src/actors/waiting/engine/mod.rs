@@ -171,15 +171,16 @@ impl<P: Policy> Engine<P> {
     }
 
     /// Answers a taken waiter with `grant`. When its caller left meanwhile,
-    /// its take is undone (an [`Effect::Undo`] among the next effects) and the
-    /// grant comes back, for the runner to drop what it made for it.
+    /// its take is undone (an [`Effect::Undo`] among the next effects, unless
+    /// dropping the grant gives it back: [`Policy::grant_gives_back`]) and
+    /// the grant comes back, for the runner to drop what it made for it.
     pub(crate) fn deliver(&mut self, taken: Taken<P>, grant: P::Grant) -> Result<(), P::Grant> {
         let mark = taken.waiter.want.clone();
         let Err(answer) = taken.waiter.answer(Ok(grant)) else {
             return Ok(());
         };
         debug!(name = %self.policy.name(), "{} taken for a caller that left; giving back", P::LABEL);
-        if let Some(op) = mark.op {
+        if let Some(op) = mark.op.filter(|_| !self.policy.grant_gives_back()) {
             self.effects.push(Effect::Undo {
                 op,
                 want: mark.want,

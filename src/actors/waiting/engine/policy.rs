@@ -203,6 +203,14 @@ pub(crate) trait Policy: Sized {
         false
     }
 
+    /// Whether a grant that finds its caller gone is given back by the
+    /// runner dropping it (`Calls::ungrant`: a lock's guard releases its hold
+    /// when dropped, and may hand the lock to the next waiter) rather than
+    /// undone under the waiter's op id.
+    fn grant_gives_back(&self) -> bool {
+        false
+    }
+
     /// Whether an attempt whose answer is lost is checked by the runner
     /// before anyone asks again (`engine/check.rs`), rather than sent again
     /// under its op id: for a synchronizer whose scripts remember no op id

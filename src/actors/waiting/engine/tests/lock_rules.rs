@@ -6,8 +6,8 @@
 //! before anyone asks again (a script with no op id to answer a repeat from),
 //! a refusal for good (a re-entry refused) that answers its waiter alone, a
 //! timeout that names the holder or says Redis was silent, a busy answer that
-//! answers every try at once, a wake after a delay, and a channel kept for a
-//! holder whoever waits.
+//! answers every try at once, a wake after a delay, a channel kept for a
+//! holder whoever waits, and a grant whose dropping gives it back.
 //! Tested with `Picky`, a policy of the lock's shape, and nothing else.
 
 use super::*;
@@ -34,6 +34,8 @@ struct Picky {
     wake_after: Option<Duration>,
     /// A channel it listens on whoever waits (a holder taking turns).
     keep: Option<&'static str>,
+    /// A grant dropped gives its take back (a lock's guard).
+    drops: bool,
 }
 
 impl Policy for Picky {
@@ -58,6 +60,10 @@ impl Policy for Picky {
 
     fn channel(&self, w: &Waiter<Self>) -> Option<String> {
         w.want.want.then(|| "picky".to_owned())
+    }
+
+    fn grant_gives_back(&self) -> bool {
+        self.drops
     }
 
     fn kept_channel(&self) -> Option<String> {
@@ -531,4 +537,28 @@ async fn a_kept_channel_outlives_the_waiters() {
     e.policy.keep = None;
     let fx = e.handle(Event::Look);
     assert_eq!(unsubscribes(&fx), vec!["turns".to_owned()]);
+}
+
+/// A grant that finds its caller gone comes back to the runner; when dropping
+/// it gives the take back (a lock's guard releases its hold), nothing is
+/// undone besides, so the take is not given back twice.
+#[tokio::test]
+async fn a_grant_that_gives_back_when_dropped_is_not_undone() {
+    for drops in [false, true] {
+        let mut e = engine(Picky {
+            drops,
+            ..Picky::default()
+        });
+        let (a, fx) = arrive(&mut e, None);
+        let (id, _) = asks(&fx).pop().expect("the head asks at once");
+        drop(a);
+        let mut fx = e.handle(answered(id, Ok(Some(7))));
+        let at = fx.iter().position(|f| matches!(f, Effect::Grant(_)));
+        let Effect::Grant(mut taken) = fx.swap_remove(at.expect("granted")) else {
+            unreachable!("found a grant");
+        };
+        let won = taken.won.take().expect("won");
+        assert_eq!(e.deliver(taken, won), Err(7), "the grant comes back");
+        assert_eq!(undos(&e.take_effects()).len(), usize::from(!drops));
+    }
 }
