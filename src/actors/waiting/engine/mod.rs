@@ -255,6 +255,7 @@ impl<P: Policy> Engine<P> {
         self.attempt.start();
         self.asked_at = Some(Instant::now());
         w.want.asking = true;
+        self.policy.asking(&mut w.want.want, w.once);
         let ask = Ask {
             waiter: id,
             op: w.want.op.clone(),

@@ -7,7 +7,8 @@
 //! a refusal for good (a re-entry refused) that answers its waiter alone, a
 //! timeout that names the holder or says Redis was silent, a busy answer that
 //! answers every try at once, a wake after a delay, a channel kept for a
-//! holder whoever waits, and a grant whose dropping gives it back.
+//! holder whoever waits, a grant whose dropping gives it back, and a waiter
+//! marked as its attempt goes out.
 //! Tested with `Picky`, a policy of the lock's shape, and nothing else.
 
 use super::*;
@@ -36,6 +37,11 @@ struct Picky {
     keep: Option<&'static str>,
     /// A grant dropped gives its take back (a lock's guard).
     drops: bool,
+    /// Each waiter takes a place with its first attempt that waits: marked
+    /// at the attempt (`Picky::asking`), left if it leaves.
+    places_at_ask: bool,
+    /// Attempts sent so far, counted at the attempt.
+    sent: u32,
 }
 
 impl Policy for Picky {
@@ -60,6 +66,13 @@ impl Policy for Picky {
 
     fn channel(&self, w: &Waiter<Self>) -> Option<String> {
         w.want.want.then(|| "picky".to_owned())
+    }
+
+    fn asking(&mut self, _want: &mut bool, once: bool) {
+        self.sent += 1;
+        if self.places_at_ask && !once {
+            self.places = true;
+        }
     }
 
     fn grant_gives_back(&self) -> bool {
@@ -561,4 +574,24 @@ async fn a_grant_that_gives_back_when_dropped_is_not_undone() {
         assert_eq!(e.deliver(taken, won), Err(7), "the grant comes back");
         assert_eq!(undos(&e.take_effects()).len(), usize::from(!drops));
     }
+}
+
+/// A waiter is marked by the policy as its attempt goes out (a fair lock's
+/// waiter takes its place in the Redis queue with it), once per attempt, and
+/// a place so taken is left when the waiter leaves.
+#[test]
+fn a_waiter_is_marked_as_its_attempt_goes_out() {
+    let mut e = engine(Picky {
+        places_at_ask: true,
+        held: true,
+        ..Picky::default()
+    });
+    let (a, fx) = arrive(&mut e, None);
+    assert_eq!(e.policy.sent, 1, "marked as its attempt went out");
+    let (id, _) = asks(&fx).pop().expect("the head asks at once");
+    let _ = e.handle(answered(id, Ok(None)));
+    drop(a);
+    let fx = e.handle(Event::Left);
+    assert_eq!(left_places(&fx), vec![Arc::from("picky-place")]);
+    assert_eq!(e.policy.sent, 1, "nobody else asked");
 }
