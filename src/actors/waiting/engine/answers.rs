@@ -8,12 +8,14 @@
 //! Apart from `mod.rs` because this is the half of the loop that reads Redis,
 //! while `mod.rs` keeps the queue, the channels and the timer.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tracing::{debug, warn};
 
 use super::{Effect, Engine, Found, Policy, Scope, Taken, Then};
 use crate::error::{redis_is_transient, LockError};
+use crate::wire::Place;
 
 impl<P: Policy> Engine<P> {
     /// What follows an answer.
@@ -108,8 +110,13 @@ impl<P: Policy> Engine<P> {
                 self.attempt.succeeded();
                 self.taken(asked, left, won, sent);
             }
-            Ok(Found::Short { retry_in, missing }) => {
+            Ok(Found::Short {
+                retry_in,
+                missing,
+                first,
+            }) => {
                 self.attempt.succeeded();
+                self.told_first(asked, first);
                 self.short(asked, retry_in, missing);
             }
             Ok(Found::Refused(refusal)) => {
@@ -143,6 +150,22 @@ impl<P: Policy> Engine<P> {
             .push(Effect::Grant(Taken { waiter, sent, won }));
         let then = self.policy.after_grant(left, &mut self.waiters);
         self.then(then);
+    }
+
+    /// A short answer named `first` at the head of the Redis queue: a waiter
+    /// of ours there other than `asked` is told so.
+    fn told_first(&mut self, asked: u64, first: Option<Arc<str>>) {
+        let Some(first) = first else {
+            return;
+        };
+        let mine = self
+            .waiters
+            .get(asked)
+            .and_then(|w| self.policy.place(&w.want));
+        if mine.as_deref() != Some(&*first) {
+            let head = vec![(first, Place::Head)];
+            self.policy.placed(head, &mut self.waiters);
+        }
     }
 
     /// Too few for `asked` now.

@@ -45,6 +45,10 @@ pub(crate) enum Found<W> {
         retry_in: Option<Duration>,
         /// The key does not exist at all.
         missing: bool,
+        /// The place at the head of the Redis queue, when the answer names
+        /// it (a fair lock's busy answer): a waiter of ours there, if not the
+        /// one that asked, is told so ([`Policy::placed`]) and may ask at once.
+        first: Option<Arc<str>>,
     },
     /// Refused for good, to the waiter that asked whatever the [`Scope`]
     /// (a lock's re-entry refused, a key of another type): it is answered

@@ -13,7 +13,9 @@ use crate::actors::semaphore::{Fair, Grant, Plain, Takes};
 use crate::keys;
 use crate::wire::SemTake;
 
+mod lock_leavers;
 mod lock_rules;
+mod picky;
 
 type Answer<G> = oneshot::Receiver<Result<G, LockError>>;
 
