@@ -249,9 +249,37 @@ impl<P: Policy> Engine<P> {
                 return; // its confirmation looks again
             }
         }
-        let Some(w) = self.waiters.get_mut(id) else {
-            return;
-        };
+        if let Some(ask) = self.send(id) {
+            self.effects.push(Effect::Ask(ask));
+        }
+    }
+
+    /// The head asks now in a call the runner makes itself (a lock's
+    /// hand-over: the release that frees the lock grants the head in the same
+    /// call), if nothing is out or to check and `accept` takes the head. Its
+    /// answer comes back as [`Event::Answered`], as any attempt's; meanwhile
+    /// nobody else asks. The runner carries out [`Engine::take_effects`] after.
+    // The lock's release path is its only caller, once the lock runs here.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn ask_head(
+        &mut self,
+        accept: impl FnOnce(&Waiter<P>) -> bool,
+    ) -> Option<Ask<P::Want>> {
+        if self.attempt.in_flight() || self.check_pending() {
+            return None;
+        }
+        let head = self.waiters.front()?;
+        if head.is_gone() || !accept(head) {
+            return None;
+        }
+        let id = head.id;
+        self.send(id)
+    }
+
+    /// The attempt of waiter `id` goes out: it is marked asking, and the
+    /// attempt counted out.
+    fn send(&mut self, id: u64) -> Option<Ask<P::Want>> {
+        let w = self.waiters.get_mut(id)?;
         self.attempt.start();
         self.asked_at = Some(Instant::now());
         w.want.asking = true;
@@ -262,9 +290,9 @@ impl<P: Policy> Engine<P> {
             want: w.want.want.clone(),
             once: w.once,
         };
-        self.effects.push(Effect::Ask(ask));
         // Deadlines are kept while the attempt is out too.
         self.arm(None);
+        Some(ask)
     }
 
     /// Whether channel `name` is live; if it is not, it is asked for (once).

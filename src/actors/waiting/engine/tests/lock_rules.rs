@@ -6,8 +6,9 @@
 //! subscription), a refusal for good (a re-entry refused) that answers its
 //! waiter alone, a busy answer that answers every try at once or names the
 //! head of the Redis queue, a wake after a delay, a channel kept for a holder
-//! whoever waits, and a waiter marked as its attempt goes out. Tested with
-//! `Picky` (`picky.rs`) and nothing else.
+//! whoever waits, a waiter marked as its attempt goes out, and the head
+//! asking in a call of the runner's (a hand-over). Tested with `Picky`
+//! (`picky.rs`) and nothing else.
 
 use super::picky::{arrive, checks, left_places, unsubscribes, Picky};
 use super::*;
@@ -254,4 +255,33 @@ fn a_busy_answer_tells_who_is_first_in_the_redis_queue() {
         let expected: Vec<Arc<str>> = told.then(|| Arc::from(first)).into_iter().collect();
         assert_eq!(e.policy.told, expected);
     }
+}
+
+/// The head may ask in a call of the runner's own (a lock's hand-over, while
+/// a local holder keeps the queue from asking): only with nothing out, and
+/// nobody else asks until its answer, which grants it as any attempt's does.
+#[tokio::test]
+async fn the_head_may_ask_in_a_hand_over() {
+    let mut e = engine(Picky::default());
+    e.policy.pick = Some(Pick::Nobody);
+    let (a, fx) = arrive(&mut e, None);
+    assert!(asks(&fx).is_empty(), "a holder here keeps it from asking");
+    let (_b, _) = arrive(&mut e, None);
+    assert!(e.ask_head(|_| false).is_none(), "the runner's choice");
+    let ask = e
+        .ask_head(|_| true)
+        .expect("the head asks in the hand-over");
+    assert!(e.ask_head(|_| true).is_none(), "one attempt at a time");
+    e.policy.pick = None;
+    let fx = e.handle(Event::Wake);
+    assert!(asks(&fx).is_empty(), "nobody else asks meanwhile");
+    let mut fx = e.handle(answered(ask.waiter, Ok(Some(9))));
+    let at = fx.iter().position(|f| matches!(f, Effect::Grant(_)));
+    let Effect::Grant(mut taken) = fx.swap_remove(at.expect("granted")) else {
+        unreachable!("found a grant");
+    };
+    let won = taken.won.take().expect("won");
+    assert!(e.deliver(taken, won).is_ok());
+    assert!(matches!(a.await, Ok(Ok(9))));
+    assert_eq!(asks(&fx).len(), 1, "then the next asks for itself");
 }
