@@ -75,6 +75,9 @@ impl<P: Policy> Engine<P> {
                 } else {
                     // It will repeat: everyone hears it now.
                     let gone = self.waiters.answer_all(|| Err(LockError::from(e.clone())));
+                    let error = LockError::from(e);
+                    gone.iter()
+                        .for_each(|m| self.policy.not_granted(&m.want, &error));
                     self.leave(gone);
                 }
             }
@@ -186,7 +189,7 @@ impl<P: Policy> Engine<P> {
         if w.once {
             if let Some(w) = self.waiters.remove(asked) {
                 let mark = w.want.clone();
-                w.time_out();
+                self.time_out(w);
                 self.leave(vec![mark]);
             }
             return self.pump();
@@ -206,6 +209,7 @@ impl<P: Policy> Engine<P> {
             w.want.asking = false;
             w.want.lost = false;
             let mark = w.want.clone();
+            self.policy.not_granted(&mark.want, &refusal);
             let _ = w.answer(Err(refusal));
             self.leave(vec![mark]);
         }
@@ -230,7 +234,9 @@ impl<P: Policy> Engine<P> {
             // A refused take changed nothing; one whose answer is lost (or
             // unconfirmed by replicas) may have: undone either way.
             let mark = w.want.clone();
-            let _ = w.answer(Err(e.into()));
+            let error = LockError::from(e);
+            self.policy.not_granted(&mark.want, &error);
+            let _ = w.answer(Err(error));
             self.leave(vec![mark]);
         }
         self.pump();

@@ -24,9 +24,10 @@ impl<P: Policy> Engine<P> {
             gone = self.timeouts_for_runner();
         }
         let policy = &self.policy;
-        let swept = self
-            .waiters
-            .sweep(|waited| policy.expired(waited, last.as_ref()));
+        let swept = self.waiters.sweep(
+            |waited| policy.expired(waited, last.as_ref()),
+            |mark, e| policy.not_granted(&mark.want, e),
+        );
         gone.extend(swept);
         let any = !gone.is_empty();
         self.leave(gone);

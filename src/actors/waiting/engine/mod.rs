@@ -197,7 +197,9 @@ impl<P: Policy> Engine<P> {
         let once = self.policy.once(wait);
         if once && !self.waiters.is_empty() {
             // What frees up is promised to those queued first.
-            let _ = reply.send(Err(timeout(Duration::ZERO)));
+            let error = timeout(Duration::ZERO);
+            self.policy.not_granted(&want, &error);
+            let _ = reply.send(Err(error));
             return;
         }
         let (first, in_flight) = (self.waiters.is_empty(), self.attempt.in_flight());
@@ -295,6 +297,13 @@ impl<P: Policy> Engine<P> {
         Some(ask)
     }
 
+    /// Answers `w` with a timeout that says how long it waited.
+    fn time_out(&self, w: Waiter<P>) {
+        let error = timeout(w.since.elapsed());
+        self.policy.not_granted(&w.want.want, &error);
+        let _ = w.answer(Err(error));
+    }
+
     /// Whether channel `name` is live; if it is not, it is asked for (once).
     fn listening(&mut self, name: String) -> bool {
         let at = match self.channels.iter().position(|c| c.name() == name) {
@@ -334,7 +343,7 @@ impl<P: Policy> Engine<P> {
         let mut gone = Vec::with_capacity(once.len());
         for w in once {
             gone.push(w.want.clone());
-            w.time_out();
+            self.time_out(w);
         }
         self.leave(gone);
     }
@@ -427,6 +436,9 @@ impl<P: Policy> Engine<P> {
     /// Every waiter is answered `ShuttingDown` and leaves.
     fn shut_down(&mut self) {
         let gone = self.waiters.answer_all(|| Err(LockError::ShuttingDown));
+        let error = LockError::ShuttingDown;
+        gone.iter()
+            .for_each(|m| self.policy.not_granted(&m.want, &error));
         self.leave(gone);
         self.effects.push(Effect::Disarm);
     }

@@ -167,6 +167,10 @@ pub(crate) trait Policy: Sized {
         None
     }
 
+    /// A waiter that wants `want` is answered `error` instead of a grant,
+    /// by the engine (a lock counts its acquisitions by outcome).
+    fn not_granted(&self, _want: &Self::Want, _error: &LockError) {}
+
     /// Whether a newcomer makes the queue look again (`first`: it found
     /// nobody waiting; `in_flight`: an attempt is out).
     fn asks_on_arrival(&self, _first: bool, _in_flight: bool) -> bool {

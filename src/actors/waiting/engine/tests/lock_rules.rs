@@ -6,8 +6,9 @@
 //! subscription), a refusal for good (a re-entry refused) that answers its
 //! waiter alone, a busy answer that answers every try at once or names the
 //! head of the Redis queue, a wake after a delay, a channel kept for a holder
-//! whoever waits, a waiter marked as its attempt goes out, and the head
-//! asking in a call of the runner's (a hand-over). Tested with `Picky`
+//! whoever waits, a waiter marked as its attempt goes out, the head asking
+//! in a call of the runner's (a hand-over), and every answer that is not a
+//! grant told to the policy (a lock counts them by outcome). Tested with `Picky`
 //! (`picky.rs`) and nothing else.
 
 use super::picky::{arrive, checks, left_places, unsubscribes, Picky};
@@ -284,4 +285,36 @@ async fn the_head_may_ask_in_a_hand_over() {
     assert!(e.deliver(taken, won).is_ok());
     assert!(matches!(a.await, Ok(Ok(9))));
     assert_eq!(asks(&fx).len(), 1, "then the next asks for itself");
+}
+
+/// Every answer the engine gives instead of a grant is told to the policy (a
+/// lock counts its acquisitions by outcome): a try behind others, a refusal,
+/// a deadline that passed, a shutdown.
+#[tokio::test]
+async fn every_answer_but_a_grant_is_told_to_the_policy() {
+    let mut e = engine(Picky {
+        held: true,
+        ..Picky::default()
+    });
+    let (_refused, fx) = arrive(&mut e, None);
+    let (id, _) = asks(&fx).pop().expect("the head asks at once");
+    let (_tried, _) = arrive(&mut e, Some(Duration::ZERO));
+    e.policy.refuse = true;
+    let _ = e.handle(answered(id, Ok(None)));
+    e.policy.refuse = false;
+    let (_late, fx) = arrive(&mut e, Some(Duration::from_millis(5)));
+    let (id, _) = asks(&fx).pop().expect("it asks at once");
+    let _ = e.handle(answered(id, Ok(None)));
+    let (_last, _) = arrive(&mut e, None);
+    std::thread::sleep(Duration::from_millis(10));
+    let _ = e.handle(Event::Timer);
+    let _ = e.handle(Event::Shutdown);
+    let told = e.policy.refusals.borrow().clone();
+    let expected = [
+        timeout(Duration::ZERO).to_string(),
+        LockError::ReentryRefused.to_string(),
+    ];
+    assert_eq!(told.len(), 4, "{told:?}");
+    assert_eq!(told[..2], expected, "{told:?}");
+    assert_eq!(told[3], LockError::ShuttingDown.to_string());
 }

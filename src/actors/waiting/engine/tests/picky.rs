@@ -40,6 +40,8 @@ pub(super) struct Picky {
     pub(super) first: Option<&'static str>,
     /// The places told they are at the head.
     pub(super) told: Vec<Arc<str>>,
+    /// The errors its waiters were answered instead of a grant, as text.
+    pub(super) refusals: std::cell::RefCell<Vec<String>>,
 }
 
 impl Policy for Picky {
@@ -69,6 +71,10 @@ impl Policy for Picky {
     fn placed(&mut self, stands: Vec<(Arc<str>, Place)>, _waiters: &mut Waiters<Self>) {
         let heads = stands.into_iter().filter(|(_, p)| *p == Place::Head);
         self.told.extend(heads.map(|(id, _)| id));
+    }
+
+    fn not_granted(&self, _want: &bool, error: &LockError) {
+        self.refusals.borrow_mut().push(error.to_string());
     }
 
     fn asking(&mut self, _want: &mut bool, once: bool) {
