@@ -30,6 +30,16 @@ pub(crate) struct Mark<W> {
 }
 
 impl<W> Mark<W> {
+    /// The mark of a waiter that just came, wanting `want`.
+    pub(crate) fn of(want: W) -> Mark<W> {
+        Mark {
+            want,
+            op: None,
+            asking: false,
+            lost: false,
+        }
+    }
+
     /// Whether a copy of its take may have run unseen: leaving now undoes it.
     pub(crate) fn unsure(&self) -> bool {
         self.op.is_some() && (self.asking || self.lost)
@@ -78,6 +88,20 @@ pub(crate) enum Event<P: Policy> {
     Arrive {
         want: P::Want,
         wait: Option<Duration>,
+        reply: Reply<P>,
+    },
+    /// A caller whose wait the runner counts itself (a lock's: its id and
+    /// arrival are the manager's request's) waits for `want` until `deadline`
+    /// (`None`: for ever); `once`: it makes one attempt, answered by it. It
+    /// goes first when the policy says so ([`Policy::goes_first`]).
+    // The lock's runner is its only sender, once the lock runs here.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Join {
+        id: u64,
+        since: Instant,
+        deadline: Option<Instant>,
+        once: bool,
+        want: P::Want,
         reply: Reply<P>,
     },
     /// A caller stopped waiting (or got its answer).

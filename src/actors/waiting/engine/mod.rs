@@ -124,6 +124,17 @@ impl<P: Policy> Engine<P> {
     pub(crate) fn handle(&mut self, event: Event<P>) -> Vec<Effect<P>> {
         match event {
             Event::Arrive { want, wait, reply } => self.arrive(want, wait, reply),
+            Event::Join {
+                id,
+                since,
+                deadline,
+                once,
+                want,
+                reply,
+            } => {
+                let w = Waiter::<P>::new(id, since, deadline, once, Mark::of(want), reply);
+                self.join(w);
+            }
             Event::Left => {
                 if self.sweep() {
                     self.pump();
@@ -203,21 +214,42 @@ impl<P: Policy> Engine<P> {
             return;
         }
         let (first, in_flight) = (self.waiters.is_empty(), self.attempt.in_flight());
-        let mark = Mark {
-            want,
-            op: None,
-            asking: false,
-            lost: false,
-        };
-        let w = self.waiters.arrive_with(mark, wait, once, reply);
-        w.want.op = self.policy.op(w.id);
+        let w = self.waiters.arrive_with(Mark::of(want), wait, once, reply);
+        let id = w.id;
+        self.joined(id, once, wait.is_some(), (first, in_flight));
+    }
+
+    /// A waiter the runner made joins (a lock's: its id and arrival are the
+    /// manager's request's), first if the policy says so.
+    fn join(&mut self, w: Waiter<P>) {
+        if w.once && !self.waiters.is_empty() {
+            // What frees up is promised to those queued first.
+            let error = timeout(Duration::ZERO);
+            self.policy.not_granted(&w.want.want, &error);
+            let _ = w.answer(Err(error));
+            return;
+        }
+        let (first, in_flight) = (self.waiters.is_empty(), self.attempt.in_flight());
+        let (id, once, timed) = (w.id, w.once, w.deadline.is_some());
+        let front = self.policy.goes_first(&w.want.want);
+        self.waiters.push(w, front);
+        self.joined(id, once, timed, (first, in_flight));
+    }
+
+    /// Waiter `id` is queued (`timed`: it has a deadline; `was`: whether it
+    /// found nobody waiting, and an attempt out): it gets its op id, its wait
+    /// is recorded, and the queue looks again if the policy says so.
+    fn joined(&mut self, id: u64, once: bool, timed: bool, (first, in_flight): (bool, bool)) {
+        if let Some(w) = self.waiters.get_mut(id) {
+            w.want.op = self.policy.op(id);
+        }
         if !once {
             self.effects.push(Effect::Watch);
         }
         if self.policy.asks_on_arrival(first, in_flight) {
             self.pump();
         }
-        if wait.is_some() {
+        if timed {
             // Its deadline needs watching whether it asks now or not.
             self.arm(None);
         }

@@ -139,6 +139,13 @@ pub(crate) trait Policy: Sized {
         Some(op_id())
     }
 
+    /// Whether a waiter that wants `want` goes before those already waiting
+    /// ([`Event::Join`](super::Event::Join)): a lock's re-entry by its holder
+    /// here, which must not wait behind those who wait for that holder.
+    fn goes_first(&self, _want: &Self::Want) -> bool {
+        false
+    }
+
     /// How many permits a waiter wants, for its waiting record.
     fn wants(&self, want: &Self::Want) -> u64;
 

@@ -7,8 +7,9 @@
 //! waiter alone, a busy answer that answers every try at once or names the
 //! head of the Redis queue, a wake after a delay, a channel kept for a holder
 //! whoever waits, a waiter marked as its attempt goes out, the head asking
-//! in a call of the runner's (a hand-over), and every answer that is not a
-//! grant told to the policy (a lock counts them by outcome). Tested with `Picky`
+//! in a call of the runner's (a hand-over), every answer that is not a
+//! grant told to the policy (a lock counts them by outcome), and a waiter
+//! the runner made joining, first when it re-enters. Tested with `Picky`
 //! (`picky.rs`) and nothing else.
 
 use super::picky::{arrive, checks, left_places, unsubscribes, Picky};
@@ -317,4 +318,30 @@ async fn every_answer_but_a_grant_is_told_to_the_policy() {
     assert_eq!(told.len(), 4, "{told:?}");
     assert_eq!(told[..2], expected, "{told:?}");
     assert_eq!(told[3], LockError::ShuttingDown.to_string());
+}
+
+/// A waiter the runner made joins under its own id and arrival (a lock's
+/// request's), and goes before those already waiting when the policy says so
+/// (a re-entry by a holder here); it asks as the head.
+#[tokio::test]
+async fn a_waiter_joins_under_its_own_id_and_may_go_first() {
+    let mut e = engine(Picky::default());
+    e.policy.pick = Some(Pick::Nobody);
+    let (_a, _) = arrive(&mut e, None);
+    let since = Instant::now() - Duration::from_millis(5);
+    let (reply, _answer) = oneshot::channel();
+    e.policy.front = true;
+    let _ = e.handle(Event::Join {
+        id: 42,
+        since,
+        deadline: None,
+        once: false,
+        want: false,
+        reply,
+    });
+    let head = e.waiters().next().expect("queued");
+    assert_eq!((head.id, head.since), (42, since), "its own id and arrival");
+    e.policy.pick = None;
+    let fx = e.handle(Event::Wake);
+    assert_eq!(asks(&fx).first().map(|a| a.0), Some(42), "it asks first");
 }

@@ -42,6 +42,8 @@ pub(super) struct Picky {
     pub(super) told: Vec<Arc<str>>,
     /// The errors its waiters were answered instead of a grant, as text.
     pub(super) refusals: std::cell::RefCell<Vec<String>>,
+    /// A waiter that joins goes first (a re-entry by a holder here).
+    pub(super) front: bool,
 }
 
 impl Policy for Picky {
@@ -71,6 +73,10 @@ impl Policy for Picky {
     fn placed(&mut self, stands: Vec<(Arc<str>, Place)>, _waiters: &mut Waiters<Self>) {
         let heads = stands.into_iter().filter(|(_, p)| *p == Place::Head);
         self.told.extend(heads.map(|(id, _)| id));
+    }
+
+    fn goes_first(&self, _want: &bool) -> bool {
+        self.front
     }
 
     fn not_granted(&self, _want: &bool, error: &LockError) {
