@@ -109,6 +109,7 @@ impl Policy for Latch {
             Found::Short {
                 retry_in: None,
                 missing: false,
+                first: None,
             }
         }
     }

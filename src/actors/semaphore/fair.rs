@@ -131,6 +131,7 @@ impl Policy for Fair {
             SemTake::Short { missing, .. } => Found::Short {
                 retry_in: None,
                 missing,
+                first: None,
             },
         }
     }

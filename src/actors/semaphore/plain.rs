@@ -130,6 +130,7 @@ impl Policy for Plain {
             SemTake::Short { missing, .. } => Found::Short {
                 retry_in: None,
                 missing,
+                first: None,
             },
         }
     }
@@ -150,6 +151,7 @@ impl Policy for Expirable {
             } => Found::Short {
                 retry_in: expires_in_ms.map(Duration::from_millis),
                 missing,
+                first: None,
             },
         }
     }

@@ -74,12 +74,6 @@ impl<P, R> Waiter<P, R> {
     pub(crate) fn answer(self, answer: Result<R, LockError>) -> Result<(), Result<R, LockError>> {
         self.tx.send(answer)
     }
-
-    /// Answers it with a timeout that says how long it waited.
-    pub(crate) fn time_out(self) {
-        let waited = self.since.elapsed();
-        let _ = self.answer(Err(timeout(waited)));
-    }
 }
 
 /// "Not within the wait": no holder to name (synchronizers have none).
@@ -250,9 +244,13 @@ impl<P, R> Queue<P, R> {
 
     /// Forgets the waiters whose caller went away and answers those whose
     /// deadline passed: with their last error if they have one, else with
-    /// `expired(waited)`. Answers what the waiters taken out wanted (a fair
-    /// waiter's place must be left).
-    pub(crate) fn sweep(&mut self, expired: impl Fn(Duration) -> Result<R, LockError>) -> Vec<P> {
+    /// `expired(waited)`; `told` hears each error answered. Answers what the
+    /// waiters taken out wanted (a fair waiter's place must be left).
+    pub(crate) fn sweep(
+        &mut self,
+        expired: impl Fn(Duration) -> Result<R, LockError>,
+        told: impl Fn(&P, &LockError),
+    ) -> Vec<P> {
         let now = Instant::now();
         let mut out = Vec::new();
         let mut kept = VecDeque::with_capacity(self.waiters.len());
@@ -266,6 +264,9 @@ impl<P, R> Queue<P, R> {
                     Some(e) => Err(e),
                     None => expired(now - w.since),
                 };
+                if let Err(e) = &answer {
+                    told(&w.want, e);
+                }
                 let _ = w.tx.send(answer);
                 out.push(w.want);
                 continue;
@@ -340,7 +341,9 @@ mod tests {
         let d = q.arrive(4, Some(Duration::from_millis(1)), false);
         drop(b);
         std::thread::sleep(Duration::from_millis(5));
-        let out = q.sweep(|w| Err(timeout(w)));
+        let told = std::cell::Cell::new(0);
+        let out = q.sweep(|w| Err(timeout(w)), |_, _| told.set(told.get() + 1));
+        assert_eq!(told.get(), 2, "each error answered is told");
         assert_eq!(out, vec![2, 3, 4]);
         assert_eq!(q.iter().map(|w| w.want).collect::<Vec<_>>(), vec![1]);
         assert!(matches!(c.await, Ok(Err(LockError::Stopped))));

@@ -14,14 +14,14 @@
 //! generic broker actor serves every message type.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use futures::future::LocalBoxFuture;
 use tracing::{debug, warn};
 
-use super::engine::{Ask, Effect, Engine, Event, Policy, Taken};
-use super::{ended, send_once, watch, Waited, Waiting, Waits};
+use super::engine::{Ask, Effect, Engine, Event, Policy, Taken, Waiter};
+use super::{ended, send_once, timeout, watch, Waited, Waiting, Waits};
 use crate::actors::listen::{self, Alarm, Channel, Listener};
 use crate::actors::shared::{Shared, ShutDown};
 use crate::actors::subscriber::{Resync, Unlocked};
@@ -79,6 +79,19 @@ pub(crate) trait Calls: Policy + Unpin + 'static {
         _grant: Self::Grant,
         _ctx: &mut Context<SyncActor<Self>>,
     ) {
+    }
+
+    /// Answers these waiters, whose deadline passed, with a timeout (each
+    /// waited this long); a policy that [`Policy::names_holder`] reads who
+    /// holds first. Only asked of such a policy.
+    fn timed_out(
+        _act: &mut SyncActor<Self>,
+        waiters: Vec<(Waiter<Self>, Duration)>,
+        _ctx: &mut Context<SyncActor<Self>>,
+    ) {
+        for (w, waited) in waiters {
+            let _ = w.answer(Err(timeout(waited)));
+        }
     }
 
     /// Takes these places out of the Redis queue.
@@ -149,6 +162,7 @@ impl<P: Calls> SyncActor<P> {
             Effect::Grant(taken) => self.grant(taken, ctx),
             Effect::Undo { op, want } => self.undo(op, want, ctx),
             Effect::Leave(ids) => P::leave(self, ids, ctx),
+            Effect::TimedOut(waiters) => P::timed_out(self, waiters, ctx),
             Effect::Check { want } => {
                 let check = P::check(self, &want);
                 let done = check.into_actor(self);
@@ -166,6 +180,16 @@ impl<P: Calls> SyncActor<P> {
                 |act, ctx| act.run(Event::Timer, ctx),
             ),
             Effect::Disarm => self.timer.cancel(ctx),
+            Effect::WakeAfter(delay) => {
+                // The runtime's timers tick in whole milliseconds: a delay of
+                // microseconds is slept on a blocking-pool thread.
+                let slept = actix_rt::task::spawn_blocking(move || std::thread::sleep(delay));
+                ctx.spawn(
+                    slept
+                        .into_actor(self)
+                        .map(|_, act, ctx| act.run(Event::Look, ctx)),
+                );
+            }
             Effect::Linger => self.linger(ctx),
             Effect::Watch => watch(self, ctx),
             Effect::KeyFound => self.waiting.key_found(),
@@ -209,6 +233,7 @@ impl<P: Calls> SyncActor<P> {
         let (shared, name) = (self.shared.clone(), self.name.clone());
         let permits = self.engine.policy().wants(&want);
         let ticket = shared.unsettled.enter();
+        let undone = want.clone();
         let fut = async move {
             let _counted = ticket;
             let what = || {
@@ -219,14 +244,18 @@ impl<P: Calls> SyncActor<P> {
         };
         ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
             let name = act.name.clone();
-            match res {
+            let event = match res {
                 Ok(Undone::GaveBack) => {
                     debug!(%name, "permits taken for a waiter that left are back");
+                    Event::Look
                 }
-                Ok(_) => {}
-                Err(e) => warn!(%name, error = %e, "undoing a waiter's take failed"),
-            }
-            act.run(Event::Look, ctx);
+                Ok(_) => Event::Look,
+                Err(e) => {
+                    warn!(%name, error = %e, "undoing a waiter's take failed");
+                    Event::UndoFailed(undone)
+                }
+            };
+            act.run(event, ctx);
         }));
     }
 

@@ -1,18 +1,21 @@
 //! What the engine makes of an attempt's answer: a take (the waiter leaves
 //! the queue with what it won, and the policy says what follows), a short
-//! answer (wait for a wake, or answer a waiter that tries once), a Redis error (retried while it is
-//! transient and the waiter lasts, else answered), and, for a policy whose
-//! answer is for everyone, the latch's open door.
+//! answer (wait for a wake, or answer a waiter that tries once), a refusal
+//! (that waiter alone is answered with it and leaves), a Redis error (retried
+//! while it is transient and the waiter lasts, else answered), and, for a
+//! policy whose answer is for everyone, the latch's open door.
 //!
 //! Apart from `mod.rs` because this is the half of the loop that reads Redis,
 //! while `mod.rs` keeps the queue, the channels and the timer.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::{Effect, Engine, Found, Policy, Scope, Taken, Then};
 use crate::error::{redis_is_transient, LockError};
+use crate::wire::Place;
 
 impl<P: Policy> Engine<P> {
     /// What follows an answer.
@@ -21,6 +24,10 @@ impl<P: Policy> Engine<P> {
             Then::Pump => self.pump(),
             Then::Wait(_) if self.attempt.again() => self.pump(),
             Then::Wait(hint) => self.arm(hint),
+            Then::Held(hint) => {
+                self.answer_once();
+                self.then(Then::Wait(hint));
+            }
         }
     }
 
@@ -32,15 +39,21 @@ impl<P: Policy> Engine<P> {
         sent: Instant,
     ) {
         self.attempt.finish();
+        self.asked_at = None;
         let found = reply.map(|r| self.policy.classify(r));
         match P::SCOPE {
-            Scope::All => self.answered_all(found, sent),
+            Scope::All => self.answered_all(asked, found, sent),
             Scope::Asker => self.answered_asker(asked, found, sent),
         }
     }
 
     /// An answer for everyone waiting (a latch's read).
-    fn answered_all(&mut self, found: redis::RedisResult<Found<P::Won>>, sent: Instant) {
+    fn answered_all(
+        &mut self,
+        asked: u64,
+        found: redis::RedisResult<Found<P::Won>>,
+        sent: Instant,
+    ) {
         match found {
             Ok(Found::Taken { .. }) => {
                 self.attempt.succeeded();
@@ -50,6 +63,10 @@ impl<P: Policy> Engine<P> {
                 self.attempt.succeeded();
                 self.then(Then::Wait(None));
             }
+            Ok(Found::Refused(refusal)) => {
+                self.attempt.succeeded();
+                self.refused(asked, refusal);
+            }
             Err(e) => {
                 warn!(name = %self.policy.name(), error = %e, "{} attempt failed", P::LABEL);
                 if redis_is_transient(&e) {
@@ -58,6 +75,9 @@ impl<P: Policy> Engine<P> {
                 } else {
                     // It will repeat: everyone hears it now.
                     let gone = self.waiters.answer_all(|| Err(LockError::from(e.clone())));
+                    let error = LockError::from(e);
+                    gone.iter()
+                        .for_each(|m| self.policy.not_granted(&m.want, &error));
                     self.leave(gone);
                 }
             }
@@ -81,18 +101,30 @@ impl<P: Policy> Engine<P> {
         sent: Instant,
     ) {
         let Some(w) = self.waiters.get_mut(asked) else {
-            // It left meanwhile and its take is being undone: the next asks.
+            // It left meanwhile and its take is being undone: the next asks
+            // (once what the take did is checked, if it may have run).
+            self.orphan_answered(&found);
             return self.pump();
         };
+        self.orphan = None;
         w.want.asking = false;
         match found {
             Ok(Found::Taken { left, won }) => {
                 self.attempt.succeeded();
                 self.taken(asked, left, won, sent);
             }
-            Ok(Found::Short { retry_in, missing }) => {
+            Ok(Found::Short {
+                retry_in,
+                missing,
+                first,
+            }) => {
                 self.attempt.succeeded();
+                self.told_first(asked, first);
                 self.short(asked, retry_in, missing);
+            }
+            Ok(Found::Refused(refusal)) => {
+                self.attempt.succeeded();
+                self.refused(asked, refusal);
             }
             Err(e) => {
                 if self.policy.checks_lost() {
@@ -123,6 +155,22 @@ impl<P: Policy> Engine<P> {
         self.then(then);
     }
 
+    /// A short answer named `first` at the head of the Redis queue: a waiter
+    /// of ours there other than `asked` is told so.
+    fn told_first(&mut self, asked: u64, first: Option<Arc<str>>) {
+        let Some(first) = first else {
+            return;
+        };
+        let mine = self
+            .waiters
+            .get(asked)
+            .and_then(|w| self.policy.place(&w.want));
+        if mine.as_deref() != Some(&*first) {
+            let head = vec![(first, Place::Head)];
+            self.policy.placed(head, &mut self.waiters);
+        }
+    }
+
     /// Too few for `asked` now.
     fn short(&mut self, asked: u64, retry_in: Option<Duration>, missing: bool) {
         let lasting = self.waiters.lasting();
@@ -141,13 +189,31 @@ impl<P: Policy> Engine<P> {
         if w.once {
             if let Some(w) = self.waiters.remove(asked) {
                 let mark = w.want.clone();
-                w.time_out();
+                self.time_out(w);
                 self.leave(vec![mark]);
             }
             return self.pump();
         }
         let then = self.policy.short(&mut w.want.want, retry_in);
         self.then(then);
+    }
+
+    /// Redis refused `asked` for good: it is answered with `refusal` and
+    /// leaves (its own channel, its place); the next may ask at once, since
+    /// the refusal was its own.
+    fn refused(&mut self, asked: u64, refusal: LockError) {
+        let name = self.policy.name();
+        debug!(%name, error = %refusal, "{} attempt refused", P::LABEL);
+        if let Some(mut w) = self.waiters.remove(asked) {
+            // Its attempt took nothing: nothing to undo, nothing to check.
+            w.want.asking = false;
+            w.want.lost = false;
+            let mark = w.want.clone();
+            self.policy.not_granted(&mark.want, &refusal);
+            let _ = w.answer(Err(refusal));
+            self.leave(vec![mark]);
+        }
+        self.pump();
     }
 
     /// The attempt of `asked` failed (it is marked `lost`).
@@ -168,7 +234,9 @@ impl<P: Policy> Engine<P> {
             // A refused take changed nothing; one whose answer is lost (or
             // unconfirmed by replicas) may have: undone either way.
             let mark = w.want.clone();
-            let _ = w.answer(Err(e.into()));
+            let error = LockError::from(e);
+            self.policy.not_granted(&mark.want, &error);
+            let _ = w.answer(Err(error));
             self.leave(vec![mark]);
         }
         self.pump();

@@ -6,6 +6,12 @@
 //! hold that no guard accounts for) and said so ([`Event::Checked`]). Nothing
 //! is granted from an unknown outcome: its fencing token is unknown too.
 //!
+//! The same holds for a take whose waiter left while it was out: its undo is
+//! sent at once (`Effect::Undo`, right behind it), but an answer that says it
+//! took may mean the undo went out first, and an undo that failed
+//! ([`Event::UndoFailed`]) is not known to have run: either way the take is
+//! checked as a lost one is. A busy or refused answer took nothing.
+//!
 //! A policy with op ids needs none of this: its take is sent again under the
 //! same op id, which its script answers from memory, or undone under it.
 
@@ -13,7 +19,7 @@ use tracing::{debug, warn};
 
 #[cfg(doc)]
 use super::Event;
-use super::{Effect, Engine, Policy};
+use super::{Effect, Engine, Found, Policy};
 use crate::error::redis_is_transient;
 
 /// Where the check of a lost attempt stands.
@@ -36,6 +42,37 @@ impl<P: Policy> Engine<P> {
         if !e.is_connection_refusal() {
             self.check = Check::Due(want);
         }
+    }
+
+    /// The waiter whose attempt is out left with `want`: its answer says
+    /// whether the take needs a check.
+    pub(super) fn orphaned(&mut self, want: &P::Want) {
+        if self.policy.checks_lost() {
+            self.orphan = Some(want.clone());
+        }
+    }
+
+    /// The answer to the attempt of a waiter that left: a take, or no answer,
+    /// may have taken what its undo did not give back.
+    pub(super) fn orphan_answered(&mut self, found: &redis::RedisResult<Found<P::Won>>) {
+        let Some(want) = self.orphan.take() else {
+            return;
+        };
+        match found {
+            // Its undo may have gone out before it.
+            Ok(Found::Taken { .. }) => self.check = Check::Due(want),
+            Err(e) => self.lost(want, e),
+            Ok(Found::Short { .. } | Found::Refused(_)) => {}
+        }
+    }
+
+    /// The undo of a take for `want` failed; the queue looks again.
+    pub(super) fn undo_failed(&mut self, want: P::Want) {
+        if self.policy.checks_lost() {
+            warn!(name = %self.policy.name(), "could not undo a {} take; checking it", P::LABEL);
+            self.check = Check::Due(want);
+        }
+        self.pump();
     }
 
     /// Whether a lost attempt stands in the way of the next one; a check that

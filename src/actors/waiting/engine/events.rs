@@ -30,6 +30,16 @@ pub(crate) struct Mark<W> {
 }
 
 impl<W> Mark<W> {
+    /// The mark of a waiter that just came, wanting `want`.
+    pub(crate) fn of(want: W) -> Mark<W> {
+        Mark {
+            want,
+            op: None,
+            asking: false,
+            lost: false,
+        }
+    }
+
     /// Whether a copy of its take may have run unseen: leaving now undoes it.
     pub(crate) fn unsure(&self) -> bool {
         self.op.is_some() && (self.asking || self.lost)
@@ -80,6 +90,20 @@ pub(crate) enum Event<P: Policy> {
         wait: Option<Duration>,
         reply: Reply<P>,
     },
+    /// A caller whose wait the runner counts itself (a lock's: its id and
+    /// arrival are the manager's request's) waits for `want` until `deadline`
+    /// (`None`: for ever); `once`: it makes one attempt, answered by it. It
+    /// goes first when the policy says so ([`Policy::goes_first`]).
+    // The lock's runner is its only sender, once the lock runs here.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Join {
+        id: u64,
+        since: Instant,
+        deadline: Option<Instant>,
+        once: bool,
+        want: P::Want,
+        reply: Reply<P>,
+    },
     /// A caller stopped waiting (or got its answer).
     Left,
     /// The timer rang (fallback or deadline).
@@ -98,6 +122,10 @@ pub(crate) enum Event<P: Policy> {
     Wake,
     /// Look at the queue again (an undo or a give-back is done).
     Look,
+    /// The undo of a take for this want ([`Effect::Undo`]) failed: it is not
+    /// known to have run. A policy that checks lost attempts has what the
+    /// take did checked before anyone asks again; then, as [`Event::Look`].
+    UndoFailed(P::Want),
     /// A refresh of the Redis queue said where each place stands.
     Places(Vec<(Arc<str>, Place)>),
     /// The check of a lost attempt ([`Effect::Check`]) is done (`Err`: it
@@ -117,17 +145,24 @@ pub(crate) enum Effect<P: Policy> {
     /// Make this waiter's grant and [`Engine::deliver`] it.
     Grant(Taken<P>),
     /// Undo the take under `op` (in the background, counted as unsettled);
-    /// then [`Event::Look`].
+    /// then [`Event::Look`], or [`Event::UndoFailed`] if it failed.
     Undo { op: Arc<str>, want: P::Want },
     /// Take these places out of the Redis queue.
     Leave(Vec<Arc<str>>),
     /// Find out what a lost attempt for `want` did and give back a take no
     /// grant accounts for; then [`Event::Checked`]. Nobody asks meanwhile.
     Check { want: P::Want },
+    /// These waiters' deadlines passed (each waited this long) with nothing
+    /// to tell them but a timeout: answer each with one, naming who holds
+    /// (only for a policy that [`Policy::names_holder`]). They left already.
+    TimedOut(Vec<(Waiter<P>, Duration)>),
     /// Subscribe to this channel; then [`Event::Subscribed`].
     Subscribe(String),
     /// Tell the subscriber this channel is not wanted here any more.
     Unsubscribe(String),
+    /// Send [`Event::Look`] after this long, beside the timer (a delay that
+    /// may be shorter than the runtime's timers tick).
+    WakeAfter(Duration),
     /// Ring [`Event::Timer`] after this long, in place of the timer set before.
     Arm(Duration),
     /// Unset the timer.

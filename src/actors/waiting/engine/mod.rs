@@ -18,19 +18,24 @@
 //!   the queue look again once it is answered, since its answer may predate
 //!   what the wake announced ([`Attempt`]);
 //! - a waiter that will wait listens on its channel before it asks, so a
-//!   release between a short answer and the subscription is not missed;
+//!   release between a short answer and the subscription is not missed; a
+//!   channel the policy keeps is listened on whoever waits;
 //! - every attempt of a waiter carries its op id; the waiter is `asking` while
 //!   one is out and `lost` once one failed without an answer; leaving then (a
 //!   deadline, a caller gone, a refusal, a shutdown) undoes its take, and so
 //!   does a grant that finds its caller gone ([`Effect::Undo`]);
 //! - leavers are swept and deadlines answered even while an attempt is out,
-//!   and the timer is armed for the next deadline while it is;
+//!   and the timer is armed for the next deadline while it is; a deadline
+//!   that passes while Redis is silent or failing says so (`expiry.rs`);
 //! - for a policy whose scripts remember no op id (the lock), an attempt whose
-//!   answer is lost is checked before anyone asks again (`check.rs`).
+//!   answer is lost is checked before anyone asks again, and so is one whose
+//!   waiter left while it was out and whose answer says it took, or whose
+//!   undo failed (`check.rs`).
 
 mod answers;
 mod check;
 mod events;
+mod expiry;
 mod policy;
 #[cfg(test)]
 mod tests;
@@ -60,6 +65,13 @@ pub(crate) struct Engine<P: Policy> {
     effects: Vec<Effect<P>>,
     /// A lost attempt to check before the next one (`check.rs`).
     check: check::Check<P::Want>,
+    /// What the waiter whose attempt is out wanted, once it left, for a
+    /// policy that checks lost attempts: its answer may say the take ran
+    /// (`check.rs`).
+    orphan: Option<P::Want>,
+    /// When the attempt out was sent: past [`Policy::silence`], a deadline
+    /// that passes is told Redis did not answer (`expiry.rs`).
+    asked_at: Option<Instant>,
 }
 
 impl<P: Policy> Engine<P> {
@@ -73,6 +85,8 @@ impl<P: Policy> Engine<P> {
             config,
             effects: Vec::new(),
             check: check::Check::Clear,
+            orphan: None,
+            asked_at: None,
         }
     }
 
@@ -110,6 +124,17 @@ impl<P: Policy> Engine<P> {
     pub(crate) fn handle(&mut self, event: Event<P>) -> Vec<Effect<P>> {
         match event {
             Event::Arrive { want, wait, reply } => self.arrive(want, wait, reply),
+            Event::Join {
+                id,
+                since,
+                deadline,
+                once,
+                want,
+                reply,
+            } => {
+                let w = Waiter::<P>::new(id, since, deadline, once, Mark::of(want), reply);
+                self.join(w);
+            }
             Event::Left => {
                 if self.sweep() {
                     self.pump();
@@ -127,12 +152,14 @@ impl<P: Policy> Engine<P> {
             Event::Heard { channel, wake_all } => {
                 match self.policy.heard(&channel, wake_all, &mut self.waiters) {
                     Heard::Wake => self.pump(),
+                    Heard::WakeAfter(delay) => self.effects.push(Effect::WakeAfter(delay)),
                     Heard::Open => self.open(Instant::now()),
                     Heard::Nothing => {}
                 }
             }
             Event::Subscribed(name) => self.subscribed(&name),
             Event::Look => self.pump(),
+            Event::UndoFailed(want) => self.undo_failed(want),
             Event::Places(stands) => {
                 self.policy.placed(stands, &mut self.waiters);
                 self.pump();
@@ -140,7 +167,7 @@ impl<P: Policy> Engine<P> {
             Event::Checked(done) => self.checked(done),
             Event::IdleOver => {
                 if self.waiters.is_empty() {
-                    self.unsubscribe_all();
+                    self.unsubscribe_unkept();
                 }
             }
             Event::Shutdown => self.shut_down(),
@@ -155,15 +182,16 @@ impl<P: Policy> Engine<P> {
     }
 
     /// Answers a taken waiter with `grant`. When its caller left meanwhile,
-    /// its take is undone (an [`Effect::Undo`] among the next effects) and the
-    /// grant comes back, for the runner to drop what it made for it.
+    /// its take is undone (an [`Effect::Undo`] among the next effects, unless
+    /// dropping the grant gives it back: [`Policy::grant_gives_back`]) and
+    /// the grant comes back, for the runner to drop what it made for it.
     pub(crate) fn deliver(&mut self, taken: Taken<P>, grant: P::Grant) -> Result<(), P::Grant> {
         let mark = taken.waiter.want.clone();
         let Err(answer) = taken.waiter.answer(Ok(grant)) else {
             return Ok(());
         };
         debug!(name = %self.policy.name(), "{} taken for a caller that left; giving back", P::LABEL);
-        if let Some(op) = mark.op {
+        if let Some(op) = mark.op.filter(|_| !self.policy.grant_gives_back()) {
             self.effects.push(Effect::Undo {
                 op,
                 want: mark.want,
@@ -180,25 +208,48 @@ impl<P: Policy> Engine<P> {
         let once = self.policy.once(wait);
         if once && !self.waiters.is_empty() {
             // What frees up is promised to those queued first.
-            let _ = reply.send(Err(timeout(Duration::ZERO)));
+            let error = timeout(Duration::ZERO);
+            self.policy.not_granted(&want, &error);
+            let _ = reply.send(Err(error));
             return;
         }
         let (first, in_flight) = (self.waiters.is_empty(), self.attempt.in_flight());
-        let mark = Mark {
-            want,
-            op: None,
-            asking: false,
-            lost: false,
-        };
-        let w = self.waiters.arrive_with(mark, wait, once, reply);
-        w.want.op = self.policy.op(w.id);
+        let w = self.waiters.arrive_with(Mark::of(want), wait, once, reply);
+        let id = w.id;
+        self.joined(id, once, wait.is_some(), (first, in_flight));
+    }
+
+    /// A waiter the runner made joins (a lock's: its id and arrival are the
+    /// manager's request's), first if the policy says so.
+    fn join(&mut self, w: Waiter<P>) {
+        if w.once && !self.waiters.is_empty() {
+            // What frees up is promised to those queued first.
+            let error = timeout(Duration::ZERO);
+            self.policy.not_granted(&w.want.want, &error);
+            let _ = w.answer(Err(error));
+            return;
+        }
+        let (first, in_flight) = (self.waiters.is_empty(), self.attempt.in_flight());
+        let (id, once, timed) = (w.id, w.once, w.deadline.is_some());
+        let front = self.policy.goes_first(&w.want.want);
+        self.waiters.push(w, front);
+        self.joined(id, once, timed, (first, in_flight));
+    }
+
+    /// Waiter `id` is queued (`timed`: it has a deadline; `was`: whether it
+    /// found nobody waiting, and an attempt out): it gets its op id, its wait
+    /// is recorded, and the queue looks again if the policy says so.
+    fn joined(&mut self, id: u64, once: bool, timed: bool, (first, in_flight): (bool, bool)) {
+        if let Some(w) = self.waiters.get_mut(id) {
+            w.want.op = self.policy.op(id);
+        }
         if !once {
             self.effects.push(Effect::Watch);
         }
         if self.policy.asks_on_arrival(first, in_flight) {
             self.pump();
         }
-        if wait.is_some() {
+        if timed {
             // Its deadline needs watching whether it asks now or not.
             self.arm(None);
         }
@@ -209,6 +260,9 @@ impl<P: Policy> Engine<P> {
         // Leavers are answered even while an attempt is out: a caller hears
         // its deadline on time, and an asking leaver's take is undone at once.
         self.sweep();
+        if let Some(name) = self.policy.kept_channel() {
+            self.listening(name);
+        }
         if !self.attempt.wake() || self.checking() || self.waiters.is_empty() {
             return;
         }
@@ -229,20 +283,57 @@ impl<P: Policy> Engine<P> {
                 return; // its confirmation looks again
             }
         }
-        let Some(w) = self.waiters.get_mut(id) else {
-            return;
-        };
+        if let Some(ask) = self.send(id) {
+            self.effects.push(Effect::Ask(ask));
+        }
+    }
+
+    /// The head asks now in a call the runner makes itself (a lock's
+    /// hand-over: the release that frees the lock grants the head in the same
+    /// call), if nothing is out or to check and `accept` takes the head. Its
+    /// answer comes back as [`Event::Answered`], as any attempt's; meanwhile
+    /// nobody else asks. The runner carries out [`Engine::take_effects`] after.
+    // The lock's release path is its only caller, once the lock runs here.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn ask_head(
+        &mut self,
+        accept: impl FnOnce(&Waiter<P>) -> bool,
+    ) -> Option<Ask<P::Want>> {
+        if self.attempt.in_flight() || self.check_pending() {
+            return None;
+        }
+        let head = self.waiters.front()?;
+        if head.is_gone() || !accept(head) {
+            return None;
+        }
+        let id = head.id;
+        self.send(id)
+    }
+
+    /// The attempt of waiter `id` goes out: it is marked asking, and the
+    /// attempt counted out.
+    fn send(&mut self, id: u64) -> Option<Ask<P::Want>> {
+        let w = self.waiters.get_mut(id)?;
         self.attempt.start();
+        self.asked_at = Some(Instant::now());
         w.want.asking = true;
+        self.policy.asking(&mut w.want.want, w.once);
         let ask = Ask {
             waiter: id,
             op: w.want.op.clone(),
             want: w.want.want.clone(),
             once: w.once,
         };
-        self.effects.push(Effect::Ask(ask));
         // Deadlines are kept while the attempt is out too.
         self.arm(None);
+        Some(ask)
+    }
+
+    /// Answers `w` with a timeout that says how long it waited.
+    fn time_out(&self, w: Waiter<P>) {
+        let error = timeout(w.since.elapsed());
+        self.policy.not_granted(&w.want.want, &error);
+        let _ = w.answer(Err(error));
     }
 
     /// Whether channel `name` is live; if it is not, it is asked for (once).
@@ -277,19 +368,6 @@ impl<P: Policy> Engine<P> {
         self.pump();
     }
 
-    /// Answers the waiters that left or whose deadline passed; answers
-    /// whether there were any.
-    fn sweep(&mut self) -> bool {
-        let last = self.attempt.last_error().cloned();
-        let policy = &self.policy;
-        let gone = self
-            .waiters
-            .sweep(|waited| policy.expired(waited, last.as_ref()));
-        let any = !gone.is_empty();
-        self.leave(gone);
-        any
-    }
-
     /// Nobody can win now: each waiter that tries once and is not asking is
     /// answered as if its one attempt had come back short.
     fn answer_once(&mut self) {
@@ -297,7 +375,7 @@ impl<P: Policy> Engine<P> {
         let mut gone = Vec::with_capacity(once.len());
         for w in once {
             gone.push(w.want.clone());
-            w.time_out();
+            self.time_out(w);
         }
         self.leave(gone);
     }
@@ -309,6 +387,9 @@ impl<P: Policy> Engine<P> {
         for mark in gone {
             if let Some(name) = self.policy.own_channel(&mark) {
                 self.drop_channel(&name);
+            }
+            if mark.asking {
+                self.orphaned(&mark.want);
             }
             if mark.unsure() {
                 // The undo leaves any place too.
@@ -339,10 +420,22 @@ impl<P: Policy> Engine<P> {
     }
 
     /// Every subscription ends.
-    fn unsubscribe_all(&mut self) {
-        let names = self.drop_channels();
+    /// Every subscription ends but the one the policy keeps
+    /// ([`Policy::kept_channel`]), which is made if it is not.
+    fn unsubscribe_unkept(&mut self) {
+        let kept = self.policy.kept_channel();
+        let unkept = self
+            .channels
+            .iter_mut()
+            .filter(|c| Some(c.name()) != kept.as_deref());
+        let names: Vec<String> = unkept
+            .filter_map(|c| c.off().then(|| c.name().to_owned()))
+            .collect();
         self.effects
             .extend(names.into_iter().map(Effect::Unsubscribe));
+        if let Some(name) = kept {
+            self.listening(name);
+        }
     }
 
     /// Nobody waits and nothing is out: no timer, and the subscription ends
@@ -353,7 +446,7 @@ impl<P: Policy> Engine<P> {
         }
         self.effects.push(Effect::Disarm);
         if !self.policy.lingers() {
-            self.unsubscribe_all();
+            self.unsubscribe_unkept();
         } else if self.channels.iter().any(Channel::is_live) {
             self.effects.push(Effect::Linger);
         }
@@ -375,6 +468,9 @@ impl<P: Policy> Engine<P> {
     /// Every waiter is answered `ShuttingDown` and leaves.
     fn shut_down(&mut self) {
         let gone = self.waiters.answer_all(|| Err(LockError::ShuttingDown));
+        let error = LockError::ShuttingDown;
+        gone.iter()
+            .for_each(|m| self.policy.not_granted(&m.want, &error));
         self.leave(gone);
         self.effects.push(Effect::Disarm);
     }

@@ -45,7 +45,21 @@ pub(crate) enum Found<W> {
         retry_in: Option<Duration>,
         /// The key does not exist at all.
         missing: bool,
+        /// The place at the head of the Redis queue, when the answer names
+        /// it (a fair lock's busy answer): a waiter of ours there, if not the
+        /// one that asked, is told so ([`Policy::placed`]) and may ask at once.
+        first: Option<Arc<str>>,
     },
+    /// Refused for good, to the waiter that asked whatever the [`Scope`]
+    /// (a lock's re-entry refused, a key of another type): it is answered
+    /// with this error and leaves its place, and its attempt is known to have
+    /// taken nothing, so there is nothing to undo or check. Carried by value,
+    /// once: a `LockError` is not `Clone`.
+    // Only the lock's scripts refuse one asker; until the lock runs on the
+    // engine, its tests are the only ones that say so (as for `Then::Held`
+    // and `Heard::WakeAfter`, the lock's decisions too).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Refused(LockError),
 }
 
 /// Who asks when the queue looks again ([`Policy::next`]).
@@ -71,6 +85,10 @@ pub(crate) enum Then {
     /// Wait for a wake, at most the fallback interval (or `Some` sooner); a
     /// wake that came during the attempt counts, and the head asks again.
     Wait(Option<Duration>),
+    /// It is held (a lock's busy answer): each waiter that tries once and is
+    /// not asking would hear the same, so it is answered now; then as `Wait`.
+    #[cfg_attr(not(test), allow(dead_code))] // see `Found::Refused`
+    Held(Option<Duration>),
 }
 
 /// What a message on a channel means.
@@ -78,6 +96,10 @@ pub(crate) enum Then {
 pub(crate) enum Heard {
     /// Something was freed: look at the queue again.
     Wake,
+    /// The same, after this delay (a lock's random start after another
+    /// process's release, so that processes do not all ask at once).
+    #[cfg_attr(not(test), allow(dead_code))] // see `Found::Refused`
+    WakeAfter(Duration),
     /// The wait is over for everyone, without asking (a latch's `0`).
     Open,
     /// Nothing for these waiters.
@@ -117,6 +139,13 @@ pub(crate) trait Policy: Sized {
         Some(op_id())
     }
 
+    /// Whether a waiter that wants `want` goes before those already waiting
+    /// ([`Event::Join`](super::Event::Join)): a lock's re-entry by its holder
+    /// here, which must not wait behind those who wait for that holder.
+    fn goes_first(&self, _want: &Self::Want) -> bool {
+        false
+    }
+
     /// How many permits a waiter wants, for its waiting record.
     fn wants(&self, want: &Self::Want) -> u64;
 
@@ -129,6 +158,25 @@ pub(crate) trait Policy: Sized {
     ) -> Result<Self::Grant, LockError> {
         Err(timeout(waited))
     }
+
+    /// Whether a waiter whose deadline passes with nothing to tell it but a
+    /// timeout is handed to the runner to answer, naming who holds
+    /// ([`Effect::TimedOut`](super::Effect::TimedOut)), rather than answered
+    /// by [`Policy::expired`]: a lock's timeout names its holder.
+    fn names_holder(&self) -> bool {
+        false
+    }
+
+    /// How long an attempt may go unanswered before a waiter whose deadline
+    /// passes is told Redis did not answer, rather than that it waited in
+    /// vain (`None`: never). An attempt answers in well under a millisecond.
+    fn silence(&self) -> Option<Duration> {
+        None
+    }
+
+    /// A waiter that wants `want` is answered `error` instead of a grant,
+    /// by the engine (a lock counts its acquisitions by outcome).
+    fn not_granted(&self, _want: &Self::Want, _error: &LockError) {}
 
     /// Whether a newcomer makes the queue look again (`first`: it found
     /// nobody waiting; `in_flight`: an attempt is out).
@@ -143,6 +191,13 @@ pub(crate) trait Policy: Sized {
         waiters.front().map_or(Pick::Nobody, |w| Pick::Waiter(w.id))
     }
 
+    /// The attempt of a waiter that wants `want` is about to go out (`once`:
+    /// its only one): marks it, as what the attempt may do is known only to
+    /// the policy (a fair lock's waiter takes a place in the Redis queue with
+    /// it; a lock's retry may skip checks its first attempt made). The
+    /// [`Ask`](super::Ask) carries the marks.
+    fn asking(&mut self, _want: &mut Self::Want, _once: bool) {}
+
     /// The channel `w` listens on before it asks (`None`: it does not wait).
     fn channel(&self, w: &Waiter<Self>) -> Option<String>;
 
@@ -156,9 +211,25 @@ pub(crate) trait Policy: Sized {
         None
     }
 
+    /// A channel to listen on whoever waits, as long as the policy says so
+    /// (a lock's holder taking turns, or yielding, hears the other processes'
+    /// release): made when the queue looks, kept when nobody waits. The
+    /// runner sends [`Event::Look`](super::Event::Look) when it changes.
+    fn kept_channel(&self) -> Option<String> {
+        None
+    }
+
     /// Whether the subscription outlives the last waiter for a while
     /// (waiters come in bursts) rather than ending with it.
     fn lingers(&self) -> bool {
+        false
+    }
+
+    /// Whether a grant that finds its caller gone is given back by the
+    /// runner dropping it (`Calls::ungrant`: a lock's guard releases its hold
+    /// when dropped, and may hand the lock to the next waiter) rather than
+    /// undone under the waiter's op id.
+    fn grant_gives_back(&self) -> bool {
         false
     }
 

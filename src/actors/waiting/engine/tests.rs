@@ -13,7 +13,9 @@ use crate::actors::semaphore::{Fair, Grant, Plain, Takes};
 use crate::keys;
 use crate::wire::SemTake;
 
+mod lock_leavers;
 mod lock_rules;
+mod picky;
 
 type Answer<G> = oneshot::Receiver<Result<G, LockError>>;
 
@@ -161,6 +163,23 @@ fn a_leaver_while_asking_is_undone() {
         "nobody to grant"
     );
     assert_eq!(asks(&fx).len(), 1, "the next waiter asks for itself");
+}
+
+/// A semaphore's undo that failed is not checked (its op id is what the
+/// undo's retries rely on): the queue just looks again.
+#[test]
+fn a_failed_semaphore_undo_looks_again() {
+    let mut e = plain();
+    let (a, head, _) = asking_head(&mut e, None);
+    let (_b, _) = take(&mut e, 1, None);
+    drop(a);
+    let _ = e.handle(Event::Left);
+    let fx = e.handle(answered(head, short()));
+    let (next, _) = asks(&fx).pop().expect("the next waiter asks");
+    let _ = e.handle(answered(next, short()));
+    let want = e.policy().want(1, None);
+    let fx = e.handle(Event::UndoFailed(want));
+    assert!(!fx.iter().any(|f| matches!(f, Effect::Check { .. })));
 }
 
 /// A waiter whose attempt failed without an answer is unsure too: leaving
