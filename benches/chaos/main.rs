@@ -51,6 +51,7 @@ pub(crate) struct Settings {
     pub(crate) lease: Duration,
     pub(crate) quiet: Duration,
     pub(crate) write: bool,
+    pub(crate) logs: Option<std::path::PathBuf>,
 }
 
 impl Settings {
@@ -74,6 +75,7 @@ impl Settings {
             lease: Duration::from_secs(num("LOCKWARDEN_CHAOS_LEASE", 30)),
             quiet: Duration::from_secs(num("LOCKWARDEN_CHAOS_QUIET", 6)),
             write: std::env::var("LOCKWARDEN_CHAOS_WRITE").as_deref() != Ok("0"),
+            logs: std::env::var_os("LOCKWARDEN_CHAOS_LOGS").map(Into::into),
         }
     }
 
@@ -89,12 +91,19 @@ impl Settings {
             lease: self.lease,
             section: Duration::from_millis(50),
             dir: dir.to_path_buf(),
+            logs: self.logs.clone(),
         }
     }
 }
 
 fn main() {
     let settings = Settings::from_env();
+    if let Some(logs) = &settings.logs {
+        if let Err(e) = std::fs::create_dir_all(logs) {
+            eprintln!("chaos: cannot make {}: {e}", logs.display());
+            std::process::exit(2);
+        }
+    }
     let began = std::time::Instant::now();
     eprintln!(
         "chaos: {} workers on {} locks, watchdog lease {:?}, topologies {:?}",

@@ -60,7 +60,12 @@ fn run_with(
     let mut marks = vec![("none (warm-up)", now_ns())];
     std::thread::sleep(settings.quiet);
     for mut f in faults {
-        eprintln!("chaos: {topology}: {}", f.name);
+        // When, in ms since the epoch, as the kept logs' names say.
+        eprintln!(
+            "chaos: {topology}: {} (at {})",
+            f.name,
+            now_ns() / 1_000_000
+        );
         marks.push((f.name, now_ns()));
         (f.inject)(&fleet);
         std::thread::sleep(f.after);

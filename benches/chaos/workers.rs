@@ -42,6 +42,9 @@ pub struct Plan {
     pub section: Duration,
     /// Where the children write.
     pub dir: PathBuf,
+    /// Where each run's stderr is kept, with `-v` and `RUST_LOG=lockwarden=debug`
+    /// (`LOCKWARDEN_CHAOS_LOGS`); `None`: read for an odd exit, then dropped.
+    pub logs: Option<PathBuf>,
 }
 
 /// Per worker: the pid of its running command and its section file.
@@ -160,6 +163,7 @@ fn work(w: usize, plan: &Plan, stop: &AtomicBool, running: &Running) -> Vec<Run>
         let asked = now_ns();
         let child = Command::new(&plan.bin)
             .args(&plan.connect)
+            .args(plan.logs.as_ref().map(|_| "-v"))
             .args(["run", &lock_name(lock)])
             .args(&plan.run_flags)
             .args(["--wait", &format!("{}ms", plan.wait.as_millis())])
@@ -167,6 +171,7 @@ fn work(w: usize, plan: &Plan, stop: &AtomicBool, running: &Running) -> Vec<Run>
             .args(["--", "sh", "-c", &script])
             .env_remove("REDIS_URL")
             .env_remove("RUST_LOG")
+            .envs(plan.logs.as_ref().map(|_| ("RUST_LOG", "lockwarden=debug")))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(
@@ -195,6 +200,17 @@ fn work(w: usize, plan: &Plan, stop: &AtomicBool, running: &Running) -> Vec<Run>
         let _ = std::fs::remove_file(&file);
         // An exit the history does not explain (not 0, 75 or 76): say why.
         let said = std::fs::read_to_string(file.with_extension("err")).unwrap_or_default();
+        if let Some(logs) = &plan.logs {
+            // Named by worker, run, when it asked and ended (ms since the
+            // epoch, as the fault lines print) and how it exited.
+            let code = exit.map_or("none".to_string(), |c| c.to_string());
+            let kept = format!(
+                "w{w}-{i}-{}-{}-exit{code}.err",
+                asked / 1_000_000,
+                now_ns() / 1_000_000
+            );
+            let _ = std::fs::copy(file.with_extension("err"), logs.join(kept));
+        }
         let _ = std::fs::remove_file(file.with_extension("err"));
         if exit.is_some_and(|c| !matches!(c, 0 | 75 | 76 | 128..)) {
             eprintln!("chaos: worker {w} exited {exit:?}: {}", said.trim());

@@ -38,6 +38,7 @@ fn a_fleet_survives_a_crashed_holder_a_cut_link_and_a_restart() {
         lease,
         section: Duration::from_millis(50),
         dir: dir.path().to_path_buf(),
+        logs: None,
     };
     let fleet = Fleet::start(&plan);
     let pause = |d: u64| std::thread::sleep(Duration::from_secs(d));
