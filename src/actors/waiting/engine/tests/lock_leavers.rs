@@ -10,17 +10,24 @@
 use super::picky::{arrive, checks, left_places, Picky};
 use super::*;
 
-/// A lost answer is checked before anyone asks again, and the waiter is not
-/// marked for an undo: the check gives back whatever the attempt took, once.
-#[tokio::test]
-async fn a_lost_answer_is_checked_before_anyone_asks_again() {
+/// A policy that checks lost attempts, its head (`a`) asking as attempt `id`
+/// and a second waiter (`b`) behind it.
+fn two_waiting_head_asking() -> (Engine<Picky>, Answer<u64>, u64, Answer<u64>) {
     let mut e = engine(Picky {
         checks: true,
         ..Picky::default()
     });
     let (a, fx) = arrive(&mut e, None);
     let (id, _) = asks(&fx).pop().expect("the head asks at once");
-    let (_b, _) = arrive(&mut e, None);
+    let (b, _) = arrive(&mut e, None);
+    (e, a, id, b)
+}
+
+/// A lost answer is checked before anyone asks again, and the waiter is not
+/// marked for an undo: the check gives back whatever the attempt took, once.
+#[tokio::test]
+async fn a_lost_answer_is_checked_before_anyone_asks_again() {
+    let (mut e, a, id, _b) = two_waiting_head_asking();
     let fx = e.handle(answered(id, Err(transient())));
     assert!(asks(&fx).is_empty() && undos(&fx).is_empty());
     let fx = e.handle(Event::Timer);
@@ -66,13 +73,7 @@ fn a_refused_connection_needs_no_check() {
 /// nobody is granted it.
 #[tokio::test]
 async fn a_take_for_a_leaver_is_undone_then_checked() {
-    let mut e = engine(Picky {
-        checks: true,
-        ..Picky::default()
-    });
-    let (a, fx) = arrive(&mut e, None);
-    let (id, _) = asks(&fx).pop().expect("the head asks at once");
-    let (_b, _) = arrive(&mut e, None);
+    let (mut e, a, id, _b) = two_waiting_head_asking();
     drop(a);
     let fx = e.handle(Event::Left);
     assert_eq!(undos(&fx).len(), 1, "undone at once, behind the attempt");
@@ -90,13 +91,7 @@ async fn a_take_for_a_leaver_is_undone_then_checked() {
 #[test]
 fn a_leavers_busy_answer_needs_no_check_and_a_lost_one_does() {
     for (reply, checked) in [(Ok(None), false), (Err(transient()), true)] {
-        let mut e = engine(Picky {
-            checks: true,
-            ..Picky::default()
-        });
-        let (a, fx) = arrive(&mut e, None);
-        let (id, _) = asks(&fx).pop().expect("the head asks at once");
-        let (_b, _) = arrive(&mut e, None);
+        let (mut e, a, id, _b) = two_waiting_head_asking();
         drop(a);
         let _ = e.handle(Event::Left);
         let fx = e.handle(answered(id, reply));
@@ -109,13 +104,7 @@ fn a_leavers_busy_answer_needs_no_check_and_a_lost_one_does() {
 /// before anyone asks again.
 #[test]
 fn a_failed_undo_is_checked() {
-    let mut e = engine(Picky {
-        checks: true,
-        ..Picky::default()
-    });
-    let (a, fx) = arrive(&mut e, None);
-    let (id, _) = asks(&fx).pop().expect("the head asks at once");
-    let (_b, _) = arrive(&mut e, None);
+    let (mut e, a, id, _b) = two_waiting_head_asking();
     drop(a);
     let _ = e.handle(Event::Left);
     let fx = e.handle(answered(id, Ok(None)));
