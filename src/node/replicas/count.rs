@@ -1,9 +1,10 @@
 //! Which replicas of a master can confirm a lock change, read from its `INFO
 //! replication`, and which are doubted after a `WAIT` they let run out.
 //!
-//! A replica counts while it is online, has acknowledged something since it
-//! synced (or stands at the master's offset: 0 on a master that has written
-//! nothing yet), and acknowledged within the last second (`lag` 0 or 1: replicas
+//! A replica counts while it is online, is known to be in sync (it has
+//! acknowledged something since it synced, or stood at the master's offset: 0
+//! on a master that had written nothing yet, and has not fallen back to 0
+//! since), and acknowledged within the last second (`lag` 0 or 1: replicas
 //! acknowledge every second). One that let a `WAIT` run out is doubted until
 //! it acknowledges again (`lag` 0), so a frozen replica stops counting right
 //! after the first `WAIT` it missed instead of a second or two later, when its
@@ -12,7 +13,7 @@
 //! [`count_new_master`]) count with the same rule, and a cluster keeps a
 //! [`Doubts`] per master (`cluster.rs`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// Highest `lag` (seconds since the replica's last acknowledgement) of a replica
 /// that can answer: replicas acknowledge every second, so 0 or 1.
@@ -80,10 +81,18 @@ pub(crate) fn parse(info: &str) -> Replication {
     replication
 }
 
-/// The replicas doubted since they let a `WAIT` run out, and the count of those
-/// that can answer.
+/// The replicas doubted since they let a `WAIT` run out, those known to be in
+/// sync, and the count of those that can answer. One per master, kept across
+/// looks: the start-up check hands its own to the counting task (`start.rs`),
+/// since a replica seen exactly in sync at start is told apart from one that
+/// never acknowledged only by having been seen.
 #[derive(Debug, Default)]
-pub(crate) struct Doubts(HashSet<String>);
+pub(crate) struct Doubts {
+    /// Let a `WAIT` run out, not acknowledged since.
+    doubted: HashSet<String>,
+    /// Known in sync, with the offset it stood at when last seen.
+    synced: HashMap<String, u64>,
+}
 
 impl Doubts {
     /// Counts the replicas of `replication` that can answer. After a short
@@ -107,22 +116,38 @@ impl Doubts {
         for r in online() {
             if short.is_some() {
                 if r.lag >= 1 || r.offset < needed {
-                    self.0.insert(r.address.clone());
+                    self.doubted.insert(r.address.clone());
                 }
             } else if r.lag == 0 {
-                self.0.remove(&r.address);
+                self.doubted.remove(&r.address);
             }
-            // Offset 0 on a master that has written something: the replica
-            // has not acknowledged anything since it synced, and the master
-            // streams nothing to it until it does (diskless sync). On a master
-            // that has written nothing yet, 0 is the master's own offset: the
-            // replica is exactly in sync and confirms the first change.
-            let acked = r.offset > 0 || r.offset == replication.offset;
-            if acked && r.lag <= LIVE_LAG && !self.0.contains(&r.address) {
+            let in_sync = self.in_sync(r, replication.offset);
+            if in_sync && r.lag <= LIVE_LAG && !self.doubted.contains(&r.address) {
                 live += 1;
             }
         }
+        let online: HashSet<&str> = online().map(|r| r.address.as_str()).collect();
+        self.synced
+            .retain(|address, _| online.contains(address.as_str()));
         live
+    }
+
+    /// Whether `r` is known to be in sync with a master at `offset`, and
+    /// remembers it. Offset 0 on a master that has written something: the
+    /// replica has not acknowledged anything since it synced, and the master
+    /// streams nothing to it until it does (diskless sync), unless it was seen
+    /// at 0 when the master's offset was 0 too: exactly in sync then, it has
+    /// the master's first writes coming (the manager's own registration is
+    /// usually one, written as it starts). Back at 0 after more: it synced
+    /// again, and waits for its first acknowledgement like a new one.
+    fn in_sync(&mut self, r: &Replica, offset: u64) -> bool {
+        let seen = self.synced.get(&r.address).copied();
+        let in_sync = r.offset > 0 || r.offset == offset || (r.offset == 0 && seen == Some(0));
+        match in_sync {
+            true => self.synced.insert(r.address.clone(), r.offset),
+            false => self.synced.remove(&r.address),
+        };
+        in_sync
     }
 }
 
@@ -218,5 +243,41 @@ mod tests {
             1,
             "at 0 on a master that wrote nothing, it is in sync"
         );
+    }
+
+    /// A replica seen exactly in sync at 0 keeps counting while the master's
+    /// first writes reach it; one that falls back to 0 (it synced again), or
+    /// was never seen in sync, does not until it acknowledges.
+    #[test]
+    fn a_replica_seen_in_sync_at_zero_counts_through_the_first_writes() {
+        let at = |replica: u64, master: u64| {
+            parse(&format!(
+                "role:master\r\nslave0:ip=127.0.0.1,port=7001,state=online,offset={replica},lag=0\r\n\
+                 master_repl_offset:{master}\r\n"
+            ))
+        };
+        let mut doubts = Doubts::default();
+        assert_eq!(doubts.count(&at(0, 0), None), 1, "exactly in sync");
+        assert_eq!(
+            doubts.count(&at(0, 56), None),
+            1,
+            "the first write on its way"
+        );
+        assert_eq!(doubts.count(&at(56, 56), None), 1, "acknowledged");
+        assert_eq!(doubts.count(&at(0, 90), None), 0, "synced again: not yet");
+        assert_eq!(doubts.count(&at(0, 90), None), 0, "and still not");
+        assert_eq!(doubts.count(&at(90, 90), None), 1, "until it acknowledges");
+        assert_eq!(
+            Doubts::default().count(&at(0, 56), None),
+            0,
+            "never seen in sync"
+        );
+        let mut gone = Doubts::default();
+        assert_eq!(gone.count(&at(0, 0), None), 1);
+        assert_eq!(
+            gone.count(&parse("role:master\r\nmaster_repl_offset:0\r\n"), None),
+            0
+        );
+        assert_eq!(gone.count(&at(0, 56), None), 0, "it left and came back");
     }
 }

@@ -79,7 +79,7 @@ pub(in crate::node) fn doubts_only(
     keep_counted(
         link,
         &config.client,
-        &watch,
+        (&watch, Doubts::default()),
         (config.connection_timeout, config.response_timeout),
     );
     confirmation
@@ -111,12 +111,13 @@ impl CountOnMove for OnMove {
 
 /// Keeps `watch`'s count of replicas current for the master behind `link`
 /// (reached with `client` on a single server), until the count (the manager's
-/// connection) is gone. `bounds` are the connection and response timeouts of
-/// its own connection.
+/// connection) is gone, going on from the start-up check's `doubts` (which
+/// replicas it saw in sync). `bounds` are the connection and response timeouts
+/// of its own connection.
 pub(super) fn keep_counted(
     link: &Link,
     client: &Client,
-    watch: &Arc<ReplicaWatch>,
+    (watch, doubts): (&Arc<ReplicaWatch>, Doubts),
     bounds: (Duration, Duration),
 ) {
     let weak = Arc::downgrade(watch);
@@ -134,7 +135,7 @@ pub(super) fn keep_counted(
         client: client.clone(),
         conn: None,
         bounds,
-        doubts: Doubts::default(),
+        doubts,
         failing: false,
     };
     let look: Arc<Look> = Arc::clone(watch.look());

@@ -33,7 +33,7 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
     conn: &mut C,
     sync: ReplicaSync,
     default: bool,
-) -> Result<Option<(Confirm, u32)>, LockError> {
+) -> Result<Option<(Confirm, u32, Doubts)>, LockError> {
     // The default sections hold server, persistence and replication alike.
     let info: String = match redis::cmd("INFO").query_async(conn).await {
         Ok(info) => info,
@@ -47,7 +47,7 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
                 "could not read the master's INFO at start; lock changes wait for the replicas \
                  asked for until they are counted"
             );
-            return Ok(Some((Confirm::Wait, sync.min)));
+            return Ok(Some((Confirm::Wait, sync.min, Doubts::default())));
         }
         Err(e) if default => {
             warn!(
@@ -72,7 +72,8 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
             "sync_replicas: the server is not a master (its role is not master)".into(),
         ));
     }
-    let live = Doubts::default().count(&replication, None);
+    let mut doubts = Doubts::default();
+    let live = doubts.count(&replication, None);
     if live < sync.min {
         // Not a configuration error: right after a failover the new master has no
         // replica until the old master comes back as one. Lock changes wait for
@@ -91,7 +92,7 @@ pub(crate) async fn replicas_can_confirm<C: ConnectionLike>(
         "replica confirmation: replicas that can confirm lock changes"
     );
     let confirm = commands(conn, &info).await;
-    Ok(Some((confirm, live)))
+    Ok(Some((confirm, live, doubts)))
 }
 
 /// Which commands confirm a lock change on the master whose `INFO` is `info`:
@@ -196,7 +197,7 @@ async fn one_master(
 ) -> Result<Option<Confirmer>, LockError> {
     let mut probe = conn.clone();
     let found = replicas_can_confirm(&mut probe, sync, config.sync_is_default()).await?;
-    let Some((confirm, mut live)) = found else {
+    let Some((confirm, mut live, doubts)) = found else {
         return Ok(None);
     };
     if let Link::Sentinel(follower) = &conn.link {
@@ -235,7 +236,7 @@ async fn one_master(
     single::keep_counted(
         &conn.link,
         &config.client,
-        &watch,
+        (&watch, doubts),
         (config.connection_timeout, config.response_timeout),
     );
     Ok(Some(Confirmer::One(confirmation)))
