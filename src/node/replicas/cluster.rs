@@ -279,6 +279,16 @@ impl Watcher {
     async fn look(&mut self, per: &PerMaster) -> RedisResult<()> {
         let answers = self.ask().await?;
         let owned = owners(&answers);
+        if owned.is_empty() {
+            // No view answered in time (every node slow at once, as on a
+            // loaded machine): nothing says any master stopped serving, so
+            // nothing is forgotten. Read as an empty map, this look would
+            // forget every master, and the next one would meet them anew,
+            // each with a fresh count: one whose replica is away would then
+            // seem never to have had one, and its unconfirmed releases would
+            // no longer be kept for a failover.
+            return Err(timed_out());
+        }
         let mut voters: Vec<&str> = owned.iter().map(|(_, _, a)| a.as_str()).collect();
         voters.sort_unstable();
         voters.dedup();
