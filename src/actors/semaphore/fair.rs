@@ -105,7 +105,7 @@ impl Policy for Fair {
         u64::from(want.permits)
     }
 
-    fn next(&mut self, waiters: &Waiters<Self>, _now: Instant) -> Pick {
+    fn next(&mut self, waiters: &mut Waiters<Self>, _now: Instant) -> Pick {
         let due = waiters.iter().find(|w| w.want.want.due);
         due.map_or(Pick::Nobody, |w| Pick::Waiter(w.id))
     }

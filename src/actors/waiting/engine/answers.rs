@@ -196,6 +196,23 @@ impl<P: Policy> Engine<P> {
         }
         let then = self.policy.short(&mut w.want.want, retry_in);
         self.then(then);
+        if then != Then::Pump {
+            self.listens(asked);
+        }
+    }
+
+    /// Waiter `asked` waits after a short answer: its channel is asked for
+    /// now if it is not live (a lock's waiter listens only once refused), and
+    /// its `Subscribed` makes the queue look again, so a release between the
+    /// answer and the subscription is not missed. One already live costs
+    /// nothing more: the waiter waits for a message (or the timer).
+    fn listens(&mut self, asked: u64) {
+        let Some(w) = self.waiters.get(asked).filter(|w| !w.want.asking) else {
+            return;
+        };
+        if let Some(name) = self.policy.channel(w) {
+            self.listening(name);
+        }
     }
 
     /// Redis refused `asked` for good: it is answered with `refusal` and

@@ -35,6 +35,17 @@ pub(super) enum Check<W> {
     Out(W),
 }
 
+impl<W> Check<W> {
+    /// The runner restarted: a check that was out is gone with its call, and
+    /// is due again.
+    pub(super) fn restart(&mut self) {
+        *self = match std::mem::take(self) {
+            Check::Out(want) | Check::Due(want) => Check::Due(want),
+            Check::Clear => Check::Clear,
+        };
+    }
+}
+
 impl<P: Policy> Engine<P> {
     /// An attempt for `want` failed without an answer that says what it did.
     /// A connection refused before the call went out did nothing.

@@ -18,7 +18,9 @@
 //!   the queue look again once it is answered, since its answer may predate
 //!   what the wake announced ([`Attempt`]);
 //! - a waiter that will wait listens on its channel before it asks, so a
-//!   release between a short answer and the subscription is not missed; a
+//!   release between a short answer and the subscription is not missed (one
+//!   that listens only once refused, a lock's, subscribes after the short
+//!   answer that keeps it waiting, and asks again once it listens); a
 //!   channel the policy keeps is listened on whoever waits;
 //! - every attempt of a waiter carries its op id; the waiter is `asking` while
 //!   one is out and `lost` once one failed without an answer; leaving then (a
@@ -93,6 +95,59 @@ impl<P: Policy> Engine<P> {
     /// The policy.
     pub(crate) fn policy(&self) -> &P {
         &self.policy
+    }
+
+    /// The policy, to change its own state from outside an event (a lock's
+    /// kind, told of a resync or a chore's outcome), with the waiters whose
+    /// marks it may change; an [`Event::Look`] after makes it count.
+    // The lock's runner is its only caller, once the lock runs here.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn policy_mut(&mut self) -> (&mut P, &mut Waiters<P>) {
+        (&mut self.policy, &mut self.waiters)
+    }
+
+    /// Nothing it sent is unsettled: no attempt out, no lost attempt to
+    /// check or being checked, no answer of a leaver's attempt to come (a
+    /// process about to exit waits for this, so that a take that landed
+    /// after its waiter left is given back first).
+    // The lock's runner is its only caller, once the lock runs here.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn is_quiet(&self) -> bool {
+        !self.attempt.in_flight() && !self.check_pending() && self.orphan.is_none()
+    }
+
+    /// The runner restarts (an actor's restart drops every call and timer
+    /// it had): the attempt out is lost (checked before the next one, for
+    /// a policy that checks lost attempts; else its waiter is marked lost),
+    /// a check out is due again, and every channel is subscribed anew as the
+    /// queue looks (the subscriber forgot the old routes). Then the queue
+    /// looks again.
+    // The lock's runner is its only caller, once the lock runs here.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn restart(&mut self) -> Vec<Effect<P>> {
+        if self.attempt.in_flight() {
+            let asking = self.waiters.iter_mut().find(|w| w.want.asking);
+            match asking {
+                Some(w) if self.policy.checks_lost() => {
+                    w.want.asking = false;
+                    self.check = check::Check::Due(w.want.want.clone());
+                }
+                Some(w) => {
+                    w.want.asking = false;
+                    w.want.lost = true;
+                }
+                None => {
+                    if let Some(want) = self.orphan.take() {
+                        self.check = check::Check::Due(want);
+                    }
+                }
+            }
+            self.attempt.drop_call();
+            self.asked_at = None;
+        }
+        self.check.restart();
+        self.channels.clear();
+        self.handle(Event::Look)
     }
 
     /// The waiters, head first.
@@ -266,7 +321,7 @@ impl<P: Policy> Engine<P> {
         if !self.attempt.wake() || self.checking() || self.waiters.is_empty() {
             return;
         }
-        let id = match self.policy.next(&self.waiters, Instant::now()) {
+        let id = match self.policy.next(&mut self.waiters, Instant::now()) {
             Pick::Waiter(id) => id,
             Pick::HoldBack(delay) => return self.arm(Some(delay)),
             Pick::Blocked => {
@@ -361,6 +416,7 @@ impl<P: Policy> Engine<P> {
         if let Some(channel) = self.channel_mut(name) {
             channel.mark_live();
         }
+        self.policy.subscribed(name, &mut self.waiters);
         if P::SCOPE == Scope::All {
             // The read that follows sees what any earlier message announced.
             self.attempt.settle();

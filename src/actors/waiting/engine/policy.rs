@@ -186,8 +186,9 @@ pub(crate) trait Policy: Sized {
 
     /// Which waiter asks when the queue looks again, at `now`; the default
     /// is the head. `&mut`: a policy may keep books on who asked (a spin
-    /// lock's backoff).
-    fn next(&mut self, waiters: &Waiters<Self>, _now: Instant) -> Pick {
+    /// lock's backoff), and change its waiters' marks (a fair lock's waiter
+    /// that a local holder keeps out is not due).
+    fn next(&mut self, waiters: &mut Waiters<Self>, _now: Instant) -> Pick {
         waiters.front().map_or(Pick::Nobody, |w| Pick::Waiter(w.id))
     }
 
@@ -265,6 +266,10 @@ pub(crate) trait Policy: Sized {
     fn heard(&mut self, _channel: &str, _wake_all: bool, _waiters: &mut Waiters<Self>) -> Heard {
         Heard::Wake
     }
+
+    /// The subscription to `channel` is made, before the queue looks again
+    /// (a fair lock's waiter whose own channel it is may ask now).
+    fn subscribed(&mut self, _channel: &str, _waiters: &mut Waiters<Self>) {}
 
     /// A refresh of the Redis queue said where each place stands.
     fn placed(&mut self, _stands: Vec<(Arc<str>, Place)>, _waiters: &mut Waiters<Self>) {}

@@ -15,6 +15,7 @@ use crate::wire::SemTake;
 
 mod lock_leavers;
 mod lock_rules;
+mod lock_runner;
 mod picky;
 
 type Answer<G> = oneshot::Receiver<Result<G, LockError>>;

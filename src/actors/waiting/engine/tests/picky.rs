@@ -44,6 +44,8 @@ pub(super) struct Picky {
     pub(super) refusals: std::cell::RefCell<Vec<String>>,
     /// A waiter that joins goes first (a re-entry by a holder here).
     pub(super) front: bool,
+    /// The channels it was told are subscribed, in order.
+    pub(super) subscribed_to: Vec<String>,
 }
 
 impl Policy for Picky {
@@ -61,7 +63,7 @@ impl Policy for Picky {
         1
     }
 
-    fn next(&mut self, waiters: &Waiters<Self>, _now: Instant) -> Pick {
+    fn next(&mut self, waiters: &mut Waiters<Self>, _now: Instant) -> Pick {
         let head = waiters.front().map_or(Pick::Nobody, |w| Pick::Waiter(w.id));
         self.pick.unwrap_or(head)
     }
@@ -154,6 +156,10 @@ impl Policy for Picky {
 
     fn checks_lost(&self) -> bool {
         self.checks
+    }
+
+    fn subscribed(&mut self, channel: &str, _waiters: &mut Waiters<Self>) {
+        self.subscribed_to.push(channel.to_owned());
     }
 }
 
