@@ -8,7 +8,7 @@
 //! checked before anyone asks again and every channel is subscribed anew.
 //! Tested with `Picky` (`picky.rs`) and nothing else.
 
-use super::picky::{arrive, checks, Picky};
+use super::picky::{arrive, checks, head_asking, Picky};
 use super::*;
 
 /// A busy answer that says the lock is held keeps a waiting waiter waiting:
@@ -16,12 +16,10 @@ use super::*;
 /// once the subscription is made, so a release in between is not missed.
 #[test]
 fn a_held_answer_subscribes_the_waiter_then_it_asks_again() {
-    let mut e = engine(Picky {
+    let (mut e, _a, id) = head_asking(Picky {
         held: true,
         ..Picky::default()
     });
-    let (_a, fx) = arrive(&mut e, None);
-    let (id, _) = asks(&fx).pop().expect("the head asks at once");
     let fx = e.handle(answered(id, Ok(None)));
     assert_eq!(subscribes(&fx), vec!["picky".to_owned()]);
     assert!(asks(&fx).is_empty(), "not before the subscription is made");
@@ -44,13 +42,11 @@ fn a_held_answer_subscribes_the_waiter_then_it_asks_again() {
 /// attempt is out, nor while a lost one waits for its check.
 #[test]
 fn it_is_quiet_only_with_nothing_out_or_to_check() {
-    let mut e = engine(Picky {
+    assert!(engine(Picky::default()).is_quiet(), "nothing sent yet");
+    let (mut e, _a, id) = head_asking(Picky {
         checks: true,
         ..Picky::default()
     });
-    assert!(e.is_quiet(), "nothing sent yet");
-    let (_a, fx) = arrive(&mut e, None);
-    let (id, _) = asks(&fx).pop().expect("the head asks at once");
     assert!(!e.is_quiet(), "an attempt is out");
     e.handle(answered(id, Err(transient())));
     assert!(!e.is_quiet(), "its answer was lost: a check is due");
@@ -66,13 +62,11 @@ fn it_is_quiet_only_with_nothing_out_or_to_check() {
 /// channel the waiters listened on is subscribed anew.
 #[test]
 fn a_restart_checks_the_attempt_out_and_subscribes_anew() {
-    let mut e = engine(Picky {
+    let (mut e, _a, id) = head_asking(Picky {
         checks: true,
         held: true,
         ..Picky::default()
     });
-    let (_a, fx) = arrive(&mut e, None);
-    let (id, _) = asks(&fx).pop().expect("the head asks at once");
     e.handle(answered(id, Ok(None)));
     let fx = e.handle(Event::Subscribed("picky".to_owned()));
     assert_eq!(asks(&fx).len(), 1, "it asks again, listening");
@@ -102,5 +96,9 @@ fn a_policy_changed_between_events_counts_at_the_next_look() {
     let (policy, waiters) = e.policy_mut();
     policy.pick = None;
     assert_eq!(waiters.iter().count(), 1, "the waiter is there to mark");
-    assert_eq!(asks(&e.handle(Event::Look)).len(), 1, "the look lets it ask");
+    assert_eq!(
+        asks(&e.handle(Event::Look)).len(),
+        1,
+        "the look lets it ask"
+    );
 }

@@ -173,6 +173,15 @@ pub(super) fn arrive(
     (answer, e.handle(Event::Arrive { want, wait, reply }))
 }
 
+/// An engine of `picky` whose first waiter (answered on the receiver) asks
+/// as attempt `id`.
+pub(super) fn head_asking(picky: Picky) -> (Engine<Picky>, Answer<u64>, u64) {
+    let mut e = engine(picky);
+    let (a, fx) = arrive(&mut e, None);
+    let (id, _) = asks(&fx).pop().expect("the head asks at once");
+    (e, a, id)
+}
+
 /// The checks of a lost attempt among `effects`.
 pub(super) fn checks(effects: &[Effect<Picky>]) -> usize {
     let checks = effects.iter().filter(|f| matches!(f, Effect::Check { .. }));
