@@ -13,7 +13,7 @@
 //! [`count_new_master`]) count with the same rule, and a cluster keeps a
 //! [`Doubts`] per master (`cluster.rs`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 /// Highest `lag` (seconds since the replica's last acknowledgement) of a replica
 /// that can answer: replicas acknowledge every second, so 0 or 1.
@@ -90,8 +90,8 @@ pub(crate) fn parse(info: &str) -> Replication {
 pub(crate) struct Doubts {
     /// Let a `WAIT` run out, not acknowledged since.
     doubted: HashSet<String>,
-    /// Known in sync, with the offset it stood at when last seen.
-    synced: HashMap<String, u64>,
+    /// Last seen in sync at offset 0 (the master had written nothing then).
+    at_zero: HashSet<String>,
 }
 
 impl Doubts {
@@ -127,8 +127,8 @@ impl Doubts {
             }
         }
         let online: HashSet<&str> = online().map(|r| r.address.as_str()).collect();
-        self.synced
-            .retain(|address, _| online.contains(address.as_str()));
+        self.at_zero
+            .retain(|address| online.contains(address.as_str()));
         live
     }
 
@@ -141,11 +141,10 @@ impl Doubts {
     /// usually one, written as it starts). Back at 0 after more: it synced
     /// again, and waits for its first acknowledgement like a new one.
     fn in_sync(&mut self, r: &Replica, offset: u64) -> bool {
-        let seen = self.synced.get(&r.address).copied();
-        let in_sync = r.offset > 0 || r.offset == offset || (r.offset == 0 && seen == Some(0));
-        match in_sync {
-            true => self.synced.insert(r.address.clone(), r.offset),
-            false => self.synced.remove(&r.address),
+        let in_sync = r.offset > 0 || r.offset == offset || self.at_zero.contains(&r.address);
+        match in_sync && r.offset == 0 {
+            true => self.at_zero.insert(r.address.clone()),
+            false => self.at_zero.remove(&r.address),
         };
         in_sync
     }
