@@ -102,7 +102,7 @@ impl Policy for Latch {
         Some(keys::latch_channel(&self.name))
     }
 
-    fn classify(&self, count: u64) -> Found<()> {
+    fn classify(&mut self, count: u64) -> Found<()> {
         if count == 0 {
             Found::Taken { left: 0, won: () }
         } else {

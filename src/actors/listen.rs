@@ -88,13 +88,6 @@ impl Channel {
         &self.name
     }
 
-    /// Drops the subscription, made or asked for.
-    pub(crate) fn unsubscribe(&mut self, subscriber: &Addr<Subscriber>) {
-        if self.off() {
-            unsubscribe(subscriber, &self.name);
-        }
-    }
-
     /// Marks the subscription dropped without telling the subscriber (a
     /// waiting engine decides, and its runner tells); answers whether one was
     /// made or asked for, which the subscriber must then hear of.

@@ -284,7 +284,7 @@ async fn a_grant_that_lands_after_the_wait_is_given_back_before_the_command_exit
     let exited = began.elapsed();
     let err = stderr(&out);
     assert!(
-        err.contains("did not answer the acquisition attempt"),
+        err.contains("did not answer the lock attempt"),
         "the try was answered in time (released at {released:?}), so this proves nothing: {:?} {err}",
         out.status
     );

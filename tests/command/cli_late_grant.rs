@@ -89,7 +89,7 @@ async fn one_try(name: &str, (holder, own): Kinds, waiter: &[&str], hash_key: &s
     let out = child.wait_with_output().await.expect("the command ended");
     server.resume();
     let log = String::from_utf8_lossy(&out.stderr);
-    if log.contains("acquire attempt failed") {
+    if log.contains("lock attempt failed") {
         drop(held);
         return false;
     }

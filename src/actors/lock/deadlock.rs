@@ -19,9 +19,10 @@ use actix::prelude::*;
 use futures::future::join_all;
 use tracing::{debug, info, warn};
 
-use super::waiters::{Gone, WaiterQueue};
+use super::waiters::Waiter;
 use super::LockActor;
 use crate::actors::listen::Alarm;
+use crate::actors::waiting::engine::Event;
 use crate::actors::waiting::{check, Checked, Published};
 use crate::deadlock::{owner_of, victim, Wait};
 use crate::error::{is_noperm, LockError};
@@ -64,9 +65,9 @@ impl Detector {
     /// began; one checked already, a timeout after the last round (a quarter
     /// of one after a first check in Redis that found nothing:
     /// [`QUICK_RECHECK`]).
-    fn next_round(
+    fn next_round<'a>(
         detector: Option<&mut Detector>,
-        queue: &WaiterQueue,
+        waiters: impl Iterator<Item = &'a Waiter>,
         timeout: Duration,
     ) -> Option<Instant> {
         let checked = detector.map(|d| {
@@ -77,8 +78,7 @@ impl Detector {
             };
             (&d.checked, d.last_round.map(|last| last + every))
         });
-        let first_check = queue
-            .iter()
+        let first_check = waiters
             .filter(|w| !w.once)
             .filter(|w| checked.as_ref().is_none_or(|(c, _)| !c.contains_key(&w.id)))
             .map(|w| w.since + timeout)
@@ -91,9 +91,14 @@ impl Detector {
 
     /// The waits of `queue` past the timeout, as the graph shows them: as
     /// checked already, or as they are now (the lock `name`).
-    fn due_waits(&self, queue: &WaiterQueue, name: &str, timeout: Duration) -> Vec<(u64, Wait)> {
+    fn due_waits<'a>(
+        &self,
+        waiters: impl Iterator<Item = &'a Waiter>,
+        name: &str,
+        timeout: Duration,
+    ) -> Vec<(u64, Wait)> {
         let now_ms = now_ms();
-        let due = queue.iter().filter(|w| !w.once && !w.is_gone());
+        let due = waiters.filter(|w| !w.once && !w.is_gone());
         due.filter(|w| w.since.elapsed() >= timeout)
             .map(|w| {
                 let wait = match self.checked.get(&w.id) {
@@ -140,7 +145,8 @@ impl LockActor {
             return;
         }
         let detector = self.wait.detector.as_deref_mut();
-        let Some(at) = Detector::next_round(detector, &self.wait.queue, timeout) else {
+        let waiters = self.wait.side.waiters();
+        let Some(at) = Detector::next_round(detector, waiters, timeout) else {
             return;
         };
         let delay = at.saturating_duration_since(Instant::now());
@@ -168,7 +174,7 @@ impl LockActor {
         });
         self.shared
             .local_waits
-            .publish(&self.name, self.kind.kind(), published);
+            .publish(&self.name, self.wait.side.kind().kind(), published);
     }
 
     /// One round: each wait past the timeout is checked, the rounds' victims
@@ -178,7 +184,7 @@ impl LockActor {
             return;
         };
         let detector = self.wait.detector.get_or_insert_with(Box::default);
-        let due = detector.due_waits(&self.wait.queue, &self.name, timeout);
+        let due = detector.due_waits(self.wait.side.waiters(), &self.name, timeout);
         self.publish(due.iter().map(|(_, w)| w.clone()).collect());
         if due.is_empty() {
             self.reconcile(ctx);
@@ -210,11 +216,8 @@ impl LockActor {
             for (id, wait, checked) in results {
                 failed |= act.checked(id, wait, checked, ctx);
             }
-            // Only a wait that left changes who tries next; otherwise pumping
-            // would send an attempt nobody asked for.
-            if failed {
-                act.pump(ctx);
-            } else {
+            // A wait that failed left through the engine, which looked again.
+            if !failed {
                 act.reconcile(ctx);
             }
             act.watch_for_deadlocks(ctx);
@@ -260,16 +263,15 @@ impl LockActor {
             debug!(lock = %self.name, waiter = id, %cycle, "in a deadlock another wait breaks");
             return false;
         }
-        let Some(w) = self.wait.queue.take(id) else {
+        let Some(w) = self.wait.side.waiters().find(|w| w.id == id) else {
             return false;
         };
         w.want.req.span.in_scope(
             || info!(lock = %self.name, commands, %cycle, "deadlock: this wait gives up"),
         );
         crate::stats::record::deadlock(w.want.req.kind);
-        self.left(Gone::of(&w));
-        self.abandon(&w, ctx);
-        super::waiters::fail(w, LockError::Deadlock(Box::new(cycle)));
+        let error = LockError::Deadlock(Box::new(cycle));
+        self.run(Event::Fail { waiter: id, error }, ctx);
         true
     }
 
@@ -293,11 +295,15 @@ impl LockActor {
         let Some(detector) = self.wait.detector.as_mut() else {
             return;
         };
-        let queue = &self.wait.queue;
+        let side = &self.wait.side;
         let ended: Vec<u64> = detector
             .checked
             .keys()
-            .filter(|id| queue.find(**id).is_none_or(|w| w.is_gone()))
+            .filter(|id| {
+                side.waiters()
+                    .find(|w| w.id == **id)
+                    .is_none_or(|w| w.is_gone())
+            })
             .copied()
             .collect();
         let mut removals = Vec::new();
@@ -314,7 +320,8 @@ impl LockActor {
             self.forget_records(removals);
         }
         let detector = self.wait.detector.as_mut().expect("checked above");
-        if self.wait.queue.is_empty() && detector.checked.is_empty() && !detector.checking {
+        let nobody = !self.wait.side.has_waiters();
+        if nobody && detector.checked.is_empty() && !detector.checking {
             detector.alarm.cancel(ctx);
             self.wait.detector = None;
         }
@@ -326,7 +333,7 @@ mod tests {
     use tokio::sync::oneshot;
 
     use super::*;
-    use crate::actors::lock::waiters::{test_request, waiter, Request, Waiter};
+    use crate::actors::lock::waiters::{test_request, test_waiter, Request, Waiter, WaiterQueue};
 
     /// Waiter `id` of field `field`, arrived `ago`, waiting `wait`, on behalf
     /// of `behalf` too; its answer channel is kept open by the caller.
@@ -347,7 +354,7 @@ mod tests {
             since: Instant::now() - ago,
             ..test_request(id, field)
         };
-        (waiter(req, reply), rx)
+        (test_waiter(req, reply), rx)
     }
 
     /// Only a wait that lasts and has passed the timeout is checked, under its
@@ -364,14 +371,14 @@ mod tests {
         for w in [old, once, new] {
             queue.push(w, false);
         }
-        let due = Detector::default().due_waits(&queue, "res", timeout);
+        let due = Detector::default().due_waits(queue.iter(), "res", timeout);
         assert_eq!(due.len(), 1, "{due:?}");
         let (id, wait) = &due[0];
         assert_eq!(*id, 1);
         assert_eq!(wait.owners, vec!["c:1".to_string(), "c:9".to_string()]);
         assert_eq!(wait.lock, "res");
         assert_eq!(
-            Detector::next_round(None, &queue, timeout),
+            Detector::next_round(None, queue.iter(), timeout),
             Some(since + timeout)
         );
     }
@@ -385,17 +392,18 @@ mod tests {
         let (w, _rx) = waiting(1, "c:1", Duration::from_secs(5), None, &[]);
         queue.push(w, false);
         let mut d = Detector::default();
-        let [(id, wait)] = <[_; 1]>::try_from(d.due_waits(&queue, "res", timeout)).expect("one");
+        let due = d.due_waits(queue.iter(), "res", timeout);
+        let [(id, wait)] = <[_; 1]>::try_from(due).expect("one");
         d.checked.insert(id, (wait, true));
         let last = Instant::now();
         d.last_round = Some(last);
         d.soon = true;
         assert_eq!(
-            Detector::next_round(Some(&mut d), &queue, timeout),
+            Detector::next_round(Some(&mut d), queue.iter(), timeout),
             Some(last + timeout / 4)
         );
         assert_eq!(
-            Detector::next_round(Some(&mut d), &queue, timeout),
+            Detector::next_round(Some(&mut d), queue.iter(), timeout),
             Some(last + timeout)
         );
     }

@@ -14,14 +14,13 @@ use std::time::Instant;
 use actix::prelude::*;
 use tracing::warn;
 
-use super::attempts::InFlight;
 use super::kinds::{Attempt, Giveback, Handed, LastRelease, Scripts};
 use super::release::with_latch;
 use super::LockActor;
 use crate::actors::shared::Shared;
 use crate::error::LockError;
 use crate::guard::ReleaseOutcome;
-use crate::wire::{AcquireReply, ReleaseReply, TransferReply};
+use crate::wire::{ReleaseReply, TransferReply};
 
 /// The answer to a hand-over: the transfer's, or a plain release's after Redis
 /// refused the transfer (with that refusal).
@@ -35,24 +34,25 @@ impl LockActor {
         &mut self,
         epoch: u64,
         giveback: &Giveback,
+        ctx: &mut Context<Self>,
     ) -> Option<ResponseActFuture<Self, Result<ReleaseOutcome, LockError>>> {
         // An attempt, a check or another release in flight would race with it.
-        if !self.wait.attempts.is_quiet() || !self.releases.none() {
+        if !self.wait.side.is_quiet() || self.wait.check.is_some() || !self.releases.none() {
             return None;
         }
         let holder = self.held.holdings.get(epoch)?.owner;
-        let head = self.wait.queue.front()?;
-        if head.want.req.owner == holder || head.is_gone() {
-            return None;
-        }
-        let LastRelease::HandOver { count } = self.kind.last_release() else {
+        let LastRelease::HandOver { count } = self.wait.side.kind().last_release() else {
             return None;
         };
-        let (attempt, to) = self.start_attempt(head.want.req.id)?;
+        let engine = self.wait.side.engine_mut()?;
+        let ask = engine.ask_head(|head| head.want.req.owner != holder)?;
+        let effects = engine.take_effects();
+        self.apply(effects, ctx);
+        let (waiter, to) = (ask.waiter, self.attempt_of(&ask.want));
         self.releases.start();
         let sent = Instant::now();
         let fut = transfer(
-            self.kind.scripts(),
+            self.wait.side.kind().scripts(),
             self.shared.clone(),
             giveback.clone(),
             to,
@@ -60,7 +60,7 @@ impl LockActor {
             sent,
         );
         Some(Box::pin(fut.into_actor(self).map(
-            move |handing, act, ctx| act.on_handed(epoch, attempt, sent, handing, ctx),
+            move |handing, act, ctx| act.on_handed(epoch, waiter, sent, handing, ctx),
         )))
     }
 
@@ -69,7 +69,7 @@ impl LockActor {
     fn on_handed(
         &mut self,
         epoch: u64,
-        attempt: InFlight,
+        waiter: u64,
         sent: Instant,
         (res, refused): Handing,
         ctx: &mut Context<Self>,
@@ -77,7 +77,7 @@ impl LockActor {
         self.releases.done();
         if let Some(e) = &refused {
             warn!(lock = %self.name, error = %e, "cannot hand the lock over in one call; releasing instead");
-            self.kind.handed(Handed::Refused);
+            self.with_kind(|kind, _| kind.handed(Handed::Refused));
         }
         let (release, token) = self.read_transfer(res);
         // Held elsewhere or still held, or refused and released plainly: the
@@ -91,23 +91,7 @@ impl LockActor {
                 Ok(ReleaseReply::StillHeld(_) | ReleaseReply::NotHeld)
             );
         let out = self.on_released(epoch, sent, release, ctx);
-        match token {
-            Some((token, confirmed)) => {
-                let granted = AcquireReply::Acquired {
-                    token,
-                    holds: 1,
-                    confirmed,
-                };
-                self.on_attempt(attempt, sent, Ok(granted), ctx);
-            }
-            None => {
-                self.wait.attempts.answered();
-                if unknown {
-                    self.wait.attempts.lost(attempt);
-                }
-                self.pump(ctx);
-            }
-        }
+        self.handed_to(waiter, sent, token, unknown, ctx);
         out
     }
 
@@ -123,9 +107,10 @@ impl LockActor {
                 listening,
                 confirmed,
             }) => {
-                let own = u32::from(self.listening(&self.channel()));
+                let channel = self.channel();
+                let own = u32::from(self.listening(&channel));
                 let others = listening.map(|l| l.saturating_sub(own));
-                self.kind.handed(Handed::Over(others));
+                self.with_kind(|kind, _| kind.handed(Handed::Over(others)));
                 let freed = ReleaseReply::Released {
                     published: false,
                     heard: 0,

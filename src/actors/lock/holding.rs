@@ -162,7 +162,7 @@ impl Holdings {
     pub(crate) fn blocks(&self, owner: Owner, kind: AcquireKind) -> bool {
         self.live
             .iter()
-            .any(|h| h.owner != owner && (h.kind.excludes(kind) || kind.excludes(h.kind)))
+            .any(|h| keeps_out((h.owner, h.kind), owner, kind))
     }
 
     /// Whether an acquisition of `kind` by `owner` is a re-entry (or a writer's
@@ -180,6 +180,13 @@ impl Holdings {
             .is_some_and(|from| self.of(owner, from).is_some())
             && self.of(owner, kind).is_none()
     }
+}
+
+/// Whether `holder` (an owner and what it holds) keeps an acquisition of
+/// `kind` by `owner` from succeeding.
+pub(crate) fn keeps_out(holder: (Owner, AcquireKind), owner: Owner, kind: AcquireKind) -> bool {
+    let (h_owner, h_kind) = holder;
+    h_owner != owner && (h_kind.excludes(kind) || kind.excludes(h_kind))
 }
 
 /// Holdings that were lost while guards of them are still alive: their release
@@ -287,7 +294,7 @@ impl LockActor {
             .held
             .holdings
             .entry(kind, owner, &field, lease_len, sent);
-        let renewal = self.kind.scripts().renewal(kind);
+        let renewal = self.wait.side.kind().scripts().renewal(kind);
         let h = &mut self.held.holdings.live[at];
         let epoch = h.epoch;
         h.guards += 1;
@@ -324,14 +331,14 @@ impl LockActor {
     }
 
     /// Redis just granted `owner` the lock as `kind`, so a local holding that
-    /// excludes it can only be one that is lost already (`pump` never lets a
-    /// waiter try past a live one): it is declared lost.
+    /// excludes it can only be one that is lost already (no waiter asks past
+    /// a live one): it is declared lost.
     fn lose_stale(&mut self, owner: Owner, kind: AcquireKind, ctx: &mut Context<Self>) {
         let stale: Vec<u64> = self
             .held
             .holdings
             .iter()
-            .filter(|h| h.owner != owner && (h.kind.excludes(kind) || kind.excludes(h.kind)))
+            .filter(|h| keeps_out((h.owner, h.kind), owner, kind))
             .map(|h| h.epoch)
             .collect();
         for epoch in stale {
@@ -381,7 +388,7 @@ impl LockActor {
                 act.lose(epoch, reason, ctx);
             }
             act.holding_timers(ctx);
-            act.pump(ctx);
+            act.look(ctx);
         });
     }
 
@@ -423,6 +430,6 @@ impl Handler<Lapsed> for LockActor {
             return;
         }
         self.lose(msg.epoch, msg.reason, ctx);
-        self.pump(ctx);
+        self.look(ctx);
     }
 }

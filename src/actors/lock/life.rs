@@ -13,7 +13,6 @@ use actix::prelude::*;
 use actix::WeakRecipient;
 use tracing::{debug, error};
 
-use super::attempts::Unresolved;
 use super::release::Releases;
 use super::{Idle, LockActor};
 use crate::error::{LockError, LostReason};
@@ -112,8 +111,15 @@ impl Actor for LockActor {
             self.reconcile(ctx);
             return;
         }
+        // Waiters may have missed their message; an attempt that was out is
+        // checked before anyone asks again, and channels are subscribed anew.
+        self.with_kind(|kind, queue| kind.restarting(queue));
+        if let Some(engine) = self.wait.side.engine_mut() {
+            let effects = engine.restart();
+            self.apply(effects, ctx);
+        }
         if self.held.holdings.is_empty() {
-            self.pump(ctx);
+            self.look(ctx);
             return;
         }
         let held = self.held.holdings.iter();
@@ -128,7 +134,7 @@ impl Actor for LockActor {
                 }
             }
             act.holding_timers(ctx);
-            act.pump(ctx);
+            act.look(ctx);
         }));
     }
 
@@ -138,8 +144,14 @@ impl Actor for LockActor {
             return;
         }
         // Whatever is still queued will never be served by this actor. Places in a
-        // fair queue cannot be given back now: they lapse unrefreshed.
-        let _ = self.wait.queue.fail_all(|| LockError::Stopped);
+        // fair queue cannot be given back now: they lapse unrefreshed; an
+        // attempt out is not undone either (its lease ends it).
+        if let Some(engine) = self.wait.side.engine_mut() {
+            let _ = engine.fail_all(|| LockError::Stopped);
+            for name in engine.drop_channels() {
+                crate::actors::listen::unsubscribe(&self.shared.subscriber, &name);
+            }
+        }
         for h in self.held.holdings.drain() {
             if h.watchdog {
                 self.shared.renewals.unwatch(h.epoch);
@@ -152,24 +164,21 @@ impl Actor for LockActor {
 impl Supervised for LockActor {
     fn restarting(&mut self, _ctx: &mut Context<Self>) {
         // Every timer and call in flight belonged to the old context and is gone.
-        // An acquisition in flight has an unknown outcome now: check it first.
-        let queue = &self.wait.queue;
-        self.wait
-            .attempts
-            .restarting(|id| queue.find(id).map(Unresolved::of));
-        self.kind.restarting(&mut self.wait.queue);
-        // Their callers got a mailbox error; a hold they may have left behind is
-        // found by the next release (StillHeld with no guard) or expires unrenewed.
+        // The waiting side learns it as the actor starts again (`started`).
+        // Releases' callers got a mailbox error; a hold they may have left
+        // behind is found by the next release (StillHeld with no guard) or
+        // expires unrenewed.
         self.releases = Releases::default();
         self.timers.forget();
-        if let Some(w) = &mut self.wait.waiting {
+        if let Some(w) = &mut self.wait.records {
             w.forget();
         }
         if let Some(d) = &mut self.wait.detector {
             d.forget();
         }
-        // Subscribed again at the next busy answer (the route is simply replaced).
-        self.wait.subs.clear();
+        // A check held back for a release is out as far as the engine
+        // knows: its restart asks for it again.
+        self.wait.check = None;
         self.life.restart_requested = false;
         self.life.restarted = true;
     }

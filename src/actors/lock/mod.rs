@@ -2,28 +2,28 @@
 //! and the local view of who holds it.
 //!
 //! Everything that happens to one lock in this process is serialised through its
-//! actor, which is what keeps the rules simple: at most one acquisition attempt is in
-//! flight per lock (local waiters never stampede Redis), a waiter behind a local
-//! holder it cannot share with does not ask Redis at all (the local release hands
-//! over), and the watchdog, the fallback retry and the waiters' deadlines are timers
-//! the actor keeps and cancels. The Redis side is only ever changed by the scripts in
-//! [`crate::wire`]; this file decides when to run them and what their answers
-//! mean for the waiters and holders.
+//! actor, which is what keeps the rules simple: a waiter behind a local holder it
+//! cannot share with does not ask Redis at all (the local release hands over),
+//! and the watchdog and the waiters' timers are timers the actor keeps and
+//! cancels. Its waiting side is the kit's waiting engine, the one every
+//! synchronizer runs (one attempt at a time, leavers, deadlines, lost answers:
+//! `actors/waiting/engine/`), with the lock's policy (`waits.rs`); the actor is
+//! its runner (`acquire.rs`). The Redis side is only ever changed by the
+//! scripts in [`crate::wire`].
 //!
-//! A kind of lock (exclusive, fair, read-write, spin) is the actor's
-//! `KindState`: the kind's own state (the exclusive lock's
-//! turns, the fair lock's places, the spin lock's backoff) and its decisions,
-//! which its hooks answer as data that the skeleton carries out (`kinds/`). The
-//! skeleton is the same code for all: `waiters` (the queue), `attempts` (the
-//! attempt state and its books), `acquire` (when to try and what answers mean),
-//! `holding` (grant, expiry, loss), `release` (the whole release path),
-//! `handover` (a release that hands the lock to a local waiter), `shutdown` (the
-//! manager's shutdown: waiters answered, holds given back), `timers` (the
-//! actor's timers and its kind's Redis chores), `life` (idle handshake and
-//! supervision) and this file (the actor and its messages).
+//! A kind of lock (exclusive, fair, read-write, spin) is `KindState`: the kind's
+//! own state (the exclusive lock's turns, the fair lock's places, the spin
+//! lock's backoff) and its decisions, which its hooks answer as data (`kinds/`).
+//! The rest is the same code for all: `waiters` (what a waiter is), `waits`
+//! (the engine's lock policy, and the engine kept only while someone waits),
+//! `acquire` (the runner: the engine's effects carried out), `holding` (grant,
+//! expiry, loss), `release` (the whole release path), `handover` (a release
+//! that hands the lock to a local waiter), `shutdown` (the manager's shutdown:
+//! waiters answered, holds given back), `timers` (the actor's timers and its
+//! kind's Redis chores), `deadlock` (the deadlock checks of long waits), `life`
+//! (idle handshake and supervision) and this file (the actor and its messages).
 
 mod acquire;
-mod attempts;
 mod deadlock;
 mod handover;
 mod holding;
@@ -31,11 +31,11 @@ mod kinds;
 mod life;
 mod release;
 mod shutdown;
-mod subs;
 #[cfg(test)]
 mod tests;
 mod timers;
 mod waiters;
+mod waits;
 
 use std::sync::Arc;
 
@@ -46,21 +46,19 @@ use tracing::{debug, warn};
 use super::listen::{Channel, Listener};
 use super::shared::Shared;
 use super::subscriber::{Resync, Unlocked};
+use super::waiting::engine::Event;
 use super::waiting::Waiting;
 use crate::error::LockError;
 use crate::kind::Kind;
-use subs::Subs;
 
-use attempts::Attempts;
 use holding::Held;
-use kinds::{Chore, Heard, KindState};
+use kinds::Chore;
 use life::Life;
 use release::Releases;
 use timers::Timers;
-use waiters::Gone;
-use waiters::Waiter;
-use waiters::WaiterQueue;
+use waiters::Want;
 pub(crate) use waiters::{Reply, Request};
+use waits::Side;
 
 /// Queue a waiter (sent by the manager only, which counts them for the idle handshake).
 #[derive(Message, Debug)]
@@ -114,12 +112,10 @@ pub(crate) struct Idle {
 pub(crate) struct LockActor {
     /// The lock name (also the lock key).
     name: Arc<str>,
-    /// Its kind, with the kind's own state (`kinds/`).
-    kind: KindState,
     /// Connection, config, client id, subscriber and counters of the manager.
     shared: Arc<Shared>,
-    /// The waiting side: who waits, what is asked of Redis for them, what
-    /// they listen on.
+    /// The waiting side: its kind, who waits, what is asked of Redis for
+    /// them, what they listen on.
     wait: Wait,
     /// The holding side: who holds, what was lost, what is being given back.
     held: Held,
@@ -133,23 +129,21 @@ pub(crate) struct LockActor {
 
 /// The waiting side of a lock actor: the parts that change when a caller
 /// arrives, asks, listens or leaves. Grouped apart from the holding side
-/// because a held lock with nobody waiting keeps these empty (and the boxed
-/// ones absent), which is what keeps a held lock's actor small
+/// because a held lock with nobody waiting keeps these empty (the engine and
+/// the boxed parts absent), which is what keeps a held lock's actor small
 /// (docs/performance.md, client bytes per held lock).
-#[derive(Default)]
 struct Wait {
-    /// Local waiters, head first.
-    queue: WaiterQueue,
-    /// The acquisition attempt: in flight, lost, checked, failing (`attempts.rs`).
-    attempts: Attempts,
-    /// Channel -> subscription state (one channel, or one per fair waiter).
-    subs: Subs,
+    /// The kind, and the waiting engine while anyone waits or listens (`waits.rs`).
+    side: Side,
     /// The waiting records of waits over a second (`actors/waiting/records.rs`),
     /// boxed and only while someone waits.
-    waiting: Option<Box<Waiting>>,
+    records: Option<Box<Waiting>>,
     /// Its deadlock checks (`deadlock.rs`), boxed and only while a wait is
     /// past `Config::deadlock_timeout`, for the same reason.
     detector: Option<Box<deadlock::Detector>>,
+    /// The check of a lost attempt, held back while a release is out (the
+    /// owner's hold count would be blurred).
+    check: Option<Box<Want>>,
 }
 
 impl LockActor {
@@ -161,9 +155,13 @@ impl LockActor {
     ) -> Self {
         LockActor {
             name,
-            kind: KindState::new(kind),
             shared,
-            wait: Wait::default(),
+            wait: Wait {
+                side: Side::new(kind),
+                records: None,
+                detector: None,
+                check: None,
+            },
             held: Held::default(),
             releases: Releases::default(),
             timers: Timers::default(),
@@ -171,30 +169,22 @@ impl LockActor {
         }
     }
 
-    /// Brings timers and subscriptions in line with what is left to do: keeps a
-    /// deadline timer while waiters wait, unsubscribes channels no waiter listens
-    /// on, keeps the kind's periodic timer and sends its chores, and starts the
-    /// idle countdown when nothing at all is going on.
+    /// Brings what lives beside the engine in line with what is left to do:
+    /// keeps the kind's periodic timer and sends its chores, drops what ended
+    /// of the waiting records and deadlock checks, and starts the idle
+    /// countdown when nothing at all is going on.
     /// (Not "settle": that word is the `Settle` message's, nothing on the wire.)
     fn reconcile(&mut self, ctx: &mut Context<Self>) {
-        if self.wait.queue.is_empty() {
-            self.timers.wake.cancel(ctx);
-        } else if !self.timers.wake.is_set() {
-            self.schedule(None, ctx);
-        }
-        let mut subs = std::mem::take(&mut self.wait.subs);
-        for mut channel in subs.take_unneeded(|name| self.needs(name)) {
-            channel.unsubscribe(&self.shared.subscriber);
-        }
-        self.wait.subs = subs;
-        let every = self.kind.tick_every(&self.wait.queue, &self.shared.config);
+        let config = self.shared.config.clone();
+        let every = self.with_kind(|kind, queue| kind.tick_every(queue, &config));
         self.timers.keep_ticking(every, ctx, |act, ctx| {
-            let chore = act.kind.tick(&act.wait.queue, &act.name, &act.shared);
+            let (name, shared) = (act.name.clone(), act.shared.clone());
+            let chore = act.with_kind(|kind, queue| kind.tick(queue, &name, &shared));
             act.run_chore(chore, ctx);
         });
         self.send_chores(ctx);
         self.forget_ended_waits(ctx);
-        if self.wait.waiting.is_some() {
+        if self.wait.records.is_some() {
             // A recorded wait that ended is unrecorded now, not at the next
             // tick: a process that exits right after its wait leaves no record
             // behind. Only while records exist (they are boxed on demand).
@@ -202,52 +192,41 @@ impl LockActor {
         }
         let (idle, after) = (self.is_idle(), self.shared.config.idle_timeout);
         self.timers.idle_countdown(idle, after, ctx, |act, ctx| {
-            act.life
-                .ask_to_retire(act.name.clone(), act.kind.kind(), ctx)
+            let kind = act.wait.side.kind().kind();
+            act.life.ask_to_retire(act.name.clone(), kind, ctx)
         });
     }
 
     /// Nothing at all is going on: no waiter, holding, call or subscription.
     fn is_idle(&self) -> bool {
-        self.wait.queue.is_empty()
+        matches!(self.wait.side, Side::Idle { .. })
             && self.held.holdings.is_empty()
             && self.held.lost.is_empty()
-            && self.wait.attempts.is_quiet()
             && self.releases.none()
-            && !self.kind.busy_with_chores()
-            && self.wait.subs.is_empty()
+            && !self.wait.side.kind().busy_with_chores()
             && self.wait.detector.is_none()
+            && self.wait.check.is_none()
     }
 
     /// The channel its waiters listen on (for the fair lock, the prefix of each
     /// waiter's own channel). Made when needed rather than kept: only waiters
     /// need it, and a held lock's actor should stay small.
     fn channel(&self) -> String {
-        self.kind.scripts().channel(&self.name)
-    }
-
-    /// Whether `channel` must stay subscribed: the kind says (some waiter
-    /// listens on it, or the holder keeps listening while it takes turns).
-    fn needs(&self, channel: &str) -> bool {
-        let holding = !self.held.holdings.is_empty();
-        self.kind
-            .needs(channel, &self.name, &self.wait.queue, holding)
+        self.wait.side.kind().scripts().channel(&self.name)
     }
 
     /// Whether `channel` is subscribed (and routed here).
-    fn listening(&self, channel: &str) -> bool {
-        self.wait.subs.is_live(channel)
-    }
-
-    /// Waiters were taken out of the queue without a grant: the kind does what
-    /// it must (the fair lock takes them out of the Redis queue).
-    fn left(&mut self, gone: Gone) {
-        self.kind.left(gone, &self.wait.queue);
+    fn listening(&mut self, channel: &str) -> bool {
+        let engine = self.wait.side.engine_mut();
+        engine
+            .and_then(|e| e.channel_mut(channel))
+            .is_some_and(|c| c.is_live())
     }
 
     /// Sends the Redis work the kind has pending.
     fn send_chores(&mut self, ctx: &mut Context<Self>) {
-        while let Some(chore) = self.kind.chore(&self.wait.queue, &self.name, &self.shared) {
+        let (name, shared) = (self.name.clone(), self.shared.clone());
+        while let Some(chore) = self.with_kind(|kind, queue| kind.chore(queue, &name, &shared)) {
             self.run_chore(Some(chore), ctx);
         }
     }
@@ -259,27 +238,13 @@ impl LockActor {
             return;
         };
         Timers::spawn_chore(chore, ctx, |act, done, ctx| {
-            if act.kind.chore_done(done, &mut act.wait.queue, &act.name) {
-                act.pump(ctx);
+            let name = act.name.clone();
+            if act.with_kind(|kind, queue| kind.chore_done(done, queue, &name)) {
+                act.run(Event::Look, ctx);
             } else {
                 act.reconcile(ctx);
             }
         });
-    }
-
-    /// Carries out what the kind made of an unlock message or a subscription.
-    fn on_heard(&mut self, heard: Heard, ctx: &mut Context<Self>) {
-        match heard {
-            Heard::Nothing => {}
-            Heard::Wake => self.wake(ctx),
-            Heard::Pump => self.pump(ctx),
-            Heard::WakeAfter(delay) => {
-                // The runtime's timers tick in whole milliseconds: a delay of
-                // microseconds is slept on a blocking-pool thread.
-                let slept = actix_rt::task::spawn_blocking(move || std::thread::sleep(delay));
-                ctx.spawn(slept.into_actor(self).map(|_, act, ctx| act.wake(ctx)));
-            }
-        }
     }
 }
 
@@ -310,7 +275,7 @@ impl Handler<IsQuiet> for LockActor {
     type Result = bool;
 
     fn handle(&mut self, _msg: IsQuiet, _ctx: &mut Context<Self>) -> bool {
-        self.wait.attempts.is_quiet() && self.releases.none()
+        self.wait.side.is_quiet() && self.wait.check.is_none() && self.releases.none()
     }
 }
 
@@ -325,65 +290,55 @@ impl Handler<QueueLen> for LockActor {
     type Result = usize;
 
     fn handle(&mut self, _msg: QueueLen, _ctx: &mut Context<Self>) -> usize {
-        self.wait.queue.len()
+        self.wait.side.waiters().count()
     }
 }
 
 impl Handler<Enqueue> for LockActor {
     type Result = ();
 
-    fn handle(&mut self, Enqueue(request, reply): Enqueue, ctx: &mut Context<Self>) {
-        let waiter = waiters::waiter(request, reply);
+    fn handle(&mut self, Enqueue(req, reply): Enqueue, ctx: &mut Context<Self>) {
         self.life.received += 1;
-        if self.shared.is_shutting_down() {
+        let (owner, kind) = (req.owner, req.kind);
+        let holdings = &self.held.holdings;
+        let reentrant = holdings.reenters(owner, kind);
+        let refusal = if self.shared.is_shutting_down() {
             // Sent before the manager's shutdown reached it: refused like the rest.
-            waiters::fail(waiter, LockError::ShuttingDown);
-            self.reconcile(ctx);
-            return;
-        }
-        if self
-            .held
-            .holdings
-            .is_upgrade(waiter.want.req.owner, waiter.want.req.kind)
-        {
+            Some(LockError::ShuttingDown)
+        } else if holdings.is_upgrade(owner, kind) {
             // It would wait for its own read holds: refused now, not queued.
-            waiters::fail(waiter, LockError::UpgradeRefused);
-            self.reconcile(ctx);
-            return;
-        }
-        let reentrant = self
-            .held
-            .holdings
-            .reenters(waiter.want.req.owner, waiter.want.req.kind);
-        if reentrant && !waiter.want.req.reentrant {
+            Some(LockError::UpgradeRefused)
+        } else if reentrant && !req.reentrant {
             // A non-reentrant lock its owner holds: refused now, not queued (a
             // hold taken meanwhile is refused by the acquire script instead).
-            waiters::fail(waiter, LockError::ReentryRefused);
+            Some(LockError::ReentryRefused)
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
+            waiters::refuse(kind, reply, refusal);
             self.reconcile(ctx);
             return;
         }
-        if waiter.deadline.is_none()
-            && !waiter.once
-            && self
-                .held
-                .holdings
-                .blocks(waiter.want.req.owner, waiter.want.req.kind)
-        {
+        let blocked = holdings.blocks(owner, kind);
+        if req.wait.is_none() && blocked {
             // A waiter with no deadline behind a holder of this same process may be
             // waiting for itself (the same task, another owner): say so, later, if
             // it is still there then. Only such waiters get the timer: one on every
             // acquisition would stay in the actor for the whole delay (135 bytes
             // per held lock).
-            let id = waiter.want.req.id;
+            let id = req.id;
             ctx.run_later(self.shared.config.stall_warning, move |act, _| {
                 act.warn_if_stalled(id)
             });
         }
-        if self.wait.queue.is_empty() {
-            self.kind.wait_begins();
+        if !self.wait.side.has_waiters() {
+            self.with_kind(|kind, _| kind.wait_begins());
         }
-        self.wait.queue.push(waiter, reentrant);
-        self.pump(ctx);
+        // A re-entry by a holder here goes first: making it wait behind others
+        // who wait for that holder would deadlock.
+        let want = waiters::want(req, reentrant, blocked);
+        self.run(waiters::join(want, reply), ctx);
     }
 }
 
@@ -392,13 +347,12 @@ impl LockActor {
     /// without a deadline: if another owner of this process still keeps it out,
     /// warn that it may be waiting for itself.
     fn warn_if_stalled(&self, id: u64) {
-        let Some(w) = self.wait.queue.find(id) else {
+        let Some(w) = self.wait.side.waiters().find(|w| w.id == id) else {
             return;
         };
-        if let Some(h) = self.held.holdings.iter().find(|h| {
-            h.owner != w.want.req.owner
-                && (h.kind.excludes(w.want.req.kind) || w.want.req.kind.excludes(h.kind))
-        }) {
+        let (owner, kind) = (w.want.req.owner, w.want.req.kind);
+        let mut holdings = self.held.holdings.iter();
+        if let Some(h) = holdings.find(|h| holding::keeps_out((h.owner, h.kind), owner, kind)) {
             w.want.req.span.in_scope(|| {
                 warn!(
                     lock = %self.name,
@@ -418,13 +372,11 @@ impl LockActor {
 impl Handler<Cancel> for LockActor {
     type Result = ();
 
+    /// Its caller's end of the reply is dropped already: the engine sweeps it
+    /// out (and undoes its attempt, if one is out).
     fn handle(&mut self, msg: Cancel, ctx: &mut Context<Self>) {
-        if let Some(w) = self.wait.queue.take(msg.waiter) {
-            debug!(lock = %self.name, waiter = msg.waiter, "waiter left");
-            self.left(Gone::of(&w));
-            self.abandon(&w, ctx);
-        }
-        self.pump(ctx);
+        debug!(lock = %self.name, waiter = msg.waiter, "waiter left");
+        self.run(Event::Left, ctx);
     }
 }
 
@@ -432,24 +384,21 @@ impl Handler<Unlocked> for LockActor {
     type Result = ();
 
     fn handle(&mut self, msg: Unlocked, ctx: &mut Context<Self>) {
-        tracing::trace!(lock = %self.name, channel = %msg.channel, wake_all = msg.wake_all, "unlock message");
-        let heard = self
-            .kind
-            .heard(&msg.channel, &self.name, &mut self.wait.queue);
-        self.on_heard(heard, ctx);
+        let Unlocked { channel, wake_all } = msg;
+        tracing::trace!(lock = %self.name, %channel, wake_all, "unlock message");
+        self.run(Event::Heard { channel, wake_all }, ctx);
     }
 }
 
 impl Listener for LockActor {
     fn channel(&mut self, name: &str) -> Option<&mut Channel> {
-        self.wait.subs.get_mut(name)
+        self.wait.side.engine_mut()?.channel_mut(name)
     }
 
     /// The lock may have been released between the refused attempt and the
-    /// subscription: the waiters of `name` try now.
+    /// subscription: the queue looks again.
     fn subscribed(&mut self, name: &str, ctx: &mut Context<Self>) {
-        let heard = self.kind.subscribed(name, &self.name, &mut self.wait.queue);
-        self.on_heard(heard, ctx);
+        self.run(Event::Subscribed(name.to_owned()), ctx);
     }
 }
 
@@ -458,7 +407,7 @@ impl Handler<Resync> for LockActor {
 
     fn handle(&mut self, _msg: Resync, ctx: &mut Context<Self>) {
         // Messages may have been lost while the subscriber was away.
-        self.kind.resync(&mut self.wait.queue);
-        self.wake(ctx);
+        self.with_kind(|kind, queue| kind.resync(queue));
+        self.run(Event::Wake, ctx);
     }
 }

@@ -64,7 +64,7 @@ impl Handler<Release> for LockActor {
             reply.send(Err(LockError::Lost(reason)));
             return;
         }
-        let released = self.release_hold(epoch);
+        let released = self.release_hold(epoch, ctx);
         ctx.spawn(released.map(move |outcome, _, _| reply.send(outcome)));
     }
 }
@@ -74,6 +74,7 @@ impl LockActor {
     pub(super) fn release_hold(
         &mut self,
         epoch: u64,
+        ctx: &mut Context<Self>,
     ) -> ResponseActFuture<Self, Result<ReleaseOutcome, LockError>> {
         let Some(h) = self.held.holdings.get_mut(epoch) else {
             return Box::pin(fut::ready(Err(LockError::NotHeld)));
@@ -92,12 +93,12 @@ impl LockActor {
             retry: false,
         };
         if last {
-            if let Some(handover) = self.hand_over(epoch, &giveback) {
+            if let Some(handover) = self.hand_over(epoch, &giveback, ctx) {
                 return handover;
             }
         }
         self.releases.start();
-        let (scripts, shared) = (self.kind.scripts(), self.shared.clone());
+        let (scripts, shared) = (self.wait.side.kind().scripts(), self.shared.clone());
         // Only the last hold's release may outlive its latch: see `with_latch`.
         let until = last.then_some(lease_end);
         let fut = with_latch(self.shared.config.clone(), sent, until, move |retry| {
@@ -126,7 +127,7 @@ impl LockActor {
                 res => res,
             };
             let out = act.on_released(epoch, sent, res, ctx);
-            act.pump(ctx);
+            act.look(ctx);
             out
         }))
     }
@@ -136,15 +137,16 @@ impl LockActor {
         let live = self.held.holdings.get(epoch).is_some();
         let guards_left = self.held.holdings.get(epoch).map_or(0, |h| h.guards);
         self.shared.counters.released();
-        let listening = self.listening(&self.channel());
+        let channel = self.channel();
+        let listening = self.listening(&channel);
         let freed = Freed {
             published,
             others: heard.saturating_sub(u32::from(listening)),
             listening,
-            nobody_waits: self.wait.queue.is_empty(),
+            nobody_waits: !self.wait.side.has_waiters(),
             now: Instant::now(),
         };
-        let after = self.kind.released(freed);
+        let after = self.with_kind(|kind, _| kind.released(freed));
         self.after_release(after, ctx);
         if live {
             if guards_left == 0 {
@@ -182,7 +184,7 @@ impl LockActor {
                         // Redis holds more than the guards here account for (an
                         // attempt whose reply was lost): give those back too.
                         debug!(lock = %self.name, holds, "releasing holds no guard accounts for");
-                        let fut = self.release_hold(epoch);
+                        let fut = self.release_hold(epoch, ctx);
                         ctx.spawn(fut.map(|_, _, _| ()));
                     }
                 }
@@ -213,14 +215,11 @@ impl LockActor {
     /// yield holds the head waiter back, listening for the other processes'
     /// release.
     fn after_release(&mut self, after: AfterRelease, ctx: &mut Context<Self>) {
-        let AfterRelease::Yield { fallback } = after else {
-            return;
-        };
-        let channel = self.channel();
-        if !self.wait.subs.contains_key(&channel) {
-            self.subscribe(channel, ctx);
+        // The kind holds its head back until the fallback and keeps the
+        // channel while it does; the engine learns it as the queue looks.
+        if after == AfterRelease::Yield {
+            self.run(crate::actors::waiting::engine::Event::Look, ctx);
         }
-        self.schedule(Some(fallback), ctx);
     }
 }
 

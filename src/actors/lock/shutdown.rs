@@ -24,8 +24,9 @@ use super::kinds::{Giveback, Scripts};
 use super::release::with_latch;
 use super::LockActor;
 use crate::actors::shared::{Shared, ShutDown};
+use crate::actors::waiting::engine::Event;
 use crate::durations::millis;
-use crate::error::{LockError, LostReason};
+use crate::error::LostReason;
 use crate::guard::LockLost;
 use crate::wire::ReleaseReply;
 
@@ -38,12 +39,10 @@ impl Handler<ShutDown> for LockActor {
     type Result = ResponseActFuture<Self, usize>;
 
     fn handle(&mut self, _msg: ShutDown, ctx: &mut Context<Self>) -> Self::Result {
-        let gone = self.wait.queue.fail_all(|| LockError::ShuttingDown);
-        self.left(gone);
-        self.send_chores(ctx);
+        self.run(Event::Shutdown, ctx);
         let givebacks = holdings_given_up(&mut self.held, &self.name, &self.shared);
         self.holding_timers(ctx);
-        let (scripts, shared) = (self.kind.scripts(), self.shared.clone());
+        let (scripts, shared) = (self.wait.side.kind().scripts(), self.shared.clone());
         let name = self.name.clone();
         let count = givebacks.len();
         for _ in 0..count {

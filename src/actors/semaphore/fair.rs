@@ -125,7 +125,7 @@ impl Policy for Fair {
         mark.op.clone().filter(|_| mark.want.queued)
     }
 
-    fn classify(&self, reply: SemTake) -> Found<()> {
+    fn classify(&mut self, reply: SemTake) -> Found<()> {
         match reply {
             SemTake::Taken { left } => Found::Taken { left, won: () },
             SemTake::Short { missing, .. } => Found::Short {
@@ -137,7 +137,7 @@ impl Policy for Fair {
     }
 
     /// The script told the new head; if it is here, it asks now.
-    fn after_grant(&mut self, left: u64, waiters: &mut Waiters<Self>) -> Then {
+    fn after_grant(&mut self, left: u64, _: &FairWant, waiters: &mut Waiters<Self>) -> Then {
         if left > 0 {
             nudge(waiters);
         }

@@ -115,7 +115,7 @@ macro_rules! alike {
             true
         }
 
-        fn after_grant(&mut self, left: u64, waiters: &mut Waiters<Self>) -> Then {
+        fn after_grant(&mut self, left: u64, _: &Self::Want, waiters: &mut Waiters<Self>) -> Then {
             next_fits::<Self>(left, waiters)
         }
     };
@@ -124,7 +124,7 @@ macro_rules! alike {
 impl Policy for Plain {
     alike!(SemTake);
 
-    fn classify(&self, reply: SemTake) -> Found<()> {
+    fn classify(&mut self, reply: SemTake) -> Found<()> {
         match reply {
             SemTake::Taken { left } => Found::Taken { left, won: () },
             SemTake::Short { missing, .. } => Found::Short {
@@ -141,7 +141,7 @@ impl Policy for Expirable {
 
     /// A permit with a lease frees by itself at its expiry: ask again then,
     /// without waiting for the fallback.
-    fn classify(&self, reply: ExpirableTake) -> Found<()> {
+    fn classify(&mut self, reply: ExpirableTake) -> Found<()> {
         match reply {
             ExpirableTake::Taken { left } => Found::Taken { left, won: () },
             ExpirableTake::Short {

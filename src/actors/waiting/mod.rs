@@ -31,10 +31,10 @@
 //! The channels a waiting actor listens on and its alarms are the kit's too;
 //! they live in `actors/listen.rs` ([`Channel`](crate::actors::listen::Channel),
 //! [`Alarm`](crate::actors::listen::Alarm)). The semaphores and the latch are
-//! policies run by [`SyncActor`]; the lock actor uses the records, the
-//! channels and the attempt, and its fair kind the places; it keeps a waiter
-//! queue of its own (docs/design/synchronizers.md, "The waiting kit", says where the
-//! kit's [`Queue`] falls short of a lock's).
+//! policies run by [`SyncActor`]; the lock is a policy too
+//! (`actors/lock/waits.rs`), run by the lock actor itself, which has messages
+//! and a grant no synchronizer has (docs/design/synchronizers.md, "The waiting
+//! kit"); its fair kind uses the places.
 
 mod attempt;
 mod deadlock;

@@ -198,12 +198,6 @@ impl<P, R> Queue<P, R> {
         out
     }
 
-    /// Takes out, unanswered, the waiters whose deadline is at or before
-    /// `now` (never a try-once waiter: its one attempt answers it).
-    pub(crate) fn take_expired(&mut self, now: Instant) -> Vec<Waiter<P, R>> {
-        self.take_where(|w| !w.once && w.deadline.is_some_and(|d| d <= now))
-    }
-
     /// An empty queue keeps no room: an actor that holds (a lock) may live
     /// long with nobody waiting.
     fn shrink_if_empty(&mut self) {
@@ -353,11 +347,9 @@ mod tests {
     }
 
     /// A waiter pushed at the front (a lock's re-entry) goes before those
-    /// already waiting; an expiry hands the expired back unanswered, so that
-    /// the actor can say who held it in their answer, and a try-once waiter is
-    /// never among them.
+    /// already waiting; one taken out is handed back unanswered.
     #[tokio::test]
-    async fn the_front_goes_first_and_the_expired_come_back_unanswered() {
+    async fn the_front_goes_first_and_a_taken_waiter_comes_back_unanswered() {
         let mut q = Q::default();
         let now = Instant::now();
         let (tx, mut late) = oneshot::channel();
@@ -367,7 +359,7 @@ mod tests {
         let (tx, _first) = oneshot::channel();
         q.push(Waiter::new(12, now, None, false, 3, tx), true);
         assert_eq!(q.iter().map(|w| w.id).collect::<Vec<_>>(), vec![12, 10, 11]);
-        let expired = q.take_expired(now);
+        let expired = q.take_where(|w| w.id == 10);
         assert_eq!(expired.iter().map(|w| w.id).collect::<Vec<_>>(), vec![10]);
         assert!(late.try_recv().is_err(), "not answered by the queue");
         assert_eq!(q.len(), 2);

@@ -10,7 +10,7 @@
 
 mod turn;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
@@ -18,21 +18,17 @@ use redis::RedisResult;
 
 use super::decisions::{self, Freed};
 use super::echo::Echo;
-use super::{
-    AfterRelease, Attempt, BusyAnswer, Giveback, Handed, Heard, LastRelease, OnBusy, Policy,
-    Scripts,
-};
-use crate::actors::lock::holding::Holdings;
-use crate::actors::lock::waiters::WaiterQueue;
+use super::{AfterRelease, Attempt, Giveback, Handed, LastRelease, Policy, Scripts};
+use crate::actors::lock::waiters::{WaiterQueue, Want};
 use crate::actors::renewer::Renewal;
 use crate::actors::shared::Shared;
-use crate::actors::waiting::engine::Pick;
+use crate::actors::waiting::engine::{Heard, Pick, Then};
 use crate::config::Config;
 use crate::durations::millis;
 use crate::keys;
 use crate::kind::AcquireKind;
 use crate::wire::{self, AcquireReply, ReleaseReply, TransferReply};
-use turn::{Turn, FALLBACK, PRECISION};
+use turn::{Turn, PRECISION};
 
 /// The exclusive lock's state: its turn, and its own unlock messages to come.
 #[derive(Debug, Default)]
@@ -48,7 +44,7 @@ impl Policy for Exclusive {
         &ExclusiveScripts
     }
 
-    fn next(&mut self, queue: &mut WaiterQueue, holdings: &Holdings, now: Instant) -> Pick {
+    fn next(&mut self, queue: &mut WaiterQueue, now: Instant) -> Pick {
         if queue.is_empty() {
             return Pick::Nobody;
         }
@@ -56,7 +52,7 @@ impl Policy for Exclusive {
             // Yielding to other processes: their waiters go first; the head asks
             // when the yield ends, unless a message comes first.
             Some(left) => Pick::HoldBack(left),
-            None => decisions::head_first(queue, holdings),
+            None => decisions::head_first(queue),
         }
     }
 
@@ -64,10 +60,11 @@ impl Policy for Exclusive {
         self.turn.granted(waiting);
     }
 
-    fn busy(&mut self, answer: BusyAnswer<'_>, queue: &mut WaiterQueue, _c: &Config) -> OnBusy {
+    fn short(&mut self, want: &mut Want, ttl: Option<Duration>, _c: &Config) -> Then {
         // Another process holds it: a run of local grants is over.
         self.turn.other_held();
-        decisions::listen_for_release(&ExclusiveScripts, answer, queue)
+        want.listens = true;
+        Then::Held(ttl)
     }
 
     /// Another process released the lock: the next grant here starts a new
@@ -97,13 +94,19 @@ impl Policy for Exclusive {
         self.echo.forget();
     }
 
-    /// The unlock channel also stays subscribed for the holder's sake while
-    /// it takes turns and few others listen (`turn.rs`, `KEEP_LISTENING`): a
+    /// While this process yields, its head waiter listens for the other
+    /// processes' release.
+    fn kept_channel(&self, name: &str) -> Option<String> {
+        let yielding = self.turn.holding_back(Instant::now()).is_some();
+        yielding.then(|| keys::channel(name))
+    }
+
+    /// The unlock channel stays subscribed for the holder's sake while it
+    /// takes turns and few others listen (`turn.rs`, `KEEP_LISTENING`): a
     /// holder's subscription never makes another process's count of listeners
     /// wrong, as only the one process that holds counts (and subtracts itself).
-    fn needs(&self, channel: &str, name: &str, queue: &WaiterQueue, holding: bool) -> bool {
-        let holder_listens = holding && self.turn.keeps_listening();
-        (holder_listens || !queue.is_empty()) && channel == keys::channel(name)
+    fn keeps_listening(&self, channel: &str, name: &str, holding: bool) -> bool {
+        holding && self.turn.keeps_listening() && channel == keys::channel(name)
     }
 
     fn last_release(&self) -> LastRelease {
@@ -146,7 +149,7 @@ impl Policy for Exclusive {
         if !self.turn.released(freed.others, freed.now) {
             return AfterRelease::Nothing;
         }
-        AfterRelease::Yield { fallback: FALLBACK }
+        AfterRelease::Yield
     }
 }
 

@@ -24,12 +24,12 @@ use futures::FutureExt;
 use redis::RedisResult;
 use tracing::debug;
 
-use super::{Attempt, BusyAnswer, Chore, Giveback, Heard, OnBusy, Policy, Retry, Scripts};
-use crate::actors::lock::holding::Holdings;
-use crate::actors::lock::waiters::{Gone, Waiter, WaiterQueue};
+use super::decisions::answer_try_once;
+use super::{Attempt, Chore, Giveback, Policy, Scripts};
+use crate::actors::lock::waiters::{WaiterQueue, Want};
 use crate::actors::renewer::Renewal;
 use crate::actors::shared::Shared;
-use crate::actors::waiting::engine::Pick;
+use crate::actors::waiting::engine::{Heard, Pick, Then};
 use crate::actors::waiting::{PlaceCalls, Places};
 use crate::config::Config;
 use crate::durations::millis;
@@ -57,15 +57,6 @@ enum Done {
 }
 
 impl Fair {
-    /// These waiters were taken out of the queue: their fields leave the Redis
-    /// queue, except those another local waiter still waits with (the same
-    /// owner, twice).
-    fn leave(&mut self, gone: Gone, queue: &WaiterQueue) {
-        for field in gone.queued {
-            self.leave_field(&field, queue);
-        }
-    }
-
     /// The field `field` leaves the Redis queue, unless a local waiter still
     /// waits with it.
     fn leave_field(&mut self, field: &str, queue: &WaiterQueue) {
@@ -104,54 +95,54 @@ impl Policy for Fair {
 
     /// The first waiter that is due, skipping those with a place that a local
     /// holder keeps from the lock (the local release tells the head).
-    /// Try-once waiters that a local holder keeps out are answered now.
-    fn next(&mut self, queue: &mut WaiterQueue, holdings: &Holdings, _now: Instant) -> Pick {
-        let gone =
-            queue.fail_try_once(|w| holdings.blocks(w.want.req.owner, w.want.req.kind), None);
-        self.leave(gone, queue);
+    /// Try-once waiters that a local holder keeps out are answered now. With
+    /// nobody due, the timer rings when the holder's lease says the lock may
+    /// be free (a lapsed lease publishes nothing).
+    fn next(&mut self, queue: &mut WaiterQueue, now: Instant) -> Pick {
+        answer_try_once(queue, |w| w.want.blocked);
         for w in queue.iter_mut() {
-            if w.want.queued && holdings.blocks(w.want.req.owner, w.want.req.kind) {
+            if w.want.queued && w.want.blocked {
                 w.want.try_now = false;
             }
         }
-        queue
-            .first(|w| w.want.try_now)
-            .map_or(Pick::Nobody, |w| Pick::Waiter(w.want.req.id))
+        if let Some(w) = queue.iter().find(|w| w.want.try_now) {
+            return Pick::Waiter(w.id);
+        }
+        let lease_ends = queue.iter().filter_map(|w| w.want.retry_at).min();
+        let left = lease_ends.and_then(|at| at.checked_duration_since(now));
+        left.filter(|l| !l.is_zero())
+            .map_or(Pick::Nobody, Pick::HoldBack)
     }
 
     /// Once sent, the attempt may put it in the Redis queue (unless it tries
     /// once): from then on, leaving this queue must leave that one too.
-    fn sending(&mut self, w: &mut Waiter) -> bool {
-        let queue = !w.once;
-        w.want.queued |= queue;
-        w.want.try_now = false;
+    fn sending(&mut self, want: &mut Want, once: bool) -> bool {
+        let queue = !once;
+        want.queued |= queue;
+        want.try_now = false;
         queue
     }
 
     /// Only this waiter's one attempt was made; the others make their own (so
-    /// others may be due at once). It listens on its own channel.
-    fn busy(&mut self, answer: BusyAnswer<'_>, queue: &mut WaiterQueue, _c: &Config) -> OnBusy {
-        let gone = queue.fail_try_once(|w| w.want.req.id == answer.waiter, None);
-        self.leave(gone, queue);
-        let listening = queue.find(answer.waiter).is_some();
-        if answer.placed && !listening {
-            // It left while its attempt (which queued it) was in flight.
-            self.leave_field(answer.field, queue);
-        }
-        // The head of the Redis queue may be another of ours (places are taken
-        // in arrival order, but one that lapsed and was taken again is not).
-        if let Some(head) = answer.head.filter(|h| h != answer.field) {
-            mark_due(queue, &head);
-        }
-        // A fair waiter's channel is its own: no use subscribing for one that left.
-        let retry = match listening {
-            true => Retry::Listen(keys::fair_channel(answer.name, answer.field)),
-            false => Retry::Fallback,
-        };
-        OnBusy {
-            retry,
-            then_pump: true,
-        }
+    /// others may be due at once). It listens on its own channel from now on.
+    fn short(&mut self, want: &mut Want, ttl: Option<Duration>, _c: &Config) -> Then {
+        want.listens = true;
+        want.retry_at = ttl.map(|t| Instant::now() + t);
+        Then::Pump
+    }
+
+    fn channel_of(&self, want: &Want, name: &str) -> Option<String> {
+        want.listens
+            .then(|| keys::fair_channel(name, &want.req.field))
+    }
+
+    /// A fair waiter's channel is its own: no use listening once it left.
+    fn own_channel(&self, want: &Want, name: &str) -> Option<String> {
+        self.channel_of(want, name)
+    }
+
+    fn place(&self, want: &Want) -> Option<Arc<str>> {
+        want.queued.then(|| want.req.field.clone())
     }
 
     /// A message names its waiter by channel: that one tries. Its own
@@ -160,11 +151,17 @@ impl Policy for Fair {
         if let Some(field) = field_of(channel, name) {
             mark_due(queue, field);
         }
-        Heard::Pump
+        Heard::Wake
     }
 
-    fn subscribed(&mut self, channel: &str, name: &str, queue: &mut WaiterQueue) -> Heard {
-        self.heard(channel, name, queue)
+    fn subscribed(&mut self, channel: &str, name: &str, queue: &mut WaiterQueue) {
+        self.heard(channel, name, queue);
+    }
+
+    /// The head of the Redis queue may be another of ours (places are taken
+    /// in arrival order, but one that lapsed and was taken again is not).
+    fn placed(&mut self, stands: Vec<(Arc<str>, Place)>, queue: &mut WaiterQueue, name: &str) {
+        Fair::refreshed(queue, stands, name);
     }
 
     /// Messages may have been lost: every waiter tries again (one of them may
@@ -187,13 +184,12 @@ impl Policy for Fair {
         }
     }
 
-    fn needs(&self, channel: &str, name: &str, queue: &WaiterQueue, _holding: bool) -> bool {
-        field_of(channel, name)
-            .is_some_and(|field| queue.iter().any(|w| &*w.want.req.field == field))
-    }
-
-    fn left(&mut self, gone: Gone, queue: &WaiterQueue) {
-        self.leave(gone, queue);
+    /// These waiters left: their fields leave the Redis queue, except those
+    /// another local waiter still waits with (the same owner, twice).
+    fn left(&mut self, places: Vec<Arc<str>>, queue: &WaiterQueue) {
+        for field in places {
+            self.leave_field(&field, queue);
+        }
     }
 
     /// Places are refreshed every third of `Config::fair_waiter_lease` while

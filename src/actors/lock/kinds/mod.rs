@@ -9,10 +9,11 @@
 //! - [`Policy`], its own state and its decisions. The skeleton never asks a kind
 //!   yes/no questions; at each event it calls a hook, which may change the kind's
 //!   state (and the waiters' marks) and answers with a decision as data that the
-//!   skeleton carries out ([`Pick`]: who tries; [`OnBusy`]: after a busy answer,
-//!   retry now, after a delay, or listen; [`LastRelease`]: a plain release or a
-//!   hand-over; [`Heard`]: what an unlock message means; [`AfterRelease`]; a
-//!   [`Chore`]: Redis work of the kind's own, such as the fair lock's places).
+//!   skeleton carries out ([`Pick`]: who tries; [`Then`]: what follows a busy
+//!   answer; [`LastRelease`]: a plain release or a hand-over; [`Heard`]: what
+//!   an unlock message means; [`AfterRelease`]; a [`Chore`]: Redis work of the
+//!   kind's own, such as the fair lock's places). The waiting engine asks
+//!   the waiting questions through the lock's policy (`waits.rs`).
 //!
 //! The kinds live in [`KindState`], an enum of their state structs, made by the
 //! `kinds!` list below: a lock actor carries its kind inline (the largest kind
@@ -45,17 +46,14 @@ use std::time::{Duration, Instant};
 use futures::future::LocalBoxFuture;
 use redis::RedisResult;
 
-use super::holding::Holdings;
-use super::waiters::{Gone, Waiter, WaiterQueue};
+use super::waiters::{WaiterQueue, Want};
 use crate::actors::renewer::Renewal;
 use crate::actors::shared::Shared;
-use crate::actors::waiting::engine::Pick;
+use crate::actors::waiting::engine::{Heard, Pick, Then};
 use crate::config::Config;
 use crate::kind::{AcquireKind, Kind};
-use crate::wire::{AcquireReply, ReleaseReply, TransferReply};
-pub(super) use decisions::{
-    AfterRelease, BusyAnswer, Chore, Freed, Handed, Heard, LastRelease, OnBusy, Retry,
-};
+use crate::wire::{AcquireReply, Place, ReleaseReply, TransferReply};
+pub(super) use decisions::{AfterRelease, Chore, Freed, Handed, LastRelease};
 
 /// One acquisition attempt, as every kind's acquire script needs it.
 #[derive(Debug, Clone)]
@@ -155,20 +153,21 @@ pub(super) trait Scripts: Sync {
 
 /// A kind's own state and decisions; see the module documentation. The
 /// defaults are those of a kind whose head waiter tries and whose waiters
-/// listen on one channel (the read-write lock uses them all).
+/// listen on one channel once refused (the read-write lock uses them all).
 pub(super) trait Policy {
     /// What it says to Redis.
     fn scripts(&self) -> &'static dyn Scripts;
 
-    /// Who tries next, if anyone; may answer try-once waiters that cannot win
-    /// (or answer [`Pick::Blocked`] for the skeleton to answer them all).
-    fn next(&mut self, queue: &mut WaiterQueue, holdings: &Holdings, _now: Instant) -> Pick {
-        decisions::head_first(queue, holdings)
+    /// Who tries next, if anyone (the waiting engine's [`Pick`]); may answer
+    /// try-once waiters that cannot win.
+    fn next(&mut self, queue: &mut WaiterQueue, _now: Instant) -> Pick {
+        decisions::head_first(queue)
     }
 
-    /// The attempt of `w` is about to be sent: marks the waiter, and answers
-    /// whether the attempt takes a place in a Redis queue if the lock is busy.
-    fn sending(&mut self, _w: &mut Waiter) -> bool {
+    /// The attempt of a waiter that wants `want` is about to be sent (`once`:
+    /// its only one): marks it, and answers whether the attempt takes a place
+    /// in a Redis queue if the lock is busy.
+    fn sending(&mut self, _want: &mut Want, _once: bool) -> bool {
         false
     }
 
@@ -178,10 +177,39 @@ pub(super) trait Policy {
     /// A waiter came to an empty queue: a new wait begins.
     fn wait_begins(&mut self) {}
 
-    /// Redis answered an attempt "busy": answers try-once waiters that cannot
-    /// win, and says how the waiters learn when to try again.
-    fn busy(&mut self, answer: BusyAnswer<'_>, queue: &mut WaiterQueue, _c: &Config) -> OnBusy {
-        decisions::listen_for_release(self.scripts(), answer, queue)
+    /// Redis answered the attempt of a lasting waiter "busy" (the holder's
+    /// lease has `ttl` left, if Redis said): marks it, and says what follows.
+    /// The default: it listens on the lock's channel from now on, and every
+    /// try-once waiter is answered, as its one attempt would find it held.
+    fn short(&mut self, want: &mut Want, ttl: Option<Duration>, _config: &Config) -> Then {
+        want.listens = true;
+        Then::Held(ttl)
+    }
+
+    /// The channel a waiter that wants `want` listens on (`None`: none yet).
+    fn channel_of(&self, want: &Want, name: &str) -> Option<String> {
+        want.listens.then(|| self.scripts().channel(name))
+    }
+
+    /// The channel that is this waiter's alone, dropped when it leaves.
+    fn own_channel(&self, _want: &Want, _name: &str) -> Option<String> {
+        None
+    }
+
+    /// The place in a Redis queue this waiter holds, left when it leaves.
+    fn place(&self, _want: &Want) -> Option<Arc<str>> {
+        None
+    }
+
+    /// A channel listened on whoever waits (made if it is not).
+    fn kept_channel(&self, _name: &str) -> Option<String> {
+        None
+    }
+
+    /// Whether `channel`, listened on already, stays when nobody waits
+    /// (`holding`: this process holds the lock).
+    fn keeps_listening(&self, _channel: &str, _name: &str, _holding: bool) -> bool {
+        false
     }
 
     /// An unlock message came on `channel`.
@@ -189,11 +217,11 @@ pub(super) trait Policy {
         Heard::Wake
     }
 
-    /// The subscription to `channel` is live: the lock may have been released
-    /// between the busy answer and now.
-    fn subscribed(&mut self, _channel: &str, _name: &str, _queue: &mut WaiterQueue) -> Heard {
-        Heard::Wake
-    }
+    /// The subscription to `channel` is live (the queue looks again after).
+    fn subscribed(&mut self, _channel: &str, _name: &str, _queue: &mut WaiterQueue) {}
+
+    /// A refresh of the Redis queue, or a busy answer, said where places stand.
+    fn placed(&mut self, _stands: Vec<(Arc<str>, Place)>, _queue: &mut WaiterQueue, _name: &str) {}
 
     /// The lock is about to subscribe to a channel.
     fn subscribing(&mut self) {}
@@ -205,18 +233,13 @@ pub(super) trait Policy {
     /// The actor restarts: calls in flight and timers are gone.
     fn restarting(&mut self, _queue: &mut WaiterQueue) {}
 
-    /// The wake timer fired (a fallback retry or a deadline).
+    /// The wake timer fired (a fallback retry or a deadline), or something
+    /// woke the lock.
     fn timer_fired(&mut self, _queue: &mut WaiterQueue) {}
 
-    /// Whether `channel` must stay subscribed; `holding`: this process holds
-    /// the lock.
-    fn needs(&self, channel: &str, name: &str, queue: &WaiterQueue, _holding: bool) -> bool {
-        !queue.is_empty() && channel == self.scripts().channel(name)
-    }
-
-    /// Waiters were taken out of the queue without being granted (left, timed
-    /// out, answered with an error); `queue` is what remains.
-    fn left(&mut self, _gone: Gone, _queue: &WaiterQueue) {}
+    /// Waiters with a place in a Redis queue left (their owner fields);
+    /// `queue` is who remains.
+    fn left(&mut self, _places: Vec<Arc<str>>, _queue: &WaiterQueue) {}
 
     /// The last hold of a holding is about to be given back, with a local
     /// waiter of another owner at the head and nothing else in flight.

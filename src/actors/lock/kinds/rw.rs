@@ -14,10 +14,11 @@ use redis::RedisResult;
 
 use super::decisions::Freed;
 use super::echo::Echo;
-use super::{AfterRelease, Attempt, Giveback, Heard, Policy, Scripts};
+use super::{AfterRelease, Attempt, Giveback, Policy, Scripts};
 use crate::actors::lock::waiters::WaiterQueue;
 use crate::actors::renewer::Renewal;
 use crate::actors::shared::Shared;
+use crate::actors::waiting::engine::Heard;
 use crate::durations::millis;
 use crate::keys;
 use crate::kind::AcquireKind;

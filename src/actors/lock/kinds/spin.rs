@@ -20,10 +20,13 @@ use futures::future::LocalBoxFuture;
 use redis::RedisResult;
 
 use super::exclusive::ExclusiveScripts;
-use super::{Attempt, BusyAnswer, Giveback, OnBusy, Policy, Retry, Scripts};
-use crate::actors::lock::waiters::WaiterQueue;
+use std::time::Duration;
+
+use super::{Attempt, Giveback, Policy, Scripts};
+use crate::actors::lock::waiters::Want;
 use crate::actors::renewer::Renewal;
 use crate::actors::shared::Shared;
+use crate::actors::waiting::engine::Then;
 use crate::config::Config;
 use crate::durations::backoff;
 use crate::keys;
@@ -52,30 +55,22 @@ impl Policy for Spin {
     }
 
     /// Asks again after the backoff, or when the holder's lease says the lock
-    /// frees by itself, whichever is sooner; at once if something woke the
-    /// lock meanwhile (a resync).
-    fn busy(&mut self, answer: BusyAnswer<'_>, queue: &mut WaiterQueue, c: &Config) -> OnBusy {
-        // The lock is held: every try-once waiter's one attempt would say so.
-        let _nobody_placed = queue.fail_try_once(|_| true, None);
-        let retry = if queue.is_empty() {
-            Retry::Fallback
-        } else if answer.woken {
-            Retry::Now
-        } else {
-            let spin = self.next_delay(c);
-            Retry::After(answer.ttl.map_or(spin, |t| t.min(spin)))
-        };
-        OnBusy {
-            retry,
-            then_pump: false,
-        }
+    /// frees by itself, whichever is sooner (at once if something woke the
+    /// lock meanwhile: a resync). It never listens.
+    fn short(&mut self, _want: &mut Want, ttl: Option<Duration>, c: &Config) -> Then {
+        let spin = self.next_delay(c);
+        Then::Held(Some(ttl.map_or(spin, |t| t.min(spin))))
+    }
+
+    fn channel_of(&self, _want: &Want, _name: &str) -> Option<String> {
+        None
     }
 }
 
 impl Spin {
     /// The delay before asking again after a busy answer, doubling with each
     /// consecutive one (`Config::spin_backoff`).
-    fn next_delay(&mut self, config: &Config) -> std::time::Duration {
+    fn next_delay(&mut self, config: &Config) -> Duration {
         let delay = backoff(config.spin_first, config.spin_longest, self.busy);
         self.busy = self.busy.saturating_add(1);
         delay

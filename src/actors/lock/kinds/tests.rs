@@ -1,6 +1,6 @@
-//! The kinds' decisions, tested with a queue and holdings and nothing else: no
-//! actor, no timer, no Redis. Each test names the behaviour a user relies on
-//! that the decision stands for.
+//! The kinds' decisions, tested with a queue and nothing else: no actor, no
+//! timer, no Redis. Each test names the behaviour a user relies on that the
+//! decision stands for.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,9 +13,8 @@ use super::fair::Fair;
 use super::rw::ReadWrite;
 use super::spin::Spin;
 use super::*;
-use crate::actors::lock::holding::Holdings;
 use crate::actors::lock::waiters::{self, Request, Waiter, WaiterQueue};
-use crate::actors::waiting::engine::Pick;
+use crate::actors::waiting::engine::{Heard, Pick, Then};
 use crate::keys::{self, Owner};
 
 /// A waiter of `owner` with field `field`; `wait` as `Acquire::wait` says
@@ -27,7 +26,7 @@ fn waiter(id: u64, owner: Owner, field: &str, wait: Option<Duration>) -> Waiter 
         wait,
         ..waiters::test_request(id, field)
     };
-    waiters::waiter(req, reply)
+    waiters::test_waiter(req, reply)
 }
 
 /// A queue of the given waiters, in order.
@@ -44,19 +43,6 @@ fn config() -> Config {
     Config::from_url("redis://127.0.0.1:1").expect("a valid URL")
 }
 
-/// The busy answer to waiter `id`'s attempt.
-fn busy(id: u64, field: &str, woken: bool) -> BusyAnswer<'_> {
-    BusyAnswer {
-        waiter: id,
-        field,
-        placed: true,
-        ttl: Some(Duration::from_secs(30)),
-        head: None,
-        woken,
-        name: "res",
-    }
-}
-
 /// A release that freed the lock and published.
 fn freed(others: u32, listening: bool, nobody_waits: bool) -> Freed {
     Freed {
@@ -66,6 +52,11 @@ fn freed(others: u32, listening: bool, nobody_waits: bool) -> Freed {
         nobody_waits,
         now: Instant::now(),
     }
+}
+
+/// The want of waiter `id` in `q`, to mark.
+fn want_of(q: &mut WaiterQueue, id: u64) -> &mut Want {
+    &mut q.get_mut(id).expect("queued").want
 }
 
 #[test]
@@ -89,38 +80,37 @@ fn a_kind_costs_a_held_lock_fewer_bytes_inline_than_boxed() {
 
 #[test]
 fn the_head_waiter_tries_unless_a_local_holder_keeps_it_out() {
-    let (a, b) = (Owner::new(), Owner::new());
+    let a = Owner::new();
     let mut rw = ReadWrite::default();
     let mut q = queue_of(vec![
         waiter(1, a, "a", None),
         waiter(2, a, "a", Some(Duration::ZERO)),
     ]);
-    let free = Holdings::default();
-    assert_eq!(rw.next(&mut q, &free, Instant::now()), Pick::Waiter(1));
-    let mut held = Holdings::default();
-    held.entry(
-        AcquireKind::Exclusive,
-        b,
-        &Arc::from("b"),
-        Duration::from_secs(1),
-        Instant::now(),
-    );
+    assert_eq!(rw.next(&mut q, Instant::now()), Pick::Waiter(1));
+    // The actor marks the waiters a local holding of another owner keeps out.
+    q.iter_mut().for_each(|w| w.want.blocked = true);
     assert_eq!(
-        rw.next(&mut q, &held, Instant::now()),
+        rw.next(&mut q, Instant::now()),
         Pick::Blocked,
-        "nobody can win now: the skeleton answers the try-once waiter at once"
+        "nobody can win now: the engine answers the try-once waiter at once"
     );
 }
 
 #[test]
-fn an_exclusive_waiter_listens_after_a_busy_answer_and_retries_at_once_if_woken() {
+fn an_exclusive_waiter_listens_on_the_lock_channel_once_refused() {
     let mut ex = Exclusive::default();
     let config = config();
     let mut q = queue_of(vec![waiter(1, Owner::new(), "f", None)]);
-    let on = ex.busy(busy(1, "f", false), &mut q, &config);
-    assert_eq!(on.retry, Retry::Listen(keys::channel("res")));
-    let on = ex.busy(busy(1, "f", true), &mut q, &config);
-    assert_eq!(on.retry, Retry::Now);
+    assert_eq!(ex.channel_of(want_of(&mut q, 1), "res"), None, "not before");
+    let ttl = Some(Duration::from_secs(30));
+    let then = ex.short(want_of(&mut q, 1), ttl, &config);
+    assert_eq!(
+        then,
+        Then::Held(ttl),
+        "try-once waiters would find it held too"
+    );
+    let channel = ex.channel_of(want_of(&mut q, 1), "res");
+    assert_eq!(channel, Some(keys::channel("res")));
 }
 
 #[test]
@@ -139,18 +129,20 @@ fn an_exclusive_lock_hands_over_inside_its_run_then_yields_to_other_processes() 
         "the run's budget is spent"
     );
     let after = ex.released(freed(2, true, false));
-    assert!(matches!(after, AfterRelease::Yield { .. }));
+    assert_eq!(after, AfterRelease::Yield);
     let mut q = queue_of(vec![waiter(1, Owner::new(), "f", None)]);
-    let next = ex.next(&mut q, &Holdings::default(), Instant::now());
+    assert_eq!(
+        ex.kept_channel("res"),
+        Some(keys::channel("res")),
+        "listens while it yields"
+    );
+    let next = ex.next(&mut q, Instant::now());
     assert!(matches!(next, Pick::HoldBack(_)), "{next:?}");
     // Its own message comes back first and means nothing; another process's
     // release ends the yield.
     assert_eq!(ex.heard("c", "res", &mut q), Heard::Nothing);
     assert_ne!(ex.heard("c", "res", &mut q), Heard::Nothing);
-    assert_eq!(
-        ex.next(&mut q, &Holdings::default(), Instant::now()),
-        Pick::Waiter(1)
-    );
+    assert_eq!(ex.next(&mut q, Instant::now()), Pick::Waiter(1));
 }
 
 #[test]
@@ -174,48 +166,26 @@ fn a_spin_waiter_asks_again_after_a_doubling_delay_capped_by_the_lease() {
     let mut spin = Spin::default();
     let config = config();
     let mut q = queue_of(vec![waiter(1, Owner::new(), "f", None)]);
-    let delays: Vec<Duration> = (0..4)
-        .map(|_| match spin.busy(busy_no_ttl(), &mut q, &config).retry {
-            Retry::After(d) => d,
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let mut delay = |spin: &mut Spin, ttl| match spin.short(want_of(&mut q, 1), ttl, &config) {
+        Then::Held(Some(d)) => d,
+        other => panic!("{other:?}"),
+    };
+    let delays: Vec<Duration> = (0..4).map(|_| delay(&mut spin, None)).collect();
     assert!(delays.windows(2).all(|d| d[0] <= d[1]), "{delays:?}");
     assert!(delays[3] > delays[0], "{delays:?}");
-    let short = spin.busy(answer_with_ttl(Duration::from_micros(5)), &mut q, &config);
-    assert_eq!(short.retry, Retry::After(Duration::from_micros(5)));
+    let short = Duration::from_micros(5);
+    assert_eq!(delay(&mut spin, Some(short)), short);
     spin.granted(0);
-    let first = spin.busy(busy_no_ttl(), &mut q, &config);
+    let first = delay(&mut spin, None);
     assert!(
-        matches!(first.retry, Retry::After(d) if d <= config.spin_first),
+        first <= config.spin_first,
         "a grant restarts the backoff: {first:?}"
     );
     assert_eq!(
-        spin.busy(busy(1, "f", true), &mut q, &config).retry,
-        Retry::Now
+        spin.channel_of(want_of(&mut q, 1), "res"),
+        None,
+        "it never listens"
     );
-}
-
-/// A busy answer with no lease left to read.
-fn busy_no_ttl() -> BusyAnswer<'static> {
-    answer_with(None)
-}
-
-/// A busy answer whose holder's lease has `ttl` left.
-fn answer_with_ttl(ttl: Duration) -> BusyAnswer<'static> {
-    answer_with(Some(ttl))
-}
-
-fn answer_with(ttl: Option<Duration>) -> BusyAnswer<'static> {
-    BusyAnswer {
-        waiter: 1,
-        field: "f",
-        placed: false,
-        ttl,
-        head: None,
-        woken: false,
-        name: "res",
-    }
 }
 
 #[test]
@@ -226,54 +196,55 @@ fn a_fair_waiter_takes_a_place_and_listens_on_its_own_channel() {
         waiter(1, Owner::new(), "f", None),
         waiter(2, Owner::new(), "g", None),
     ]);
-    assert_eq!(
-        fair.next(&mut q, &Holdings::default(), Instant::now()),
-        Pick::Waiter(1)
+    assert_eq!(fair.next(&mut q, Instant::now()), Pick::Waiter(1));
+    assert!(
+        fair.sending(want_of(&mut q, 1), false),
+        "its attempt takes a place"
     );
-    let placed = fair.sending(q.find_mut(1).expect("queued"));
-    assert!(placed);
+    assert_eq!(
+        fair.place(want_of(&mut q, 1)),
+        Some(Arc::from("f")),
+        "left when it leaves"
+    );
     assert!(
         fair.tick_every(&q, &config).is_some(),
         "a place is refreshed"
     );
     // Not due until told: the next new waiter tries instead.
-    assert_eq!(
-        fair.next(&mut q, &Holdings::default(), Instant::now()),
-        Pick::Waiter(2)
+    assert_eq!(fair.next(&mut q, Instant::now()), Pick::Waiter(2));
+    let ttl = Some(Duration::from_secs(3));
+    let then = fair.short(want_of(&mut q, 1), ttl, &config);
+    assert_eq!(then, Then::Pump, "other waiters make their own attempts");
+    let own = fair.own_channel(want_of(&mut q, 1), "res");
+    assert_eq!(own, Some(keys::fair_channel("res", "f")));
+    fair.sending(want_of(&mut q, 2), false);
+    let next = fair.next(&mut q, Instant::now());
+    assert!(
+        matches!(next, Pick::HoldBack(d) if d > Duration::from_secs(2) && d <= Duration::from_secs(3)),
+        "nobody due: asks again when the holder's lease may end: {next:?}"
     );
-    let on = fair.busy(busy(1, "f", true), &mut q, &config);
-    assert_eq!(on.retry, Retry::Listen(keys::fair_channel("res", "f")));
-    assert!(on.then_pump, "other waiters make their own attempts");
 }
 
 #[test]
 fn a_fair_waiter_tries_when_its_channel_or_the_queue_head_names_it() {
     let mut fair = Fair::default();
-    let config = config();
     let mut q = queue_of(vec![
         waiter(1, Owner::new(), "f", None),
         waiter(2, Owner::new(), "g", None),
     ]);
-    fair.sending(q.find_mut(1).expect("queued"));
-    fair.sending(q.find_mut(2).expect("queued"));
-    assert_eq!(
-        fair.next(&mut q, &Holdings::default(), Instant::now()),
-        Pick::Nobody
-    );
+    fair.sending(want_of(&mut q, 1), false);
+    fair.sending(want_of(&mut q, 2), false);
+    assert_eq!(fair.next(&mut q, Instant::now()), Pick::Nobody);
     let heard = fair.heard(&keys::fair_channel("res", "g"), "res", &mut q);
-    assert_eq!(heard, Heard::Pump);
-    assert_eq!(
-        fair.next(&mut q, &Holdings::default(), Instant::now()),
-        Pick::Waiter(2)
+    assert_eq!(heard, Heard::Wake);
+    assert_eq!(fair.next(&mut q, Instant::now()), Pick::Waiter(2));
+    fair.sending(want_of(&mut q, 2), false);
+    fair.placed(
+        vec![(Arc::from("f"), crate::wire::Place::Head)],
+        &mut q,
+        "res",
     );
-    fair.sending(q.find_mut(2).expect("queued"));
-    let mut answer = busy(2, "g", false);
-    answer.head = Some("f".into());
-    fair.busy(answer, &mut q, &config);
-    assert_eq!(
-        fair.next(&mut q, &Holdings::default(), Instant::now()),
-        Pick::Waiter(1)
-    );
+    assert_eq!(fair.next(&mut q, Instant::now()), Pick::Waiter(1));
 }
 
 #[test]
@@ -284,13 +255,15 @@ fn a_fair_waiter_that_leaves_gives_up_its_place_unless_its_owner_still_waits() {
         waiter(1, owner, "f", None),
         waiter(2, owner, "f", None),
     ]);
-    fair.sending(q.find_mut(1).expect("queued"));
-    fair.sending(q.find_mut(2).expect("queued"));
-    let one = q.take(1).expect("queued");
-    fair.left(Gone::of(&one), &q);
+    fair.sending(want_of(&mut q, 1), false);
+    fair.sending(want_of(&mut q, 2), false);
+    let one = q.remove(1).expect("queued");
+    let place = fair.place(&one.want).into_iter().collect();
+    fair.left(place, &q);
     assert!(fair.leaving.is_empty(), "the same owner still waits");
-    let two = q.take(2).expect("queued");
-    fair.left(Gone::of(&two), &q);
+    let two = q.remove(2).expect("queued");
+    let place = fair.place(&two.want).into_iter().collect();
+    fair.left(place, &q);
     assert_eq!(&*std::mem::take(&mut fair.leaving), [Arc::<str>::from("f")]);
     assert!(fair.tick_every(&q, &config()).is_none());
 }

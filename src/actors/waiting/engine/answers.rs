@@ -148,10 +148,12 @@ impl<P: Policy> Engine<P> {
         if let Some(name) = self.policy.own_channel(&waiter.want) {
             self.drop_channel(&name);
         }
+        let then = self
+            .policy
+            .after_grant(left, &waiter.want.want, &mut self.waiters);
         let won = Some(won);
         self.effects
             .push(Effect::Grant(Taken { waiter, sent, won }));
-        let then = self.policy.after_grant(left, &mut self.waiters);
         self.then(then);
     }
 
@@ -196,16 +198,15 @@ impl<P: Policy> Engine<P> {
         }
         let then = self.policy.short(&mut w.want.want, retry_in);
         self.then(then);
-        if then != Then::Pump {
-            self.listens(asked);
-        }
+        self.listens(asked);
     }
 
     /// Waiter `asked` waits after a short answer: its channel is asked for
     /// now if it is not live (a lock's waiter listens only once refused), and
     /// its `Subscribed` makes the queue look again, so a release between the
     /// answer and the subscription is not missed. One already live costs
-    /// nothing more: the waiter waits for a message (or the timer).
+    /// nothing more: the waiter waits for a message (or the timer). One that
+    /// asks again at once (the queue looked and picked it) needs none now.
     fn listens(&mut self, asked: u64) {
         let Some(w) = self.waiters.get(asked).filter(|w| !w.want.asking) else {
             return;
@@ -244,6 +245,10 @@ impl<P: Policy> Engine<P> {
             w.last_error = Some(e.clone().into());
             let delay = self.attempt.failed(&self.config, e);
             self.arm_in(delay);
+            // What the attempt may have taken is checked now, not when the
+            // retry is due: a grant too few replicas confirmed is real on the
+            // master, and must not stay held while its caller waits.
+            self.checking();
             return;
         }
         warn!(%name, error = %e, "{label} attempt failed");

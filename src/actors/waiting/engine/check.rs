@@ -19,7 +19,7 @@ use tracing::{debug, warn};
 
 #[cfg(doc)]
 use super::Event;
-use super::{Effect, Engine, Found, Policy};
+use super::{Effect, Engine, Found, Mark, Policy};
 use crate::error::redis_is_transient;
 
 /// Where the check of a lost attempt stands.
@@ -73,8 +73,35 @@ impl<P: Policy> Engine<P> {
             // Its undo may have gone out before it.
             Ok(Found::Taken { .. }) => self.check = Check::Due(want),
             Err(e) => self.lost(want, e),
-            Ok(Found::Short { .. } | Found::Refused(_)) => {}
+            // A short answer may have placed it in a Redis queue after its
+            // leave went out: it leaves again.
+            Ok(Found::Short { .. }) => {
+                if let Some(place) = self.policy.place(&Mark::of(want)) {
+                    self.effects.push(Effect::Leave(vec![place]));
+                }
+            }
+            Ok(Found::Refused(_)) => {}
         }
+    }
+
+    /// The runner's own attempt for `waiter` ([`Engine::ask_head`]) ended
+    /// with nothing granted to it; `unknown`: it may have taken, and is
+    /// checked before anyone asks again.
+    pub(super) fn withdrawn(&mut self, waiter: u64, unknown: bool) {
+        self.attempt.finish();
+        self.asked_at = None;
+        let want = match self.waiters.get_mut(waiter) {
+            Some(w) => {
+                w.want.asking = false;
+                Some(w.want.want.clone())
+            }
+            None => self.orphan.take(),
+        };
+        self.orphan = None;
+        if let Some(want) = want.filter(|_| unknown && self.policy.checks_lost()) {
+            self.check = Check::Due(want);
+        }
+        self.pump();
     }
 
     /// The undo of a take for `want` failed; the queue looks again.

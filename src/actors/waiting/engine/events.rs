@@ -46,6 +46,22 @@ impl<W> Mark<W> {
     }
 }
 
+/// A mark reads as its want: a policy's hooks name what the waiter wants
+/// (`w.want.field`) and the engine's notes (`w.want.asking`) alike.
+impl<W> std::ops::Deref for Mark<W> {
+    type Target = W;
+
+    fn deref(&self) -> &W {
+        &self.want
+    }
+}
+
+impl<W> std::ops::DerefMut for Mark<W> {
+    fn deref_mut(&mut self) -> &mut W {
+        &mut self.want
+    }
+}
+
 /// One waiter of policy `P`.
 pub(crate) type Waiter<P> = queue::Waiter<Mark<<P as Policy>::Want>, <P as Policy>::Grant>;
 
@@ -94,8 +110,6 @@ pub(crate) enum Event<P: Policy> {
     /// arrival are the manager's request's) waits for `want` until `deadline`
     /// (`None`: for ever); `once`: it makes one attempt, answered by it. It
     /// goes first when the policy says so ([`Policy::goes_first`]).
-    // The lock's runner is its only sender, once the lock runs here.
-    #[cfg_attr(not(test), allow(dead_code))]
     Join {
         id: u64,
         since: Instant,
@@ -106,6 +120,13 @@ pub(crate) enum Event<P: Policy> {
     },
     /// A caller stopped waiting (or got its answer).
     Left,
+    /// Waiter `waiter` is answered `error` and leaves, whatever it was doing
+    /// (a lock's wait found in a deadlock): its take is undone if one is out.
+    Fail { waiter: u64, error: LockError },
+    /// The attempt of `waiter` that the runner made itself
+    /// ([`Engine::ask_head`]) ended without a grant for it (`unknown`: it may
+    /// have taken, so it is checked as a lost one is).
+    Withdrawn { waiter: u64, unknown: bool },
     /// The timer rang (fallback or deadline).
     Timer,
     /// The attempt of `waiter`, sent at `sent`, answered.

@@ -100,8 +100,6 @@ impl<P: Policy> Engine<P> {
     /// The policy, to change its own state from outside an event (a lock's
     /// kind, told of a resync or a chore's outcome), with the waiters whose
     /// marks it may change; an [`Event::Look`] after makes it count.
-    // The lock's runner is its only caller, once the lock runs here.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn policy_mut(&mut self) -> (&mut P, &mut Waiters<P>) {
         (&mut self.policy, &mut self.waiters)
     }
@@ -110,10 +108,14 @@ impl<P: Policy> Engine<P> {
     /// check or being checked, no answer of a leaver's attempt to come (a
     /// process about to exit waits for this, so that a take that landed
     /// after its waiter left is given back first).
-    // The lock's runner is its only caller, once the lock runs here.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn is_quiet(&self) -> bool {
         !self.attempt.in_flight() && !self.check_pending() && self.orphan.is_none()
+    }
+
+    /// Nobody waits and nothing is out or listened on: the engine may be
+    /// dropped (a lock keeps none while it is only held).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.waiters.is_empty() && self.is_quiet() && self.channels.iter().all(Channel::is_off)
     }
 
     /// The runner restarts (an actor's restart drops every call and timer
@@ -122,8 +124,6 @@ impl<P: Policy> Engine<P> {
     /// a check out is due again, and every channel is subscribed anew as the
     /// queue looks (the subscriber forgot the old routes). Then the queue
     /// looks again.
-    // The lock's runner is its only caller, once the lock runs here.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn restart(&mut self) -> Vec<Effect<P>> {
         if self.attempt.in_flight() {
             let asking = self.waiters.iter_mut().find(|w| w.want.asking);
@@ -195,6 +195,8 @@ impl<P: Policy> Engine<P> {
                     self.pump();
                 }
             }
+            Event::Fail { waiter, error } => self.fail(waiter, error),
+            Event::Withdrawn { waiter, unknown } => self.withdrawn(waiter, unknown),
             Event::Timer | Event::Wake => {
                 self.policy.woken(&mut self.waiters);
                 self.pump();
@@ -277,7 +279,8 @@ impl<P: Policy> Engine<P> {
     /// A waiter the runner made joins (a lock's: its id and arrival are the
     /// manager's request's), first if the policy says so.
     fn join(&mut self, w: Waiter<P>) {
-        if w.once && !self.waiters.is_empty() {
+        let front = self.policy.goes_first(&w.want.want);
+        if w.once && !front && !self.waiters.is_empty() {
             // What frees up is promised to those queued first.
             let error = timeout(Duration::ZERO);
             self.policy.not_granted(&w.want.want, &error);
@@ -286,7 +289,6 @@ impl<P: Policy> Engine<P> {
         }
         let (first, in_flight) = (self.waiters.is_empty(), self.attempt.in_flight());
         let (id, once, timed) = (w.id, w.once, w.deadline.is_some());
-        let front = self.policy.goes_first(&w.want.want);
         self.waiters.push(w, front);
         self.joined(id, once, timed, (first, in_flight));
     }
@@ -348,8 +350,6 @@ impl<P: Policy> Engine<P> {
     /// call), if nothing is out or to check and `accept` takes the head. Its
     /// answer comes back as [`Event::Answered`], as any attempt's; meanwhile
     /// nobody else asks. The runner carries out [`Engine::take_effects`] after.
-    // The lock's release path is its only caller, once the lock runs here.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn ask_head(
         &mut self,
         accept: impl FnOnce(&Waiter<P>) -> bool,
@@ -379,9 +379,24 @@ impl<P: Policy> Engine<P> {
             want: w.want.want.clone(),
             once: w.once,
         };
-        // Deadlines are kept while the attempt is out too.
-        self.arm(None);
+        // Deadlines are kept while the attempt is out too (its answer always
+        // comes: every call has a response timeout).
+        if self.waiters.deadlines().next().is_some() {
+            self.arm(None);
+        }
         Some(ask)
+    }
+
+    /// Waiter `id` is answered `error` and leaves.
+    fn fail(&mut self, id: u64, error: LockError) {
+        let Some(w) = self.waiters.remove(id) else {
+            return;
+        };
+        let mark = w.want.clone();
+        self.policy.not_granted(&mark.want, &error);
+        let _ = w.answer(Err(error));
+        self.leave(vec![mark]);
+        self.pump();
     }
 
     /// Answers `w` with a timeout that says how long it waited.
@@ -475,15 +490,16 @@ impl<P: Policy> Engine<P> {
         }
     }
 
-    /// Every subscription ends.
     /// Every subscription ends but the one the policy keeps
-    /// ([`Policy::kept_channel`]), which is made if it is not.
+    /// ([`Policy::kept_channel`]), which is made if it is not, and those it
+    /// keeps listening on ([`Policy::keeps_listening`]).
     fn unsubscribe_unkept(&mut self) {
         let kept = self.policy.kept_channel();
-        let unkept = self
-            .channels
-            .iter_mut()
-            .filter(|c| Some(c.name()) != kept.as_deref());
+        let policy = &self.policy;
+        let unkept = self.channels.iter_mut().filter(|c| {
+            let keeps = c.is_live() && policy.keeps_listening(c.name());
+            Some(c.name()) != kept.as_deref() && !keeps
+        });
         let names: Vec<String> = unkept
             .filter_map(|c| c.off().then(|| c.name().to_owned()))
             .collect();
@@ -523,11 +539,22 @@ impl<P: Policy> Engine<P> {
 
     /// Every waiter is answered `ShuttingDown` and leaves.
     fn shut_down(&mut self) {
-        let gone = self.waiters.answer_all(|| Err(LockError::ShuttingDown));
-        let error = LockError::ShuttingDown;
-        gone.iter()
-            .for_each(|m| self.policy.not_granted(&m.want, &error));
-        self.leave(gone);
+        self.leave_all(|| LockError::ShuttingDown);
         self.effects.push(Effect::Disarm);
+    }
+
+    /// Every waiter is answered `error()` and leaves (the runner stops);
+    /// answers what to do about their takes.
+    pub(crate) fn fail_all(&mut self, error: impl Fn() -> LockError) -> Vec<Effect<P>> {
+        self.leave_all(error);
+        self.take_effects()
+    }
+
+    /// Every waiter is answered `error()` and leaves.
+    fn leave_all(&mut self, error: impl Fn() -> LockError) {
+        let gone = self.waiters.answer_all(|| Err(error()));
+        gone.iter()
+            .for_each(|m| self.policy.not_granted(&m.want, &error()));
+        self.leave(gone);
     }
 }

@@ -55,10 +55,6 @@ pub(crate) enum Found<W> {
     /// with this error and leaves its place, and its attempt is known to have
     /// taken nothing, so there is nothing to undo or check. Carried by value,
     /// once: a `LockError` is not `Clone`.
-    // Only the lock's scripts refuse one asker; until the lock runs on the
-    // engine, its tests are the only ones that say so (as for `Then::Held`
-    // and `Heard::WakeAfter`, the lock's decisions too).
-    #[cfg_attr(not(test), allow(dead_code))]
     Refused(LockError),
 }
 
@@ -87,7 +83,6 @@ pub(crate) enum Then {
     Wait(Option<Duration>),
     /// It is held (a lock's busy answer): each waiter that tries once and is
     /// not asking would hear the same, so it is answered now; then as `Wait`.
-    #[cfg_attr(not(test), allow(dead_code))] // see `Found::Refused`
     Held(Option<Duration>),
 }
 
@@ -98,7 +93,6 @@ pub(crate) enum Heard {
     Wake,
     /// The same, after this delay (a lock's random start after another
     /// process's release, so that processes do not all ask at once).
-    #[cfg_attr(not(test), allow(dead_code))] // see `Found::Refused`
     WakeAfter(Duration),
     /// The wait is over for everyone, without asking (a latch's `0`).
     Open,
@@ -213,11 +207,18 @@ pub(crate) trait Policy: Sized {
     }
 
     /// A channel to listen on whoever waits, as long as the policy says so
-    /// (a lock's holder taking turns, or yielding, hears the other processes'
-    /// release): made when the queue looks, kept when nobody waits. The
-    /// runner sends [`Event::Look`](super::Event::Look) when it changes.
+    /// (a lock that yields to other processes hears their release): made
+    /// when the queue looks, kept when nobody waits. The runner sends
+    /// [`Event::Look`](super::Event::Look) when it changes.
     fn kept_channel(&self) -> Option<String> {
         None
+    }
+
+    /// Whether `channel`, listened on already, stays when nobody waits (a
+    /// lock's holder taking turns keeps hearing the other processes'
+    /// release); unlike [`Policy::kept_channel`], it is not made for this.
+    fn keeps_listening(&self, _channel: &str) -> bool {
+        false
     }
 
     /// Whether the subscription outlives the last waiter for a while
@@ -243,11 +244,19 @@ pub(crate) trait Policy: Sized {
         false
     }
 
-    /// Reads Redis's answer to an attempt.
-    fn classify(&self, reply: Self::Reply) -> Found<Self::Won>;
+    /// Reads Redis's answer to an attempt (`&mut`: a policy may note what
+    /// the answer showed, as a lock notes that its key is a lock hash).
+    fn classify(&mut self, reply: Self::Reply) -> Found<Self::Won>;
 
-    /// A waiter's take succeeded with `left` permits left: what follows.
-    fn after_grant(&mut self, _left: u64, _waiters: &mut Waiters<Self>) -> Then {
+    /// The take of a waiter that wanted `granted` succeeded with `left`
+    /// permits left: what follows (a lock's new holder keeps out the waiters
+    /// it excludes from now on).
+    fn after_grant(
+        &mut self,
+        _left: u64,
+        _granted: &Self::Want,
+        _waiters: &mut Waiters<Self>,
+    ) -> Then {
         Then::Pump
     }
 

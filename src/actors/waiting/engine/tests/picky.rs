@@ -124,7 +124,7 @@ impl Policy for Picky {
         self.places.then(|| Arc::from("picky-place"))
     }
 
-    fn classify(&self, reply: Option<u64>) -> Found<u64> {
+    fn classify(&mut self, reply: Option<u64>) -> Found<u64> {
         if self.refuse {
             return Found::Refused(LockError::ReentryRefused);
         }

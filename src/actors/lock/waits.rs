@@ -1,0 +1,328 @@
+//! The lock's waiting side on the kit's waiting engine: [`LockWaits`], the
+//! policy that makes the engine a lock's, and [`Side`], which keeps an engine
+//! only while someone waits or listens.
+//!
+//! The engine (`actors/waiting/engine/`) holds every rule the synchronizers
+//! share: one attempt at a time, who leaves when, what a lost answer costs.
+//! What is a lock's own is here, read from its kind (`kinds/`): who asks
+//! (the exclusive lock's turns, the fair lock's places), what an acquire
+//! script's answer means (granted with a fencing token, busy with the
+//! holder's lease, a re-entry refused), which channel a waiter listens on once
+//! it was refused. A lock's scripts remember no op id, so an attempt whose
+//! answer is lost is checked by the actor before anyone asks again
+//! ([`Policy::checks_lost`]), and one whose waiter left is undone by a release
+//! sent right behind it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::holding::keeps_out;
+use super::kinds::KindState;
+use super::waiters::{Waiter, WaiterQueue, Want};
+use crate::actors::waiting::engine::{Engine, Found, Heard, Mark, Pick, Policy, Then};
+use crate::actors::waiting::timeout;
+use crate::config::Config;
+use crate::error::LockError;
+use crate::guard::LockGuard;
+use crate::kind::Kind;
+use crate::wire::{AcquireReply, Place};
+
+/// How long an attempt may go unanswered before a waiter whose deadline passes
+/// is told that Redis did not answer rather than that the lock is held.
+const SILENCE: Duration = Duration::from_millis(100);
+
+/// What a granted attempt gave its waiter, for its guard.
+#[derive(Debug)]
+pub(super) struct Won {
+    /// The fencing token.
+    pub(super) token: u64,
+    /// The owner's hold count after it.
+    pub(super) holds: u32,
+    /// A replica confirmed it (when confirmation is on).
+    pub(super) confirmed: bool,
+}
+
+/// A lock's policy for the engine: its kind, and what the engine asks of a
+/// lock beside it.
+#[derive(Debug)]
+pub(super) struct LockWaits {
+    /// The kind, with its own state and decisions.
+    pub(super) kind: KindState,
+    /// The lock name (its key).
+    name: Arc<str>,
+    /// The settings (the spin lock's backoff).
+    config: Arc<Config>,
+    /// An answer showed the key a lock hash: a new owner's later attempts
+    /// skip the re-entry check (which also refuses a key of another type).
+    saw_lock: bool,
+    /// This process holds the lock (the exclusive holder may keep listening
+    /// while it takes turns). Kept current by the actor.
+    pub(super) holding: bool,
+}
+
+impl Policy for LockWaits {
+    type Want = Want;
+    type Grant = LockGuard;
+    type Won = Won;
+    type Reply = AcquireReply;
+    const LABEL: &'static str = "lock";
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A lock's scripts remember no op id (its lost attempts are checked):
+    /// the op only says that an attempt out changes Redis, so that a waiter
+    /// leaving meanwhile has it undone. The name serves, as nothing reads it.
+    fn op(&self, _local: u64) -> Option<Arc<str>> {
+        Some(self.name.clone())
+    }
+
+    fn goes_first(&self, want: &Want) -> bool {
+        want.first
+    }
+
+    fn wants(&self, _want: &Want) -> u64 {
+        1
+    }
+
+    fn expired(
+        &self,
+        waited: Duration,
+        last: Option<&redis::RedisError>,
+    ) -> Result<LockGuard, LockError> {
+        Err(last.map_or_else(|| timeout(waited), |e| LockError::from(e.clone())))
+    }
+
+    fn names_holder(&self) -> bool {
+        true
+    }
+
+    fn silence(&self) -> Option<Duration> {
+        Some(SILENCE)
+    }
+
+    fn not_granted(&self, want: &Want, error: &LockError) {
+        crate::stats::record::failed(want.req.kind, error);
+    }
+
+    /// A newcomer while an attempt is out waits for its answer, which looks
+    /// again: an arrival frees nothing, so that attempt need not be repeated.
+    fn asks_on_arrival(&self, _first: bool, in_flight: bool) -> bool {
+        !in_flight
+    }
+
+    fn next(&mut self, waiters: &mut WaiterQueue, now: Instant) -> Pick {
+        self.kind.next(waiters, now)
+    }
+
+    fn asking(&mut self, want: &mut Want, once: bool) {
+        want.placing = self.kind.sending(want, once);
+        // A retry (the first attempt found the key a lock hash, or got an
+        // error), or an earlier attempt found it one: a key that turns into
+        // another type under a live lock actor then reads as busy.
+        want.new_owner_now = want.req.new_owner && (want.tried_at.is_some() || self.saw_lock);
+        want.tried_at = Some(Instant::now());
+    }
+
+    fn channel(&self, w: &Waiter) -> Option<String> {
+        self.kind.channel_of(&w.want, &self.name)
+    }
+
+    fn own_channel(&self, mark: &Mark<Want>) -> Option<String> {
+        self.kind.own_channel(mark, &self.name)
+    }
+
+    fn place(&self, mark: &Mark<Want>) -> Option<Arc<str>> {
+        self.kind.place(mark)
+    }
+
+    fn kept_channel(&self) -> Option<String> {
+        self.kind.kept_channel(&self.name)
+    }
+
+    fn keeps_listening(&self, channel: &str) -> bool {
+        self.kind.keeps_listening(channel, &self.name, self.holding)
+    }
+
+    fn grant_gives_back(&self) -> bool {
+        true
+    }
+
+    fn checks_lost(&self) -> bool {
+        true
+    }
+
+    fn classify(&mut self, reply: AcquireReply) -> Found<Won> {
+        match reply {
+            AcquireReply::Acquired {
+                token,
+                holds,
+                confirmed,
+            } => {
+                self.saw_lock = true;
+                // Held from now (its guard is made next): a holder that keeps
+                // listening keeps its channel through the grant.
+                self.holding = true;
+                let won = Won {
+                    token,
+                    holds,
+                    confirmed,
+                };
+                Found::Taken { left: 0, won }
+            }
+            AcquireReply::Busy { ttl, head } => {
+                self.saw_lock = true;
+                Found::Short {
+                    retry_in: ttl,
+                    missing: false,
+                    first: head.map(Arc::from),
+                }
+            }
+            AcquireReply::UpgradeRefused => Found::Refused(LockError::UpgradeRefused),
+            AcquireReply::ReentryRefused => Found::Refused(LockError::ReentryRefused),
+        }
+    }
+
+    /// The new holder keeps out the waiters it excludes: the queue looks
+    /// again now, before the actor has made its holding.
+    fn after_grant(&mut self, _left: u64, granted: &Want, waiters: &mut WaiterQueue) -> Then {
+        let holder = (granted.req.owner, granted.req.kind);
+        for w in waiters.iter_mut() {
+            w.want.blocked |= keeps_out(holder, w.want.req.owner, w.want.req.kind);
+        }
+        self.kind.granted(waiters.len());
+        Then::Pump
+    }
+
+    fn short(&mut self, want: &mut Want, retry_in: Option<Duration>) -> Then {
+        self.kind.short(want, retry_in, &self.config)
+    }
+
+    fn woken(&mut self, waiters: &mut WaiterQueue) {
+        self.kind.timer_fired(waiters);
+    }
+
+    fn heard(&mut self, channel: &str, _wake_all: bool, waiters: &mut WaiterQueue) -> Heard {
+        self.kind.heard(channel, &self.name, waiters)
+    }
+
+    fn subscribed(&mut self, channel: &str, waiters: &mut WaiterQueue) {
+        self.kind.subscribed(channel, &self.name, waiters);
+    }
+
+    fn placed(&mut self, stands: Vec<(Arc<str>, Place)>, waiters: &mut WaiterQueue) {
+        self.kind.placed(stands, waiters, &self.name);
+    }
+}
+
+/// A lock actor's waiting side: its kind alone while nobody waits or listens
+/// (a held lock's actor stays as small as it was: docs/performance.md, client
+/// bytes per held lock), an engine around the kind while someone does.
+#[derive(Debug)]
+pub(super) enum Side {
+    /// Nobody waits, nothing is out, no channel is listened on; `saw_lock`
+    /// as [`LockWaits`] keeps it.
+    Idle { kind: KindState, saw_lock: bool },
+    /// The engine, with the kind in its policy.
+    Busy(Box<Engine<LockWaits>>),
+}
+
+impl Side {
+    /// The side of a fresh lock actor of `kind`.
+    pub(super) fn new(kind: Kind) -> Side {
+        Side::Idle {
+            kind: KindState::new(kind),
+            saw_lock: false,
+        }
+    }
+
+    /// The kind.
+    pub(super) fn kind(&self) -> &KindState {
+        match self {
+            Side::Idle { kind, .. } => kind,
+            Side::Busy(e) => &e.policy().kind,
+        }
+    }
+
+    /// The kind with its waiters (none while idle), to change either.
+    pub(super) fn kind_and_queue(&mut self) -> (&mut KindState, Option<&mut WaiterQueue>) {
+        match self {
+            Side::Idle { kind, .. } => (kind, None),
+            Side::Busy(e) => {
+                let (p, q) = e.policy_mut();
+                (&mut p.kind, Some(q))
+            }
+        }
+    }
+
+    /// The engine, made around the kind if there is none.
+    pub(super) fn engine(
+        &mut self,
+        name: &Arc<str>,
+        config: &Arc<Config>,
+    ) -> &mut Engine<LockWaits> {
+        if let Side::Idle { kind, saw_lock } = self {
+            let fresh = KindState::new(kind.kind());
+            let policy = LockWaits {
+                kind: std::mem::replace(kind, fresh),
+                name: name.clone(),
+                config: config.clone(),
+                saw_lock: *saw_lock,
+                holding: false,
+            };
+            *self = Side::Busy(Box::new(Engine::new(policy, config.clone())));
+        }
+        match self {
+            Side::Busy(e) => e,
+            Side::Idle { .. } => unreachable!("made above"),
+        }
+    }
+
+    /// The engine, if there is one.
+    pub(super) fn engine_mut(&mut self) -> Option<&mut Engine<LockWaits>> {
+        match self {
+            Side::Busy(e) => Some(e),
+            Side::Idle { .. } => None,
+        }
+    }
+
+    /// The waiters, head first.
+    pub(super) fn waiters(&self) -> impl Iterator<Item = &Waiter> {
+        let engine = match self {
+            Side::Busy(e) => Some(e),
+            Side::Idle { .. } => None,
+        };
+        engine.into_iter().flat_map(|e| e.waiters())
+    }
+
+    /// Whether anyone waits.
+    pub(super) fn has_waiters(&self) -> bool {
+        self.waiters().next().is_some()
+    }
+
+    /// Whether nothing sent to acquire is unsettled (no attempt out, no lost
+    /// one to check).
+    pub(super) fn is_quiet(&self) -> bool {
+        match self {
+            Side::Idle { .. } => true,
+            Side::Busy(e) => e.is_quiet(),
+        }
+    }
+
+    /// Drops the engine once nobody waits, nothing is out and nothing is
+    /// listened on, keeping the kind.
+    pub(super) fn idle_if_empty(&mut self) {
+        let Side::Busy(e) = self else {
+            return;
+        };
+        if !e.is_empty() {
+            return;
+        }
+        let (policy, _) = e.policy_mut();
+        let fresh = KindState::new(policy.kind.kind());
+        let kind = std::mem::replace(&mut policy.kind, fresh);
+        let saw_lock = policy.saw_lock;
+        *self = Side::Idle { kind, saw_lock };
+    }
+}
