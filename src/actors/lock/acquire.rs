@@ -101,7 +101,14 @@ impl LockActor {
         match effect {
             Effect::Ask(ask) => self.ask(ask, ctx),
             Effect::Grant(taken) => self.granted(taken, ctx),
-            Effect::Undo { want, .. } => self.undo(want, ctx),
+            Effect::Undo { want, .. } => {
+                // A release undoes the hold, not a place in a Redis queue:
+                // that is left too (a busy answer that placed it after this
+                // leave went out leaves it again).
+                let place = self.wait.side.kind().place(&want);
+                self.with_kind(|kind, queue| kind.left(place.into_iter().collect(), queue));
+                self.undo(want, ctx);
+            }
             Effect::Leave(places) => self.with_kind(|kind, queue| kind.left(places, queue)),
             Effect::Check { want } if self.releases.none() => self.resolve(want, ctx),
             // A release in flight would blur the owner's hold count: the check

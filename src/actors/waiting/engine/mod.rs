@@ -29,12 +29,14 @@
 //! - leavers are swept and deadlines answered even while an attempt is out,
 //!   and the timer is armed for the next deadline while it is; a deadline
 //!   that passes while Redis is silent or failing says so (`expiry.rs`);
+//! - the channels are asked for, kept and ended in `channels.rs`;
 //! - for a policy whose scripts remember no op id (the lock), an attempt whose
 //!   answer is lost is checked before anyone asks again, and so is one whose
 //!   waiter left while it was out and whose answer says it took, or whose
 //!   undo failed (`check.rs`).
 
 mod answers;
+mod channels;
 mod check;
 mod events;
 mod expiry;
@@ -158,21 +160,6 @@ impl<P: Policy> Engine<P> {
     /// The waits to record.
     pub(crate) fn waited(&self) -> Vec<Waited> {
         self.waiters.waited(|m| self.policy.wants(&m.want))
-    }
-
-    /// Its channel `name`, if it has it.
-    pub(crate) fn channel_mut(&mut self, name: &str) -> Option<&mut Channel> {
-        self.channels.iter_mut().find(|c| c.name() == name)
-    }
-
-    /// Every channel subscribed or asked for, each marked dropped (the actor
-    /// stops).
-    pub(crate) fn drop_channels(&mut self) -> Vec<String> {
-        let on = self
-            .channels
-            .iter_mut()
-            .filter_map(|c| c.off().then(|| c.name().to_owned()));
-        on.collect()
     }
 
     /// Handles one event; answers what to do.
@@ -406,39 +393,6 @@ impl<P: Policy> Engine<P> {
         let _ = w.answer(Err(error));
     }
 
-    /// Whether channel `name` is live; if it is not, it is asked for (once).
-    fn listening(&mut self, name: String) -> bool {
-        let at = match self.channels.iter().position(|c| c.name() == name) {
-            Some(at) => at,
-            None => {
-                self.channels.push(Channel::new(name.clone()));
-                self.channels.len() - 1
-            }
-        };
-        let channel = &mut self.channels[at];
-        if channel.is_live() {
-            return true;
-        }
-        if channel.is_off() {
-            channel.mark_pending();
-            self.effects.push(Effect::Subscribe(name));
-        }
-        false
-    }
-
-    /// A subscription is made: the queue looks again.
-    fn subscribed(&mut self, name: &str) {
-        if let Some(channel) = self.channel_mut(name) {
-            channel.mark_live();
-        }
-        self.policy.subscribed(name, &mut self.waiters);
-        if P::SCOPE == Scope::All {
-            // The read that follows sees what any earlier message announced.
-            self.attempt.settle();
-        }
-        self.pump();
-    }
-
     /// Nobody can win now: each waiter that tries once and is not asking is
     /// answered as if its one attempt had come back short.
     fn answer_once(&mut self) {
@@ -476,37 +430,6 @@ impl<P: Policy> Engine<P> {
         }
         if !places.is_empty() {
             self.effects.push(Effect::Leave(places));
-        }
-    }
-
-    /// Drops channel `name`.
-    fn drop_channel(&mut self, name: &str) {
-        let Some(at) = self.channels.iter().position(|c| c.name() == name) else {
-            return;
-        };
-        let mut channel = self.channels.swap_remove(at);
-        if channel.off() {
-            self.effects.push(Effect::Unsubscribe(name.to_owned()));
-        }
-    }
-
-    /// Every subscription ends but the one the policy keeps
-    /// ([`Policy::kept_channel`]), which is made if it is not, and those it
-    /// keeps listening on ([`Policy::keeps_listening`]).
-    fn unsubscribe_unkept(&mut self) {
-        let kept = self.policy.kept_channel();
-        let policy = &self.policy;
-        let unkept = self.channels.iter_mut().filter(|c| {
-            let keeps = c.is_live() && policy.keeps_listening(c.name());
-            Some(c.name()) != kept.as_deref() && !keeps
-        });
-        let names: Vec<String> = unkept
-            .filter_map(|c| c.off().then(|| c.name().to_owned()))
-            .collect();
-        self.effects
-            .extend(names.into_iter().map(Effect::Unsubscribe));
-        if let Some(name) = kept {
-            self.listening(name);
         }
     }
 

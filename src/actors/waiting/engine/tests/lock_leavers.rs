@@ -7,7 +7,7 @@
 //! names the holder or says Redis was silent. Tested with `Picky`
 //! (`picky.rs`) and nothing else.
 
-use super::picky::{arrive, checks, left_places, Picky};
+use super::picky::{arrive, checks, head_asking, left_places, Picky};
 use super::*;
 
 /// A policy that checks lost attempts, its head (`a`) asking as attempt `id`
@@ -200,4 +200,22 @@ async fn a_deadline_in_a_silence_says_redis_did_not_answer() {
             assert!(e.contains("did not answer"), "{e}");
         }
     }
+}
+
+/// A waiter with a place that leaves while its attempt is out, answered busy
+/// after (the attempt may have placed it again after its leave went out),
+/// leaves its place again; a busy answer took nothing, so nothing is checked.
+#[test]
+fn a_leavers_busy_answer_leaves_its_place_again() {
+    let (mut e, a, id) = head_asking(Picky {
+        checks: true,
+        places: true,
+        ..Picky::default()
+    });
+    drop(a);
+    let fx = e.handle(Event::Left);
+    assert_eq!(undos(&fx).len(), 1, "its attempt is undone at once");
+    let fx = e.handle(answered(id, Ok(None)));
+    assert_eq!(left_places(&fx), vec![Arc::<str>::from("picky-place")]);
+    assert_eq!(checks(&fx), 0);
 }

@@ -27,8 +27,11 @@ pub(super) struct Picky {
     pub(super) held: bool,
     /// A message wakes the queue after this delay.
     pub(super) wake_after: Option<Duration>,
-    /// A channel it listens on whoever waits (a holder taking turns).
+    /// A channel it listens on whoever waits (a yield).
     pub(super) keep: Option<&'static str>,
+    /// A channel listened on already stays when nobody waits (a holder
+    /// taking turns).
+    pub(super) keeps: bool,
     /// A grant dropped gives its take back (a lock's guard).
     pub(super) drops: bool,
     /// Each waiter takes a place with its first attempt that waits: marked
@@ -98,6 +101,10 @@ impl Policy for Picky {
 
     fn kept_channel(&self) -> Option<String> {
         self.keep.map(str::to_owned)
+    }
+
+    fn keeps_listening(&self, _channel: &str) -> bool {
+        self.keeps
     }
 
     fn names_holder(&self) -> bool {
