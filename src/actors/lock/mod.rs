@@ -338,7 +338,7 @@ impl Handler<Enqueue> for LockActor {
         // A re-entry by a holder here goes first: making it wait behind others
         // who wait for that holder would deadlock.
         let want = waiters::want(req, reentrant, blocked);
-        self.run(waiters::join(want, reply), ctx);
+        self.run(waits::join(want, reply), ctx);
     }
 }
 

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tracing::Span;
 
-use super::waits::LockWaits;
 use super::LockActor;
 use crate::actors::shared::Shared;
-use crate::actors::waiting::engine::{self, Event};
+use crate::actors::waiting::engine::Mark;
+use crate::actors::waiting::queue::{self, Queue};
 use crate::actors::waiting::{Waited, Waiting, Waits};
 use crate::error::{LockError, HOLDER_READ_LIMIT};
 use crate::guard::LockGuard;
@@ -28,11 +28,13 @@ use crate::view::Holder;
 use crate::wire::waiting::WaitKind;
 
 /// One pending acquisition: a waiter of the engine's queue, holding the
-/// request and the lock's marks of it ([`Want`]).
-pub(crate) type Waiter = engine::Waiter<LockWaits>;
+/// request and the lock's marks of it ([`Want`]); the engine's
+/// `Waiter<LockWaits>`, named here without the policy so that the kinds,
+/// which the policy reads, can name it.
+pub(crate) type Waiter = queue::Waiter<Mark<Want>, LockGuard>;
 
-/// The lock's waiters, head first.
-pub(crate) type WaiterQueue = engine::Waiters<LockWaits>;
+/// The lock's waiters, head first (the engine's `Waiters<LockWaits>`).
+pub(crate) type WaiterQueue = Queue<Mark<Want>, LockGuard>;
 
 /// What a lock's waiter wants, and the lock's marks of it (the engine's own
 /// marks are around it: [`Mark`]).
@@ -126,26 +128,6 @@ pub(crate) fn want(req: Request, first: bool, blocked: bool) -> Want {
         queued: false,
         retry_at: None,
         try_now: true,
-    }
-}
-
-/// The engine's event that queues `want`, answered on `reply`.
-pub(crate) fn join(want: Want, reply: Reply) -> Event<LockWaits> {
-    let req = &want.req;
-    // A zero wait is answered by its one attempt, not by a timer (which would
-    // fire before the attempt returns). A wait too long to represent is the
-    // same as no deadline.
-    let deadline = req
-        .wait
-        .filter(|w| !w.is_zero())
-        .and_then(|w| req.since.checked_add(w));
-    Event::Join {
-        id: req.id,
-        since: req.since,
-        deadline,
-        once: req.wait.is_some_and(|w| w.is_zero()),
-        want,
-        reply,
     }
 }
 
@@ -277,6 +259,6 @@ pub(crate) fn test_request(id: u64, field: &str) -> Request {
 pub(crate) fn test_waiter(req: Request, reply: Reply) -> Waiter {
     let once = req.wait.is_some_and(|w| w.is_zero());
     let (id, since) = (req.id, req.since);
-    let mark = engine::Mark::of(want(req, false, false));
-    engine::Waiter::<LockWaits>::new(id, since, None, once, mark, reply)
+    let mark = Mark::of(want(req, false, false));
+    queue::Waiter::new(id, since, None, once, mark, reply)
 }

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use super::holding::keeps_out;
 use super::kinds::KindState;
-use super::waiters::{Waiter, WaiterQueue, Want};
-use crate::actors::waiting::engine::{Engine, Found, Heard, Mark, Pick, Policy, Then};
+use super::waiters::{Reply, Waiter, WaiterQueue, Want};
+use crate::actors::waiting::engine::{Engine, Event, Found, Heard, Mark, Pick, Policy, Then};
 use crate::actors::waiting::timeout;
 use crate::config::Config;
 use crate::error::LockError;
@@ -213,6 +213,26 @@ impl Policy for LockWaits {
 
     fn placed(&mut self, stands: Vec<(Arc<str>, Place)>, waiters: &mut WaiterQueue) {
         self.kind.placed(stands, waiters, &self.name);
+    }
+}
+
+/// The engine's event that queues `want`, answered on `reply`.
+pub(crate) fn join(want: Want, reply: Reply) -> Event<LockWaits> {
+    let req = &want.req;
+    // A zero wait is answered by its one attempt, not by a timer (which would
+    // fire before the attempt returns). A wait too long to represent is the
+    // same as no deadline.
+    let deadline = req
+        .wait
+        .filter(|w| !w.is_zero())
+        .and_then(|w| req.since.checked_add(w));
+    Event::Join {
+        id: req.id,
+        since: req.since,
+        deadline,
+        once: req.wait.is_some_and(|w| w.is_zero()),
+        want,
+        reply,
     }
 }
 
