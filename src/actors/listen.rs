@@ -110,6 +110,18 @@ impl Channel {
     }
 }
 
+/// Runs `then` on the actor after `delay`, beside its alarm (a random start
+/// after another process's release, of a few microseconds). The runtime's
+/// timers tick in whole milliseconds, so the delay is slept on a
+/// blocking-pool thread.
+pub(crate) fn after<A>(delay: Duration, ctx: &mut Context<A>, then: fn(&mut A, &mut Context<A>))
+where
+    A: Actor<Context = Context<A>>,
+{
+    let slept = actix_rt::task::spawn_blocking(move || std::thread::sleep(delay));
+    ctx.spawn(actix::fut::wrap_future::<_, A>(slept).map(move |_, act, ctx| then(act, ctx)));
+}
+
 /// Tells `subscriber` that channel `name` is no longer wanted here.
 pub(crate) fn unsubscribe(subscriber: &Addr<Subscriber>, name: &str) {
     subscriber.do_send(Unsubscribe {

@@ -124,14 +124,7 @@ impl LockActor {
             Effect::Arm(delay) => self.arm(delay, ctx),
             Effect::Disarm => self.timers.wake.cancel(ctx),
             Effect::WakeAfter(delay) => {
-                // The runtime's timers tick in whole milliseconds: a delay of
-                // microseconds is slept on a blocking-pool thread.
-                let slept = actix_rt::task::spawn_blocking(move || std::thread::sleep(delay));
-                ctx.spawn(
-                    slept
-                        .into_actor(self)
-                        .map(|_, act, ctx| act.run(Event::Look, ctx)),
-                );
+                listen::after(delay, ctx, |act, ctx| act.run(Event::Look, ctx))
             }
             // A lock's waits are recorded once they wait (`arm`), its key is
             // never missing (an acquisition makes it), and it never lingers.

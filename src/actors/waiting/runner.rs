@@ -181,14 +181,7 @@ impl<P: Calls> SyncActor<P> {
             ),
             Effect::Disarm => self.timer.cancel(ctx),
             Effect::WakeAfter(delay) => {
-                // The runtime's timers tick in whole milliseconds: a delay of
-                // microseconds is slept on a blocking-pool thread.
-                let slept = actix_rt::task::spawn_blocking(move || std::thread::sleep(delay));
-                ctx.spawn(
-                    slept
-                        .into_actor(self)
-                        .map(|_, act, ctx| act.run(Event::Look, ctx)),
-                );
+                listen::after(delay, ctx, |act, ctx| act.run(Event::Look, ctx))
             }
             Effect::Linger => self.linger(ctx),
             Effect::Watch => watch(self, ctx),
