@@ -77,7 +77,7 @@ pub(crate) type Reply = oneshot::Sender<Result<LockGuard, LockError>>;
 
 /// What the manager hands a lock actor for one acquisition (in
 /// [`Enqueue`](super::Enqueue), beside its [`Reply`]): the request alone. The
-/// waiter's bookkeeping is the lock actor's, made in [`join`].
+/// waiter's bookkeeping is the lock actor's (`waits::join`).
 #[derive(Debug, Clone)]
 pub(crate) struct Request {
     /// Unique within the manager; what cancels it and matches attempt results.
