@@ -19,7 +19,7 @@ use actix::prelude::*;
 use tracing::{debug, warn};
 
 use super::LockActor;
-use crate::actors::listen::Alarm;
+use crate::actors::renewer::Renewal;
 use crate::actors::renewer::{Lapsed, Watched};
 use crate::actors::shared::Shared;
 use crate::error::LostReason;
@@ -271,14 +271,25 @@ pub(super) fn metric_name<'a>(shared: &Shared, name: &'a str) -> Option<&'a str>
     shared.config.metric_lock_names.then_some(name)
 }
 
-impl LockActor {
-    /// Records a successful acquisition and makes its guard.
+/// What making a guard needs beside the holding: the lock, the manager's
+/// parts, how the watchdog renews it, and the actor's address (the guard's
+/// release goes there; the renewal table keeps a weak copy).
+pub(super) struct Granting<'a> {
+    pub(super) name: &'a Arc<str>,
+    pub(super) shared: &'a Shared,
+    pub(super) renewal: Renewal,
+    pub(super) addr: Addr<LockActor>,
+}
+
+impl Held {
+    /// Records a successful acquisition and makes its guard (the caller has
+    /// declared lost the holdings it excludes: [`Held::stale`]).
     pub(super) fn grant(
         &mut self,
         claim: Claim,
         token: u64,
         sent: Instant,
-        ctx: &mut Context<Self>,
+        g: Granting<'_>,
     ) -> LockGuard {
         let Claim {
             kind,
@@ -287,15 +298,10 @@ impl LockActor {
             lease,
             on_lost,
         } = claim;
-        self.shared.counters.acquired();
-        let lease_len = lease.unwrap_or(self.shared.config.watchdog_lease);
-        self.lose_stale(owner, kind, ctx);
-        let at = self
-            .held
-            .holdings
-            .entry(kind, owner, &field, lease_len, sent);
-        let renewal = self.wait.side.kind().scripts().renewal(kind);
-        let h = &mut self.held.holdings.live[at];
+        g.shared.counters.acquired();
+        let lease_len = lease.unwrap_or(g.shared.config.watchdog_lease);
+        let at = self.holdings.entry(kind, owner, &field, lease_len, sent);
+        let h = &mut self.holdings.live[at];
         let epoch = h.epoch;
         h.guards += 1;
         h.lease = lease_len;
@@ -303,23 +309,20 @@ impl LockActor {
         h.watchdog |= lease.is_none();
         h.watchers.extend(on_lost);
         let lost_rx = h.lost_tx.watch();
-        // One address for the guard; the renewal table keeps a weak copy of it
-        // (each strong address made costs two small allocations).
-        let addr = ctx.address();
         if h.watchdog {
             let held = Watched {
-                name: self.name.clone(),
+                name: g.name.clone(),
                 field: h.field.clone(),
-                renewal,
-                lock: addr.downgrade().recipient(),
+                renewal: g.renewal,
+                lock: g.addr.downgrade().recipient(),
                 valid_until: h.valid_until,
             };
-            self.shared.renewals.watch(epoch, held);
+            g.shared.renewals.watch(epoch, held);
         }
-        self.holding_timers(ctx);
+        let name = g.name.clone();
         LockGuard::new(
-            addr.recipient(),
-            self.name.clone(),
+            g.addr.recipient(),
+            name,
             kind,
             owner,
             field,
@@ -330,86 +333,60 @@ impl LockActor {
         )
     }
 
-    /// Redis just granted `owner` the lock as `kind`, so a local holding that
-    /// excludes it can only be one that is lost already (no waiter asks past
-    /// a live one): it is declared lost.
-    fn lose_stale(&mut self, owner: Owner, kind: AcquireKind, ctx: &mut Context<Self>) {
-        let stale: Vec<u64> = self
-            .held
+    /// The holdings Redis's grant to `owner` as `kind` shows lost: a local
+    /// holding that excludes it can only be one that is lost already (no
+    /// waiter asks past a live one).
+    pub(super) fn stale(&self, owner: Owner, kind: AcquireKind) -> Vec<u64> {
+        let stale = self
             .holdings
             .iter()
-            .filter(|h| keeps_out((h.owner, h.kind), owner, kind))
-            .map(|h| h.epoch)
-            .collect();
-        for epoch in stale {
-            self.lose(epoch, LostReason::OwnerGone, ctx);
-        }
+            .filter(|h| keeps_out((h.owner, h.kind), owner, kind));
+        stale.map(|h| h.epoch).collect()
     }
 
-    /// Brings the expiry timer in line with the holdings: armed at the earliest
-    /// `valid_until` of a holding with an explicit lease. Watchdog holdings need no
-    /// timer here: the renewer declares them lost.
-    pub(super) fn holding_timers(&mut self, ctx: &mut Context<Self>) {
-        self.arm_expiry(ctx);
-    }
-
-    /// The lock name as a metric label, when the config opts in
-    /// (`Config::metric_lock_names`).
-    pub(super) fn metric_name(&self) -> Option<&str> {
-        metric_name(&self.shared, &self.name)
-    }
-
-    /// Takes holding `epoch` out and stops renewing it.
-    pub(super) fn forget(&mut self, epoch: u64) -> Option<Holding> {
-        let metric = metric_name(&self.shared, &self.name);
-        self.held.forget(epoch, &self.shared, metric)
-    }
-
-    /// Arms (or re-arms) the timer that declares holdings lost when their
-    /// `valid_until` passes.
-    pub(super) fn arm_expiry(&mut self, ctx: &mut Context<Self>) {
-        self.timers.expiry.cancel(ctx);
-        let explicit = self.held.holdings.iter().filter(|h| !h.watchdog);
-        let Some(first) = explicit.map(|h| h.valid_until).min() else {
-            return;
+    /// Holding `epoch` of the lock `name` is lost: its guards and watchers are
+    /// told, and a guard's release answers `Lost` from now on. Answers whether
+    /// it was live.
+    pub(super) fn lose(
+        &mut self,
+        epoch: u64,
+        reason: LostReason,
+        shared: &Shared,
+        name: &str,
+    ) -> bool {
+        let metric = metric_name(shared, name);
+        let Some(h) = self.forget(epoch, shared, metric) else {
+            return false;
         };
-        let delay = first.saturating_duration_since(Instant::now());
-        let slot: fn(&mut Self) -> &mut Alarm = |act| &mut act.timers.expiry;
-        self.timers.expiry.set(ctx, delay, slot, move |act, ctx| {
-            let now = Instant::now();
-            let due: Vec<(u64, LostReason)> = act
-                .held
-                .holdings
-                .iter()
-                .filter(|h| !h.watchdog && now >= h.valid_until)
-                .map(|h| (h.epoch, LostReason::LeaseExpired))
-                .collect();
-            for (epoch, reason) in due {
-                act.lose(epoch, reason, ctx);
-            }
-            act.holding_timers(ctx);
-            act.look(ctx);
-        });
-    }
-
-    /// The holding is lost: tell its guards, stop its timers. The caller pumps.
-    pub(super) fn lose(&mut self, epoch: u64, reason: LostReason, ctx: &mut Context<Self>) {
-        let Some(h) = self.forget(epoch) else {
-            return;
-        };
-        self.shared.counters.lost(reason, self.metric_name());
-        warn!(lock = %self.name, kind = %h.kind, owner = %h.owner, %reason, "lock lost while held");
+        shared.counters.lost(reason, metric);
+        warn!(lock = %name, kind = %h.kind, owner = %h.owner, %reason, "lock lost while held");
         h.lost_tx.lose(reason);
         for watcher in &h.watchers {
             watcher.do_send(LockLost {
-                name: self.name.to_string(),
+                name: name.to_string(),
                 owner: h.owner,
                 owner_field: h.field.to_string(),
                 reason,
             });
         }
-        self.held.lost.insert(h.epoch, reason, h.guards);
-        self.holding_timers(ctx);
+        self.lost.insert(h.epoch, reason, h.guards);
+        true
+    }
+
+    /// When the first holding with an explicit lease runs out (watchdog
+    /// holdings need no timer here: the renewer declares them lost).
+    pub(super) fn next_expiry(&self) -> Option<Instant> {
+        let explicit = self.holdings.iter().filter(|h| !h.watchdog);
+        explicit.map(|h| h.valid_until).min()
+    }
+
+    /// The holdings with an explicit lease that ran out by `now`.
+    pub(super) fn expired(&self, now: Instant) -> Vec<u64> {
+        let due = self
+            .holdings
+            .iter()
+            .filter(|h| !h.watchdog && now >= h.valid_until);
+        due.map(|h| h.epoch).collect()
     }
 }
 

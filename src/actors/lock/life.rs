@@ -133,7 +133,7 @@ impl Actor for LockActor {
                     act.lose(epoch, LostReason::OwnerGone, ctx);
                 }
             }
-            act.holding_timers(ctx);
+            act.arm_expiry(ctx);
             act.look(ctx);
         }));
     }

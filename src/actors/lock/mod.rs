@@ -38,20 +38,22 @@ mod waiters;
 mod waits;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use actix::prelude::*;
 use actix::WeakRecipient;
 use tracing::{debug, warn};
 
-use super::listen::{Channel, Listener};
+use super::listen::{Alarm, Channel, Listener};
 use super::shared::Shared;
 use super::subscriber::{Resync, Unlocked};
 use super::waiting::engine::Event;
 use super::waiting::Waiting;
-use crate::error::LockError;
+use crate::error::{LockError, LostReason};
+use crate::guard::LockGuard;
 use crate::kind::Kind;
 
-use holding::Held;
+use holding::{Claim, Held};
 use kinds::Chore;
 use life::Life;
 use release::Releases;
@@ -229,6 +231,61 @@ impl LockActor {
         while let Some(chore) = self.with_kind(|kind, queue| kind.chore(queue, &name, &shared)) {
             self.run_chore(Some(chore), ctx);
         }
+    }
+
+    /// Records a successful acquisition and makes its guard; a local holding
+    /// the grant shows stale is declared lost first.
+    fn grant(
+        &mut self,
+        claim: Claim,
+        token: u64,
+        sent: Instant,
+        ctx: &mut Context<Self>,
+    ) -> LockGuard {
+        for epoch in self.held.stale(claim.owner, claim.kind) {
+            self.lose(epoch, LostReason::OwnerGone, ctx);
+        }
+        let renewal = self.wait.side.kind().scripts().renewal(claim.kind);
+        let g = holding::Granting {
+            name: &self.name,
+            shared: &self.shared,
+            renewal,
+            addr: ctx.address(),
+        };
+        let guard = self.held.grant(claim, token, sent, g);
+        self.arm_expiry(ctx);
+        guard
+    }
+
+    /// Holding `epoch` is lost (its guards are told). The caller looks again.
+    fn lose(&mut self, epoch: u64, reason: LostReason, ctx: &mut Context<Self>) {
+        if self.held.lose(epoch, reason, &self.shared, &self.name) {
+            self.arm_expiry(ctx);
+        }
+    }
+
+    /// Takes holding `epoch` out and stops renewing it.
+    fn forget(&mut self, epoch: u64) -> Option<holding::Holding> {
+        let metric = holding::metric_name(&self.shared, &self.name);
+        self.held.forget(epoch, &self.shared, metric)
+    }
+
+    /// Arms (or re-arms) the timer that declares holdings with an explicit
+    /// lease lost when their lease runs out.
+    fn arm_expiry(&mut self, ctx: &mut Context<Self>) {
+        self.timers.expiry.cancel(ctx);
+        let Some(first) = self.held.next_expiry() else {
+            return;
+        };
+        let delay = first.saturating_duration_since(Instant::now());
+        let slot: fn(&mut Self) -> &mut Alarm = |act| &mut act.timers.expiry;
+        self.timers.expiry.set(ctx, delay, slot, |act, ctx| {
+            for epoch in act.held.expired(Instant::now()) {
+                act.lose(epoch, LostReason::LeaseExpired, ctx);
+            }
+            act.arm_expiry(ctx);
+            act.look(ctx);
+        });
     }
 
     /// Spawns a chore; its outcome goes to the kind, which says whether

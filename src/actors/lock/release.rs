@@ -151,7 +151,7 @@ impl LockActor {
         if live {
             if guards_left == 0 {
                 self.forget(epoch);
-                self.holding_timers(ctx);
+                self.arm_expiry(ctx);
             } else {
                 // Redis counted fewer holds than guards exist here: something
                 // outside this manager released them. They are not held.
@@ -204,7 +204,7 @@ impl LockActor {
                 if live && guards_left == 0 {
                     // Stop renewing so that the lock expires within one lease.
                     self.forget(epoch);
-                    self.holding_timers(ctx);
+                    self.arm_expiry(ctx);
                 }
                 Err(LockError::from(e))
             }

@@ -41,7 +41,7 @@ impl Handler<ShutDown> for LockActor {
     fn handle(&mut self, _msg: ShutDown, ctx: &mut Context<Self>) -> Self::Result {
         self.run(Event::Shutdown, ctx);
         let givebacks = holdings_given_up(&mut self.held, &self.name, &self.shared);
-        self.holding_timers(ctx);
+        self.arm_expiry(ctx);
         let (scripts, shared) = (self.wait.side.kind().scripts(), self.shared.clone());
         let name = self.name.clone();
         let count = givebacks.len();
