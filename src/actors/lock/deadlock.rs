@@ -1,6 +1,8 @@
 //! The lock actor's deadlock checks: which of its waits are due, what each
-//! check found, and failing the wait a cycle chose (`crate::deadlock` has the
-//! walk and the choice, `actors/waiting/deadlock.rs` the check itself).
+//! check found, and which wait a cycle chose to fail ([`Detector`];
+//! `crate::deadlock` has the walk and the choice, `actors/waiting/deadlock.rs`
+//! the check itself, and the actor's glue in `mod.rs` arms the rounds and
+//! fails the chosen wait).
 //!
 //! A wait is first checked when it has lasted `Config::deadlock_timeout`, then
 //! (a quarter of the timeout later when that first check found nothing, see
@@ -13,19 +15,23 @@
 //! publication as soon as the wait ends, however it ends.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use futures::future::join_all;
+use futures::future::{join_all, LocalBoxFuture};
 use tracing::{debug, info, warn};
 
+use super::holding::Holdings;
 use super::waiters::Waiter;
 use super::LockActor;
 use crate::actors::listen::Alarm;
+use crate::actors::shared::Shared;
 use crate::actors::waiting::engine::Event;
 use crate::actors::waiting::{check, Checked, Published};
-use crate::deadlock::{owner_of, victim, Wait};
+use crate::deadlock::{owner_of, victim, Deadlock, Wait};
 use crate::error::{is_noperm, LockError};
+use crate::kind::Kind;
 use crate::wire::deadlock::{forget, record_life};
 use crate::wire::waiting::now_ms;
 
@@ -60,16 +66,22 @@ pub(super) struct Detector {
 const QUICK_RECHECK: u32 = 4;
 
 impl Detector {
-    /// When the next round is due (`None`: no wait to check), for `detector`
-    /// if the actor has one: a wait not checked yet is due a timeout after it
-    /// began; one checked already, a timeout after the last round (a quarter
-    /// of one after a first check in Redis that found nothing:
-    /// [`QUICK_RECHECK`]).
-    fn next_round<'a>(
+    /// When the next round is due (`None`: no wait to check, or a round is
+    /// armed or running already), for `detector` if the actor has one: a
+    /// wait not checked yet is due a timeout after it began; one checked
+    /// already, a timeout after the last round (a quarter of one after a
+    /// first check in Redis that found nothing: [`QUICK_RECHECK`]).
+    pub(super) fn next_round<'a>(
         detector: Option<&mut Detector>,
         waiters: impl Iterator<Item = &'a Waiter>,
         timeout: Duration,
     ) -> Option<Instant> {
+        if detector
+            .as_ref()
+            .is_some_and(|d| d.checking || d.alarm.is_set())
+        {
+            return None;
+        }
         let checked = detector.map(|d| {
             let every = if std::mem::take(&mut d.soon) {
                 timeout / QUICK_RECHECK
@@ -87,6 +99,11 @@ impl Detector {
             .filter(|(c, _)| !c.is_empty())
             .and_then(|(_, next)| next);
         first_check.into_iter().chain(recheck).min()
+    }
+
+    /// The timer of the next round.
+    pub(super) fn alarm(&mut self) -> &mut Alarm {
+        &mut self.alarm
     }
 
     /// The waits of `queue` past the timeout, as the graph shows them: as
@@ -122,6 +139,121 @@ impl Detector {
             .collect()
     }
 
+    /// Starts one round over the waits of `waiters` past the timeout: the
+    /// waits this process's walks should see, and the checks to run (`None`:
+    /// nothing is due).
+    pub(super) fn round<'a>(
+        &mut self,
+        waiters: impl Iterator<Item = &'a Waiter>,
+        name: &str,
+        timeout: Duration,
+        shared: &Arc<Shared>,
+    ) -> (Vec<Wait>, Option<Checks>) {
+        let due = self.due_waits(waiters, name, timeout);
+        let seen = due.iter().map(|(_, w)| w.clone()).collect();
+        if due.is_empty() {
+            return (seen, None);
+        }
+        self.checking = true;
+        self.last_round = Some(Instant::now());
+        for (id, wait) in &due {
+            let recorded = self.checked.get(id).is_some_and(|(_, r)| *r);
+            self.checked.insert(*id, (wait.clone(), recorded));
+        }
+        // Refused records: this process's own waits are all a check can see.
+        // Each round rewrites the records, so they need live only until the
+        // next one: a record that outlives a dead waiter makes false cycles.
+        let life = (!self.refused).then(|| record_life(timeout));
+        let checks = due.into_iter().map(|(id, wait)| {
+            let shared = shared.clone();
+            async move {
+                let checked = check(shared, wait.clone(), life).await;
+                (id, wait, checked)
+            }
+        });
+        (seen, Some(Box::pin(join_all(checks))))
+    }
+
+    /// What the check of waiter `id` found (its round is over once its
+    /// answers are read): the cycle this wait must break by giving up, if it
+    /// is the cycle's victim.
+    pub(super) fn checked(
+        &mut self,
+        (id, wait, checked): (u64, Wait, Checked),
+        name: &str,
+        shared: &Shared,
+    ) -> Option<Deadlock> {
+        self.checking = false;
+        let Checked {
+            cycle,
+            recorded,
+            commands,
+            error,
+        } = checked;
+        let mut first = false;
+        match self.checked.get_mut(&id) {
+            Some((_, r)) => {
+                first = recorded && !*r;
+                *r |= recorded;
+            }
+            // The wait ended while its check wrote the record: nobody else
+            // knows it is there.
+            None if recorded => forget_records(shared, name, vec![wait]),
+            None => {}
+        }
+        self.soon |= first && cycle.is_none();
+        if let Some(e) = error {
+            if is_noperm(&e) && !self.refused {
+                self.refused = true;
+                warn!(lock = %name, error = %e, "could not record or read what this process waits for (the ACL lacks hset/hdel/hgetall on ~lockwarden:client:*, docs/operations.md): deadlocks are found only within this process");
+            } else {
+                debug!(lock = %name, error = %e, "deadlock check could not finish; trying again");
+            }
+        }
+        let Some(cycle) = cycle else {
+            debug!(lock = %name, waiter = id, commands, "deadlock check: no cycle");
+            return None;
+        };
+        if victim(&cycle) != 0 {
+            // Another wait of the cycle started later: it gives up, not this one.
+            debug!(lock = %name, waiter = id, %cycle, "in a deadlock another wait breaks");
+            return None;
+        }
+        Some(cycle)
+    }
+
+    /// Drops what was checked of waits that ended (`waits(id)`: waiter `id`
+    /// still waits), their records in Redis too, in the background; answers
+    /// the waits left, which this process's walks should see.
+    pub(super) fn forget_ended(
+        &mut self,
+        waits: impl Fn(u64) -> bool,
+        name: &str,
+        shared: &Shared,
+    ) -> Vec<Wait> {
+        let ended: Vec<u64> = self
+            .checked
+            .keys()
+            .filter(|id| !waits(**id))
+            .copied()
+            .collect();
+        let mut removals = Vec::new();
+        for id in ended {
+            if let Some((wait, true)) = self.checked.remove(&id) {
+                removals.push(wait);
+            }
+        }
+        if !removals.is_empty() {
+            forget_records(shared, name, removals);
+        }
+        self.checked.values().map(|(w, _)| w.clone()).collect()
+    }
+
+    /// Nothing is checked or being checked: the detector can go.
+    pub(super) fn is_done(&self) -> bool {
+        self.checked.is_empty() && !self.checking
+    }
+
     /// After the actor's restart: its alarm and round belonged to the old context.
     pub(super) fn forget(&mut self) {
         self.alarm.forget();
@@ -129,92 +261,52 @@ impl Detector {
     }
 }
 
-impl LockActor {
-    /// Someone waits: arms the next round of checks, if detection is on and
-    /// none is armed or running.
-    pub(super) fn watch_for_deadlocks(&mut self, ctx: &mut Context<Self>) {
-        let Some(timeout) = self.shared.config.deadlock_timeout else {
-            return;
-        };
-        if self
-            .wait
-            .detector
-            .as_ref()
-            .is_some_and(|d| d.checking || d.alarm.is_set())
-        {
-            return;
-        }
-        let detector = self.wait.detector.as_deref_mut();
-        let waiters = self.wait.side.waiters();
-        let Some(at) = Detector::next_round(detector, waiters, timeout) else {
-            return;
-        };
-        let delay = at.saturating_duration_since(Instant::now());
-        let slot: fn(&mut Self) -> &mut Alarm = |act| &mut act.detector_mut().alarm;
-        self.detector_mut()
-            .alarm
-            .set(ctx, delay, slot, |act, ctx| act.check_deadlocks(ctx));
-    }
+/// The next round of checks is due (the detector's alarm sends it).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(super) struct Round;
 
-    fn detector_mut(&mut self) -> &mut Detector {
-        self.wait.detector.get_or_insert_with(Box::default)
-    }
+impl Handler<Round> for LockActor {
+    type Result = ();
 
-    /// This lock as this process's walks see it: its holders here, its waits
-    /// past the timeout.
-    fn publish(&self, waits: Vec<Wait>) {
-        let published = (!waits.is_empty()).then(|| Published {
-            holders: self
-                .held
-                .holdings
-                .iter()
-                .map(|h| h.field.to_string())
-                .collect(),
-            waits,
-        });
-        self.shared
-            .local_waits
-            .publish(&self.name, self.wait.side.kind().kind(), published);
-    }
-
-    /// One round: each wait past the timeout is checked, the rounds' victims
-    /// fail, and the next round is armed.
-    fn check_deadlocks(&mut self, ctx: &mut Context<Self>) {
+    /// Each wait past the timeout is checked, the round's victims fail, and
+    /// the next round is armed.
+    fn handle(&mut self, _msg: Round, ctx: &mut Context<Self>) {
         let Some(timeout) = self.shared.config.deadlock_timeout else {
             return;
         };
         let detector = self.wait.detector.get_or_insert_with(Box::default);
-        let due = detector.due_waits(self.wait.side.waiters(), &self.name, timeout);
-        self.publish(due.iter().map(|(_, w)| w.clone()).collect());
-        if due.is_empty() {
-            self.reconcile(ctx);
-            self.watch_for_deadlocks(ctx);
+        if detector.checking {
+            // At most one round in flight: this one arms the next.
             return;
         }
-        let detector = self.detector_mut();
-        detector.checking = true;
-        detector.last_round = Some(Instant::now());
-        let refused = detector.refused;
-        for (id, wait) in &due {
-            let recorded = detector.checked.get(id).is_some_and(|(_, r)| *r);
-            detector.checked.insert(*id, (wait.clone(), recorded));
-        }
-        // Refused records: this process's own waits are all a check can see.
-        // Each round rewrites the records, so they need live only until the
-        // next one: a record that outlives a dead waiter makes false cycles.
-        let life = (!refused).then(|| record_life(timeout));
-        let checks = due.into_iter().map(|(id, wait)| {
-            let shared = self.shared.clone();
-            async move {
-                let checked = check(shared, wait.clone(), life).await;
-                (id, wait, checked)
-            }
-        });
-        ctx.spawn(join_all(checks).into_actor(self).map(|results, act, ctx| {
-            act.detector_mut().checking = false;
+        let waiters = self.wait.side.waiters();
+        let (seen, checks) = detector.round(waiters, &self.name, timeout, &self.shared);
+        let kind = self.wait.side.kind().kind();
+        publish(&self.shared, &self.name, kind, &self.held.holdings, seen);
+        let Some(checks) = checks else {
+            self.reconcile(ctx);
+            return self.watch_for_deadlocks(ctx);
+        };
+        ctx.spawn(checks.into_actor(self).map(|results, act, ctx| {
             let mut failed = false;
-            for (id, wait, checked) in results {
-                failed |= act.checked(id, wait, checked, ctx);
+            for result in results {
+                let id = result.0;
+                let detector = act.wait.detector.get_or_insert_with(Box::default);
+                let Some(cycle) = detector.checked(result, &act.name, &act.shared) else {
+                    continue;
+                };
+                let Some(w) = act.wait.side.waiters().find(|w| w.id == id) else {
+                    continue;
+                };
+                let req = &w.want.req;
+                let name = &act.name;
+                req.span
+                    .in_scope(|| info!(lock = %name, %cycle, "deadlock: this wait gives up"));
+                crate::stats::record::deadlock(req.kind);
+                let error = LockError::Deadlock(Box::new(cycle));
+                act.run(Event::Fail { waiter: id, error }, ctx);
+                failed = true;
             }
             // A wait that failed left through the engine, which looked again.
             if !failed {
@@ -223,109 +315,39 @@ impl LockActor {
             act.watch_for_deadlocks(ctx);
         }));
     }
+}
 
-    /// What the check of waiter `id` found; answers whether it failed the wait.
-    fn checked(&mut self, id: u64, wait: Wait, checked: Checked, ctx: &mut Context<Self>) -> bool {
-        let Checked {
-            cycle,
-            recorded,
-            commands,
-            error,
-        } = checked;
-        let detector = self.detector_mut();
-        let mut first = false;
-        match detector.checked.get_mut(&id) {
-            Some((_, r)) => {
-                first = recorded && !*r;
-                *r |= recorded;
-            }
-            // The wait ended while its check wrote the record: nobody else
-            // knows it is there.
-            None if recorded => self.forget_records(vec![wait]),
-            None => {}
-        }
-        let detector = self.detector_mut();
-        detector.soon |= first && cycle.is_none();
-        if let Some(e) = error {
-            if is_noperm(&e) && !detector.refused {
-                detector.refused = true;
-                warn!(lock = %self.name, error = %e, "could not record or read what this process waits for (the ACL lacks hset/hdel/hgetall on ~lockwarden:client:*, docs/operations.md): deadlocks are found only within this process");
-            } else {
-                debug!(lock = %self.name, error = %e, "deadlock check could not finish; trying again");
-            }
-        }
-        let Some(cycle) = cycle else {
-            debug!(lock = %self.name, waiter = id, commands, "deadlock check: no cycle");
-            return false;
-        };
-        if victim(&cycle) != 0 {
-            // Another wait of the cycle started later: it gives up, not this one.
-            debug!(lock = %self.name, waiter = id, %cycle, "in a deadlock another wait breaks");
-            return false;
-        }
-        let Some(w) = self.wait.side.waiters().find(|w| w.id == id) else {
-            return false;
-        };
-        w.want.req.span.in_scope(
-            || info!(lock = %self.name, commands, %cycle, "deadlock: this wait gives up"),
-        );
-        crate::stats::record::deadlock(w.want.req.kind);
-        let error = LockError::Deadlock(Box::new(cycle));
-        self.run(Event::Fail { waiter: id, error }, ctx);
-        true
-    }
+/// The checks of one round, each answering with its waiter and wait.
+pub(super) type Checks = LocalBoxFuture<'static, Vec<(u64, Wait, Checked)>>;
 
-    /// Removes the Redis records of waits that ended, in the background.
-    fn forget_records(&self, waits: Vec<Wait>) {
-        let conn = self.shared.node.conn();
-        let name = self.name.clone();
-        actix::spawn(async move {
-            for wait in waits {
-                if let Err(e) = forget(&conn, &wait).await {
-                    // Its expiry drops it from every walk.
-                    debug!(lock = %name, error = %e, "could not remove a wait's record");
-                }
-            }
-        });
-    }
+/// Publishes lock `name` (of `kind`) as this process's walks see it: its
+/// holders here, its waits past the timeout.
+pub(super) fn publish(
+    shared: &Shared,
+    name: &Arc<str>,
+    kind: Kind,
+    holdings: &Holdings,
+    waits: Vec<Wait>,
+) {
+    let published = (!waits.is_empty()).then(|| Published {
+        holders: holdings.iter().map(|h| h.field.to_string()).collect(),
+        waits,
+    });
+    shared.local_waits.publish(name, kind, published);
+}
 
-    /// Drops what was checked of waits that ended (records in Redis, the local
-    /// publication), and the detector once nothing is left.
-    pub(super) fn forget_ended_waits(&mut self, ctx: &mut Context<Self>) {
-        let Some(detector) = self.wait.detector.as_mut() else {
-            return;
-        };
-        let side = &self.wait.side;
-        let ended: Vec<u64> = detector
-            .checked
-            .keys()
-            .filter(|id| {
-                side.waiters()
-                    .find(|w| w.id == **id)
-                    .is_none_or(|w| w.is_gone())
-            })
-            .copied()
-            .collect();
-        let mut removals = Vec::new();
-        for id in ended {
-            if let Some((wait, true)) = detector.checked.remove(&id) {
-                removals.push(wait);
+/// Removes the Redis records of waits that ended, in the background.
+fn forget_records(shared: &Shared, name: &str, waits: Vec<Wait>) {
+    let conn = shared.node.conn();
+    let name = name.to_owned();
+    actix::spawn(async move {
+        for wait in waits {
+            if let Err(e) = forget(&conn, &wait).await {
+                // Its expiry drops it from every walk.
+                debug!(lock = %name, error = %e, "could not remove a wait's record");
             }
         }
-        // Published again at each change, not only when a wait ends: the
-        // holders this process's walks read must be the ones holding now.
-        let left: Vec<Wait> = detector.checked.values().map(|(w, _)| w.clone()).collect();
-        self.publish(left);
-        if !removals.is_empty() {
-            self.forget_records(removals);
-        }
-        let detector = self.wait.detector.as_mut().expect("checked above");
-        let nobody = !self.wait.side.has_waiters();
-        if nobody && detector.checked.is_empty() && !detector.checking {
-            detector.alarm.cancel(ctx);
-            self.wait.detector = None;
-        }
-    }
+    });
 }
 
 #[cfg(test)]
@@ -334,6 +356,7 @@ mod tests {
 
     use super::*;
     use crate::actors::lock::waiters::{test_request, test_waiter, Request, Waiter, WaiterQueue};
+    use crate::error::LockError;
 
     /// Waiter `id` of field `field`, arrived `ago`, waiting `wait`, on behalf
     /// of `behalf` too; its answer channel is kept open by the caller.

@@ -2,123 +2,87 @@
 //! given back and the head waiter granted in one script call, without freeing the
 //! lock and without an unlock message.
 //!
-//! Whether a release hands over is the kind's decision
-//! (`LastRelease`; the exclusive lock's turns,
-//! `kinds/exclusive/turn.rs`, say when, and its transfer script how); this file
-//! carries it out: it checks that nothing in flight would race with it, sends the
-//! transfer (retried under the release's latch), and applies the answer to the
-//! holding, to the waiter, and to the kind's books.
+//! Whether a release hands over is the kind's decision (`LastRelease`; the
+//! exclusive lock's turns, `kinds/exclusive/turn.rs`, say when, and its
+//! transfer script how). The lock actor's glue in `mod.rs` checks that nothing
+//! in flight would race with it and picks the waiter; this file sends the
+//! transfer ([`transfer`], retried under the release's latch) and reads its
+//! answer ([`Handing::read`]) as a release, as the waiter's grant, and as
+//! what the kind's books learn.
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use actix::prelude::*;
 use tracing::warn;
 
-use super::kinds::{Attempt, Giveback, Handed, LastRelease, Scripts};
+use super::kinds::{Attempt, Giveback, Handed, Scripts};
 use super::release::with_latch;
-use super::LockActor;
 use crate::actors::shared::Shared;
-use crate::error::LockError;
-use crate::guard::ReleaseOutcome;
 use crate::wire::{ReleaseReply, TransferReply};
 
-/// The answer to a hand-over: the transfer's, or a plain release's after Redis
-/// refused the transfer (with that refusal).
-type Handing = (redis::RedisResult<TransferReply>, Option<redis::RedisError>);
+/// The answer to a hand-over: the transfer's, or a plain release's after
+/// Redis refused the transfer (with that refusal).
+pub(super) struct Handing {
+    res: redis::RedisResult<TransferReply>,
+    refused: Option<redis::RedisError>,
+}
 
-impl LockActor {
-    /// The last hold of holding `epoch` is being given back: hands the lock to the
-    /// local head waiter in the same call when the kind says so and nothing in
-    /// flight would race with it. `None`: a plain release must run.
-    pub(super) fn hand_over(
-        &mut self,
-        epoch: u64,
-        giveback: &Giveback,
-        ctx: &mut Context<Self>,
-    ) -> Option<ResponseActFuture<Self, Result<ReleaseOutcome, LockError>>> {
-        // An attempt, a check or another release in flight would race with it.
-        if !self.wait.side.is_quiet() || self.wait.check.is_some() || !self.releases.none() {
-            return None;
-        }
-        let holder = self.held.holdings.get(epoch)?.owner;
-        let LastRelease::HandOver { count } = self.wait.side.kind().last_release() else {
-            return None;
+/// A hand-over's answer, read.
+pub(super) struct Read {
+    /// As the holder's release.
+    pub(super) release: redis::RedisResult<ReleaseReply>,
+    /// As the waiter's grant: its token and confirmation, when it got the lock.
+    pub(super) granted: Option<(u64, bool)>,
+    /// The waiter may hold the lock without knowing it: its hold count says.
+    pub(super) unknown: bool,
+    /// What the kind's books learn, if anything.
+    pub(super) books: Option<Handed>,
+}
+
+impl Handing {
+    /// Reads the answer; `listening`: this process listens on the lock's
+    /// channel (it is not one of the other listeners a transfer counts).
+    pub(super) fn read(self, listening: bool, name: &str) -> Read {
+        let Handing { res, refused } = self;
+        let (release, granted, mut books) = match res {
+            Ok(TransferReply::HandedOver {
+                token,
+                listening: counted,
+                confirmed,
+            }) => {
+                let others = counted.map(|l| l.saturating_sub(u32::from(listening)));
+                let freed = ReleaseReply::Released {
+                    published: false,
+                    heard: 0,
+                };
+                (
+                    Ok(freed),
+                    Some((token, confirmed)),
+                    Some(Handed::Over(others)),
+                )
+            }
+            Ok(TransferReply::Release(reply)) => (Ok(reply), None, None),
+            Err(e) => (Err(e), None, None),
         };
-        let engine = self.wait.side.engine_mut()?;
-        let ask = engine.ask_head(|head| head.want.req.owner != holder)?;
-        let effects = engine.take_effects();
-        self.apply(effects, ctx);
-        let (waiter, to) = (ask.waiter, self.attempt_of(&ask.want));
-        self.releases.start();
-        let sent = Instant::now();
-        let fut = transfer(
-            self.wait.side.kind().scripts(),
-            self.shared.clone(),
-            giveback.clone(),
-            to,
-            count,
-            sent,
-        );
-        Some(Box::pin(fut.into_actor(self).map(
-            move |handing, act, ctx| act.on_handed(epoch, waiter, sent, handing, ctx),
-        )))
-    }
-
-    /// Applies a hand-over's answer: to the holding (as a release), to the
-    /// waiter (as an attempt), and to the kind's books.
-    fn on_handed(
-        &mut self,
-        epoch: u64,
-        waiter: u64,
-        sent: Instant,
-        (res, refused): Handing,
-        ctx: &mut Context<Self>,
-    ) -> Result<ReleaseOutcome, LockError> {
-        self.releases.done();
         if let Some(e) = &refused {
-            warn!(lock = %self.name, error = %e, "cannot hand the lock over in one call; releasing instead");
-            self.with_kind(|kind, _| kind.handed(Handed::Refused));
+            books = Some(Handed::Refused);
+            warn!(lock = %name, error = %e, "cannot hand the lock over in one call; releasing instead");
         }
-        let (release, token) = self.read_transfer(res);
         // Held elsewhere or still held, or refused and released plainly: the
         // waiter got nothing. Freed by a retry the latch answered, or no
         // answer at all: the waiter may hold it, and its hold count says (as
         // for any attempt whose reply was lost).
-        let unknown = token.is_none()
+        let unknown = granted.is_none()
             && refused.is_none()
             && !matches!(
                 release,
                 Ok(ReleaseReply::StillHeld(_) | ReleaseReply::NotHeld)
             );
-        let out = self.on_released(epoch, sent, release, ctx);
-        self.handed_to(waiter, sent, token, unknown, ctx);
-        out
-    }
-
-    /// What a transfer's answer means: as a release, and as a grant (its
-    /// token and confirmation) when the lock went to the waiter.
-    fn read_transfer(
-        &mut self,
-        res: redis::RedisResult<TransferReply>,
-    ) -> (redis::RedisResult<ReleaseReply>, Option<(u64, bool)>) {
-        match res {
-            Ok(TransferReply::HandedOver {
-                token,
-                listening,
-                confirmed,
-            }) => {
-                let channel = self.channel();
-                let own = u32::from(self.listening(&channel));
-                let others = listening.map(|l| l.saturating_sub(own));
-                self.with_kind(|kind, _| kind.handed(Handed::Over(others)));
-                let freed = ReleaseReply::Released {
-                    published: false,
-                    heard: 0,
-                };
-                (Ok(freed), Some((token, confirmed)))
-            }
-            Ok(TransferReply::Release(reply)) => (Ok(reply), None),
-            Err(e) => (Err(e), None),
+        Read {
+            release,
+            granted,
+            unknown,
+            books,
         }
     }
 }
@@ -127,9 +91,9 @@ impl LockActor {
 /// every right before its first write, so a refusal (a user without PUBSUB
 /// NUMSUB, docs/operations.md) changed nothing, and a plain release does the
 /// job.
-async fn transfer(
+pub(super) async fn transfer(
     scripts: &'static dyn Scripts,
-    shared: std::sync::Arc<Shared>,
+    shared: Arc<Shared>,
     giveback: Giveback,
     to: Attempt,
     count: bool,
@@ -155,8 +119,14 @@ async fn transfer(
                 scripts.release(&shared, giveback)
             })
             .await;
-            (plain.map(TransferReply::Release), Some(e))
+            Handing {
+                res: plain.map(TransferReply::Release),
+                refused: Some(e),
+            }
         }
-        handed => (handed, None),
+        handed => Handing {
+            res: handed,
+            refused: None,
+        },
     }
 }

@@ -5,23 +5,19 @@
 //! actor, which is what keeps the rules simple: a waiter behind a local holder it
 //! cannot share with does not ask Redis at all (the local release hands over),
 //! and the watchdog and the waiters' timers are timers the actor keeps and
-//! cancels. Its waiting side is the kit's waiting engine, the one every
-//! synchronizer runs (one attempt at a time, leavers, deadlines, lost answers:
-//! `actors/waiting/engine/`), with the lock's policy (`waits.rs`); the actor is
-//! its runner (`acquire.rs`). The Redis side is only ever changed by the
-//! scripts in [`crate::wire`].
+//! cancels. The Redis side is only ever changed by the scripts in [`crate::wire`].
 //!
-//! A kind of lock (exclusive, fair, read-write, spin) is `KindState`: the kind's
-//! own state (the exclusive lock's turns, the fair lock's places, the spin
-//! lock's backoff) and its decisions, which its hooks answer as data (`kinds/`).
-//! The rest is the same code for all: `waiters` (what a waiter is), `waits`
-//! (the engine's lock policy, and the engine kept only while someone waits),
-//! `acquire` (the runner: the engine's effects carried out), `holding` (grant,
-//! expiry, loss), `release` (the whole release path), `handover` (a release
-//! that hands the lock to a local waiter), `shutdown` (the manager's shutdown:
-//! waiters answered, holds given back), `timers` (the actor's timers and its
-//! kind's Redis chores), `deadlock` (the deadlock checks of long waits), `life`
-//! (idle handshake and supervision) and this file (the actor and its messages).
+//! This file is the actor: its parts, and the glue that carries out what they
+//! decide (every `impl LockActor` block is here). Each other file owns one part,
+//! a type whose methods decide or make the Redis call: the waiting engine's lock
+//! policy and the waiting side (`waits`, run by the engine of
+//! `actors/waiting/engine/`), what a waiter is (`waiters`), the acquisition
+//! calls (`acquire`), the holdings (`holding`), the release and its answer
+//! (`release`), the hand-over to a local waiter (`handover`), the deadlock
+//! checks (`deadlock`), the timers and the kind's chores (`timers`), the idle
+//! handshake and supervision (`life`), the shutdown (`shutdown`), the messages
+//! (`messages`) and the kinds (`kinds/`: the exclusive lock's turns, the fair
+//! lock's places, the spin lock's backoff, each kind's decisions as data).
 
 mod acquire;
 mod deadlock;
@@ -29,6 +25,7 @@ mod handover;
 mod holding;
 mod kinds;
 mod life;
+mod messages;
 mod release;
 mod shutdown;
 #[cfg(test)]
@@ -38,76 +35,36 @@ mod waiters;
 mod waits;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use actix::WeakRecipient;
 use tracing::{debug, warn};
 
-use super::listen::{Alarm, Channel, Listener};
+use super::listen::{self, Alarm};
 use super::shared::Shared;
-use super::subscriber::{Resync, Unlocked};
-use super::waiting::engine::Event;
-use super::waiting::Waiting;
-use crate::error::{LockError, LostReason};
-use crate::guard::LockGuard;
+use super::waiting::engine::{Ask, Effect, Engine, Event, Taken};
+use crate::error::{redis_is_protocol_error, LockError, LostReason};
+use crate::guard::{LockGuard, ReleaseOutcome};
 use crate::kind::Kind;
+use crate::wire::ReleaseReply;
 
+use acquire::Calls;
+use deadlock::Detector;
 use holding::{Claim, Held};
-use kinds::Chore;
+use kinds::{AfterRelease, Chore, Giveback, KindState};
 use life::Life;
-use release::Releases;
+pub(crate) use messages::{Cancel, Enqueue, Idle, IsQuiet, ManagerGone};
+#[cfg(test)]
+pub(crate) use messages::{Derail, QueueLen};
+use release::{Releases, Releasing, Then};
 use timers::Timers;
-use waiters::Want;
-pub(crate) use waiters::{Reply, Request};
-use waits::Side;
+pub(crate) use waiters::Request;
+use waiters::{WaiterQueue, Want};
+use waits::{HandOver, LockWaits, Side, Wait};
 
-/// Queue a waiter (sent by the manager only, which counts them for the idle handshake).
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(crate) struct Enqueue(pub(crate) Request, pub(crate) Reply);
-
-/// The caller of this waiter went away: forget it.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(crate) struct Cancel {
-    pub(crate) waiter: u64,
-}
-
-/// The manager stopped: an idle lock actor stops now rather than after its idle
-/// countdown (nothing can send it work any more, and it keeps the manager's
-/// connections open); a busy one stops when it is done, as the countdown then
-/// finds the manager gone.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(crate) struct ManagerGone;
-
-impl Handler<ManagerGone> for LockActor {
-    type Result = ();
-
-    fn handle(&mut self, _msg: ManagerGone, ctx: &mut Context<Self>) {
-        if self.is_idle() {
-            ctx.stop();
-        }
-    }
-}
-
-/// A lock actor has had nothing to do for a while and offers to stop (sent to the
-/// manager). The answer `true` (stop) comes when the manager has sent it nothing
-/// it has not seen; the registry entry is then gone, so the next request for that
-/// name starts a fresh actor.
-#[derive(Message, Debug)]
-#[rtype(result = "bool")]
-pub(crate) struct Idle {
-    /// The lock name.
-    pub(crate) name: Arc<str>,
-    /// Its kind.
-    pub(crate) kind: Kind,
-    /// Which actor asks: a stale one (replaced in the registry) is told to stop.
-    pub(crate) addr: Addr<LockActor>,
-    /// Enqueue messages it received, compared with those sent.
-    pub(crate) received: u64,
-}
+/// What a release's caller gets back, in the actor's context.
+type Releasing_<A> = ResponseActFuture<A, Result<ReleaseOutcome, LockError>>;
 
 /// The actor of one lock name and kind; see the module documentation. A short
 /// list of owned parts, each a type whose methods change it.
@@ -129,25 +86,6 @@ pub(crate) struct LockActor {
     life: Life,
 }
 
-/// The waiting side of a lock actor: the parts that change when a caller
-/// arrives, asks, listens or leaves. Grouped apart from the holding side
-/// because a held lock with nobody waiting keeps these empty (the engine and
-/// the boxed parts absent), which is what keeps a held lock's actor small
-/// (docs/performance.md, client bytes per held lock).
-struct Wait {
-    /// The kind, and the waiting engine while anyone waits or listens (`waits.rs`).
-    side: Side,
-    /// The waiting records of waits over a second (`actors/waiting/records.rs`),
-    /// boxed and only while someone waits.
-    records: Option<Box<Waiting>>,
-    /// Its deadlock checks (`deadlock.rs`), boxed and only while a wait is
-    /// past `Config::deadlock_timeout`, for the same reason.
-    detector: Option<Box<deadlock::Detector>>,
-    /// The check of a lost attempt, held back while a release is out (the
-    /// owner's hold count would be blurred).
-    check: Option<Box<Want>>,
-}
-
 impl LockActor {
     pub(crate) fn new(
         name: Arc<str>,
@@ -158,12 +96,7 @@ impl LockActor {
         LockActor {
             name,
             shared,
-            wait: Wait {
-                side: Side::new(kind),
-                records: None,
-                detector: None,
-                check: None,
-            },
+            wait: Wait::new(kind),
             held: Held::default(),
             releases: Releases::default(),
             timers: Timers::default(),
@@ -208,21 +141,6 @@ impl LockActor {
             && !self.wait.side.kind().busy_with_chores()
             && self.wait.detector.is_none()
             && self.wait.check.is_none()
-    }
-
-    /// The channel its waiters listen on (for the fair lock, the prefix of each
-    /// waiter's own channel). Made when needed rather than kept: only waiters
-    /// need it, and a held lock's actor should stay small.
-    fn channel(&self) -> String {
-        self.wait.side.kind().scripts().channel(&self.name)
-    }
-
-    /// Whether `channel` is subscribed (and routed here).
-    fn listening(&mut self, channel: &str) -> bool {
-        let engine = self.wait.side.engine_mut();
-        engine
-            .and_then(|e| e.channel_mut(channel))
-            .is_some_and(|c| c.is_live())
     }
 
     /// Sends the Redis work the kind has pending.
@@ -305,166 +223,328 @@ impl LockActor {
     }
 }
 
-/// Test hook: act as if Redis had answered in a shape the protocol does not allow.
-#[cfg(test)]
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub(crate) struct Derail;
-
-#[cfg(test)]
-impl Handler<Derail> for LockActor {
-    type Result = ();
-
-    fn handle(&mut self, _msg: Derail, ctx: &mut Context<Self>) {
-        self.life.restart(&self.name, &"derailed by a test", ctx);
-    }
-}
-
-/// Whether nothing this actor sent to Redis is still unsettled: no attempt in
-/// flight or with a lost reply to check, no release in flight. A process that is
-/// about to exit asks this (through the manager's `Settle`) so that a grant that
-/// landed after its waiter left is given back before nobody is left to do it.
-#[derive(Message, Debug)]
-#[rtype(result = "bool")]
-pub(crate) struct IsQuiet;
-
-impl Handler<IsQuiet> for LockActor {
-    type Result = bool;
-
-    fn handle(&mut self, _msg: IsQuiet, _ctx: &mut Context<Self>) -> bool {
-        self.wait.side.is_quiet() && self.wait.check.is_none() && self.releases.none()
-    }
-}
-
-/// Test hook: how many waiters are queued.
-#[cfg(test)]
-#[derive(Message, Debug)]
-#[rtype(result = "usize")]
-pub(crate) struct QueueLen;
-
-#[cfg(test)]
-impl Handler<QueueLen> for LockActor {
-    type Result = usize;
-
-    fn handle(&mut self, _msg: QueueLen, _ctx: &mut Context<Self>) -> usize {
-        self.wait.side.waiters().count()
-    }
-}
-
-impl Handler<Enqueue> for LockActor {
-    type Result = ();
-
-    fn handle(&mut self, Enqueue(req, reply): Enqueue, ctx: &mut Context<Self>) {
-        self.life.received += 1;
-        let (owner, kind) = (req.owner, req.kind);
-        let holdings = &self.held.holdings;
-        let reentrant = holdings.reenters(owner, kind);
-        let refusal = if self.shared.is_shutting_down() {
-            // Sent before the manager's shutdown reached it: refused like the rest.
-            Some(LockError::ShuttingDown)
-        } else if holdings.is_upgrade(owner, kind) {
-            // It would wait for its own read holds: refused now, not queued.
-            Some(LockError::UpgradeRefused)
-        } else if reentrant && !req.reentrant {
-            // A non-reentrant lock its owner holds: refused now, not queued (a
-            // hold taken meanwhile is refused by the acquire script instead).
-            Some(LockError::ReentryRefused)
-        } else {
-            None
-        };
-        if let Some(refusal) = refusal {
-            waiters::refuse(kind, reply, refusal);
-            self.reconcile(ctx);
-            return;
-        }
-        let blocked = holdings.blocks(owner, kind);
-        if req.wait.is_none() && blocked {
-            // A waiter with no deadline behind a holder of this same process may be
-            // waiting for itself (the same task, another owner): say so, later, if
-            // it is still there then. Only such waiters get the timer: one on every
-            // acquisition would stay in the actor for the whole delay (135 bytes
-            // per held lock).
-            let id = req.id;
-            ctx.run_later(self.shared.config.stall_warning, move |act, _| {
-                act.warn_if_stalled(id)
-            });
-        }
-        if !self.wait.side.has_waiters() {
-            self.with_kind(|kind, _| kind.wait_begins());
-        }
-        // A re-entry by a holder here goes first: making it wait behind others
-        // who wait for that holder would deadlock.
-        let want = waiters::want(req, reentrant, blocked);
-        self.run(waits::join(want, reply), ctx);
-    }
-}
-
+/// The runner of the waiting engine: each event goes to the engine, and the
+/// effects that come back are carried out here (the calls they need are made
+/// by [`acquire::Calls`]).
 impl LockActor {
-    /// The waiter `id` has waited [`Config::stall_warning`](crate::Config::stall_warning)
-    /// without a deadline: if another owner of this process still keeps it out,
-    /// warn that it may be waiting for itself.
-    fn warn_if_stalled(&self, id: u64) {
-        let Some(w) = self.wait.side.waiters().find(|w| w.id == id) else {
-            return;
-        };
-        let (owner, kind) = (w.want.req.owner, w.want.req.kind);
-        let mut holdings = self.held.holdings.iter();
-        if let Some(h) = holdings.find(|h| holding::keeps_out((h.owner, h.kind), owner, kind)) {
-            w.want.req.span.in_scope(|| {
-                warn!(
-                    lock = %self.name,
-                    waited = ?w.want.req.since.elapsed(),
-                    holder = %h.owner,
-                    waiter = %w.want.req.owner,
-                    "waiting, with no deadline, for a lock that another owner of this same \
-                     process holds; if the same task holds it, it waits for itself forever: \
-                     pass the holder's Owner to re-enter (Acquire::owner), or give the wait a \
-                     deadline (Acquire::wait)"
-                )
-            });
+    /// Hands `event` to the engine and carries out what it says; with no
+    /// engine (nobody waits or listens), only a waiter that queues makes one.
+    fn run(&mut self, event: Event<LockWaits>, ctx: &mut Context<Self>) {
+        if self.wait.side.engine_mut().is_some() || matches!(event, Event::Join { .. }) {
+            self.wait.side.mark(&self.held.holdings);
+            let effects = self.engine().handle(event);
+            self.apply(effects, ctx);
+            self.wait.side.idle_if_empty();
+        }
+        self.reconcile(ctx);
+    }
+
+    /// Something changed outside the engine that may let a waiter ask (a
+    /// release, a holding lost): a check held back for a release goes out
+    /// now, and the queue looks again.
+    fn look(&mut self, ctx: &mut Context<Self>) {
+        if self.releases.none() {
+            if let Some(want) = self.wait.check.take() {
+                self.resolve(*want, ctx);
+            }
+        }
+        self.run(Event::Look, ctx);
+    }
+
+    /// The engine, made if there is none.
+    fn engine(&mut self) -> &mut Engine<LockWaits> {
+        self.wait.side.engine(&self.name, &self.shared.config)
+    }
+
+    /// The acquisition calls of this lock.
+    fn calls(&self) -> Calls<'_> {
+        let scripts = self.wait.side.kind().scripts();
+        Calls {
+            name: &self.name,
+            shared: &self.shared,
+            scripts,
         }
     }
-}
 
-impl Handler<Cancel> for LockActor {
-    type Result = ();
+    /// The kind, and its waiters, for `f` ([`Side::with_kind`]).
+    fn with_kind<R>(&mut self, f: impl FnOnce(&mut KindState, &mut WaiterQueue) -> R) -> R {
+        self.wait.side.with_kind(f)
+    }
 
-    /// Its caller's end of the reply is dropped already: the engine sweeps it
-    /// out (and undoes its attempt, if one is out).
-    fn handle(&mut self, msg: Cancel, ctx: &mut Context<Self>) {
-        debug!(lock = %self.name, waiter = msg.waiter, "waiter left");
-        self.run(Event::Left, ctx);
+    /// Carries out `effects`, then those they gave rise to.
+    fn apply(&mut self, effects: Vec<Effect<LockWaits>>, ctx: &mut Context<Self>) {
+        for effect in effects {
+            self.carry_out(effect, ctx);
+        }
+        let more = self.wait.side.engine_mut().map(Engine::take_effects);
+        if let Some(more) = more.filter(|m| !m.is_empty()) {
+            self.apply(more, ctx);
+        }
+    }
+
+    fn carry_out(&mut self, effect: Effect<LockWaits>, ctx: &mut Context<Self>) {
+        match effect {
+            Effect::Ask(ask) => self.ask(ask, ctx),
+            Effect::Grant(taken) => self.granted(taken, ctx),
+            Effect::Undo { want, .. } => {
+                // A release undoes the hold, not a place in a Redis queue:
+                // that is left too (a busy answer that placed it after this
+                // leave went out leaves it again).
+                let place = self.wait.side.kind().place(&want);
+                self.with_kind(|kind, queue| kind.left(place.into_iter().collect(), queue));
+                self.undo(want, ctx);
+            }
+            Effect::Leave(places) => self.with_kind(|kind, queue| kind.left(places, queue)),
+            Effect::Check { want } if self.releases.none() => self.resolve(want, ctx),
+            // A release in flight would blur the owner's hold count: the check
+            // goes out once it is answered (`look`).
+            Effect::Check { want } => self.wait.check = Some(Box::new(want)),
+            Effect::TimedOut(waiters) => self.calls().timed_out(waiters),
+            Effect::Subscribe(name) => {
+                self.with_kind(|kind, _| kind.subscribing());
+                let subscriber = self.shared.subscriber.clone();
+                listen::subscribe(self, &name, &subscriber, ctx);
+            }
+            Effect::Unsubscribe(name) => listen::unsubscribe(&self.shared.subscriber, &name),
+            Effect::Arm(delay) => self.arm(delay, ctx),
+            Effect::Disarm => self.timers.wake.cancel(ctx),
+            Effect::WakeAfter(delay) => {
+                listen::after(delay, ctx, |act, ctx| act.run(Event::Look, ctx))
+            }
+            // A lock's waits are recorded once they wait (`arm`), its key is
+            // never missing (an acquisition makes it), and it never lingers.
+            Effect::Watch | Effect::KeyFound | Effect::KeyMissing { .. } | Effect::Linger => {}
+        }
+    }
+
+    /// Arms the wake timer; someone waits past an attempt, so the wait is
+    /// recorded for operators and watched for deadlocks (only then: a lock
+    /// granted at once costs neither).
+    fn arm(&mut self, delay: Duration, ctx: &mut Context<Self>) {
+        let slot: fn(&mut Self) -> &mut Alarm = |act| &mut act.timers.wake;
+        self.timers
+            .wake
+            .set(ctx, delay, slot, |act, ctx| act.run(Event::Timer, ctx));
+        if self.wait.side.has_waiters() {
+            crate::actors::waiting::watch(self, ctx);
+            self.watch_for_deadlocks(ctx);
+        }
+    }
+
+    /// Sends one acquisition attempt; its answer goes back to the engine (an
+    /// answer the protocol does not allow restarts the actor instead).
+    fn ask(&mut self, ask: Ask<Want>, ctx: &mut Context<Self>) {
+        let (waiter, sent) = (ask.waiter, Instant::now());
+        let fut = self.calls().attempt(&ask.want);
+        ctx.spawn(fut.into_actor(self).map(move |reply, act, ctx| {
+            if let Err(e) = &reply {
+                if redis_is_protocol_error(e) {
+                    // The engine keeps the attempt out; the restart checks it.
+                    return act.life.restart(&act.name, e, ctx);
+                }
+            }
+            let answered = Event::Answered {
+                waiter,
+                reply,
+                sent,
+            };
+            act.run(answered, ctx);
+        }));
+    }
+
+    /// Redis granted a waiter the lock: it gets a guard, or, if it left
+    /// meanwhile, the guard is dropped, which releases the hold.
+    fn granted(&mut self, mut taken: Taken<LockWaits>, ctx: &mut Context<Self>) {
+        let Some((claim, token, confirmed)) = self.calls().granted(&mut taken) else {
+            return;
+        };
+        let guard = self.grant(claim, token, taken.sent, ctx);
+        if let Err(guard) = self
+            .engine()
+            .deliver(taken, guard.confirmed_by_replica(confirmed))
+        {
+            debug!(lock = %self.name, "granted to a waiter that left; releasing");
+            drop(guard);
+        }
+    }
+
+    /// The waiter of `want` left while its attempt was out: gives the attempt
+    /// back right behind it ([`Calls::undo`]); a give-back that fails is
+    /// checked as a lost reply.
+    fn undo(&mut self, want: Want, ctx: &mut Context<Self>) {
+        let Some(undo) = self.calls().undo(&want, &self.held.holdings) else {
+            return;
+        };
+        ctx.spawn(undo.into_actor(self).map(move |res, act, ctx| match res {
+            Ok(reply) => {
+                debug!(lock = %act.name, ?reply, "gave back the attempt of a waiter that left")
+            }
+            Err(e) => {
+                warn!(lock = %act.name, error = %e, "could not give back the attempt of a waiter that left; checking it");
+                act.run(Event::UndoFailed(want), ctx);
+            }
+        }));
+    }
+
+    /// Finds out what an attempt with a lost reply did ([`Calls::resolve`]).
+    fn resolve(&mut self, want: Want, ctx: &mut Context<Self>) {
+        let fut = self.calls().resolve(&want, &self.held.holdings);
+        ctx.spawn(fut.into_actor(self).map(|res, act, ctx| {
+            if let Ok(true) = res {
+                debug!(lock = %act.name, "an attempt with a lost reply had taken a hold; gave it back");
+            }
+            act.run(Event::Checked(res.map(|_| ())), ctx);
+        }));
     }
 }
 
-impl Handler<Unlocked> for LockActor {
-    type Result = ();
+/// The release path: the work of each step is `release.rs`'s and
+/// `handover.rs`'s; here it is spawned and its answer applied.
+impl LockActor {
+    /// Runs the release script for one hold of a live holding (or, for its
+    /// last hold, hands the lock over when the kind says so).
+    fn release_hold(&mut self, epoch: u64, ctx: &mut Context<Self>) -> Releasing_<Self> {
+        let Some(releasing) = Releasing::of(&mut self.held, epoch, &self.name, &self.shared) else {
+            return Box::pin(fut::ready(Err(LockError::NotHeld)));
+        };
+        if releasing.last {
+            if let Some(handover) = self.hand_over(epoch, &releasing.giveback, ctx) {
+                return handover;
+            }
+        }
+        self.releases.start();
+        let sent = releasing.sent;
+        let fut = releasing.send(self.wait.side.kind().scripts(), self.shared.clone());
+        Box::pin(fut.into_actor(self).map(move |res, act, ctx| {
+            let out = act.on_released(epoch, sent, res, ctx);
+            act.look(ctx);
+            out
+        }))
+    }
 
-    fn handle(&mut self, msg: Unlocked, ctx: &mut Context<Self>) {
-        let Unlocked { channel, wake_all } = msg;
-        tracing::trace!(lock = %self.name, %channel, wake_all, "unlock message");
-        self.run(Event::Heard { channel, wake_all }, ctx);
+    /// Applies a release script's answer ([`Releases::answered`]).
+    fn on_released(
+        &mut self,
+        epoch: u64,
+        sent: Instant,
+        res: redis::RedisResult<ReleaseReply>,
+        ctx: &mut Context<Self>,
+    ) -> Result<ReleaseOutcome, LockError> {
+        let holdings = &self.held.holdings;
+        let (out, then) = self
+            .releases
+            .answered(holdings, epoch, res, &self.name, &self.shared);
+        for step in then {
+            match step {
+                Then::Freed { published, heard } => {
+                    let after = self.wait.side.released(published, heard, &self.name);
+                    if after == AfterRelease::Yield {
+                        // The head waiter holds back; the engine learns it as
+                        // the queue looks.
+                        self.run(Event::Look, ctx);
+                    }
+                }
+                Then::Forget => {
+                    self.forget(epoch);
+                    self.arm_expiry(ctx);
+                }
+                Then::Lose => self.lose(epoch, LostReason::OwnerGone, ctx),
+                Then::Renew => {
+                    if let Some(h) = self.held.holdings.get_mut(epoch) {
+                        h.valid_until = sent + h.lease;
+                    }
+                    self.arm_expiry(ctx);
+                }
+                Then::ReleaseAgain => {
+                    let fut = self.release_hold(epoch, ctx);
+                    ctx.spawn(fut.map(|_, _, _| ()));
+                }
+                Then::Restart(why) => self.life.restart(&self.name, &why, ctx),
+            }
+        }
+        out
+    }
+
+    /// The last hold of holding `epoch` is being given back: hands the lock to
+    /// the local head waiter in the same call when the kind says so and
+    /// nothing in flight (an attempt, a check, another release) would race
+    /// with it. `None`: a plain release must run.
+    fn hand_over(
+        &mut self,
+        epoch: u64,
+        giveback: &Giveback,
+        ctx: &mut Context<Self>,
+    ) -> Option<Releasing_<Self>> {
+        if self.wait.check.is_some() || !self.releases.none() {
+            return None;
+        }
+        let holder = self.held.holdings.get(epoch)?.owner;
+        let HandOver {
+            ask,
+            count,
+            effects,
+        } = self.wait.side.hand_over_to(holder)?;
+        self.apply(effects, ctx);
+        let (waiter, to) = (ask.waiter, self.calls().attempt_of(&ask.want));
+        self.releases.start();
+        let (scripts, shared, sent) = (self.calls().scripts, self.shared.clone(), Instant::now());
+        let fut = handover::transfer(scripts, shared, giveback.clone(), to, count, sent);
+        Some(Box::pin(fut.into_actor(self).map(
+            move |handing, act, ctx| {
+                let read = handing.read(act.wait.side.listens(&act.name), &act.name);
+                if let Some(books) = read.books {
+                    act.with_kind(|kind, _| kind.handed(books));
+                }
+                let out = act.on_released(epoch, sent, read.release, ctx);
+                act.run(
+                    acquire::handed_to(waiter, sent, read.granted, read.unknown),
+                    ctx,
+                );
+                out
+            },
+        )))
     }
 }
 
-impl Listener for LockActor {
-    fn channel(&mut self, name: &str) -> Option<&mut Channel> {
-        self.wait.side.engine_mut()?.channel_mut(name)
+/// The deadlock checks: what is due and what a check found are the
+/// [`Detector`]'s, and a round is its message ([`deadlock::Round`]); here
+/// the rounds are armed, and what ended is forgotten.
+impl LockActor {
+    /// Someone waits: arms the next round of checks, if detection is on and
+    /// none is armed or running.
+    fn watch_for_deadlocks(&mut self, ctx: &mut Context<Self>) {
+        let Some(timeout) = self.shared.config.deadlock_timeout else {
+            return;
+        };
+        let (detector, waiters) = (self.wait.detector.as_deref_mut(), self.wait.side.waiters());
+        let Some(at) = Detector::next_round(detector, waiters, timeout) else {
+            return;
+        };
+        let delay = at.saturating_duration_since(Instant::now());
+        let slot: fn(&mut Self) -> &mut Alarm = |act| act.detector().alarm();
+        let alarm = self.detector().alarm();
+        alarm.set(ctx, delay, slot, |_, ctx| ctx.notify(deadlock::Round));
     }
 
-    /// The lock may have been released between the refused attempt and the
-    /// subscription: the queue looks again.
-    fn subscribed(&mut self, name: &str, ctx: &mut Context<Self>) {
-        self.run(Event::Subscribed(name.to_owned()), ctx);
+    fn detector(&mut self) -> &mut Detector {
+        self.wait.detector.get_or_insert_with(Box::default)
     }
-}
 
-impl Handler<Resync> for LockActor {
-    type Result = ();
-
-    fn handle(&mut self, _msg: Resync, ctx: &mut Context<Self>) {
-        // Messages may have been lost while the subscriber was away.
-        self.with_kind(|kind, queue| kind.resync(queue));
-        self.run(Event::Wake, ctx);
+    /// Drops what was checked of waits that ended, publishes the waits left
+    /// (the holders this process's walks read must be the ones holding now),
+    /// and drops the detector once nothing is left.
+    fn forget_ended_waits(&mut self, ctx: &mut Context<Self>) {
+        let Some(detector) = self.wait.detector.as_mut() else {
+            return;
+        };
+        let side = &self.wait.side;
+        let waits = |id| side.waiters().any(|w| w.id == id && !w.is_gone());
+        let left = detector.forget_ended(waits, &self.name, &self.shared);
+        let kind = self.wait.side.kind().kind();
+        deadlock::publish(&self.shared, &self.name, kind, &self.held.holdings, left);
+        if !self.wait.side.has_waiters() && detector.is_done() {
+            detector.alarm().cancel(ctx);
+            self.wait.detector = None;
+        }
     }
 }

@@ -1,8 +1,11 @@
-//! The release path of a held lock, in one file: a guard's [`Release`] message,
-//! the release script (or, at the last hold with a local waiter, the hand-over in
-//! `handover.rs`, when the kind says so), its retries until it is answered or the lease is over
-//! ([`with_latch`]), and what the answer means for the holding, the waiters and
-//! the turn. The holding itself (grant, expiry, loss) is `holding.rs`.
+//! The release path of a held lock: a guard's [`Release`] message, the
+//! release laid out ([`Releasing`]) and sent (or, at the last hold with a local
+//! waiter, the hand-over in `handover.rs`, when the kind says so), its retries
+//! until it is answered or the lease is over ([`with_latch`]), and what the
+//! answer means ([`Releases::answered`]: the caller's answer, and [`Then`],
+//! what follows for the holding, the waiters and the turn). The lock actor's
+//! glue in `mod.rs` spawns the call and carries out what follows. The holding
+//! itself (grant, expiry, loss) is `holding.rs`.
 //!
 //! A release has one name per layer it crosses, each the shape that layer
 //! needs: the guard sends [`Release`] (which hold, by epoch); this file makes it
@@ -23,11 +26,13 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tracing::{debug, info, warn};
 
-use super::kinds::{AfterRelease, Freed, Giveback};
+use super::holding::{Held, Holdings};
+use super::kinds::{Giveback, Scripts};
 use super::LockActor;
+use crate::actors::shared::Shared;
 use crate::config::Config;
 use crate::durations::{backoff, millis};
-use crate::error::{redis_is_protocol_error, redis_is_transient, LockError, LostReason};
+use crate::error::{redis_is_protocol_error, redis_is_transient, LockError};
 use crate::guard::{Release, ReleaseOutcome};
 use crate::wire::ReleaseReply;
 
@@ -69,156 +74,162 @@ impl Handler<Release> for LockActor {
     }
 }
 
-impl LockActor {
-    /// Runs the release script for one hold of a live holding.
-    pub(super) fn release_hold(
-        &mut self,
+/// One release about to be sent: the hold given back, and whether it is the
+/// holding's last (only that one may hand the lock over or outlive its latch).
+pub(super) struct Releasing {
+    /// The hold, as the kind's release script takes it.
+    pub(super) giveback: Giveback,
+    /// It gives back the holding's last hold.
+    pub(super) last: bool,
+    /// When it was sent.
+    pub(super) sent: Instant,
+    /// When the holding's lease ends (a last release tries until then).
+    lease_end: Instant,
+}
+
+impl Releasing {
+    /// Counts one guard of holding `epoch` out, and lays out its release;
+    /// `None` if the holding is gone.
+    pub(super) fn of(
+        held: &mut Held,
         epoch: u64,
-        ctx: &mut Context<Self>,
-    ) -> ResponseActFuture<Self, Result<ReleaseOutcome, LockError>> {
-        let Some(h) = self.held.holdings.get_mut(epoch) else {
-            return Box::pin(fut::ready(Err(LockError::NotHeld)));
-        };
+        name: &Arc<str>,
+        shared: &Shared,
+    ) -> Option<Self> {
+        let h = held.holdings.get_mut(epoch)?;
         h.guards = h.guards.saturating_sub(1);
         let (kind, field, lease, last) = (h.kind, h.field.clone(), h.lease, h.guards == 0);
         let sent = Instant::now();
-        let lease_end = self.held.lease_end(epoch, sent, &self.shared);
-        let lease_end = lease_end.unwrap_or(sent + lease);
+        let lease_end = held.lease_end(epoch, sent, shared).unwrap_or(sent + lease);
         let giveback = Giveback {
-            name: self.name.clone(),
+            name: name.clone(),
             kind,
             field,
             lease_ms: millis(lease),
             request_id: Arc::from(crate::random::request_id()),
             retry: false,
         };
-        if last {
-            if let Some(handover) = self.hand_over(epoch, &giveback, ctx) {
-                return handover;
-            }
-        }
-        self.releases.start();
-        let (scripts, shared) = (self.wait.side.kind().scripts(), self.shared.clone());
+        Some(Releasing {
+            giveback,
+            last,
+            sent,
+            lease_end,
+        })
+    }
+
+    /// Sends it, retried with the same request id until it is answered
+    /// ([`with_latch`]).
+    pub(super) fn send(
+        self,
+        scripts: &'static dyn Scripts,
+        shared: Arc<Shared>,
+    ) -> impl Future<Output = redis::RedisResult<ReleaseReply>> {
         // Only the last hold's release may outlive its latch: see `with_latch`.
-        let until = last.then_some(lease_end);
-        let fut = with_latch(self.shared.config.clone(), sent, until, move |retry| {
-            scripts.release(
-                &shared,
-                Giveback {
+        let until = self.last.then_some(self.lease_end);
+        let Releasing { giveback, sent, .. } = self;
+        async move {
+            let config = shared.config.clone();
+            let (res, late) = with_latch(config, sent, until, |retry| {
+                let giveback = Giveback {
                     retry,
                     ..giveback.clone()
-                },
-            )
-        });
-        Box::pin(fut.into_actor(self).map(move |(res, late), act, ctx| {
-            act.releases.done();
-            let res = match res {
+                };
+                scripts.release(&shared, giveback)
+            })
+            .await;
+            match res {
                 // A retry past the latch's lifetime no longer learns what an
                 // earlier attempt did. Finding the owner gone then means that
                 // attempt freed the lock (or its lease ended): either way it is
                 // free and nobody else's hold was touched.
                 Ok(ReleaseReply::NotHeld) if late => {
-                    info!(lock = %act.name, "release settled after Redis came back: the lock was already free");
+                    info!(lock = %giveback.name, "release settled after Redis came back: the lock was already free");
                     Ok(ReleaseReply::Released {
                         published: false,
                         heard: 0,
                     })
                 }
                 res => res,
-            };
-            let out = act.on_released(epoch, sent, res, ctx);
-            act.look(ctx);
-            out
-        }))
-    }
-
-    /// A release freed the lock: the kind's books, then the holding.
-    fn on_freed(&mut self, epoch: u64, published: bool, heard: u32, ctx: &mut Context<Self>) {
-        let live = self.held.holdings.get(epoch).is_some();
-        let guards_left = self.held.holdings.get(epoch).map_or(0, |h| h.guards);
-        self.shared.counters.released();
-        let channel = self.channel();
-        let listening = self.listening(&channel);
-        let freed = Freed {
-            published,
-            others: heard.saturating_sub(u32::from(listening)),
-            listening,
-            nobody_waits: !self.wait.side.has_waiters(),
-            now: Instant::now(),
-        };
-        let after = self.with_kind(|kind, _| kind.released(freed));
-        self.after_release(after, ctx);
-        if live {
-            if guards_left == 0 {
-                self.forget(epoch);
-                self.arm_expiry(ctx);
-            } else {
-                // Redis counted fewer holds than guards exist here: something
-                // outside this manager released them. They are not held.
-                self.lose(epoch, LostReason::OwnerGone, ctx);
             }
         }
     }
+}
 
-    /// Applies a release script's answer to the local view.
-    pub(super) fn on_released(
+/// What the lock actor does after a release's answer, beside answering its
+/// caller, in this order.
+#[derive(Debug)]
+pub(super) enum Then {
+    /// The lock is free: the kind's books learn it.
+    Freed { published: bool, heard: u32 },
+    /// The holding ended here: its renewal stops.
+    Forget,
+    /// The holding is lost (its guards are told): Redis counted fewer holds
+    /// than guards exist here, so something outside this manager released them.
+    Lose,
+    /// Still held: the lease counts from the release's send.
+    Renew,
+    /// Redis holds more than the guards here account for (an attempt whose
+    /// reply was lost): those are given back too.
+    ReleaseAgain,
+    /// Redis answered in a shape the protocol does not allow: the actor restarts.
+    Restart(String),
+}
+
+impl Releases {
+    /// A release script for holding `epoch` was answered with `res`: what its
+    /// caller gets, and what follows for the holding (read from `holdings`).
+    pub(super) fn answered(
         &mut self,
+        holdings: &Holdings,
         epoch: u64,
-        sent: Instant,
         res: redis::RedisResult<ReleaseReply>,
-        ctx: &mut Context<Self>,
-    ) -> Result<ReleaseOutcome, LockError> {
-        let live = self.held.holdings.get(epoch).is_some();
-        let guards_left = self.held.holdings.get(epoch).map_or(0, |h| h.guards);
+        name: &str,
+        shared: &Shared,
+    ) -> (Result<ReleaseOutcome, LockError>, Vec<Then>) {
+        self.done();
+        let live = holdings.get(epoch).is_some();
+        let guards_left = holdings.get(epoch).map_or(0, |h| h.guards);
         match res {
             Ok(ReleaseReply::Released { published, heard }) => {
-                self.on_freed(epoch, published, heard, ctx);
-                Ok(ReleaseOutcome::Released)
+                shared.counters.released();
+                let mut then = vec![Then::Freed { published, heard }];
+                if live {
+                    then.push(if guards_left == 0 {
+                        Then::Forget
+                    } else {
+                        Then::Lose
+                    });
+                }
+                (Ok(ReleaseOutcome::Released), then)
             }
             Ok(ReleaseReply::StillHeld(holds)) => {
-                self.shared.counters.released();
-                if let Some(h) = self.held.holdings.get_mut(epoch) {
-                    h.valid_until = sent + h.lease;
-                    self.arm_expiry(ctx);
+                shared.counters.released();
+                let mut then = Vec::new();
+                if live {
+                    then.push(Then::Renew);
                     if guards_left == 0 {
-                        // Redis holds more than the guards here account for (an
-                        // attempt whose reply was lost): give those back too.
-                        debug!(lock = %self.name, holds, "releasing holds no guard accounts for");
-                        let fut = self.release_hold(epoch, ctx);
-                        ctx.spawn(fut.map(|_, _, _| ()));
+                        debug!(lock = %name, holds, "releasing holds no guard accounts for");
+                        then.push(Then::ReleaseAgain);
                     }
                 }
-                Ok(ReleaseOutcome::StillHeld { holds })
+                (Ok(ReleaseOutcome::StillHeld { holds }), then)
             }
-            Ok(ReleaseReply::NotHeld) => {
-                // The guard that asked was already counted out of the holding.
-                self.lose(epoch, LostReason::OwnerGone, ctx);
-                Err(LockError::NotHeld)
-            }
+            // The guard that asked was already counted out of the holding.
+            Ok(ReleaseReply::NotHeld) => (Err(LockError::NotHeld), vec![Then::Lose]),
             Err(e) if redis_is_protocol_error(&e) => {
-                self.life.restart(&self.name, &e, ctx);
-                Err(LockError::from(e))
+                let why = e.to_string();
+                (Err(LockError::from(e)), vec![Then::Restart(why)])
             }
             Err(e) => {
-                warn!(lock = %self.name, error = %e, "release failed; the lock frees when its lease runs out");
-                if live && guards_left == 0 {
-                    // Stop renewing so that the lock expires within one lease.
-                    self.forget(epoch);
-                    self.arm_expiry(ctx);
-                }
-                Err(LockError::from(e))
+                warn!(lock = %name, error = %e, "release failed; the lock frees when its lease runs out");
+                // Renewal stops, so that the lock expires within one lease.
+                let then = if live && guards_left == 0 {
+                    vec![Then::Forget]
+                } else {
+                    Vec::new()
+                };
+                (Err(LockError::from(e)), then)
             }
-        }
-    }
-
-    /// Carries out what the kind decided after a release freed the lock: a
-    /// yield holds the head waiter back, listening for the other processes'
-    /// release.
-    fn after_release(&mut self, after: AfterRelease, ctx: &mut Context<Self>) {
-        // The kind holds its head back until the fallback and keeps the
-        // channel while it does; the engine learns it as the queue looks.
-        if after == AfterRelease::Yield {
-            self.run(crate::actors::waiting::engine::Event::Look, ctx);
         }
     }
 }

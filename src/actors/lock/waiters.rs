@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
-use tracing::Span;
+use tracing::{warn, Span};
 
+use super::holding::{keeps_out, Holdings};
 use super::LockActor;
 use crate::actors::shared::Shared;
 use crate::actors::waiting::engine::Mark;
@@ -70,6 +71,30 @@ pub(crate) struct Want {
     /// Fair lock: it should try now (new, told it is at the head, or a timer or
     /// resync asked); the other kinds let the head try whenever the queue looks.
     pub(crate) try_now: bool,
+}
+
+impl Want {
+    /// This waiter has waited [`Config::stall_warning`](crate::Config::stall_warning)
+    /// without a deadline: if another owner of this process (one of
+    /// `holdings`) still keeps it out, warns that it may be waiting for itself.
+    pub(super) fn warn_if_stalled(&self, holdings: &Holdings, name: &str) {
+        let (owner, kind) = (self.req.owner, self.req.kind);
+        let mut holdings = holdings.iter();
+        if let Some(h) = holdings.find(|h| keeps_out((h.owner, h.kind), owner, kind)) {
+            self.req.span.in_scope(|| {
+                warn!(
+                    lock = %name,
+                    waited = ?self.req.since.elapsed(),
+                    holder = %h.owner,
+                    waiter = %owner,
+                    "waiting, with no deadline, for a lock that another owner of this same \
+                     process holds; if the same task holds it, it waits for itself forever: \
+                     pass the holder's Owner to re-enter (Acquire::owner), or give the wait a \
+                     deadline (Acquire::wait)"
+                )
+            });
+        }
+    }
 }
 
 /// Where the outcome of an acquisition goes.

@@ -1,6 +1,7 @@
 //! The lock's waiting side on the kit's waiting engine: [`LockWaits`], the
-//! policy that makes the engine a lock's, and [`Side`], which keeps an engine
-//! only while someone waits or listens.
+//! policy that makes the engine a lock's, [`Side`], which keeps an engine
+//! only while someone waits or listens, and [`Wait`], the actor's waiting
+//! side as a whole.
 //!
 //! The engine (`actors/waiting/engine/`) holds every rule the synchronizers
 //! share: one attempt at a time, who leaves when, what a lost answer costs.
@@ -16,14 +17,19 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::holding::keeps_out;
-use super::kinds::KindState;
+use super::deadlock::Detector;
+use super::holding::{keeps_out, Holdings};
+use super::kinds::{AfterRelease, Freed, KindState, LastRelease};
 use super::waiters::{Reply, Waiter, WaiterQueue, Want};
-use crate::actors::waiting::engine::{Engine, Event, Found, Heard, Mark, Pick, Policy, Then};
+use crate::actors::waiting::engine::{
+    Ask, Effect, Engine, Event, Found, Heard, Mark, Pick, Policy, Then,
+};
 use crate::actors::waiting::timeout;
+use crate::actors::waiting::Waiting;
 use crate::config::Config;
 use crate::error::LockError;
 use crate::guard::LockGuard;
+use crate::keys::Owner;
 use crate::kind::Kind;
 use crate::wire::{AcquireReply, Place};
 
@@ -236,6 +242,37 @@ pub(crate) fn join(want: Want, reply: Reply) -> Event<LockWaits> {
     }
 }
 
+/// The waiting side of a lock actor: the parts that change when a caller
+/// arrives, asks, listens or leaves. Grouped apart from the holding side
+/// because a held lock with nobody waiting keeps these empty (the engine and
+/// the boxed parts absent), which is what keeps a held lock's actor small
+/// (docs/performance.md, client bytes per held lock).
+pub(super) struct Wait {
+    /// The kind, and the waiting engine while anyone waits or listens (`waits.rs`).
+    pub(super) side: Side,
+    /// The waiting records of waits over a second (`actors/waiting/records.rs`),
+    /// boxed and only while someone waits.
+    pub(super) records: Option<Box<Waiting>>,
+    /// Its deadlock checks (`deadlock.rs`), boxed and only while a wait is
+    /// past `Config::deadlock_timeout`, for the same reason.
+    pub(super) detector: Option<Box<Detector>>,
+    /// The check of a lost attempt, held back while a release is out (the
+    /// owner's hold count would be blurred).
+    pub(super) check: Option<Box<Want>>,
+}
+
+impl Wait {
+    /// Nobody waits yet on a lock of `kind`.
+    pub(super) fn new(kind: Kind) -> Wait {
+        Wait {
+            side: Side::new(kind),
+            records: None,
+            detector: None,
+            check: None,
+        }
+    }
+}
+
 /// A lock actor's waiting side: its kind alone while nobody waits or listens
 /// (a held lock's actor stays as small as it was: docs/performance.md, client
 /// bytes per held lock), an engine around the kind while someone does.
@@ -330,6 +367,79 @@ impl Side {
         }
     }
 
+    /// The kind, and its waiters (none while nobody waits), for `f`.
+    pub(super) fn with_kind<R>(
+        &mut self,
+        f: impl FnOnce(&mut KindState, &mut WaiterQueue) -> R,
+    ) -> R {
+        match self.kind_and_queue() {
+            (kind, Some(queue)) => f(kind, queue),
+            (kind, None) => f(kind, &mut WaiterQueue::default()),
+        }
+    }
+
+    /// Tells the policy what only the actor knows: whether this process
+    /// holds the lock, and which waiters a local holding keeps out.
+    pub(super) fn mark(&mut self, holdings: &Holdings) {
+        let Some(engine) = self.engine_mut() else {
+            return;
+        };
+        let (policy, queue) = engine.policy_mut();
+        policy.holding = !holdings.is_empty();
+        for w in queue.iter_mut() {
+            w.want.blocked = holdings.blocks(w.want.req.owner, w.want.req.kind);
+        }
+    }
+
+    /// Whether this process listens on lock `name`'s channel (for the fair
+    /// lock, the prefix of each waiter's own): the listeners a release
+    /// counts include it. The channel is made when needed rather than kept:
+    /// only waiters need it, and a held lock's actor should stay small.
+    pub(super) fn listens(&mut self, name: &str) -> bool {
+        let channel = self.kind().scripts().channel(name);
+        let engine = self.engine_mut();
+        engine
+            .and_then(|e| e.channel_mut(&channel))
+            .is_some_and(|c| c.is_live())
+    }
+
+    /// A plain release freed lock `name`, and `published` an unlock message
+    /// that `heard` listeners got: the kind's books learn it, and say whether
+    /// the head waiter yields (holds back, listening for the other processes'
+    /// release).
+    pub(super) fn released(&mut self, published: bool, heard: u32, name: &str) -> AfterRelease {
+        let listening = self.listens(name);
+        let freed = Freed {
+            published,
+            others: heard.saturating_sub(u32::from(listening)),
+            listening,
+            nobody_waits: !self.has_waiters(),
+            now: Instant::now(),
+        };
+        self.with_kind(|kind, _| kind.released(freed))
+    }
+
+    /// The waiter a release of `holder`'s last hold hands the lock to, when
+    /// the kind hands over (`count`: the transfer counts the listeners) and
+    /// nothing acquiring is out: the head waiter of another owner, asked now,
+    /// with the effects of asking it.
+    pub(super) fn hand_over_to(&mut self, holder: Owner) -> Option<HandOver> {
+        if !self.is_quiet() {
+            return None;
+        }
+        let LastRelease::HandOver { count } = self.kind().last_release() else {
+            return None;
+        };
+        let engine = self.engine_mut()?;
+        let ask = engine.ask_head(|head| head.want.req.owner != holder)?;
+        let effects = engine.take_effects();
+        Some(HandOver {
+            ask,
+            count,
+            effects,
+        })
+    }
+
     /// Drops the engine once nobody waits, nothing is out and nothing is
     /// listened on, keeping the kind.
     pub(super) fn idle_if_empty(&mut self) {
@@ -345,4 +455,14 @@ impl Side {
         let saw_lock = policy.saw_lock;
         *self = Side::Idle { kind, saw_lock };
     }
+}
+
+/// A hand-over [`Side::hand_over_to`] chose.
+pub(super) struct HandOver {
+    /// The waiter asked, and what it wants.
+    pub(super) ask: Ask<Want>,
+    /// The transfer counts who listens on the unlock channel.
+    pub(super) count: bool,
+    /// The effects of asking it, to carry out.
+    pub(super) effects: Vec<Effect<LockWaits>>,
 }
