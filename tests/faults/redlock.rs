@@ -574,13 +574,17 @@ async fn a_grant_that_lands_after_the_process_went_on_is_given_back() {
     );
 }
 
-/// A server frozen under contention costs a waiting RedLock one bounded try,
-/// not one per round (issue 37, item 3): with the first of three servers
-/// frozen and a 1 s per-node wait, a client waiting behind another gets the
-/// lock from the two others within a few round trips of the holder's release.
-/// Before, every round waited the whole per-node wait for the frozen server
-/// (holding what it had won meanwhile, so that others kept missing a
-/// majority): the release was followed by about 1.8 s of waiting.
+/// A server frozen under contention costs a waiting RedLock at most one
+/// bounded try, not one per round: with the first of three servers frozen and
+/// a 1 s per-node wait, a client waiting behind another gets the lock from the
+/// two others within a few round trips of the holder's release, or at most one
+/// per-node wait after it. That one wait comes of a race the algorithm allows:
+/// woken by the holder's release on the second server, the waiter may ask the
+/// third before the holder's release reaches it, find it still held, and then
+/// have only the frozen server left for a majority, which it waits for once
+/// (seen about 1 run in 15 with the cores kept busy). Waiting for the frozen
+/// server in every round holds what was won meanwhile, so that others keep
+/// missing a majority: then the release is followed by about 1.8 s of waiting.
 #[actix_rt::test]
 async fn a_frozen_server_is_not_waited_for_in_every_round() {
     let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
@@ -603,8 +607,15 @@ async fn a_frozen_server_is_not_waited_for_in_every_round() {
         (got, Instant::now())
     });
     // Its first round finds the two live servers held and goes to wait on the
-    // second one's unlock message.
-    actix_rt::time::sleep(Duration::from_millis(300)).await;
+    // second one's unlock message: released only then (released before, its
+    // first round would rightly wait for the frozen server, not yet known silent).
+    let channel = "redisson_lock__channel:{contended:frozen}";
+    let anchored = support::eventually(Duration::from_secs(10), || {
+        let (_, n): (String, i64) = raw(&servers[1], &["PUBSUB", "NUMSUB", channel]);
+        n >= 1
+    })
+    .await;
+    assert!(anchored, "the waiter never waited on the second server");
     held.release().await.expect("released on a majority");
     let released = Instant::now();
     let (got, at) = tokio::time::timeout(Duration::from_secs(20), waiting)
@@ -614,7 +625,7 @@ async fn a_frozen_server_is_not_waited_for_in_every_round() {
     let g = got.expect("acquired from the two live servers");
     let after = at.saturating_duration_since(released);
     assert!(
-        after < Duration::from_millis(500),
+        after < Duration::from_millis(1400),
         "acquired {after:?} after the holder's release"
     );
     assert_eq!(g.holding(), 2);
