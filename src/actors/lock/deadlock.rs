@@ -174,16 +174,14 @@ impl Detector {
         (seen, Some(Box::pin(join_all(checks))))
     }
 
-    /// What the check of waiter `id` found (its round is over once its
-    /// answers are read): the cycle this wait must break by giving up, if it
-    /// is the cycle's victim.
+    /// What the check of waiter `id` found: the cycle this wait must break
+    /// by giving up, if it is the cycle's victim.
     pub(super) fn checked(
         &mut self,
         (id, wait, checked): (u64, Wait, Checked),
         name: &str,
         shared: &Shared,
     ) -> Option<Deadlock> {
-        self.checking = false;
         let Checked {
             cycle,
             recorded,
@@ -289,6 +287,8 @@ impl Handler<Round> for LockActor {
             return self.watch_for_deadlocks(ctx);
         };
         ctx.spawn(checks.into_actor(self).map(|results, act, ctx| {
+            // The round is over: the next one may be armed.
+            act.wait.detector.get_or_insert_with(Box::default).checking = false;
             let mut failed = false;
             for result in results {
                 let id = result.0;

@@ -64,7 +64,7 @@ use waiters::{WaiterQueue, Want};
 use waits::{HandOver, LockWaits, Side, Wait};
 
 /// What a release's caller gets back, in the actor's context.
-type Releasing_<A> = ResponseActFuture<A, Result<ReleaseOutcome, LockError>>;
+type ReleaseFuture = ResponseActFuture<LockActor, Result<ReleaseOutcome, LockError>>;
 
 /// The actor of one lock name and kind; see the module documentation. A short
 /// list of owned parts, each a type whose methods change it.
@@ -403,7 +403,7 @@ impl LockActor {
 impl LockActor {
     /// Runs the release script for one hold of a live holding (or, for its
     /// last hold, hands the lock over when the kind says so).
-    fn release_hold(&mut self, epoch: u64, ctx: &mut Context<Self>) -> Releasing_<Self> {
+    fn release_hold(&mut self, epoch: u64, ctx: &mut Context<Self>) -> ReleaseFuture {
         let Some(releasing) = Releasing::of(&mut self.held, epoch, &self.name, &self.shared) else {
             return Box::pin(fut::ready(Err(LockError::NotHeld)));
         };
@@ -474,7 +474,7 @@ impl LockActor {
         epoch: u64,
         giveback: &Giveback,
         ctx: &mut Context<Self>,
-    ) -> Option<Releasing_<Self>> {
+    ) -> Option<ReleaseFuture> {
         if self.wait.check.is_some() || !self.releases.none() {
             return None;
         }

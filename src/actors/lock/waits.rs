@@ -396,11 +396,13 @@ impl Side {
     /// counts include it. The channel is made when needed rather than kept:
     /// only waiters need it, and a held lock's actor should stay small.
     pub(super) fn listens(&mut self, name: &str) -> bool {
-        let channel = self.kind().scripts().channel(name);
-        let engine = self.engine_mut();
-        engine
-            .and_then(|e| e.channel_mut(&channel))
-            .is_some_and(|c| c.is_live())
+        // Without an engine nothing is listened on: an uncontended release
+        // makes no channel name.
+        let Side::Busy(engine) = self else {
+            return false;
+        };
+        let channel = engine.policy().kind.scripts().channel(name);
+        engine.channel_mut(&channel).is_some_and(|c| c.is_live())
     }
 
     /// A plain release freed lock `name`, and `published` an unlock message
