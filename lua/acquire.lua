@@ -19,6 +19,20 @@
 --          + delay: a lease that runs out unreleased leaves the hash, and so the
 --          lock, taken for the delay (docs/protocol.md, "Lock-delay")
 --
+-- KEYS[3]  the handoff queue, lockwarden_handoff_queue:{<name>} (a list of the
+--          fields waiting for a direct handoff, head first; docs/protocol.md,
+--          "Direct handoff")
+-- KEYS[4]  the handoff deadlines, lockwarden_handoff_timeout:{<name>} (a zset:
+--          field -> the server time in ms its place lapses at)
+-- ARGV[6]  how long the caller's place in the handoff queue lives, in whole
+--          milliseconds; "0" or absent: the caller takes no place. With a place,
+--          the caller's field was made for this wait (it holds nothing of its
+--          own), so a hold of that field can only be a handoff that
+--          release.lua made to it: it is reported as granted ({1, token, holds},
+--          token the counter's), its lease set to ARGV[1] and its place gone.
+--          A busy answer keeps (or takes, at the back) the caller's place, and a
+--          grant takes the caller out of the queue.
+--
 -- Returns {1, token, holds} when the caller now holds the lock (token is the new
 -- fencing token, holds the caller's hold count), or {0, pttl} when another owner
 -- holds it (pttl as PTTL reports it: -1 means the key has no expiry), or {-2} when
@@ -43,6 +57,13 @@ if keep == nil or #keep > 15 or not string.find(keep, '^[1-9]%d*$') then
 end
 if ARGV[4] ~= nil and ARGV[4] ~= '0' and ARGV[4] ~= '1' and ARGV[4] ~= '2' then
   return redis.error_reply('ERR lockwarden: new-owner flag must be 0, 1 or 2')
+end
+local place = ARGV[6]
+if place == '0' or KEYS[4] == nil then
+  place = nil
+end
+if place ~= nil and (#place > 15 or not string.find(place, '^[1-9]%d*$')) then
+  return redis.error_reply('ERR lockwarden: place lifetime must be a whole number of milliseconds')
 end
 local delay = ARGV[5]
 if delay == '0' then
@@ -84,7 +105,26 @@ local exists = (pttl == -2) and 0 or 1
 local mine = 0
 -- The server clock, read once when needed (a lock-delay mark to check or to write).
 local t
-if exists == 1 and ARGV[4] ~= '1' and delay then
+if exists == 1 and place then
+  -- A waiter with a place: a hold of its field is the handoff it waits for (a
+  -- message that was lost, or one that crossed this call).
+  local handed = redis.pcall('hget', KEYS[1], ARGV[2])
+  if type(handed) == 'table' then
+    return refused(handed, 'HGET on the lock', 'hget', KEYS[1], ARGV[2])
+  end
+  if handed then
+    -- The lease the release gave it is short (a receiver that died costs the
+    -- lock no more): it becomes the caller's own. A write, so that a WAIT
+    -- behind this call confirms the handoff too (one replication stream, in
+    -- order). A user that may not PEXPIRE keeps the short lease; its
+    -- renewals extend it.
+    if not acl or acl('pexpire', KEYS[1], lease) then
+      redis.call('pexpire', KEYS[1], lease)
+    end
+    redis.pcall('zrem', KEYS[4], ARGV[2])
+    return {1, tonumber(redis.call('get', KEYS[2]) or '0'), tonumber(handed)}
+  end
+elseif exists == 1 and ARGV[4] ~= '1' and delay then
   -- A caller with a lock-delay reads its hold and the lock-delay mark in one
   -- command (HMGET: its ACL needs it); the others ask HEXISTS alone, as before.
   local got = redis.pcall('hmget', KEYS[1], ARGV[2], 'lockwarden:delay')
@@ -164,7 +204,35 @@ if exists == 0 or mine == 1 then
     token = last + 1
     redis.call('set', KEYS[2], string.format('%.0f', token), 'px', keep)
   end
+  if place then
+    -- Out of the handoff queue: its list entry, if any, is skipped when popped
+    -- (no deadline left), which costs less than an LREM over the list here. A
+    -- user without the right leaves the place to lapse.
+    redis.pcall('zrem', KEYS[4], ARGV[2])
+  end
   return {1, token, holds}
 end
 
+if place then
+  -- Busy: keep the caller's place (or take one at the back). Both keys live as long as their newest place, so waiters
+  -- that all died leave nothing behind. A user without the rights to the
+  -- handoff keys (an ACL written before they existed) takes no place and waits
+  -- as before: the handoff is an optimisation, not a right to refuse.
+  if acl and not (acl('zadd', KEYS[4], '1', ARGV[2]) and acl('rpush', KEYS[3], ARGV[2])
+      and acl('pexpire', KEYS[3], place) and acl('time')) then
+    return {0, pttl}
+  end
+  t = t or redis.call('time')
+  local lapses = string.format('%.0f', t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(place))
+  local new = redis.pcall('zadd', KEYS[4], lapses, ARGV[2])
+  if type(new) == 'table' then
+    return {0, pttl}
+  end
+  if new == 1 then
+    redis.call('rpush', KEYS[3], ARGV[2])
+  end
+  redis.call('pexpire', KEYS[3], place)
+  redis.call('pexpire', KEYS[4], place)
+  return {0, pttl}
+end
 return {0, pttl}

@@ -10,7 +10,8 @@
 -- KEYS     every op's keys, op after op, in the order the ops appear in ARGV
 -- ARGV     per op: its script ('a' acquire.lua, 'r' release.lua), then its
 --          arguments. The script fixes how many keys and arguments the op has
---          (acquire: 2 and 5, release: 3 and 5), so no counts are sent.
+--          (acquire: 2 and 5, release: 3 and 5; with the direct handoff's
+--          keys 'p' acquire: 4 and 6, 'h' release: 6 and 8), so no counts are sent.
 --
 -- Returns an array with one reply per op, in order: what that op's script returned,
 -- or an error reply when it failed. Each op runs in pcall, so an op that fails (a key
@@ -39,6 +40,18 @@ local shapes = {
   r = {3, 5, function(k, a)
     return op_release({KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]},
       {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5]})
+  end},
+  -- With the direct handoff's keys (acquire.lua's KEYS[3..4], release.lua's
+  -- KEYS[4..6]): sent only by a manager with Config::direct_handoff, so that a
+  -- user whose ACL predates those keys is not refused every lock change.
+  p = {4, 6, function(k, a)
+    return op_acquire({KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]},
+      {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]})
+  end},
+  h = {6, 8, function(k, a)
+    return op_release({KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5],
+      KEYS[k + 6]}, {ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5],
+      ARGV[a + 6], ARGV[a + 7], ARGV[a + 8]})
   end},
 }
 

@@ -12,11 +12,31 @@
 --          (or absent)
 -- ARGV[6]  "1" when the lock is handed to a new owner in the same script call
 --          (transfer.lua): nothing is published, nobody is woken; else "0" or absent
+-- KEYS[4]  the fencing token counter (acquire.lua's KEYS[2])
+-- KEYS[5]  the handoff queue (acquire.lua's KEYS[3])
+-- KEYS[6]  the handoff deadlines (acquire.lua's KEYS[4]); KEYS[4..6] absent: no
+--          handoff
+-- ARGV[7]  the lease a handoff gives its receiver, in whole milliseconds: short,
+--          because the receiver extends it at once, and a receiver that died
+--          after it took its place costs the lock no more than this
+-- ARGV[8]  lifetime of the token counter in whole milliseconds (acquire.lua's
+--          ARGV[3])
+--
+-- Direct handoff: a release that frees the lock (not a quiet one) pops the handoff
+-- queue up to its first live place and makes that field the holder in the same
+-- call (one hold, the short lease, a new fencing token as acquire.lua makes
+-- them), then tells its process on lockwarden_handoff__channel:{<name>}:<client
+-- id> with "g<token>,<field>". It publishes no unlock message then, as a
+-- hand-over by transfer.lua does not: a waiter it woke (a Redisson client, or a
+-- lockwarden one without a place) would only find the lock taken. A Redisson
+-- client is thus excluded as before and woken by the release that frees the
+-- lock for good (or asks again when the lease it was told of runs out).
 --
 -- Returns the caller's remaining hold count: > 0 when it is still held by the
 -- caller, -1 when the caller does not hold it (nothing is changed then), and when
 -- the lock was freed {0, heard}: heard is what PUBLISH answered, how many
--- subscriptions (processes) received the unlock message, so that the releasing
+-- subscriptions (processes) received the unlock message; {0, waiting, 1} after
+-- a handoff (waiting: 1 plus the places left in the handoff queue), so that the releasing
 -- process knows whether other processes wait (it yields the lock to them rather
 -- than hand it to its own next waiter). A retry answered from the latch returns a
 -- plain 0 (who heard the first attempt is not known). Handing over (ARGV[6]), the
@@ -54,6 +74,53 @@ if ARGV[5] ~= nil and ARGV[5] ~= '0' and ARGV[5] ~= '1' then
   return redis.error_reply('ERR lockwarden: retry flag must be 0 or 1')
 end
 local quiet = ARGV[6] == '1'
+local hand_lease, keep = ARGV[7], ARGV[8]
+if KEYS[6] == nil or quiet then
+  hand_lease = nil
+elseif hand_lease == nil or #hand_lease > 15 or not string.find(hand_lease, '^[1-9]%d*$')
+  or keep == nil or #keep > 15 or not string.find(keep, '^[1-9]%d*$') then
+  return redis.error_reply('ERR lockwarden: handoff lease and token lifetime must be whole numbers of milliseconds >= 1')
+end
+
+-- Makes the first live place of the handoff queue the holder of the freed lock
+-- and tells its process; answers its token, or nil when no place is live. Each
+-- popped place costs a few commands, so at most 64 are looked at: places that
+-- lapsed are few (a waiter's place lives a second past its last call).
+local function hand_over()
+  local t, now_ms
+  for _ = 1, 64 do
+    local field = redis.call('lpop', KEYS[5])
+    if not field then
+      return nil
+    end
+    t = t or redis.call('time')
+    now_ms = now_ms or t[1] * 1000 + math.floor(t[2] / 1000)
+    local lapses = redis.call('zscore', KEYS[6], field)
+    if lapses then
+      redis.call('zrem', KEYS[6], field)
+    end
+    local client = string.match(field, '^(.*):[^:]*$')
+    -- The releasing field's own place is stale: it was granted by a local
+    -- hand-over (transfer.lua), which does not look at places.
+    if lapses and client and field ~= ARGV[2] and tonumber(lapses) > now_ms then
+      redis.call('hset', KEYS[1], field, '1')
+      redis.call('pexpire', KEYS[1], hand_lease)
+      -- The fencing token as acquire.lua makes it (see there).
+      local now = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+      local token = tonumber(now)
+      local last = tonumber(redis.call('set', KEYS[4], now, 'px', keep, 'get'))
+      if last and last >= token then
+        token = last + 1
+        redis.call('set', KEYS[4], string.format('%.0f', token), 'px', keep)
+      end
+      token = string.format('%.0f', token)
+      redis.call('publish', 'lockwarden_handoff__channel:' .. string.sub(KEYS[4], 21) .. ':'
+        .. client, 'g' .. token .. ',' .. field)
+      return token
+    end
+  end
+  return nil
+end
 
 -- ACL, as in acquire.lua: the commands after the first write are asked for
 -- before it, on the path taken; the reads and the first write run with
@@ -157,6 +224,14 @@ if acl then
   if not acl('set', KEYS[3], '1', 'px', latch_ttl) then
     return deny('SET on the release latch')
   end
+  -- A user without the rights to the handoff keys hands nothing over: its
+  -- ACL predates them, and nobody of its kind can have taken a place.
+  if hand_lease and not (acl('lpop', KEYS[5]) and acl('zscore', KEYS[6], '0')
+      and acl('zrem', KEYS[6], '0') and acl('zcard', KEYS[6]) and acl('hset', KEYS[1], '0', '1')
+      and acl('time') and acl('set', KEYS[4], '1', 'px', keep, 'get')
+      and acl('publish', 'lockwarden_handoff__channel:' .. string.sub(KEYS[4], 21) .. ':c', 'g')) then
+    hand_lease = nil
+  end
 end
 local r = redis.pcall('del', KEYS[1])
 if type(r) == 'table' then
@@ -165,6 +240,14 @@ end
 if quiet then
   redis.call('set', KEYS[3], '1', 'px', latch_ttl)
   return {0}
+end
+if hand_lease and hand_over() then
+  -- Handed over: no unlock message, as transfer.lua sends none, since everyone
+  -- it would wake would find the lock taken. The answer counts those who wait
+  -- (the one handed the lock, and the places left) as those who heard.
+  local waiting = 1 + redis.call('zcard', KEYS[6])
+  redis.call('set', KEYS[3], '1', 'px', latch_ttl)
+  return {0, waiting, 1}
 end
 local heard = redis.call('publish', KEYS[2], ARGV[4])
 redis.call('set', KEYS[3], '1', 'px', latch_ttl)

@@ -24,6 +24,10 @@
 --          "0" or absent not to: the caller needs the count only now and then
 -- ARGV[10] the new owner's lock-delay in whole milliseconds, "0" or absent for
 --          none (acquire.lua's ARGV[5])
+-- KEYS[5], KEYS[6], ARGV[11]  the handoff queue, its deadlines and the new
+--          owner's place lifetime (acquire.lua's KEYS[3], KEYS[4] and ARGV[6]):
+--          a new owner that waited with a place in the handoff queue leaves it
+--          with this grant; absent or "0": it had none
 --
 -- Returns {0, token, listening} when the lock went to the new owner (its fencing
 -- token; how many subscriptions listen on the unlock channel, when asked for;
@@ -69,7 +73,8 @@ local released = op_release({KEYS[1], KEYS[2], KEYS[3]},
 if type(released) ~= 'table' or released.err or released[1] ~= 0 then
   return released
 end
-local granted = op_acquire({KEYS[1], KEYS[4]}, {ARGV[7], ARGV[6], ARGV[8], '0', ARGV[10]})
+local granted = op_acquire({KEYS[1], KEYS[4], KEYS[5], KEYS[6]},
+  {ARGV[7], ARGV[6], ARGV[8], '0', ARGV[10], ARGV[11]})
 if granted.err or granted[1] ~= 1 then
   -- Not reached: the hash was just deleted and every right asked for. Should it
   -- happen, the lock is free: say so to those who wait.

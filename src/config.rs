@@ -64,6 +64,9 @@ pub struct Config {
     pub(crate) max_retry_interval: Duration,
     /// How long a lock whose lease ran out unreleased stays taken; zero for none.
     pub(crate) lock_delay: Duration,
+    /// Exclusive lock: a release hands the lock to another process's waiter
+    /// directly (`Config::direct_handoff`).
+    pub(crate) direct_handoff: bool,
     /// Spin lock: the delay before a waiter's second attempt.
     pub(crate) spin_first: Duration,
     /// Spin lock: the longest delay between a waiter's attempts.
@@ -145,6 +148,7 @@ impl Config {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             max_retry_interval: Duration::from_secs(5),
             lock_delay: Duration::ZERO,
+            direct_handoff: false,
             spin_first: Duration::from_millis(1),
             spin_longest: Duration::from_millis(128),
             reconnect_min: Duration::from_millis(50),
@@ -303,6 +307,25 @@ impl Config {
     /// uses 15 seconds).
     pub fn lock_delay(mut self, delay: Duration) -> Config {
         self.lock_delay = delay;
+        self
+    }
+
+    /// Direct handoff across processes for the exclusive lock: a waiter that
+    /// finds the lock held takes a place in a handoff queue beside it, and the
+    /// release that frees the lock (by any lockwarden process) makes the first
+    /// live place the holder in the same script call and tells its process, so
+    /// the waiter sends nothing more before it holds (one round trip less per
+    /// contended handoff between processes; with replica confirmation asked,
+    /// the waiter still sends one call, whose `WAIT` confirms the handoff).
+    /// Waiters with a place go first, in the order they took it; a Redisson
+    /// client on the same lock is woken only by a release that finds no place
+    /// (docs/protocol.md, "Direct handoff"). A waiter that died with a place
+    /// costs the lock at most the handoff lease (800 ms). Only waiters whose
+    /// owner was made for their wait (no `Acquire::owner`) and that wait (not a
+    /// try-once) take a place; with a [`Config::lock_delay`] nobody does.
+    /// Defaults to `false` (off) until its fault runs are in the chaos suite.
+    pub fn direct_handoff(mut self, on: bool) -> Config {
+        self.direct_handoff = on;
         self
     }
 

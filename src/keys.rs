@@ -51,6 +51,17 @@ const SEM_QUEUE_PREFIX: &str = "lockwarden_semaphore_queue";
 const SEM_TIMEOUT_PREFIX: &str = "lockwarden_semaphore_timeout";
 /// Prefix of a fair semaphore waiter's own channel.
 const SEM_WAITER_CHANNEL_PREFIX: &str = "lockwarden_semaphore_channel";
+/// Prefix of an exclusive lock's handoff queue: the fields of waiters that a
+/// release makes the holder directly, head first (lockwarden's own: Redisson's
+/// waiters are woken, not handed the lock).
+const HANDOFF_QUEUE_PREFIX: &str = "lockwarden_handoff_queue";
+/// Prefix of an exclusive lock's handoff places: a zset of field -> the server
+/// time (ms) its place lapses at.
+const HANDOFF_TIMEOUT_PREFIX: &str = "lockwarden_handoff_timeout";
+/// Prefix of the channel on which a process is told that a release handed it
+/// the lock, one per lock and process (Redisson's unlock channel carries only
+/// numbers).
+const HANDOFF_CHANNEL_PREFIX: &str = "lockwarden_handoff__channel";
 /// Suffix of a permit-expirable semaphore's zset of taken permits.
 const PERMIT_TIMEOUT_SUFFIX: &str = "timeout";
 /// The part between a synchronizer's tagged name and an op id in an op marker
@@ -62,7 +73,7 @@ const OP_MARKER_INFIX: &str = ":lockwarden_done:";
 /// [`reserved`] refuses to [`FencedWrite`](crate::FencedWrite). A prefix added
 /// above belongs here too (`every_derived_key_is_reserved` checks each key
 /// builder of this file).
-const RESERVED_PREFIXES: [(&str, &str, &str); 15] = [
+const RESERVED_PREFIXES: [(&str, &str, &str); 18] = [
     (CHANNEL_PREFIX, ":", "a lock's unlock channel"),
     (LATCH_PREFIX, ":", "a lock's unlock latch"),
     (TOKEN_PREFIX, ":", "a lock's fencing token counter"),
@@ -82,6 +93,17 @@ const RESERVED_PREFIXES: [(&str, &str, &str); 15] = [
         ":",
         "a fair semaphore waiter's channel",
     ),
+    (
+        HANDOFF_QUEUE_PREFIX,
+        ":",
+        "an exclusive lock's handoff queue",
+    ),
+    (
+        HANDOFF_TIMEOUT_PREFIX,
+        ":",
+        "an exclusive lock's handoff places",
+    ),
+    (HANDOFF_CHANNEL_PREFIX, ":", "a process's handoff channel"),
 ];
 
 /// Message published when a lock frees: wake one waiter.
@@ -231,6 +253,25 @@ pub(crate) fn permit_timeouts(name: &str) -> String {
 /// a permit-expirable semaphore (`~{<prefix>*`) covers it.
 pub(crate) fn op_marker(name: &str, op_id: &str) -> String {
     format!("{}{OP_MARKER_INFIX}{op_id}", tagged(name))
+}
+
+/// An exclusive lock's handoff queue: a list of waiting owner fields, head
+/// first, `lockwarden_handoff_queue:{<name>}` (`lua/release.lua`).
+pub(crate) fn handoff_queue(name: &str) -> String {
+    prefixed(HANDOFF_QUEUE_PREFIX, name)
+}
+
+/// An exclusive lock's handoff places: a zset of owner field -> the server time
+/// (ms) its place lapses at, `lockwarden_handoff_timeout:{<name>}`.
+pub(crate) fn handoff_timeouts(name: &str) -> String {
+    prefixed(HANDOFF_TIMEOUT_PREFIX, name)
+}
+
+/// The channel on which the process `client_id` is told that a release handed
+/// it the lock `name`: `lockwarden_handoff__channel:{<name>}:<client id>`; the
+/// message is `g<token>,<owner field>`.
+pub(crate) fn handoff_channel(name: &str, client_id: &str) -> String {
+    format!("{}:{client_id}", prefixed(HANDOFF_CHANNEL_PREFIX, name))
 }
 
 /// A fair lock's queue: a list of waiting owner fields, head first.
@@ -458,6 +499,9 @@ mod tests {
             let derived = [
                 channel(name),
                 token(name),
+                handoff_queue(name),
+                handoff_timeouts(name),
+                handoff_channel(name, "c1"),
                 fence(name),
                 latch(name, "r1"),
                 semaphore_channel(name),

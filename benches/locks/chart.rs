@@ -44,6 +44,7 @@ fn colour(which: Impl) -> RGBColor {
     match which {
         Impl::Lockwarden => RGBColor(31, 119, 180),
         Impl::LockwardenNoDeadlock => RGBColor(174, 199, 232),
+        Impl::LockwardenHandoff => RGBColor(23, 190, 207),
         Impl::Raw => RGBColor(44, 160, 44),
         Impl::LockwardenSpin => RGBColor(140, 86, 75),
         Impl::Rslock => RGBColor(214, 39, 40),

@@ -55,6 +55,11 @@ pub enum Impl {
     /// timeout (nothing). Not in the default set: name it in
     /// `LOCKWARDEN_BENCH_IMPLS` (scenarios A and B).
     LockwardenNoDeadlock,
+    /// lockwarden with the direct handoff across processes
+    /// (`Config::direct_handoff`): a release hands the lock to the next
+    /// process's waiter in the same script call. Not in the default set: name
+    /// it in `LOCKWARDEN_BENCH_IMPLS` (scenarios B and P show what it gives).
+    LockwardenHandoff,
 }
 
 impl Impl {
@@ -69,7 +74,7 @@ impl Impl {
     ];
 
     /// Implementations that run only when `LOCKWARDEN_BENCH_IMPLS` names them.
-    pub const OPTIONAL: [Impl; 1] = [Impl::LockwardenNoDeadlock];
+    pub const OPTIONAL: [Impl; 2] = [Impl::LockwardenNoDeadlock, Impl::LockwardenHandoff];
 
     /// Scenario R's implementations: RedLock clients over the same servers
     /// (rslock is one, with either retry setting).
@@ -106,6 +111,7 @@ impl Impl {
             Impl::LockwardenNoSync => "lockwarden-nosync",
             Impl::LockwardenWait300 => "lockwarden-wait300ms",
             Impl::LockwardenNoDeadlock => "lockwarden-nodeadlock",
+            Impl::LockwardenHandoff => "lockwarden-handoff",
             Impl::RedissonLayout => "redisson-layout",
         }
     }
@@ -143,6 +149,7 @@ impl Impl {
             | Impl::LockwardenNoSync
             | Impl::LockwardenWait300
             | Impl::LockwardenNoDeadlock
+            | Impl::LockwardenHandoff
             | Impl::RedissonLayout => SCRIPTED,
             Impl::Rslock | Impl::RslockTuned | Impl::Naive => PLAIN,
         }
@@ -194,12 +201,14 @@ impl Client {
             Impl::Lockwarden
             | Impl::LockwardenNoSync
             | Impl::LockwardenWait300
-            | Impl::LockwardenNoDeadlock => {
+            | Impl::LockwardenNoDeadlock
+            | Impl::LockwardenHandoff => {
                 let mut config = Config::from_url(url).expect("redis url");
                 config = match which {
                     Impl::LockwardenNoSync => config.no_replica_sync(),
                     Impl::LockwardenWait300 => config.sync_replicas(1, Duration::from_millis(300)),
                     Impl::LockwardenNoDeadlock => config.no_deadlock_detection(),
+                    Impl::LockwardenHandoff => config.direct_handoff(true),
                     _ => config,
                 };
                 // LOCKWARDEN_BENCH_BATCHING="max_ops,in_flight" tries other coalescing

@@ -210,6 +210,7 @@ pub fn child_main() {
     let name = setting("LOCKWARDEN_BENCH_CHILD_IMPL");
     let which = Impl::ALL
         .into_iter()
+        .chain(Impl::OPTIONAL)
         .find(|i| i.name() == name)
         .unwrap_or_else(|| panic!("unknown implementation {name}"));
     let number = |n: &str| setting(n).parse::<u64>().expect("a number");

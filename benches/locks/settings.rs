@@ -163,7 +163,7 @@ impl Settings {
     /// processes), for the foreign side's share.
     pub fn fleets(&self) -> Vec<Fleet> {
         let mut out = Vec::new();
-        for base in [Impl::Lockwarden, Impl::Raw] {
+        for base in [Impl::Lockwarden, Impl::LockwardenHandoff, Impl::Raw] {
             if !self.impls.contains(&base) {
                 continue;
             }

@@ -43,6 +43,9 @@ pub(crate) struct Unlocked {
     pub(crate) channel: String,
     /// `true` for message `1` (all waiters may proceed), `false` for `0`.
     pub(crate) wake_all: bool,
+    /// A direct handoff's message (`g<token>,<owner field>`, on a handoff
+    /// channel: `lua/release.lua`): that field holds the lock now.
+    pub(crate) grant: Option<String>,
 }
 
 /// The subscriber (re)connected: messages may have been lost, so retry now.
@@ -278,16 +281,24 @@ impl Subscriber {
             b if b == keys::WAKE_ONE.as_bytes() => actor.do_send(Unlocked {
                 channel,
                 wake_all: false,
+                grant: None,
             }),
             b if b == keys::WAKE_ALL.as_bytes() => actor.do_send(Unlocked {
                 channel,
                 wake_all: true,
+                grant: None,
             }),
             // A semaphore's channel carries the number of permits available after
             // a release (Redisson's message): any waiter may fit now.
             b if is_number(b) => actor.do_send(Unlocked {
                 channel,
                 wake_all: true,
+                grant: None,
+            }),
+            b if b.first() == Some(&b'g') => actor.do_send(Unlocked {
+                channel,
+                wake_all: false,
+                grant: Some(String::from_utf8_lossy(&b[1..]).into_owned()),
             }),
             other => debug!(channel, payload = ?other, "ignored unknown message"),
         }

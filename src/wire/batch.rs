@@ -44,6 +44,12 @@ pub(crate) enum BatchOp {
     Acquire,
     /// `lua/release.lua`
     Release,
+    /// `lua/acquire.lua` with the direct handoff's keys (the waiter takes a
+    /// place in the handoff queue).
+    AcquirePlacing,
+    /// `lua/release.lua` with the direct handoff's keys (a release that frees
+    /// the lock hands it to the first live place).
+    ReleaseHanding,
 }
 
 impl BatchOp {
@@ -53,6 +59,8 @@ impl BatchOp {
         match self {
             BatchOp::Acquire => "a",
             BatchOp::Release => "r",
+            BatchOp::AcquirePlacing => "p",
+            BatchOp::ReleaseHanding => "h",
         }
     }
 }

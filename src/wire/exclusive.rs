@@ -6,6 +6,7 @@
 //! carry a [`BatchOp`]); renewal takes many locks in one call by itself.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use redis::{RedisResult, Value};
 
@@ -23,6 +24,8 @@ pub(super) static RELEASE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/release.lua")));
 pub(super) static RENEW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/renew.lua")));
+pub(super) static PLACES: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("../../lua/handoff_places.lua")));
 pub(super) static TRANSFER: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(&with_lock_ops(include_str!("../../lua/transfer.lua"))));
 
@@ -47,6 +50,10 @@ pub(crate) struct Acquire<'a> {
     pub(crate) reentrant: bool,
     /// The lock-delay after a lapsed lease, in ms (0: none).
     pub(crate) delay_ms: u64,
+    /// How long the caller's place in the handoff queue lives, in ms (0: it
+    /// takes none). Only for a field made for this wait: a hold of it is then
+    /// reported as the handoff it waits for (`lua/acquire.lua`, ARGV[6]).
+    pub(crate) place_ms: u64,
 }
 
 impl ScriptCall for Acquire<'_> {
@@ -67,6 +74,15 @@ impl ScriptCall for Acquire<'_> {
             })
             .arg(self.delay_ms);
         call.batch = Some(BatchOp::Acquire);
+        if self.place_ms > 0 {
+            // The handoff's keys only when a place is taken: an ACL that
+            // predates them would refuse every acquisition otherwise.
+            call = call
+                .key(keys::handoff_queue(self.name))
+                .key(keys::handoff_timeouts(self.name))
+                .arg(self.place_ms);
+            call.batch = Some(BatchOp::AcquirePlacing);
+        }
         call
     }
 
@@ -91,6 +107,12 @@ pub(crate) struct Release<'a> {
     pub(crate) latch_ttl_ms: u64,
     /// An earlier attempt with this request id may have run: read the latch.
     pub(crate) retry: bool,
+    /// The lease a direct handoff gives the waiter it makes the holder, in ms
+    /// (`lua/release.lua`, ARGV[7]); 0: no handoff (the handoff's keys are
+    /// not sent, so an ACL that predates them still allows the release).
+    pub(crate) hand_lease_ms: u64,
+    /// How long the fencing token counter lives after a handoff, in ms.
+    pub(crate) token_ttl_ms: u64,
 }
 
 impl ScriptCall for Release<'_> {
@@ -108,6 +130,16 @@ impl ScriptCall for Release<'_> {
             .arg(keys::WAKE_ONE)
             .arg(flag(self.retry));
         call.batch = Some(BatchOp::Release);
+        if self.hand_lease_ms > 0 {
+            call = call
+                .key(keys::token(self.name))
+                .key(keys::handoff_queue(self.name))
+                .key(keys::handoff_timeouts(self.name))
+                .arg("0")
+                .arg(self.hand_lease_ms)
+                .arg(self.token_ttl_ms);
+            call.batch = Some(BatchOp::ReleaseHanding);
+        }
         // ARGV[5], the retry flag, is set on a resend: it reads the latch.
         call.kept(Some(4), self.lease_ms, self.latch_ttl_ms)
     }
@@ -119,6 +151,11 @@ impl ScriptCall for Release<'_> {
                 [Value::Int(0), Value::Int(heard)] => Ok(ReleaseReply::Released {
                     published: true,
                     heard: u32::try_from(*heard).unwrap_or(0),
+                }),
+                // Handed to a waiter with a place: nothing was published.
+                [Value::Int(0), Value::Int(waiting), Value::Int(1)] => Ok(ReleaseReply::Released {
+                    published: false,
+                    heard: u32::try_from(*waiting).unwrap_or(0),
                 }),
                 _ => Err(unexpected("release script returned an unknown shape")),
             },
@@ -144,6 +181,9 @@ pub(crate) struct Transfer<'a> {
     pub(crate) count: bool,
     /// The new owner's lock-delay after a lapsed lease, in ms (0: none).
     pub(crate) delay_ms: u64,
+    /// The new owner may have a place in the handoff queue, which it leaves
+    /// (its lifetime in ms, as [`Acquire::place_ms`]; 0: it has none).
+    pub(crate) place_ms: u64,
 }
 
 /// What a [`Transfer`] did.
@@ -187,6 +227,12 @@ impl ScriptCall for Transfer<'_> {
             .arg(self.token_ttl_ms)
             .arg(flag(self.count))
             .arg(self.delay_ms);
+        if self.place_ms > 0 {
+            call = call
+                .key(keys::handoff_queue(r.name))
+                .key(keys::handoff_timeouts(r.name))
+                .arg(self.place_ms);
+        }
         // Kept unconfirmed, only its release half is sent again: on the master
         // that ran the hand-over the latch answers it; on one that never saw
         // it, the old owner's hold goes and waiters are woken. The grant is not
@@ -254,5 +300,56 @@ impl ScriptCall for RenewHashes<'_> {
             "renew script returned the wrong number of answers",
         )?;
         Ok(held.into_iter().map(|h| h == 1).collect())
+    }
+}
+
+/// Keep (`life_ms` > 0) or give up (0) the places of `fields` in the handoff
+/// queue of the exclusive lock `name` (`lua/handoff_places.lua`). Answers, in
+/// order, whether each had one. Never makes a place, and writes nothing a
+/// replica must confirm: a place lost to a failover only makes its waiter ask.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HandoffPlaces<'a> {
+    /// The lock name.
+    pub(crate) name: &'a str,
+    /// The waiters' owner fields.
+    pub(crate) fields: &'a [&'a str],
+    /// How long a kept place lives from now, in ms; 0: they leave.
+    pub(crate) life_ms: u64,
+}
+
+/// What a [`HandoffPlaces`] call found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PlacesKept {
+    /// The lock's remaining lease, when it is held with one (not asked when
+    /// giving places up).
+    pub(crate) ttl: Option<Duration>,
+    /// Per field, whether it had a place.
+    pub(crate) had: Vec<bool>,
+}
+
+impl ScriptCall for HandoffPlaces<'_> {
+    type Reply = PlacesKept;
+
+    fn invocation(&self) -> Invocation {
+        let mut call = Invocation::new(&PLACES)
+            .key(keys::handoff_queue(self.name))
+            .key(keys::handoff_timeouts(self.name))
+            .key(self.name)
+            .arg(self.life_ms);
+        for field in self.fields {
+            call = call.arg(*field);
+        }
+        call
+    }
+
+    fn parse(&self, reply: Value) -> RedisResult<PlacesKept> {
+        let all = answers(
+            reply,
+            self.fields.len() + 1,
+            "handoff places script returned the wrong number of answers",
+        )?;
+        let ttl = u64::try_from(all[0]).ok().map(Duration::from_millis);
+        let had = all[1..].iter().map(|&h| h == 1).collect();
+        Ok(PlacesKept { ttl, had })
     }
 }

@@ -51,7 +51,9 @@ use redis::{Cmd, RedisError, RedisResult, ServerErrorKind, Value};
 
 pub(crate) use batch::{batch_invocation, split_batch_reply, BatchOp};
 pub(crate) use by_name::{inspect_lock, ForceRelease, Inspect};
-pub(crate) use exclusive::{Acquire, Release, RenewHashes, Transfer, TransferReply};
+pub(crate) use exclusive::{
+    Acquire, HandoffPlaces, PlacesKept, Release, RenewHashes, Transfer, TransferReply,
+};
 pub(crate) use expirable::{ExpirableAcquire, ExpirableRelease, ExpirableRenew, ExpirableTake};
 pub(crate) use fair::{FairAcquire, FairLeave, FairRefresh, FairRelease, Place};
 pub(crate) use fair_semaphore::{
@@ -61,8 +63,8 @@ pub(crate) use fenced::{FencedReply, FencedWrite};
 pub(crate) use lua::{Lua, Publish, ScriptConn};
 pub(crate) use registry::{read_clients, register};
 pub(crate) use replicas::{
-    confirm_with, judge, keep_if_unconfirmed, unmark, Confirm, Confirmation, Confirmed, Lanes,
-    Moves, Need, Redo, ReplicaCount,
+    confirm_with, judge, keep_if_unconfirmed, record_unconfirmed, unmark, Confirm, Confirmation,
+    Confirmed, Lanes, Moves, Need, Redo, ReplicaCount,
 };
 pub(crate) use rw::{ReadAcquire, ReadRelease, RwRenew, WriteAcquire, WriteRelease};
 pub(crate) use synchronizer::{
@@ -153,8 +155,8 @@ impl Invocation {
     /// `other`.
     pub(crate) fn op(&self) -> &'static str {
         match self.batch {
-            Some(BatchOp::Acquire) => "grant",
-            Some(BatchOp::Release) => "release",
+            Some(BatchOp::Acquire | BatchOp::AcquirePlacing) => "grant",
+            Some(BatchOp::Release | BatchOp::ReleaseHanding) => "release",
             None if std::ptr::eq(self.script, &*exclusive::RENEW) => "renew",
             None if std::ptr::eq(self.script, &*exclusive::TRANSFER) => "handover",
             None if [&*fair::ACQUIRE, &*rw::ACQUIRE_READ, &*rw::ACQUIRE_WRITE]

@@ -19,6 +19,7 @@ mod fair;
 mod fair_semaphore;
 mod fenced;
 mod fencing;
+mod handoff;
 mod latch;
 mod late_grant;
 mod leader;

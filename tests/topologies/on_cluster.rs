@@ -1,6 +1,6 @@
 //! The behaviour tests on a Redis Cluster: the scenarios of `exclusion.rs`,
 //! `reentrancy.rs`, `waiting.rs`, `watchdog.rs`, `fair.rs`, `rwlock.rs`,
-//! `spin.rs`, `non_reentrant.rs`, `fenced.rs`, `lock_delay.rs`, `deadlock.rs` and `bad_input.rs` (kept once, in `tests/scenarios/`, written against
+//! `spin.rs`, `non_reentrant.rs`, `fenced.rs`, `lock_delay.rs`, `deadlock.rs`, `handoff.rs` and `bad_input.rs` (kept once, in `tests/scenarios/`, written against
 //! `support::Target`) run here in turn on one three-master cluster, since a
 //! cluster takes seconds to form. Each file's `each!` lists its scenarios once, for
 //! its standalone tests and for this run; each scenario's doc is on its body. The
@@ -23,6 +23,8 @@ mod exclusion;
 mod fair;
 #[path = "../scenarios/fenced.rs"]
 mod fenced;
+#[path = "../scenarios/handoff.rs"]
+mod handoff;
 #[path = "../scenarios/lock_delay.rs"]
 mod lock_delay;
 #[path = "../scenarios/non_reentrant.rs"]
@@ -91,5 +93,6 @@ async fn behaviour_scenarios_on_a_three_master_cluster() {
     fenced::each!(run!(&t, began, fenced));
     lock_delay::each!(run!(&t, began, lock_delay));
     deadlock::each!(run!(&t, began, deadlock));
+    handoff::each!(run!(&t, began, handoff));
     eprintln!("all scenarios passed in {:?}", began.elapsed());
 }

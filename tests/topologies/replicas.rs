@@ -598,3 +598,56 @@ async fn confirmed_changes_spread_over_the_lanes() {
         }
     }
 }
+
+/// A direct handoff (`Config::direct_handoff`) with replica confirmation at its
+/// default: the receiver does not take the release's message as its grant
+/// (nothing would confirm it), it asks once, and its acquisition finds the
+/// handed hold, sets its own lease (a write) and is confirmed by the `WAIT`
+/// behind it, which covers the release's handoff too. So the new holder is on
+/// the replica, with its full lease, when its grant returns, and its guard says
+/// it was confirmed.
+#[actix_rt::test]
+async fn a_handoff_is_on_the_replica_when_its_grant_returns() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&master);
+    let mut conn = master.conn();
+    let acked: (i64,) = redis::pipe()
+        .cmd("SET")
+        .arg("warm")
+        .arg(1)
+        .ignore()
+        .cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query(&mut conn)
+        .expect("WAIT");
+    assert_eq!(acked.0, 1, "the replica acknowledges\n{}", master.log());
+    let first = support::manager(&master, |c| c.direct_handoff(true)).await;
+    let second = support::manager(&master, |c| c.direct_handoff(true)).await;
+    let held = support::hold(&first, "rh", |a| a).await;
+    let waiting = actix_rt::spawn(async move {
+        second
+            .send(Acquire::new("rh").wait(Duration::from_secs(10)))
+            .await
+    });
+    let placed = eventually(Duration::from_secs(5), || {
+        support::raw::<i64>(&master, &["ZCARD", "lockwarden_handoff_timeout:{rh}"]) == 1
+    })
+    .await;
+    assert!(placed, "the waiter took a place");
+    held.release().await.expect("released");
+    let guard = waiting
+        .await
+        .expect("task")
+        .expect("running")
+        .expect("handed the lock");
+    assert!(guard.confirmed(), "confirmed by the replica");
+    let on_replica = holder_on(&replica, "rh");
+    assert!(
+        on_replica.is_some(),
+        "the handoff is on the replica when the grant returns"
+    );
+    let pttl: i64 = support::raw(&replica, &["PTTL", "rh"]);
+    assert!(pttl > 10_000, "its own lease, not the handoff's: {pttl}");
+    guard.release().await.expect("released");
+}

@@ -333,6 +333,26 @@ impl Held {
         )
     }
 
+    /// A call sent at `sent` set holding `epoch`'s lease again (a lock handed
+    /// over had its short lease made the holder's own): it is surely held
+    /// until `sent` plus its lease, if that is later than known.
+    pub(super) fn extended(&mut self, epoch: u64, sent: Instant, g: Granting<'_>) {
+        let Some(h) = self.holdings.get_mut(epoch) else {
+            return;
+        };
+        h.valid_until = h.valid_until.max(sent + h.lease);
+        if h.watchdog {
+            let held = Watched {
+                name: g.name.clone(),
+                field: h.field.clone(),
+                renewal: g.renewal,
+                lock: g.addr.downgrade().recipient(),
+                valid_until: h.valid_until,
+            };
+            g.shared.renewals.watch(epoch, held);
+        }
+    }
+
     /// The holdings Redis's grant to `owner` as `kind` shows lost: a local
     /// holding that excludes it can only be one that is lost already (no
     /// waiter asks past a live one).

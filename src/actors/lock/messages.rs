@@ -177,7 +177,15 @@ impl Handler<Unlocked> for LockActor {
     type Result = ();
 
     fn handle(&mut self, msg: Unlocked, ctx: &mut Context<Self>) {
-        let Unlocked { channel, wake_all } = msg;
+        let Unlocked {
+            channel,
+            wake_all,
+            grant,
+        } = msg;
+        if let Some(payload) = grant {
+            tracing::trace!(lock = %self.name, %channel, payload, "handoff message");
+            return super::handoff::received(self, &payload, ctx);
+        }
         tracing::trace!(lock = %self.name, %channel, wake_all, "unlock message");
         self.run(Event::Heard { channel, wake_all }, ctx);
     }

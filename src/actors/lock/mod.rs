@@ -21,6 +21,7 @@
 
 mod acquire;
 mod deadlock;
+mod handoff;
 mod handover;
 mod holding;
 mod kinds;

@@ -71,6 +71,17 @@ pub(crate) struct Want {
     /// Fair lock: it should try now (new, told it is at the head, or a timer or
     /// resync asked); the other kinds let the head try whenever the queue looks.
     pub(crate) try_now: bool,
+    /// Exclusive lock with direct handoff: once it listens, its attempts take
+    /// (or keep) a place in the handoff queue (`kinds/exclusive/handoff.rs`).
+    pub(crate) hands_off: bool,
+    /// Exclusive lock: when the latest call that found (or made) its place in
+    /// the handoff queue was sent. A release that hands it the lock ran after
+    /// that, so its short lease ends no sooner than this plus the handoff lease.
+    pub(crate) placed_at: Option<Instant>,
+    /// Exclusive lock: a release handed it the lock while its attempt was out
+    /// (or the handoff could not be granted from the message alone): its next
+    /// attempt, sent at once, finds the hold.
+    pub(crate) handed: bool,
 }
 
 impl Want {
@@ -153,6 +164,9 @@ pub(crate) fn want(req: Request, first: bool, blocked: bool) -> Want {
         queued: false,
         retry_at: None,
         try_now: true,
+        hands_off: false,
+        placed_at: None,
+        handed: false,
     }
 }
 

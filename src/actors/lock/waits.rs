@@ -135,6 +135,10 @@ impl Policy for LockWaits {
         self.kind.channel_of(&w.want, &self.name)
     }
 
+    fn also_listens(&self, w: &Waiter) -> Option<String> {
+        self.kind.also_listens(&w.want, &self.name)
+    }
+
     fn own_channel(&self, mark: &Mark<Want>) -> Option<String> {
         self.kind.own_channel(mark, &self.name)
     }

@@ -293,7 +293,9 @@ impl<P: Calls> Handler<Unlocked> for SyncActor<P> {
     type Result = ();
 
     fn handle(&mut self, msg: Unlocked, ctx: &mut Context<Self>) {
-        let Unlocked { channel, wake_all } = msg;
+        let Unlocked {
+            channel, wake_all, ..
+        } = msg;
         self.run(Event::Heard { channel, wake_all }, ctx);
     }
 }

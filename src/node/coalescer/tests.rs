@@ -33,6 +33,7 @@ async fn acquire(via: &Coalescer, name: &str, field: &str) -> redis::RedisResult
         new_owner: false,
         reentrant: true,
         delay_ms: 0,
+        place_ms: 0,
     })
     .await
 }
@@ -52,6 +53,8 @@ async fn release(
         request_id,
         latch_ttl_ms: LATCH_MS,
         retry,
+        hand_lease_ms: 0,
+        token_ttl_ms: 60_000,
     })
     .await
 }
@@ -217,6 +220,7 @@ async fn a_lone_call_runs_the_plain_script() {
         new_owner: false,
         reentrant: true,
         delay_ms: 0,
+        place_ms: 0,
     }
     .invocation();
     let mut release = wire::Release {
@@ -226,6 +230,8 @@ async fn a_lone_call_runs_the_plain_script() {
         request_id: "x",
         latch_ttl_ms: 1,
         retry: false,
+        hand_lease_ms: 0,
+        token_ttl_ms: 1,
     }
     .invocation();
     let (batch, _) = wire::batch_invocation([&mut acquire, &mut release].into_iter());

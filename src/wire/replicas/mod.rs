@@ -93,6 +93,7 @@ use replies::confirmed;
 pub(crate) use replies::{confirm_with, judge, unmark, Confirm, Confirmed};
 use send::push_waits;
 pub(crate) use send::send;
+pub(crate) use unconfirmed::record as record_unconfirmed;
 
 use crate::config::ReplicaSync;
 

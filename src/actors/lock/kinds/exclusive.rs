@@ -8,8 +8,11 @@
 //! this process, then a yield to the others, and a random start after another
 //! process's release.
 
+mod handoff;
 mod turn;
 
+use std::any::Any;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::LocalBoxFuture;
@@ -18,7 +21,7 @@ use redis::RedisResult;
 
 use super::decisions::{self, Freed};
 use super::echo::Echo;
-use super::{AfterRelease, Attempt, Giveback, Handed, LastRelease, Policy, Scripts};
+use super::{AfterRelease, Attempt, Chore, Giveback, Handed, LastRelease, Policy, Scripts};
 use crate::actors::lock::waiters::{WaiterQueue, Want};
 use crate::actors::renewer::Renewal;
 use crate::actors::shared::Shared;
@@ -28,6 +31,9 @@ use crate::durations::millis;
 use crate::keys;
 use crate::kind::AcquireKind;
 use crate::wire::{self, AcquireReply, ReleaseReply, TransferReply};
+use handoff::Places;
+pub(in crate::actors::lock) use handoff::HAND_LEASE;
+use handoff::PLACE_LIFE;
 use turn::{Turn, PRECISION};
 
 /// The exclusive lock's state: its turn, and its own unlock messages to come.
@@ -37,6 +43,10 @@ pub(in crate::actors::lock) struct Exclusive {
     turn: Turn,
     /// Its own unlock messages still to come back.
     echo: Echo,
+    /// Its waiters' places in the handoff queue (`exclusive/handoff.rs`),
+    /// made when a waiter first takes one: boxed, as most locks never do, and
+    /// a lock actor stays as small as it can (`kinds/mod.rs`).
+    places: Option<Box<Places>>,
 }
 
 impl Policy for Exclusive {
@@ -47,6 +57,11 @@ impl Policy for Exclusive {
     fn next(&mut self, queue: &mut WaiterQueue, now: Instant) -> Pick {
         if queue.is_empty() {
             return Pick::Nobody;
+        }
+        // A waiter a release handed the lock to asks first: its attempt
+        // finds the hold (`exclusive/handoff.rs`).
+        if let Some(w) = queue.iter().find(|w| w.want.handed && !w.want.blocked) {
+            return Pick::Waiter(w.id);
         }
         match self.turn.holding_back(now) {
             // Yielding to other processes: their waiters go first; the head asks
@@ -60,11 +75,70 @@ impl Policy for Exclusive {
         self.turn.granted(waiting);
     }
 
-    fn short(&mut self, want: &mut Want, ttl: Option<Duration>, _c: &Config) -> Then {
+    /// It listens from now on, and with direct handoff takes a place with
+    /// its next attempt. A waiter handed the lock while its attempt was out
+    /// (that attempt ran before the release) asks again at once.
+    fn sending(&mut self, want: &mut Want, once: bool) -> bool {
+        let place = want.hands_off && want.listens && !once;
+        want.queued |= place;
+        place
+    }
+
+    fn short(&mut self, want: &mut Want, ttl: Option<Duration>, c: &Config) -> Then {
         // Another process holds it: a run of local grants is over.
         self.turn.other_held();
         want.listens = true;
+        want.hands_off = Places::takes_places(want, c);
+        if want.placing {
+            // Its place exists from this attempt on (a release that hands it
+            // the lock runs after it).
+            want.placed_at = want.tried_at;
+            self.places().busy_for(ttl);
+        }
+        if std::mem::take(&mut want.handed) {
+            return Then::Pump;
+        }
         Then::Held(ttl)
+    }
+
+    fn also_listens(&self, want: &Want, name: &str) -> Option<String> {
+        Places::channel(want, name)
+    }
+
+    fn place(&self, want: &Want) -> Option<Arc<str>> {
+        want.queued.then(|| want.req.field.clone())
+    }
+
+    fn left(&mut self, places: Vec<Arc<str>>, _queue: &WaiterQueue) {
+        if !places.is_empty() {
+            self.places().left(places);
+        }
+    }
+
+    /// A release handed the lock to a waiter here: whatever this process
+    /// yielded for is over.
+    fn handed_off(&mut self) {
+        self.turn.other_held();
+    }
+
+    fn tick_every(&self, queue: &WaiterQueue, _config: &Config) -> Option<Duration> {
+        Places::every(queue)
+    }
+
+    fn tick(&mut self, queue: &WaiterQueue, name: &Arc<str>, shared: &Shared) -> Option<Chore> {
+        self.places.as_mut()?.refresh(queue, name, shared)
+    }
+
+    fn chore(&mut self, _queue: &WaiterQueue, name: &Arc<str>, shared: &Shared) -> Option<Chore> {
+        self.places.as_mut()?.leave(name, shared)
+    }
+
+    fn chore_done(&mut self, done: Box<dyn Any>, queue: &mut WaiterQueue, name: &str) -> bool {
+        self.places().done(done, queue, name)
+    }
+
+    fn busy_with_chores(&self) -> bool {
+        self.places.as_ref().is_some_and(|p| p.busy())
     }
 
     /// Another process released the lock: the next grant here starts a new
@@ -92,6 +166,9 @@ impl Policy for Exclusive {
 
     fn restarting(&mut self, _queue: &mut WaiterQueue) {
         self.echo.forget();
+        if let Some(places) = &mut self.places {
+            places.reset();
+        }
     }
 
     /// While this process yields, its head waiter listens for the other
@@ -153,6 +230,13 @@ impl Policy for Exclusive {
     }
 }
 
+impl Exclusive {
+    /// Its places' books, made if there are none.
+    fn places(&mut self) -> &mut Places {
+        self.places.get_or_insert_with(Box::default)
+    }
+}
+
 /// The exclusive lock's scripts (the spin lock's too).
 #[derive(Debug)]
 pub(super) struct ExclusiveScripts;
@@ -171,14 +255,16 @@ impl Scripts for ExclusiveScripts {
     ) -> LocalBoxFuture<'static, RedisResult<TransferReply>> {
         let via = shared.coalescer.clone();
         let latch_ttl_ms = millis(shared.config.latch_ttl);
+        let handing = shared.config.direct_handoff;
         async move {
             let call = wire::Transfer {
-                release: release_of(&g, latch_ttl_ms),
+                release: release_of(&g, latch_ttl_ms, to.token_ttl_ms, handing),
                 to: &to.field,
                 lease_ms: to.lease_ms,
                 token_ttl_ms: to.token_ttl_ms,
                 count,
                 delay_ms: to.delay_ms,
+                place_ms: place_ms(&to),
             };
             via.call(&call).await
         }
@@ -204,6 +290,7 @@ impl Scripts for ExclusiveScripts {
                 new_owner: a.new_owner,
                 reentrant: a.reentrant,
                 delay_ms: a.delay_ms,
+                place_ms: place_ms(&a),
             };
             via.call(&call).await
         }
@@ -217,7 +304,13 @@ impl Scripts for ExclusiveScripts {
     ) -> LocalBoxFuture<'static, RedisResult<ReleaseReply>> {
         let via = shared.coalescer.clone();
         let latch_ttl_ms = millis(shared.config.latch_ttl);
-        async move { via.call(&release_of(&g, latch_ttl_ms)).await }.boxed_local()
+        let token_ttl_ms = millis(shared.config.token_ttl);
+        let handing = shared.config.direct_handoff;
+        async move {
+            let release = release_of(&g, latch_ttl_ms, token_ttl_ms, handing);
+            via.call(&release).await
+        }
+        .boxed_local()
     }
 
     /// One release undoes exactly whatever the acquisition found (granted or
@@ -232,15 +325,28 @@ impl Scripts for ExclusiveScripts {
     ) -> Option<LocalBoxFuture<'static, RedisResult<ReleaseReply>>> {
         let mut conn = shared.node.conn();
         let latch_ttl_ms = millis(shared.config.latch_ttl);
+        let token_ttl_ms = millis(shared.config.token_ttl);
+        let handing = shared.config.direct_handoff;
         Some(
-            async move { wire::call_once(&mut conn, &release_of(&g, latch_ttl_ms)).await }
-                .boxed_local(),
+            async move {
+                let release = release_of(&g, latch_ttl_ms, token_ttl_ms, handing);
+                wire::call_once(&mut conn, &release).await
+            }
+            .boxed_local(),
         )
     }
 }
 
-/// The release script call for `g`.
-fn release_of(g: &Giveback, latch_ttl_ms: u64) -> wire::Release<'_> {
+/// The release script call for `g`. With `handing` (`Config::direct_handoff`)
+/// a release that frees the lock hands it to the first live place in its
+/// handoff queue, if any; without, it frees the lock and publishes (a waiter
+/// with a place hears that too).
+fn release_of(
+    g: &Giveback,
+    latch_ttl_ms: u64,
+    token_ttl_ms: u64,
+    handing: bool,
+) -> wire::Release<'_> {
     wire::Release {
         name: &g.name,
         field: &g.field,
@@ -248,5 +354,17 @@ fn release_of(g: &Giveback, latch_ttl_ms: u64) -> wire::Release<'_> {
         request_id: &g.request_id,
         latch_ttl_ms,
         retry: g.retry,
+        hand_lease_ms: if handing { millis(HAND_LEASE) } else { 0 },
+        token_ttl_ms,
+    }
+}
+
+/// The place lifetime an attempt asks for: its waiter takes (or keeps) a
+/// place in the handoff queue, or none (0).
+fn place_ms(a: &Attempt) -> u64 {
+    if a.queue {
+        millis(PLACE_LIFE)
+    } else {
+        0
     }
 }

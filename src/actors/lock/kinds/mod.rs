@@ -54,6 +54,7 @@ use crate::config::Config;
 use crate::kind::{AcquireKind, Kind};
 use crate::wire::{AcquireReply, Place, ReleaseReply, TransferReply};
 pub(super) use decisions::{AfterRelease, Chore, Freed, Handed, LastRelease};
+pub(super) use exclusive::HAND_LEASE;
 
 /// One acquisition attempt, as every kind's acquire script needs it.
 #[derive(Debug, Clone)]
@@ -190,6 +191,16 @@ pub(super) trait Policy {
     fn channel_of(&self, want: &Want, name: &str) -> Option<String> {
         want.listens.then(|| self.scripts().channel(name))
     }
+
+    /// A second channel a waiter that wants `want` listens on before it asks
+    /// (the exclusive lock's handoff channel, once it may take a place).
+    fn also_listens(&self, _want: &Want, _name: &str) -> Option<String> {
+        None
+    }
+
+    /// A release handed the lock to a waiter here (the exclusive lock's direct
+    /// handoff).
+    fn handed_off(&mut self) {}
 
     /// The channel that is this waiter's alone, dropped when it leaves.
     fn own_channel(&self, _want: &Want, _name: &str) -> Option<String> {

@@ -319,13 +319,18 @@ impl<P: Policy> Engine<P> {
             }
             Pick::Nobody => return self.arm(None),
         };
-        let Some(channel) = self.waiters.get_mut(id).map(|w| self.policy.channel(w)) else {
+        let Some(w) = self.waiters.get_mut(id) else {
             return;
         };
-        if let Some(name) = channel {
-            if !self.listening(name) {
-                return; // its confirmation looks again
-            }
+        let channels = [self.policy.channel(w), self.policy.also_listens(w)];
+        // Both asked for at once (`&`, not `&&`): two subscriptions in flight
+        // together, not one after the other.
+        let live = channels
+            .into_iter()
+            .flatten()
+            .fold(true, |live, name| self.listening(name) & live);
+        if !live {
+            return; // its confirmation looks again
         }
         if let Some(ask) = self.send(id) {
             self.effects.push(Effect::Ask(ask));
@@ -341,14 +346,25 @@ impl<P: Policy> Engine<P> {
         &mut self,
         accept: impl FnOnce(&Waiter<P>) -> bool,
     ) -> Option<Ask<P::Want>> {
-        if self.attempt.in_flight() || self.check_pending() {
-            return None;
-        }
         let head = self.waiters.front()?;
-        if head.is_gone() || !accept(head) {
+        if !accept(head) {
             return None;
         }
         let id = head.id;
+        self.ask_for(id)
+    }
+
+    /// Waiter `id` asks now in a call the runner makes itself, as
+    /// [`Engine::ask_head`] has the head ask (a lock's waiter handed the lock
+    /// by a release in another process: its answer came with the message), if
+    /// nothing is out or to check.
+    pub(crate) fn ask_for(&mut self, id: u64) -> Option<Ask<P::Want>> {
+        if self.attempt.in_flight() || self.check_pending() {
+            return None;
+        }
+        if self.waiters.get(id)?.is_gone() {
+            return None;
+        }
         self.send(id)
     }
 

@@ -196,6 +196,13 @@ pub(crate) trait Policy: Sized {
     /// The channel `w` listens on before it asks (`None`: it does not wait).
     fn channel(&self, w: &Waiter<Self>) -> Option<String>;
 
+    /// A second channel `w` listens on before it asks (a lock's waiter with a
+    /// place in its handoff queue hears there that it holds the lock); kept
+    /// as long as anyone waits, as the first is.
+    fn also_listens(&self, _w: &Waiter<Self>) -> Option<String> {
+        None
+    }
+
     /// The channel that is `mark`'s alone, dropped when it leaves.
     fn own_channel(&self, _mark: &Mark<Self::Want>) -> Option<String> {
         None

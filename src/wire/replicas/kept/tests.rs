@@ -12,6 +12,8 @@ fn release(name: &str) -> Arc<Invocation> {
         request_id: "r",
         latch_ttl_ms: 10_000,
         retry: false,
+        hand_lease_ms: 0,
+        token_ttl_ms: 60_000,
     }
     .invocation();
     let again = call.redo.expect("a release is kept").again;
@@ -57,6 +59,8 @@ fn every_kind_of_release_is_kept_and_a_hand_over_only_for_its_release() {
         request_id,
         latch_ttl_ms: 10_000,
         retry: false,
+        hand_lease_ms: 0,
+        token_ttl_ms: 60_000,
     };
     let handed = Transfer {
         release: released,
@@ -65,6 +69,7 @@ fn every_kind_of_release_is_kept_and_a_hand_over_only_for_its_release() {
         token_ttl_ms: 60_000,
         count: false,
         delay_ms: 0,
+        place_ms: 0,
     }
     .invocation();
     let again = handed.redo.expect("kept").again;

@@ -1,0 +1,207 @@
+//! A lock handed to a waiter of this process by a release (in any process)
+//! with `Config::direct_handoff`: the actor's half of the exclusive lock's
+//! direct handoff (`kinds/exclusive/handoff.rs` keeps the places).
+//!
+//! The release script made the waiter's field the holder in Redis with a short
+//! lease ([`HAND_LEASE`]) and a new fencing token, and told this process on its
+//! handoff channel (`g<token>,<field>`). What the message finds decides:
+//! - the waiter queued with nothing out, and no replica confirmation asked: it
+//!   is granted now with the message's token, as if its own attempt had
+//!   answered, and its lease is made its own right behind (one renewal). The
+//!   grant counts its lease from the last call that found its place, which ran
+//!   before the release: so it never believes in more than Redis gave it;
+//! - confirmation asked (a `WAIT` must cover the handoff), the lease left too
+//!   short to count on, or its attempt out: it asks (again) at once, and that
+//!   attempt finds the hold (`lua/acquire.lua` answers a handed hold as a
+//!   grant, and sets the waiter's lease: a write, which the `WAIT` behind it
+//!   confirms with the release's, one replication stream in order);
+//! - the field holds here already: its own attempt found the hold first;
+//! - the waiter left: the hold is given back at once by one release (which
+//!   hands the lock to the next place). A message lost leaves the hold to its
+//!   short lease.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use tracing::{debug, warn};
+
+use super::holding::Granting;
+use super::kinds::{Giveback, HAND_LEASE};
+use super::LockActor;
+use crate::actors::waiting::engine::Event;
+use crate::durations::millis;
+use crate::error::LostReason;
+use crate::kind::AcquireKind;
+use crate::wire::{self, AcquireReply, ScriptConn};
+
+/// Least lease a handoff must have left for its waiter to be granted from the
+/// message alone: the renewal behind the grant has this long to land.
+const MARGIN: Duration = Duration::from_millis(200);
+
+/// Reads a handoff message's payload, `<token>,<owner field>`.
+fn parse(payload: &str) -> Option<(u64, &str)> {
+    let (token, field) = payload.split_once(',')?;
+    let token = token.parse().ok()?;
+    (!field.is_empty()).then_some((token, field))
+}
+
+/// A handoff message came (its payload after the `g`); see the module
+/// documentation.
+pub(super) fn received(act: &mut LockActor, payload: &str, ctx: &mut Context<LockActor>) {
+    let Some((token, field)) = parse(payload) else {
+        warn!(lock = %act.name, payload, "ignored a malformed handoff message");
+        return;
+    };
+    act.with_kind(|kind, _| kind.handed_off());
+    if act.held.holdings.iter().any(|h| &*h.field == field) {
+        return; // its own attempt found the hold first
+    }
+    let (confirms, confirmed) = confirming(act);
+    let watchdog = act.shared.config.watchdog_lease;
+    let Some(engine) = act.wait.side.engine_mut() else {
+        return give_back(act, field, ctx);
+    };
+    let Some(w) = engine.waiters().find(|w| &*w.want.req.field == field) else {
+        return give_back(act, field, ctx);
+    };
+    let (id, asking) = (w.id, w.want.asking);
+    let lease = w.want.req.lease.unwrap_or(watchdog);
+    let sent = counted_from(w.want.placed_at, lease);
+    let fast = (!asking && !confirms).then_some(sent).flatten();
+    let asked = fast.and_then(|sent| engine.ask_for(id).map(|_| sent));
+    let Some(sent) = asked else {
+        // It asks (again) at once; its attempt finds the hold.
+        if let Some(w) = engine.policy_mut().1.get_mut(id) {
+            w.want.handed = true;
+        }
+        return act.run(Event::Look, ctx);
+    };
+    if !confirmed {
+        wire::record_unconfirmed("grant", &act.name);
+    }
+    let reply = Ok(AcquireReply::Acquired {
+        token,
+        holds: 1,
+        confirmed,
+    });
+    act.run(
+        Event::Answered {
+            waiter: id,
+            reply,
+            sent,
+        },
+        ctx,
+    );
+    extend(act, field, lease, ctx);
+}
+
+/// Whether a grant must be confirmed by a replica here (so it cannot be made
+/// from the message alone: nothing behind it would confirm it), and, if not,
+/// whether it counts as confirmed (as a script's answer would say: yes when
+/// nothing is asked, no when confirmation is on but no replica ever attached).
+/// Grants that are refused unconfirmed (`Config::refuse_unconfirmed_grants`)
+/// are asked for too.
+fn confirming(act: &LockActor) -> (bool, bool) {
+    let confirmation = act.shared.node.conn().confirmation(Some(&act.name));
+    let confirms = act.shared.config.refuse_unconfirmed
+        || confirmation.as_ref().is_some_and(|c| c.wants_replicas());
+    (confirms, confirmation.is_none_or(|c| c.wanted() == 0))
+}
+
+/// When a grant from the message counts its `lease` from, so that it ends
+/// where the handed one surely does: [`HAND_LEASE`] after the last call that
+/// found its place (`placed_at`, before the release). `None` when that leaves
+/// less than [`MARGIN`]: the waiter asks instead.
+fn counted_from(placed_at: Option<Instant>, lease: Duration) -> Option<Instant> {
+    let ends = placed_at? + HAND_LEASE;
+    (ends > Instant::now() + MARGIN)
+        .then(|| ends.checked_sub(lease))
+        .flatten()
+}
+
+/// Makes the handed hold of `field` (granted from the message) last the
+/// holder's own lease: one renewal, which never takes a lock that is not
+/// held. Not held any more: the holding is lost (told to its guards).
+fn extend(act: &mut LockActor, field: &str, lease: Duration, ctx: &mut Context<LockActor>) {
+    let Some(epoch) = act
+        .held
+        .holdings
+        .iter()
+        .find(|h| &*h.field == field)
+        .map(|h| h.epoch)
+    else {
+        return; // released (or lost) already
+    };
+    let (name, field): (Arc<str>, Arc<str>) = (act.name.clone(), Arc::from(field));
+    let mut conn = act.shared.node.conn();
+    let sent = Instant::now();
+    let renew = async move {
+        let locks = [(&*name, &*field)];
+        let call = wire::RenewHashes {
+            locks: &locks,
+            lease_ms: millis(lease),
+            marked: false,
+        };
+        wire::call(&mut conn, &call).await
+    };
+    ctx.spawn(renew.into_actor(act).map(move |res, act, ctx| {
+        if act.held.holdings.get(epoch).is_none() {
+            return;
+        }
+        match res {
+            Ok(held) if held.first() == Some(&true) => {
+                let renewal = act.wait.side.kind().scripts().renewal(AcquireKind::Exclusive);
+                let g = Granting {
+                    name: &act.name,
+                    shared: &act.shared,
+                    renewal,
+                    addr: ctx.address(),
+                };
+                act.held.extended(epoch, sent, g);
+                act.arm_expiry(ctx);
+            }
+            Ok(_) => {
+                warn!(lock = %act.name, "a lock handed over was gone before its lease was extended");
+                act.lose(epoch, LostReason::LeaseExpired, ctx);
+                act.look(ctx);
+            }
+            // Its short lease stands: the renewer (or the expiry timer)
+            // declares it lost if nothing extends it in time.
+            Err(e) => warn!(lock = %act.name, error = %e, "extending a handed-over lock's lease failed"),
+        }
+    }));
+}
+
+/// A hold handed to a waiter that left: given back at once.
+fn give_back(act: &mut LockActor, field: &str, ctx: &mut Context<LockActor>) {
+    debug!(lock = %act.name, field, "a lock was handed to a waiter that left: given back");
+    let g = Giveback {
+        name: act.name.clone(),
+        kind: AcquireKind::Exclusive,
+        field: Arc::from(field),
+        lease_ms: millis(HAND_LEASE),
+        request_id: Arc::from(crate::random::request_id()),
+        retry: false,
+    };
+    let release = act.wait.side.kind().scripts().release(&act.shared, g);
+    ctx.spawn(release.into_actor(act).map(|res, act, _| {
+        if let Err(e) = res {
+            warn!(lock = %act.name, error = %e, "giving back a lock handed to a waiter that left failed; its short lease runs out");
+        }
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn a_handoff_message_names_a_token_and_a_field() {
+        assert_eq!(parse("17,c1:3"), Some((17, "c1:3")));
+        assert_eq!(parse("17,a:b:3"), Some((17, "a:b:3")));
+        assert_eq!(parse("x,c1:3"), None);
+        assert_eq!(parse("17,"), None);
+        assert_eq!(parse("17"), None);
+    }
+}

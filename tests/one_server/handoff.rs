@@ -1,0 +1,81 @@
+//! The exclusive lock's direct handoff across processes (`Config::direct_handoff`).
+//! The behaviour scenarios live in `tests/scenarios/handoff.rs` (and run on a
+//! cluster from `tests/topologies/on_cluster.rs`); the scripts' own checks are
+//! here.
+
+#[path = "../scenarios/handoff.rs"]
+mod scenarios;
+use crate::support;
+
+use support::{raw, RedisServer};
+
+// One standalone test per scenario of `scenarios::each!` (each named after its
+// scenario; the docs are on the scenarios' bodies).
+scenarios::each!(standalone!(scenarios));
+
+/// `lua/release.lua` skips the releasing field's own place (one a local
+/// hand-over granted without looking at places) and places that lapsed, and
+/// hands the lock to the first live one with the short lease; with no live
+/// place left it frees the lock and publishes the unlock message.
+#[test]
+fn a_release_skips_its_own_and_lapsed_places() {
+    let server = RedisServer::start();
+    let (secs, _): (u64, u64) = raw(&server, &["TIME"]);
+    let live = (secs * 1000 + 10_000).to_string();
+    let lapsed = (secs * 1000 - 1_000).to_string();
+    let (queue, timeouts) = (
+        "lockwarden_handoff_queue:{s}",
+        "lockwarden_handoff_timeout:{s}",
+    );
+    let _: i64 = raw(&server, &["HSET", "s", "c0:1", "1"]);
+    for (field, lapses) in [("c0:1", &live), ("c1:1", &lapsed), ("c2:1", &live)] {
+        let _: i64 = raw(&server, &["RPUSH", queue, field]);
+        let _: i64 = raw(&server, &["ZADD", timeouts, lapses, field]);
+    }
+    let script = std::fs::read_to_string("lua/release.lua").expect("script");
+    let release = |field: &str| -> redis::Value {
+        raw(
+            &server,
+            &[
+                "EVAL",
+                &script,
+                "6",
+                "s",
+                "redisson_lock__channel:{s}",
+                &format!("redisson_unlock_latch:{{s}}:{field}"),
+                "redisson_lock_token:{s}",
+                queue,
+                timeouts,
+                "30000",
+                field,
+                "10000",
+                "0",
+                "0",
+                "0",
+                "800",
+                "60000",
+            ],
+        )
+    };
+    assert_eq!(
+        release("c0:1"),
+        redis::Value::Array(vec![
+            redis::Value::Int(0),
+            redis::Value::Int(1),
+            redis::Value::Int(1)
+        ]),
+        "handed over, one waiting (the receiver), no place left"
+    );
+    let fields: Vec<String> = raw(&server, &["HKEYS", "s"]);
+    assert_eq!(fields, ["c2:1"], "the first live place that is not its own");
+    let pttl: i64 = raw(&server, &["PTTL", "s"]);
+    assert!((1..=800).contains(&pttl), "the short lease: {pttl}");
+    assert_eq!(raw::<i64>(&server, &["EXISTS", queue, timeouts]), 0);
+    let freed = release("c2:1");
+    assert_eq!(
+        freed,
+        redis::Value::Array(vec![redis::Value::Int(0), redis::Value::Int(0)]),
+        "freed and published, heard by nobody"
+    );
+    assert_eq!(raw::<i64>(&server, &["EXISTS", "s"]), 0);
+}
