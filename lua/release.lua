@@ -17,8 +17,8 @@
 -- KEYS[6]  the handoff deadlines (acquire.lua's KEYS[4]); KEYS[4..6] absent: no
 --          handoff
 -- ARGV[7]  the lease a handoff gives its receiver, in whole milliseconds: short,
---          because the receiver extends it at once, and a receiver that died
---          after it took its place costs the lock no more than this
+--          because the receiver extends it at once, and a receiver that froze
+--          (still subscribed, not acting) costs the lock no more than this
 -- ARGV[8]  lifetime of the token counter in whole milliseconds (acquire.lua's
 --          ARGV[3])
 --
@@ -26,7 +26,9 @@
 -- queue up to its first live place and makes that field the holder in the same
 -- call (one hold, the short lease, a new fencing token as acquire.lua makes
 -- them), then tells its process on lockwarden_handoff__channel:{<name>}:<client
--- id> with "g<token>,<field>". It publishes no unlock message then, as a
+-- id> with "g<token>,<field>", unless nobody hears that (the process died, or
+-- does not listen yet): then the hold is taken back and the next place looked
+-- at. It publishes no unlock message after a handoff, as a
 -- hand-over by transfer.lua does not: a waiter it woke (a Redisson client, or a
 -- lockwarden one without a place) would only find the lock taken. A Redisson
 -- client is thus excluded as before and woken by the release that frees the
@@ -114,9 +116,17 @@ local function hand_over()
         redis.call('set', KEYS[4], string.format('%.0f', token), 'px', keep)
       end
       token = string.format('%.0f', token)
-      redis.call('publish', 'lockwarden_handoff__channel:' .. string.sub(KEYS[4], 21) .. ':'
-        .. client, 'g' .. token .. ',' .. field)
-      return token
+      local heard = redis.call('publish', 'lockwarden_handoff__channel:' .. string.sub(KEYS[4], 21)
+        .. ':' .. client, 'g' .. token .. ',' .. field)
+      if heard > 0 then
+        return token
+      end
+      -- Nobody heard it: the waiter's process is gone (its subscription went
+      -- with its connection) or not yet listening (a place taken with its
+      -- first attempt, its subscription on the way: that waiter asks again
+      -- once it listens). The hold is taken back, and the next place is
+      -- looked at; the token it used is skipped, never given twice.
+      redis.call('del', KEYS[1])
     end
   end
   return nil

@@ -165,7 +165,14 @@ pub fn sentinel(settings: &Settings) -> Vec<Row> {
             false => (&second, &first),
         }
     };
+    let lock = super::workers::lock_name(0);
     let faults = vec![
+        fault("queued waiter SIGKILLed (direct handoff)", quiet, |fleet: &Fleet| {
+            let placed = || places(&mut roles().0.borrow().conn(), &lock) > 0;
+            if !fleet.kill_a_waiter(0, Duration::from_secs(5), placed) {
+                eprintln!("chaos: no queued waiter to kill within 5 s");
+            }
+        }),
         fault("master SIGKILLed (failover)", quiet, |_: &Fleet| {
             first.borrow_mut().kill()
         }),
@@ -264,7 +271,7 @@ pub fn sentinel(settings: &Settings) -> Vec<Row> {
             },
         ),
     ];
-    let rows = run("sentinel", settings, connect, faults);
+    let rows = run_with("sentinel", settings, connect, handoff(), faults);
     first.borrow_mut().resume();
     second.borrow_mut().resume();
     rows
@@ -280,6 +287,19 @@ pub fn cluster(settings: &Settings) -> Vec<Row> {
     let quiet = settings.quiet;
     let lock = super::workers::lock_name(0);
     let faults = vec![
+        fault(
+            "queued waiter SIGKILLed (direct handoff)",
+            quiet,
+            |fleet: &Fleet| {
+                let placed = || {
+                    let cluster = cluster.borrow();
+                    places(&mut cluster.nodes[cluster.owner_of(&lock)].conn(), &lock) > 0
+                };
+                if !fleet.kill_a_waiter(0, Duration::from_secs(5), placed) {
+                    eprintln!("chaos: no queued waiter to kill within 5 s");
+                }
+            },
+        ),
         fault("manual failover (CLUSTER FAILOVER)", quiet, |_: &Fleet| {
             let cluster = cluster.borrow();
             let master = cluster.owner_of(&lock);
@@ -334,7 +354,21 @@ pub fn cluster(settings: &Settings) -> Vec<Row> {
             cluster.nodes[master].kill();
         }),
     ];
-    run("cluster", settings, connect, faults)
+    run_with("cluster", settings, connect, handoff(), faults)
+}
+
+/// The Sentinel and Cluster fleets run with `--direct-handoff`: their waiters
+/// are handed the lock through every fault, and one dies queued.
+fn handoff() -> Vec<String> {
+    vec!["--direct-handoff".into()]
+}
+
+/// The places in `lock`'s handoff queue, read on `conn` (0 when unreadable).
+fn places(conn: &mut redis::Connection, lock: &str) -> i64 {
+    redis::cmd("ZCARD")
+        .arg(format!("lockwarden_handoff_timeout:{{{lock}}}"))
+        .query(conn)
+        .unwrap_or(0)
 }
 
 /// Three independent servers, one lock on a majority of them.

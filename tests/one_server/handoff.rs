@@ -14,9 +14,10 @@ use support::{raw, RedisServer};
 scenarios::each!(standalone!(scenarios));
 
 /// `lua/release.lua` skips the releasing field's own place (one a local
-/// hand-over granted without looking at places) and places that lapsed, and
-/// hands the lock to the first live one with the short lease; with no live
-/// place left it frees the lock and publishes the unlock message.
+/// hand-over granted without looking at places), places that lapsed and
+/// places whose process nobody hears for (its hold taken back), and hands the
+/// lock to the first live one with a listener, with the short lease; with no
+/// such place left it frees the lock and publishes the unlock message.
 #[test]
 fn a_release_skips_its_own_and_lapsed_places() {
     let server = RedisServer::start();
@@ -28,10 +29,22 @@ fn a_release_skips_its_own_and_lapsed_places() {
         "lockwarden_handoff_timeout:{s}",
     );
     let _: i64 = raw(&server, &["HSET", "s", "c0:1", "1"]);
-    for (field, lapses) in [("c0:1", &live), ("c1:1", &lapsed), ("c2:1", &live)] {
+    let places = [
+        ("c0:1", &live),
+        ("c1:1", &lapsed),
+        ("c3:1", &live),
+        ("c2:1", &live),
+    ];
+    for (field, lapses) in places {
         let _: i64 = raw(&server, &["RPUSH", queue, field]);
         let _: i64 = raw(&server, &["ZADD", timeouts, lapses, field]);
     }
+    // c2's process listens; nobody does for c3's.
+    let mut listener = server.conn();
+    let mut listening = listener.as_pubsub();
+    listening
+        .subscribe("lockwarden_handoff__channel:{s}:c2")
+        .expect("subscribed");
     let script = std::fs::read_to_string("lua/release.lua").expect("script");
     let release = |field: &str| -> redis::Value {
         raw(
@@ -67,7 +80,19 @@ fn a_release_skips_its_own_and_lapsed_places() {
         "handed over, one waiting (the receiver), no place left"
     );
     let fields: Vec<String> = raw(&server, &["HKEYS", "s"]);
-    assert_eq!(fields, ["c2:1"], "the first live place that is not its own");
+    assert_eq!(
+        fields,
+        ["c2:1"],
+        "the first live, heard place that is not its own"
+    );
+    let told = listening.get_message().expect("a message");
+    assert_eq!(
+        told.get_payload::<String>().expect("text"),
+        format!(
+            "g{},c2:1",
+            raw::<String>(&server, &["GET", "redisson_lock_token:{s}"])
+        )
+    );
     let pttl: i64 = raw(&server, &["PTTL", "s"]);
     assert!((1..=800).contains(&pttl), "the short lease: {pttl}");
     assert_eq!(raw::<i64>(&server, &["EXISTS", queue, timeouts]), 0);

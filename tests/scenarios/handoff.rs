@@ -129,20 +129,16 @@ pub async fn a_waiter_in_another_process_is_handed_the_lock(t: &Target) {
 }
 
 /// A waiter that died with a place (written here as a SIGKILLed process leaves
-/// it: a live deadline, nobody to hear the handoff) costs the lock its short
-/// lease: the live waiter behind it sees the lease at its next refresh of its
-/// place, asks when it runs out, and holds the lock within 1 s of the release.
-pub async fn a_dead_waiter_delays_the_next_by_less_than_a_second(t: &Target) {
+/// it: a live deadline, and no subscription, which went with its connection)
+/// costs the lock nothing: the release finds nobody to tell, takes the hold
+/// back and hands the lock to the live waiter behind it at once.
+pub async fn a_dead_waiters_place_is_skipped(t: &Target) {
     let name = "ho:dead";
     let first = t.manager(|c| c.direct_handoff(true)).await;
     let second = t.manager(|c| c.direct_handoff(true)).await;
     let held = hold(&first, name, |a| a).await;
-    let (queue, timeouts, _) = keys(name);
     let dead = "0000dead-0000-4000-8000-000000000000:1";
-    let (secs, _): (u64, u64) = crate::support::raw(t.node_for(name), &["TIME"]);
-    let lapses = (secs * 1000 + 10_000).to_string();
-    let _: i64 = t.raw(&["RPUSH", &queue, dead]);
-    let _: i64 = t.raw(&["ZADD", &timeouts, &lapses, dead]);
+    place_ahead(t, name, dead);
     let waiting = actix_rt::spawn(async move {
         second
             .send(Acquire::new(name).wait(Duration::from_secs(10)))
@@ -156,15 +152,53 @@ pub async fn a_dead_waiter_delays_the_next_by_less_than_a_second(t: &Target) {
         .await
         .expect("task")
         .expect("running")
-        .expect("acquired after the dead waiter's lease");
+        .expect("handed the lock past the dead place");
+    let delay = start.elapsed();
+    assert!(
+        delay < Duration::from_millis(300),
+        "the dead waiter cost {delay:?}"
+    );
+    let fields: Vec<String> = t.raw(&["HKEYS", name]);
+    assert!(!fields.iter().any(|f| f == dead), "{fields:?}");
+    guard.release().await.expect("released");
+}
+
+/// A waiter whose process froze with a place (written here as a connection
+/// that listens on that process's handoff channel and does nothing else: a
+/// SIGSTOPped process keeps its connections) is handed the lock and costs it
+/// the handoff's short lease: the live waiter behind it sees that lease at its
+/// next refresh of its place, asks when it runs out, and holds the lock within
+/// 1 s of the release.
+pub async fn a_frozen_waiter_delays_the_next_by_less_than_a_second(t: &Target) {
+    let name = "ho:frozen";
+    let first = t.manager(|c| c.direct_handoff(true)).await;
+    let second = t.manager(|c| c.direct_handoff(true)).await;
+    let held = hold(&first, name, |a| a).await;
+    let frozen = "0000f0ze-0000-4000-8000-000000000000";
+    let _listening = t.listen(&[format!("{}{frozen}", keys(name).2)]).await;
+    place_ahead(t, name, &format!("{frozen}:1"));
+    let waiting = actix_rt::spawn(async move {
+        second
+            .send(Acquire::new(name).wait(Duration::from_secs(10)))
+            .await
+    });
+    until_places(t, name, 2).await;
+
+    let start = Instant::now();
+    held.release().await.expect("released");
+    let guard = waiting
+        .await
+        .expect("task")
+        .expect("running")
+        .expect("acquired after the frozen waiter's lease");
     let delay = start.elapsed();
     assert!(
         delay < Duration::from_secs(1),
-        "the dead waiter cost {delay:?}"
+        "the frozen waiter cost {delay:?}"
     );
     assert!(
         delay >= Duration::from_millis(500),
-        "the dead waiter was handed the lock first ({delay:?})"
+        "the frozen waiter was handed the lock first ({delay:?})"
     );
     guard.release().await.expect("released");
 }
@@ -321,7 +355,8 @@ macro_rules! each {
         $apply! {
             $($args)*;
             a_waiter_in_another_process_is_handed_the_lock,
-            a_dead_waiter_delays_the_next_by_less_than_a_second,
+            a_dead_waiters_place_is_skipped,
+            a_frozen_waiter_delays_the_next_by_less_than_a_second,
             a_waiter_that_timed_out_leaves_no_place_behind,
             a_handoff_to_a_waiter_that_left_is_given_back,
             a_redisson_client_is_excluded_and_woken_when_the_lock_frees,

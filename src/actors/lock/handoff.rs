@@ -71,9 +71,11 @@ pub(super) fn received(act: &mut LockActor, payload: &str, ctx: &mut Context<Loc
     let fast = (!asking && !confirms).then_some(sent).flatten();
     let asked = fast.and_then(|sent| engine.ask_for(id).map(|_| sent));
     let Some(sent) = asked else {
-        // It asks (again) at once; its attempt finds the hold.
+        // It asks (again) at once; its attempt finds the hold. With its
+        // attempt out, that attempt's answer is read first (`answered`).
         if let Some(w) = engine.policy_mut().1.get_mut(id) {
             w.want.handed = true;
+            w.want.handed_token = asking.then_some(token);
         }
         return act.run(Event::Look, ctx);
     };
@@ -94,6 +96,68 @@ pub(super) fn received(act: &mut LockActor, payload: &str, ctx: &mut Context<Loc
         ctx,
     );
     extend(act, field, lease, ctx);
+}
+
+/// An attempt's answer, as the engine is to read it, and the lease to extend
+/// behind it if it is a handoff's grant.
+pub(super) struct Answer {
+    pub(super) reply: redis::RedisResult<AcquireReply>,
+    pub(super) sent: Instant,
+    pub(super) extend: Option<(Arc<str>, Duration)>,
+}
+
+/// The answer to the attempt of `waiter` (sent at `sent`), read in the light
+/// of a handoff message that came while it was out: a busy answer ran before
+/// the release that handed the lock over (a later run would have found the
+/// hold), so the message's grant stands and is the answer, as in
+/// [`received`], when it may be made from the message alone. Any other
+/// answer is as it came.
+pub(super) fn answered(
+    act: &mut LockActor,
+    waiter: u64,
+    reply: redis::RedisResult<AcquireReply>,
+    sent: Instant,
+) -> Answer {
+    let as_is = |reply| Answer {
+        reply,
+        sent,
+        extend: None,
+    };
+    if !matches!(reply, Ok(AcquireReply::Busy { .. })) {
+        return as_is(reply);
+    }
+    let (confirms, confirmed) = confirming(act);
+    let watchdog = act.shared.config.watchdog_lease;
+    let Some(w) = act
+        .wait
+        .side
+        .engine_mut()
+        .and_then(|e| e.policy_mut().1.get_mut(waiter))
+    else {
+        return as_is(reply);
+    };
+    let Some(token) = w.want.handed_token.filter(|_| !confirms && w.want.placing) else {
+        return as_is(reply);
+    };
+    let lease = w.want.req.lease.unwrap_or(watchdog);
+    let Some(from) = counted_from(Some(sent), lease) else {
+        return as_is(reply);
+    };
+    w.want.handed = false;
+    w.want.handed_token = None;
+    let field = w.want.req.field.clone();
+    if !confirmed {
+        wire::record_unconfirmed("grant", &act.name);
+    }
+    Answer {
+        reply: Ok(AcquireReply::Acquired {
+            token,
+            holds: 1,
+            confirmed,
+        }),
+        sent: from,
+        extend: Some((field, lease)),
+    }
 }
 
 /// Whether a grant must be confirmed by a replica here (so it cannot be made
@@ -123,7 +187,12 @@ fn counted_from(placed_at: Option<Instant>, lease: Duration) -> Option<Instant> 
 /// Makes the handed hold of `field` (granted from the message) last the
 /// holder's own lease: one renewal, which never takes a lock that is not
 /// held. Not held any more: the holding is lost (told to its guards).
-fn extend(act: &mut LockActor, field: &str, lease: Duration, ctx: &mut Context<LockActor>) {
+pub(super) fn extend(
+    act: &mut LockActor,
+    field: &str,
+    lease: Duration,
+    ctx: &mut Context<LockActor>,
+) {
     let Some(epoch) = act
         .held
         .holdings

@@ -312,9 +312,17 @@ impl LockActor {
             Effect::WakeAfter(delay) => {
                 listen::after(delay, ctx, |act, ctx| act.run(Event::Look, ctx))
             }
-            // A lock's waits are recorded once they wait (`arm`), its key is
-            // never missing (an acquisition makes it), and it never lingers.
-            Effect::Watch | Effect::KeyFound | Effect::KeyMissing { .. } | Effect::Linger => {}
+            // Only with direct handoff: its channels outlive a wait by the
+            // idle timeout, so the next waiter of a lock taken in turns finds
+            // them subscribed.
+            Effect::Linger => {
+                let after = self.shared.config.idle_timeout;
+                self.timers
+                    .linger(after, ctx, |act, ctx| act.run(Event::IdleOver, ctx));
+            }
+            // A lock's waits are recorded once they wait (`arm`), and its key
+            // is never missing (an acquisition makes it).
+            Effect::Watch | Effect::KeyFound | Effect::KeyMissing { .. } => {}
         }
     }
 
@@ -344,12 +352,18 @@ impl LockActor {
                     return act.life.restart(&act.name, e, ctx);
                 }
             }
+            // A handoff's message that came while it was out may make a
+            // busy answer a grant (`handoff.rs`).
+            let answer = handoff::answered(act, waiter, reply, sent);
             let answered = Event::Answered {
                 waiter,
-                reply,
-                sent,
+                reply: answer.reply,
+                sent: answer.sent,
             };
             act.run(answered, ctx);
+            if let Some((field, lease)) = answer.extend {
+                handoff::extend(act, &field, lease, ctx);
+            }
         }));
     }
 

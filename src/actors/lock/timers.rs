@@ -26,6 +26,9 @@ pub(super) struct Timers {
     pub(super) expiry: Alarm,
     /// Stops the actor after a quiet period.
     pub(super) idle: Alarm,
+    /// Ends the subscriptions a kind keeps after the last waiter left
+    /// (`Policy::lingers`: the exclusive lock with direct handoff).
+    linger: Alarm,
     /// The kind's periodic timer, while it needs one.
     tick: Option<SpawnHandle>,
 }
@@ -79,11 +82,27 @@ impl Timers {
         }
     }
 
+    /// Nobody waits but the subscriptions stay: `then` runs after `after`,
+    /// unless a linger is already counting down (a waiter that came and went
+    /// meanwhile only finds the subscriptions ended a little sooner).
+    pub(super) fn linger(
+        &mut self,
+        after: Duration,
+        ctx: &mut Context<LockActor>,
+        then: fn(&mut LockActor, &mut Context<LockActor>),
+    ) {
+        if !self.linger.is_set() {
+            let slot: fn(&mut LockActor) -> &mut Alarm = |act| &mut act.timers.linger;
+            self.linger.set(ctx, after, slot, then);
+        }
+    }
+
     /// After a restart: the old context's timers are gone.
     pub(super) fn forget(&mut self) {
         self.wake.forget();
         self.expiry.forget();
         self.idle.forget();
+        self.linger.forget();
         self.tick = None;
     }
 }

@@ -82,6 +82,10 @@ pub(crate) struct Want {
     /// (or the handoff could not be granted from the message alone): its next
     /// attempt, sent at once, finds the hold.
     pub(crate) handed: bool,
+    /// Exclusive lock: the fencing token of a handoff whose message came while
+    /// its attempt was out (a busy answer to that attempt ran before the
+    /// release, so the message's grant stands: `actors/lock/handoff.rs`).
+    pub(crate) handed_token: Option<u64>,
 }
 
 impl Want {
@@ -167,6 +171,7 @@ pub(crate) fn want(req: Request, first: bool, blocked: bool) -> Want {
         hands_off: false,
         placed_at: None,
         handed: false,
+        handed_token: None,
     }
 }
 

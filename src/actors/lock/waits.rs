@@ -123,7 +123,7 @@ impl Policy for LockWaits {
     }
 
     fn asking(&mut self, want: &mut Want, once: bool) {
-        want.placing = self.kind.sending(want, once);
+        want.placing = self.kind.sending(want, once, &self.config);
         // A retry (the first attempt found the key a lock hash, or got an
         // error), or an earlier attempt found it one: a key that turns into
         // another type under a live lock actor then reads as busy.
@@ -153,6 +153,10 @@ impl Policy for LockWaits {
 
     fn keeps_listening(&self, channel: &str) -> bool {
         self.kind.keeps_listening(channel, &self.name, self.holding)
+    }
+
+    fn lingers(&self) -> bool {
+        self.kind.lingers(&self.config)
     }
 
     fn grant_gives_back(&self) -> bool {

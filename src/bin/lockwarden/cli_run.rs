@@ -62,6 +62,14 @@ pub struct AcquireOpts {
     #[arg(long, default_value = "0s", value_name = "DURATION", value_parser = parse_duration)]
     pub lock_delay: Duration,
 
+    /// Direct handoff: while this process waits for an exclusive lock it takes a
+    /// place in a handoff queue beside it, and a release by another lockwarden
+    /// process (with this option) hands it the lock in the same call, so it holds
+    /// one round trip sooner. A process that dies while waiting costs the lock at
+    /// most 0.8 s. Needs more ACL rights (docs/operations.md).
+    #[arg(long, conflicts_with_all = ["fair", "read", "write", "spin"])]
+    pub direct_handoff: bool,
+
     /// Use a fair lock: granted in the order waiters queued, across all clients.
     /// With --semaphore: a fair semaphore, its permits granted in the order the
     /// waiters queued across processes (strict: a head that wants more than is

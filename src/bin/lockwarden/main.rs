@@ -91,8 +91,12 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
     let redlock = matches!(&cli.command, Command::Run(args) if args.redlock);
     let session = Session::new(&cli.common, watchdog_lease, redlock)?;
     let session = match &cli.command {
-        Command::Run(args) => session.with_lock_delay(args.acquire.lock_delay)?,
-        Command::Hold(args) => session.with_lock_delay(args.acquire.lock_delay)?,
+        Command::Run(args) => session
+            .with_lock_delay(args.acquire.lock_delay)?
+            .with_direct_handoff(args.acquire.direct_handoff),
+        Command::Hold(args) => session
+            .with_lock_delay(args.acquire.lock_delay)?
+            .with_direct_handoff(args.acquire.direct_handoff),
         _ => session,
     };
     let session = match &cli.command {

@@ -229,6 +229,16 @@ impl Session {
         Ok(self)
     }
 
+    /// `run`'s and `hold`'s `--direct-handoff`, for the manager (each RedLock
+    /// server's too, where it changes nothing: a RedLock waits by rounds).
+    pub fn with_direct_handoff(mut self, on: bool) -> Session {
+        self.config = self.config.direct_handoff(on);
+        for (_, config) in &mut self.nodes {
+            *config = config.clone().direct_handoff(on);
+        }
+        self
+    }
+
     /// Makes finding the master part of `run`'s and `hold`'s `--wait` (forever
     /// without one): a Sentinel failover or a cluster taking over slots when the
     /// command starts is waited out (and said so), not a failure.

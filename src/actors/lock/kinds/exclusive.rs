@@ -75,26 +75,33 @@ impl Policy for Exclusive {
         self.turn.granted(waiting);
     }
 
-    /// It listens from now on, and with direct handoff takes a place with
-    /// its next attempt. A waiter handed the lock while its attempt was out
-    /// (that attempt ran before the release) asks again at once.
-    fn sending(&mut self, want: &mut Want, once: bool) -> bool {
-        let place = want.hands_off && want.listens && !once;
+    /// With direct handoff, a waiter that waits takes a place with every
+    /// attempt, its first included: a release that hands it the lock before
+    /// its process listens finds nobody to tell and takes the lock back
+    /// (`lua/release.lua`), and the attempt the waiter sends once it listens
+    /// finds the lock as it is.
+    fn sending(&mut self, want: &mut Want, once: bool, config: &Config) -> bool {
+        want.hands_off = Places::takes_places(want, config);
+        let place = want.hands_off && !once;
         want.queued |= place;
         place
     }
 
-    fn short(&mut self, want: &mut Want, ttl: Option<Duration>, c: &Config) -> Then {
+    /// It listens from now on. A waiter handed the lock while its attempt
+    /// was out (that attempt ran before the release) asks again at once.
+    fn short(&mut self, want: &mut Want, ttl: Option<Duration>, _c: &Config) -> Then {
         // Another process holds it: a run of local grants is over.
         self.turn.other_held();
         want.listens = true;
-        want.hands_off = Places::takes_places(want, c);
         if want.placing {
             // Its place exists from this attempt on (a release that hands it
             // the lock runs after it).
             want.placed_at = want.tried_at;
             self.places().busy_for(ttl);
         }
+        // A handoff's token stands only against the answer that was out when
+        // its message came (`actors/lock/handoff.rs`, `answered`).
+        want.handed_token = None;
         if std::mem::take(&mut want.handed) {
             return Then::Pump;
         }
@@ -113,6 +120,16 @@ impl Policy for Exclusive {
         if !places.is_empty() {
             self.places().left(places);
         }
+    }
+
+    /// With direct handoff the channels stay a while after the last waiter:
+    /// a release hands the lock only to a process that hears it, so a
+    /// process whose waiters come back to the lock in turns (each wait a new
+    /// subscription otherwise) would be skipped as often as not. The unlock
+    /// channel's subscription order, which the turns rely on without it,
+    /// matters little here: waiters with a place go in the order they took it.
+    fn lingers(&self, config: &Config) -> bool {
+        config.direct_handoff
     }
 
     /// A release handed the lock to a waiter here: whatever this process

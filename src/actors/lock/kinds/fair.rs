@@ -116,7 +116,7 @@ impl Policy for Fair {
 
     /// Once sent, the attempt may put it in the Redis queue (unless it tries
     /// once): from then on, leaving this queue must leave that one too.
-    fn sending(&mut self, want: &mut Want, once: bool) -> bool {
+    fn sending(&mut self, want: &mut Want, once: bool, _config: &Config) -> bool {
         let queue = !once;
         want.queued |= queue;
         want.try_now = false;

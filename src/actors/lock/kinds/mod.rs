@@ -168,7 +168,7 @@ pub(super) trait Policy {
     /// The attempt of a waiter that wants `want` is about to be sent (`once`:
     /// its only one): marks it, and answers whether the attempt takes a place
     /// in a Redis queue if the lock is busy.
-    fn sending(&mut self, _want: &mut Want, _once: bool) -> bool {
+    fn sending(&mut self, _want: &mut Want, _once: bool, _config: &Config) -> bool {
         false
     }
 
@@ -201,6 +201,11 @@ pub(super) trait Policy {
     /// A release handed the lock to a waiter here (the exclusive lock's direct
     /// handoff).
     fn handed_off(&mut self) {}
+
+    /// Whether its subscriptions outlive the last waiter by the idle timeout.
+    fn lingers(&self, _config: &Config) -> bool {
+        false
+    }
 
     /// The channel that is this waiter's alone, dropped when it leaves.
     fn own_channel(&self, _want: &Want, _name: &str) -> Option<String> {

@@ -198,7 +198,7 @@ fn a_fair_waiter_takes_a_place_and_listens_on_its_own_channel() {
     ]);
     assert_eq!(fair.next(&mut q, Instant::now()), Pick::Waiter(1));
     assert!(
-        fair.sending(want_of(&mut q, 1), false),
+        fair.sending(want_of(&mut q, 1), false, &config),
         "its attempt takes a place"
     );
     assert_eq!(
@@ -217,7 +217,7 @@ fn a_fair_waiter_takes_a_place_and_listens_on_its_own_channel() {
     assert_eq!(then, Then::Pump, "other waiters make their own attempts");
     let own = fair.own_channel(want_of(&mut q, 1), "res");
     assert_eq!(own, Some(keys::fair_channel("res", "f")));
-    fair.sending(want_of(&mut q, 2), false);
+    fair.sending(want_of(&mut q, 2), false, &config);
     let next = fair.next(&mut q, Instant::now());
     assert!(
         matches!(next, Pick::HoldBack(d) if d > Duration::from_secs(2) && d <= Duration::from_secs(3)),
@@ -232,13 +232,13 @@ fn a_fair_waiter_tries_when_its_channel_or_the_queue_head_names_it() {
         waiter(1, Owner::new(), "f", None),
         waiter(2, Owner::new(), "g", None),
     ]);
-    fair.sending(want_of(&mut q, 1), false);
-    fair.sending(want_of(&mut q, 2), false);
+    fair.sending(want_of(&mut q, 1), false, &config());
+    fair.sending(want_of(&mut q, 2), false, &config());
     assert_eq!(fair.next(&mut q, Instant::now()), Pick::Nobody);
     let heard = fair.heard(&keys::fair_channel("res", "g"), "res", &mut q);
     assert_eq!(heard, Heard::Wake);
     assert_eq!(fair.next(&mut q, Instant::now()), Pick::Waiter(2));
-    fair.sending(want_of(&mut q, 2), false);
+    fair.sending(want_of(&mut q, 2), false, &config());
     fair.placed(
         vec![(Arc::from("f"), crate::wire::Place::Head)],
         &mut q,
@@ -255,8 +255,8 @@ fn a_fair_waiter_that_leaves_gives_up_its_place_unless_its_owner_still_waits() {
         waiter(1, owner, "f", None),
         waiter(2, owner, "f", None),
     ]);
-    fair.sending(want_of(&mut q, 1), false);
-    fair.sending(want_of(&mut q, 2), false);
+    fair.sending(want_of(&mut q, 1), false, &config());
+    fair.sending(want_of(&mut q, 2), false, &config());
     let one = q.remove(1).expect("queued");
     let place = fair.place(&one.want).into_iter().collect();
     fair.left(place, &q);
