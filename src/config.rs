@@ -312,18 +312,22 @@ impl Config {
 
     /// Direct handoff across processes for the exclusive lock: a waiter that
     /// finds the lock held takes a place in a handoff queue beside it, and the
-    /// release that frees the lock (by any lockwarden process) makes the first
-    /// live place the holder in the same script call and tells its process, so
-    /// the waiter sends nothing more before it holds (one round trip less per
-    /// contended handoff between processes; with replica confirmation asked,
-    /// the waiter still sends one call, whose `WAIT` confirms the handoff).
-    /// Waiters with a place go first, in the order they took it; a Redisson
-    /// client on the same lock is woken only by a release that finds no place
-    /// (docs/protocol.md, "Direct handoff"). A waiter that died with a place
-    /// costs the lock at most the handoff lease (800 ms). Only waiters whose
-    /// owner was made for their wait (no `Acquire::owner`) and that wait (not a
-    /// try-once) take a place; with a [`Config::lock_delay`] nobody does.
-    /// Defaults to `false` (off) until its fault runs are in the chaos suite.
+    /// release that frees the lock (by a manager with this option) makes the
+    /// first live place the holder in the same script call and tells its
+    /// process, so the waiter sends nothing before it holds (one round trip
+    /// less per contended handoff between processes; with replica confirmation
+    /// asked, the waiter still sends one call, whose `WAIT` confirms the
+    /// handoff). Waiters with a place go first, in the order they took it; a
+    /// Redisson client, or a waiter with an `Acquire::owner`, on the same lock
+    /// is woken only by a release that finds no place (docs/protocol.md,
+    /// "Direct handoff"). A waiter whose process died costs the lock nothing (a
+    /// release skips a place nobody listens for); one whose process froze, at
+    /// most the handoff's 800 ms lease. The lock's channels stay subscribed for
+    /// the idle timeout after its last waiter. Only waiters whose owner was made
+    /// for their wait (no `Acquire::owner`) and that wait (not a try-once) take
+    /// a place; with a [`Config::lock_delay`] nobody does. Needs ACL rights on
+    /// the handoff's keys (docs/operations.md). Defaults to `false` (off) until
+    /// its fault runs cover every topology.
     pub fn direct_handoff(mut self, on: bool) -> Config {
         self.direct_handoff = on;
         self

@@ -9,11 +9,12 @@
 //!   a holder SIGKILLed, the link blackholed and delayed, the server frozen
 //!   (SIGSTOP) and restarted without its data;
 //! - sentinel: a master, a replica, three Sentinels (down-after 1000 ms), the
-//!   fleet with `--direct-handoff`: a queued waiter SIGKILLed, the
-//!   master SIGKILLed, brought back (as a replica), the new master frozen
+//!   fleet with `--direct-handoff`: a queued waiter SIGKILLed, another
+//!   frozen 3 s, the master SIGKILLed, brought back (as a replica), the new master frozen
 //!   (SIGSTOP: its connections stay open and silent);
 //! - cluster: three masters with a replica each, the fleet with
-//!   `--direct-handoff`: a queued waiter SIGKILLed, a manual failover, the slot of a
+//!   `--direct-handoff`: a queued waiter SIGKILLed, another frozen 3 s, a
+//!   manual failover, the slot of a
 //!   held lock resharded to another master, a master SIGKILLed;
 //! - redlock: three independent servers (`run --redlock`): one SIGKILLed, one
 //!   frozen (SIGSTOP) for 3 s, the killed one back without its data; then the

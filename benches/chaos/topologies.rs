@@ -167,12 +167,14 @@ pub fn sentinel(settings: &Settings) -> Vec<Row> {
     };
     let lock = super::workers::lock_name(0);
     let faults = vec![
-        fault("queued waiter SIGKILLed (direct handoff)", quiet, |fleet: &Fleet| {
-            let placed = || places(&mut roles().0.borrow().conn(), &lock) > 0;
-            if !fleet.kill_a_waiter(0, Duration::from_secs(5), placed) {
-                eprintln!("chaos: no queued waiter to kill within 5 s");
-            }
+        fault("queued waiter SIGKILLed (direct handoff)", quiet, |_: &Fleet| {
+            signal_newest_waiter(&lock, "-KILL", |_key: &str| roles().0.borrow().conn());
         }),
+        fault(
+            "queued waiter frozen 3 s (SIGSTOP, direct handoff)",
+            quiet,
+            |_: &Fleet| freeze_a_waiter(&lock, |_key: &str| roles().0.borrow().conn()),
+        ),
         fault("master SIGKILLed (failover)", quiet, |_: &Fleet| {
             first.borrow_mut().kill()
         }),
@@ -290,14 +292,21 @@ pub fn cluster(settings: &Settings) -> Vec<Row> {
         fault(
             "queued waiter SIGKILLed (direct handoff)",
             quiet,
-            |fleet: &Fleet| {
-                let placed = || {
+            |_: &Fleet| {
+                signal_newest_waiter(&lock, "-KILL", |key: &str| {
                     let cluster = cluster.borrow();
-                    places(&mut cluster.nodes[cluster.owner_of(&lock)].conn(), &lock) > 0
-                };
-                if !fleet.kill_a_waiter(0, Duration::from_secs(5), placed) {
-                    eprintln!("chaos: no queued waiter to kill within 5 s");
-                }
+                    cluster.nodes[cluster.owner_of(key)].conn()
+                });
+            },
+        ),
+        fault(
+            "queued waiter frozen 3 s (SIGSTOP, direct handoff)",
+            quiet,
+            |_: &Fleet| {
+                freeze_a_waiter(&lock, |key: &str| {
+                    let cluster = cluster.borrow();
+                    cluster.nodes[cluster.owner_of(key)].conn()
+                })
             },
         ),
         fault("manual failover (CLUSTER FAILOVER)", quiet, |_: &Fleet| {
@@ -363,12 +372,65 @@ fn handoff() -> Vec<String> {
     vec!["--direct-handoff".into()]
 }
 
-/// The places in `lock`'s handoff queue, read on `conn` (0 when unreadable).
-fn places(conn: &mut redis::Connection, lock: &str) -> i64 {
-    redis::cmd("ZCARD")
-        .arg(format!("lockwarden_handoff_timeout:{{{lock}}}"))
-        .query(conn)
-        .unwrap_or(0)
+/// Freezes (SIGSTOP) for 3 s the process of the newest place in `lock`'s
+/// handoff queue: the releases ahead of it hand the lock on until its turn,
+/// it is handed the lock (its subscription stays), which costs the others the
+/// handoff's short lease; resumed, it finds that lease long gone and waits
+/// again (its late message is not a grant: `actors/lock/handoff.rs`).
+fn freeze_a_waiter(lock: &str, conn: impl Fn(&str) -> redis::Connection) {
+    let Some(pid) = signal_newest_waiter(lock, "-STOP", conn) else {
+        return;
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &pid.to_string()])
+        .status();
+}
+
+/// Sends `signal` to the process of the newest place in `lock`'s handoff
+/// queue (a waiter behind the others, not one about to be handed the lock),
+/// found within 5 s: its pid from the client registry, where `conn` reaches
+/// the node serving a key. Answers the pid.
+fn signal_newest_waiter(
+    lock: &str,
+    signal: &str,
+    conn: impl Fn(&str) -> redis::Connection,
+) -> Option<u32> {
+    let places = format!("lockwarden_handoff_timeout:{{{lock}}}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let pid = loop {
+        let newest: Vec<String> = redis::cmd("ZRANGE")
+            .arg(&places)
+            .arg(-1)
+            .arg(-1)
+            .query(&mut conn(&places))
+            .unwrap_or_default();
+        let client = newest
+            .first()
+            .and_then(|f| f.rsplit_once(':'))
+            .map(|(c, _)| c);
+        let entry = client.map(|c| format!("lockwarden:client:{{{c}}}"));
+        let pid: Option<u32> = entry.and_then(|key| {
+            redis::cmd("HGET")
+                .arg(&key)
+                .arg("pid")
+                .query(&mut conn(&key))
+                .ok()
+        });
+        if pid.is_some() || std::time::Instant::now() > deadline {
+            break pid;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    match pid {
+        Some(pid) => {
+            let _ = std::process::Command::new("kill")
+                .args([signal, &pid.to_string()])
+                .status();
+        }
+        None => eprintln!("chaos: no queued waiter to signal ({signal}) within 5 s"),
+    }
+    pid
 }
 
 /// Three independent servers, one lock on a majority of them.

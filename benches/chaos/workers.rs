@@ -47,13 +47,11 @@ pub struct Plan {
     pub logs: Option<PathBuf>,
 }
 
-/// Per worker: the pid of its running command, its section file, and when it
-/// was started.
-type Running = Mutex<Vec<Option<(u32, PathBuf, std::time::Instant)>>>;
+/// Per worker: the pid of its running command and its section file.
+type Running = Mutex<Vec<Option<(u32, PathBuf)>>>;
 
 /// Running workers.
 pub struct Fleet {
-    locks: usize,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<Vec<Run>>>,
     running: Arc<Running>,
@@ -76,7 +74,6 @@ impl Fleet {
             })
             .collect();
         Fleet {
-            locks: plan.locks,
             stop,
             threads,
             running,
@@ -92,38 +89,11 @@ impl Fleet {
         let deadline = std::time::Instant::now() + limit;
         while std::time::Instant::now() < deadline {
             let running = self.running.lock().expect("running").clone();
-            for (pid, file, _) in running.iter().flatten() {
+            for (pid, file) in running.iter().flatten() {
                 let inside = std::fs::read_to_string(file)
                     .map(|t| t.contains("start") && !t.contains("end"))
                     .unwrap_or(false);
                 if inside {
-                    let _ = Command::new("kill")
-                        .args(["-KILL", &pid.to_string()])
-                        .status();
-                    return true;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        false
-    }
-
-    /// SIGKILLs the command of a worker of lock `lock` that waits for it (not
-    /// inside its section), the one waiting longest, once `placed` says a
-    /// waiter has a place in the lock's handoff queue (a process that dies
-    /// queued, with `--direct-handoff`); answers whether one was killed
-    /// within `limit`.
-    pub fn kill_a_waiter(&self, lock: usize, limit: Duration, placed: impl Fn() -> bool) -> bool {
-        let deadline = std::time::Instant::now() + limit;
-        while std::time::Instant::now() < deadline {
-            if placed() {
-                let running = self.running.lock().expect("running").clone();
-                let waiting = running.iter().enumerate().filter_map(|(w, r)| {
-                    let (pid, file, since) = r.as_ref()?;
-                    let started = std::fs::read_to_string(file).is_ok_and(|t| t.contains("start"));
-                    (w % self.locks == lock && !started).then_some((*since, *pid))
-                });
-                if let Some((_, pid)) = waiting.min() {
                     let _ = Command::new("kill")
                         .args(["-KILL", &pid.to_string()])
                         .status();
@@ -142,7 +112,7 @@ impl Fleet {
         let deadline = std::time::Instant::now() + limit;
         while std::time::Instant::now() < deadline {
             let running = self.running.lock().expect("running").clone();
-            for (_, file, _) in running.iter().flatten() {
+            for (_, file) in running.iter().flatten() {
                 if std::fs::read_to_string(file).is_ok_and(|t| t.contains("end")) {
                     return true;
                 }
@@ -162,7 +132,7 @@ impl Fleet {
         {
             std::thread::sleep(Duration::from_millis(50));
         }
-        for (pid, _, _) in self.running.lock().expect("running").iter().flatten() {
+        for (pid, _) in self.running.lock().expect("running").iter().flatten() {
             let _ = Command::new("kill")
                 .args(["-KILL", &pid.to_string()])
                 .status();
@@ -213,8 +183,7 @@ fn work(w: usize, plan: &Plan, stop: &AtomicBool, running: &Running) -> Vec<Run>
             std::thread::sleep(Duration::from_millis(100));
             continue;
         };
-        running.lock().expect("running")[w] =
-            Some((child.id(), file.clone(), std::time::Instant::now()));
+        running.lock().expect("running")[w] = Some((child.id(), file.clone()));
         let status = child.wait();
         running.lock().expect("running")[w] = None;
         let exit = status.ok().map(|s| {

@@ -10,8 +10,11 @@
 //!   answered, and its lease is made its own right behind (one renewal). The
 //!   grant counts its lease from the last call that found its place, which ran
 //!   before the release: so it never believes in more than Redis gave it;
-//! - confirmation asked (a `WAIT` must cover the handoff), the lease left too
-//!   short to count on, or its attempt out: it asks (again) at once, and that
+//! - its attempt out: that attempt's busy answer ran before the release, so
+//!   the message's grant is the answer ([`answered`]); a grant means the
+//!   attempt found the hold;
+//! - confirmation asked (a `WAIT` must cover the handoff), or the lease left
+//!   too short to count on: it asks (again) at once, and that
 //!   attempt finds the hold (`lua/acquire.lua` answers a handed hold as a
 //!   grant, and sets the waiter's lease: a write, which the `WAIT` behind it
 //!   confirms with the release's, one replication stream in order);

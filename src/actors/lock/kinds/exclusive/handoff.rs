@@ -1,11 +1,13 @@
 //! The exclusive lock's places in its handoff queue (`Config::direct_handoff`):
 //! who takes one, keeping them alive, and giving them up.
 //!
-//! A waiter that was refused once and listens takes a place with its next
-//! attempt (`lua/acquire.lua`, ARGV[6]), at the back of a list beside the lock;
-//! the release that frees the lock makes the first live place the holder and
-//! tells its process (`lua/release.lua`; the actor's half is
-//! `actors/lock/handoff.rs`). A place lives [`PLACE_LIFE`] past the last call
+//! A waiter that waits takes a place with each attempt that finds the lock
+//! held, its first included (`lua/acquire.lua`, ARGV[6]), at the back of a list
+//! beside the lock; the release that frees the lock makes the first live place
+//! the holder and tells its process, or, when nobody hears that (the process
+//! died, or its waiter does not listen yet), takes the hold back and looks at
+//! the next (`lua/release.lua`; the actor's half is `actors/lock/handoff.rs`).
+//! A place lives [`PLACE_LIFE`] past the last call
 //! that kept it, so one whose process died stops counting within that; the
 //! places of this lock's waiters are kept by one call every [`REFRESH_EVERY`]
 //! (one per lock, not per waiter). A place the refresh finds gone was handed
@@ -38,8 +40,9 @@ pub(in crate::actors::lock) const PLACE_LIFE: Duration = Duration::from_millis(1
 const REFRESH_EVERY: Duration = Duration::from_millis(300);
 
 /// The lease a release gives the waiter it hands the lock to. Short, as the
-/// waiter's process may have died since its last refresh: the lock then waits
-/// this long at most. The receiver makes it its own lease at once.
+/// waiter's process may have frozen since its last refresh (still subscribed,
+/// so the release cannot tell): the lock then waits this long at most. The
+/// receiver makes it its own lease at once.
 pub(in crate::actors::lock) const HAND_LEASE: Duration = Duration::from_millis(800);
 
 /// The places' calls in flight, and the places given up and not yet sent.
@@ -66,9 +69,10 @@ enum Done {
 }
 
 impl Places {
-    /// Whether a waiter that wants `want` takes places from now on: it waits
-    /// (it was refused and listens), its owner was made for this wait (a
-    /// hold of its field can only be a handoff), and nothing forbids it.
+    /// Whether a waiter that wants `want` takes places: the option is on, its
+    /// owner was made for this wait (a hold of its field can only be a
+    /// handoff), and there is no lock-delay (a lapsed hold must keep the lock
+    /// taken, which a handoff would not know of).
     pub(super) fn takes_places(want: &Want, config: &Config) -> bool {
         config.direct_handoff && config.lock_delay.is_zero() && want.req.new_owner
     }
