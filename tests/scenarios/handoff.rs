@@ -10,8 +10,9 @@
 
 use std::time::{Duration, Instant};
 
+use actix::{Addr, MailboxError};
 use futures::StreamExt;
-use lockwarden::{Acquire, LockError, ReleaseOutcome};
+use lockwarden::{Acquire, LockError, LockGuard, LockManager, ReleaseOutcome};
 
 use crate::support::{eventually, hold, Target};
 
@@ -65,6 +66,33 @@ fn place_ahead(t: &Target, name: &str, field: &str) {
     let _: i64 = t.raw(&["ZADD", &timeouts, &lapses, field]);
 }
 
+/// Two managers with the direct handoff: two processes.
+async fn two_processes(t: &Target) -> (Addr<LockManager>, Addr<LockManager>) {
+    let first = t.manager(|c| c.direct_handoff(true)).await;
+    let second = t.manager(|c| c.direct_handoff(true)).await;
+    (first, second)
+}
+
+/// A wait of `m` for the lock `name` (10 s at most), running.
+type Waiting = actix_rt::task::JoinHandle<Result<Result<LockGuard, LockError>, MailboxError>>;
+
+/// `m` waits for the lock `name`, 10 s at most.
+fn wait_in(m: Addr<LockManager>, name: &'static str) -> Waiting {
+    actix_rt::spawn(async move {
+        m.send(Acquire::new(name).wait(Duration::from_secs(10)))
+            .await
+    })
+}
+
+/// The guard that `waiting` ends with; `what` says how it should come.
+async fn granted(waiting: Waiting, what: &str) -> LockGuard {
+    waiting
+        .await
+        .expect("task")
+        .expect("running")
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
 /// Redisson's `tryLockInnerAsync`: take or re-enter, else answer the PTTL.
 const REDISSON_TRY_LOCK: &str = "if ((redis.call('exists', KEYS[1]) == 0) or \
     (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then \
@@ -89,14 +117,9 @@ fn redisson_try_lock(t: &Target, name: &str) -> Option<i64> {
 /// watchdog's (30 s) beyond the handoff's short 800 ms.
 pub async fn a_waiter_in_another_process_is_handed_the_lock(t: &Target) {
     let name = "ho:handed";
-    let first = t.manager(|c| c.direct_handoff(true)).await;
-    let second = t.manager(|c| c.direct_handoff(true)).await;
+    let (first, second) = two_processes(t).await;
     let held = hold(&first, name, |a| a).await;
-    let waiting = actix_rt::spawn(async move {
-        second
-            .send(Acquire::new(name).wait(Duration::from_secs(10)))
-            .await
-    });
+    let waiting = wait_in(second, name);
     until_places(t, name, 1).await;
     assert_eq!(handoff_channels(t, name).await.len(), 1);
 
@@ -106,11 +129,7 @@ pub async fn a_waiter_in_another_process_is_handed_the_lock(t: &Target) {
         held.release().await.expect("released"),
         ReleaseOutcome::Released
     );
-    let guard = waiting
-        .await
-        .expect("task")
-        .expect("running")
-        .expect("handed the lock");
+    let guard = granted(waiting, "handed the lock").await;
     let after = t.commandstats();
     let delta = |name: &str| after.get(name).unwrap_or(&0) - before.get(name).unwrap_or(&0);
     assert_eq!(delta("hincrby"), 0, "no acquisition granted it: {after:?}");
@@ -134,25 +153,16 @@ pub async fn a_waiter_in_another_process_is_handed_the_lock(t: &Target) {
 /// back and hands the lock to the live waiter behind it at once.
 pub async fn a_dead_waiters_place_is_skipped(t: &Target) {
     let name = "ho:dead";
-    let first = t.manager(|c| c.direct_handoff(true)).await;
-    let second = t.manager(|c| c.direct_handoff(true)).await;
+    let (first, second) = two_processes(t).await;
     let held = hold(&first, name, |a| a).await;
     let dead = "0000dead-0000-4000-8000-000000000000:1";
     place_ahead(t, name, dead);
-    let waiting = actix_rt::spawn(async move {
-        second
-            .send(Acquire::new(name).wait(Duration::from_secs(10)))
-            .await
-    });
+    let waiting = wait_in(second, name);
     until_places(t, name, 2).await;
 
     let start = Instant::now();
     held.release().await.expect("released");
-    let guard = waiting
-        .await
-        .expect("task")
-        .expect("running")
-        .expect("handed the lock past the dead place");
+    let guard = granted(waiting, "handed the lock past the dead place").await;
     let delay = start.elapsed();
     assert!(
         delay < Duration::from_millis(300),
@@ -171,26 +181,17 @@ pub async fn a_dead_waiters_place_is_skipped(t: &Target) {
 /// 1 s of the release.
 pub async fn a_frozen_waiter_delays_the_next_by_less_than_a_second(t: &Target) {
     let name = "ho:frozen";
-    let first = t.manager(|c| c.direct_handoff(true)).await;
-    let second = t.manager(|c| c.direct_handoff(true)).await;
+    let (first, second) = two_processes(t).await;
     let held = hold(&first, name, |a| a).await;
     let frozen = "0000f0ze-0000-4000-8000-000000000000";
     let _listening = t.listen(&[format!("{}{frozen}", keys(name).2)]).await;
     place_ahead(t, name, &format!("{frozen}:1"));
-    let waiting = actix_rt::spawn(async move {
-        second
-            .send(Acquire::new(name).wait(Duration::from_secs(10)))
-            .await
-    });
+    let waiting = wait_in(second, name);
     until_places(t, name, 2).await;
 
     let start = Instant::now();
     held.release().await.expect("released");
-    let guard = waiting
-        .await
-        .expect("task")
-        .expect("running")
-        .expect("acquired after the frozen waiter's lease");
+    let guard = granted(waiting, "acquired after the frozen waiter's lease").await;
     let delay = start.elapsed();
     assert!(
         delay < Duration::from_secs(1),
@@ -207,8 +208,7 @@ pub async fn a_frozen_waiter_delays_the_next_by_less_than_a_second(t: &Target) {
 /// release that follows frees the lock rather than handing it to nobody.
 pub async fn a_waiter_that_timed_out_leaves_no_place_behind(t: &Target) {
     let name = "ho:timed";
-    let first = t.manager(|c| c.direct_handoff(true)).await;
-    let second = t.manager(|c| c.direct_handoff(true)).await;
+    let (first, second) = two_processes(t).await;
     let held = hold(&first, name, |a| a).await;
     let late = second
         .send(Acquire::new(name).wait(Duration::from_millis(300)))
@@ -225,14 +225,9 @@ pub async fn a_waiter_that_timed_out_leaves_no_place_behind(t: &Target) {
 /// the handoff's short lease runs out, and goes to the next place.
 pub async fn a_handoff_to_a_waiter_that_left_is_given_back(t: &Target) {
     let name = "ho:left";
-    let first = t.manager(|c| c.direct_handoff(true)).await;
-    let second = t.manager(|c| c.direct_handoff(true)).await;
+    let (first, second) = two_processes(t).await;
     let held = hold(&first, name, |a| a).await;
-    let waiting = actix_rt::spawn(async move {
-        second
-            .send(Acquire::new(name).wait(Duration::from_secs(10)))
-            .await
-    });
+    let waiting = wait_in(second, name);
     until_places(t, name, 1).await;
     let channels = handoff_channels(t, name).await;
     let client = channels[0].strip_prefix(&keys(name).2).expect("prefix");
@@ -243,11 +238,7 @@ pub async fn a_handoff_to_a_waiter_that_left_is_given_back(t: &Target) {
 
     let start = Instant::now();
     held.release().await.expect("released");
-    let guard = waiting
-        .await
-        .expect("task")
-        .expect("running")
-        .expect("handed the lock after the give-back");
+    let guard = granted(waiting, "handed the lock after the give-back").await;
     assert!(
         start.elapsed() < Duration::from_millis(500),
         "given back, not left to lapse ({:?})",
@@ -263,26 +254,17 @@ pub async fn a_handoff_to_a_waiter_that_left_is_given_back(t: &Target) {
 /// woken by the release that frees the lock, after which it takes it.
 pub async fn a_redisson_client_is_excluded_and_woken_when_the_lock_frees(t: &Target) {
     let name = "ho:java";
-    let first = t.manager(|c| c.direct_handoff(true)).await;
-    let second = t.manager(|c| c.direct_handoff(true)).await;
+    let (first, second) = two_processes(t).await;
     let mut messages = t
         .listen(&[format!("redisson_lock__channel:{{{name}}}")])
         .await;
 
     let held = hold(&first, name, |a| a).await;
     assert!(redisson_try_lock(t, name).is_some(), "excluded");
-    let waiting = actix_rt::spawn(async move {
-        second
-            .send(Acquire::new(name).wait(Duration::from_secs(10)))
-            .await
-    });
+    let waiting = wait_in(second, name);
     until_places(t, name, 1).await;
     held.release().await.expect("released");
-    let guard = waiting
-        .await
-        .expect("task")
-        .expect("running")
-        .expect("handed the lock");
+    let guard = granted(waiting, "handed the lock").await;
     assert!(redisson_try_lock(t, name).is_some(), "still excluded");
     let quiet = tokio::time::timeout(Duration::from_millis(200), messages.next()).await;
     assert!(quiet.is_err(), "no unlock message for a handoff: {quiet:?}");

@@ -281,6 +281,24 @@ pub(super) struct Granting<'a> {
     pub(super) addr: Addr<LockActor>,
 }
 
+impl Granting<'_> {
+    /// Enters watchdog holding `h` in the renewal table, or notes its later
+    /// `valid_until` there; a holding with an explicit lease is not renewed.
+    fn watch(&self, h: &Holding) {
+        if !h.watchdog {
+            return;
+        }
+        let held = Watched {
+            name: self.name.clone(),
+            field: h.field.clone(),
+            renewal: self.renewal,
+            lock: self.addr.downgrade().recipient(),
+            valid_until: h.valid_until,
+        };
+        self.shared.renewals.watch(h.epoch, held);
+    }
+}
+
 impl Held {
     /// Records a successful acquisition and makes its guard (the caller has
     /// declared lost the holdings it excludes: [`Held::stale`]).
@@ -309,16 +327,7 @@ impl Held {
         h.watchdog |= lease.is_none();
         h.watchers.extend(on_lost);
         let lost_rx = h.lost_tx.watch();
-        if h.watchdog {
-            let held = Watched {
-                name: g.name.clone(),
-                field: h.field.clone(),
-                renewal: g.renewal,
-                lock: g.addr.downgrade().recipient(),
-                valid_until: h.valid_until,
-            };
-            g.shared.renewals.watch(epoch, held);
-        }
+        g.watch(h);
         let name = g.name.clone();
         LockGuard::new(
             g.addr.recipient(),
@@ -341,16 +350,7 @@ impl Held {
             return;
         };
         h.valid_until = h.valid_until.max(sent + h.lease);
-        if h.watchdog {
-            let held = Watched {
-                name: g.name.clone(),
-                field: h.field.clone(),
-                renewal: g.renewal,
-                lock: g.addr.downgrade().recipient(),
-                valid_until: h.valid_until,
-            };
-            g.shared.renewals.watch(epoch, held);
-        }
+        g.watch(h);
     }
 
     /// The holdings Redis's grant to `owner` as `kind` shows lost: a local
