@@ -52,7 +52,7 @@ pub(crate) struct Acquire<'a> {
     pub(crate) delay_ms: u64,
     /// How long the caller's place in the handoff queue lives, in ms (0: it
     /// takes none). Only for a field made for this wait: a hold of it is then
-    /// reported as the handoff it waits for (`lua/acquire.lua`, ARGV[6]).
+    /// reported as the handoff it waits for (`lua/acquire.lua`, `ARGV[6]`).
     pub(crate) place_ms: u64,
 }
 
@@ -108,7 +108,7 @@ pub(crate) struct Release<'a> {
     /// An earlier attempt with this request id may have run: read the latch.
     pub(crate) retry: bool,
     /// The lease a direct handoff gives the waiter it makes the holder, in ms
-    /// (`lua/release.lua`, ARGV[7]); 0: no handoff (the handoff's keys are
+    /// (`lua/release.lua`, `ARGV[7]`); 0: no handoff (the handoff's keys are
     /// not sent, so an ACL that predates them still allows the release).
     pub(crate) hand_lease_ms: u64,
     /// How long the fencing token counter lives after a handoff, in ms.

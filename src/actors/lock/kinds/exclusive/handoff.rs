@@ -2,7 +2,7 @@
 //! who takes one, keeping them alive, and giving them up.
 //!
 //! A waiter that waits takes a place with each attempt that finds the lock
-//! held, its first included (`lua/acquire.lua`, ARGV[6]), at the back of a list
+//! held, its first included (`lua/acquire.lua`, `ARGV[6]`), at the back of a list
 //! beside the lock; the release that frees the lock makes the first live place
 //! the holder and tells its process, or, when nobody hears that (the process
 //! died, or its waiter does not listen yet), takes the hold back and looks at
