@@ -38,6 +38,9 @@ use crate::error::LostReason;
 use crate::kind::AcquireKind;
 use crate::wire::{self, AcquireReply, ScriptConn};
 
+/// How soon a failed extension of a handed lease is tried again.
+const EXTEND_AGAIN: Duration = Duration::from_millis(50);
+
 /// Least lease a handoff must have left for its waiter to be granted from the
 /// message alone: the renewal behind the grant has this long to land.
 const MARGIN: Duration = Duration::from_millis(200);
@@ -208,8 +211,9 @@ pub(super) fn extend(
     let (name, field): (Arc<str>, Arc<str>) = (act.name.clone(), Arc::from(field));
     let mut conn = act.shared.node.conn();
     let sent = Instant::now();
+    let held_field = field.clone();
     let renew = async move {
-        let locks = [(&*name, &*field)];
+        let locks = [(&*name, &*held_field)];
         let call = wire::RenewHashes {
             locks: &locks,
             lease_ms: millis(lease),
@@ -218,31 +222,70 @@ pub(super) fn extend(
         wire::call(&mut conn, &call).await
     };
     ctx.spawn(renew.into_actor(act).map(move |res, act, ctx| {
-        if act.held.holdings.get(epoch).is_none() {
-            return;
-        }
+        let extension = Extension { epoch, sent, lease };
+        extension.answered(act, res, field, ctx);
+    }));
+}
+
+/// One extension of a handed lease, sent at `sent`, for holding `epoch`.
+struct Extension {
+    epoch: u64,
+    sent: Instant,
+    lease: Duration,
+}
+
+impl Extension {
+    /// Its answer: the holding is held until `sent` plus its lease, lost, or
+    /// (on an error) tried again while the short lease lasts.
+    fn answered(
+        self,
+        act: &mut LockActor,
+        res: redis::RedisResult<Vec<bool>>,
+        field: Arc<str>,
+        ctx: &mut Context<LockActor>,
+    ) {
+        let Some(left) = act.held.holdings.get(self.epoch).map(|h| h.valid_until) else {
+            return; // released (or lost) meanwhile
+        };
         match res {
             Ok(held) if held.first() == Some(&true) => {
-                let renewal = act.wait.side.kind().scripts().renewal(AcquireKind::Exclusive);
+                let renewal = act
+                    .wait
+                    .side
+                    .kind()
+                    .scripts()
+                    .renewal(AcquireKind::Exclusive);
                 let g = Granting {
                     name: &act.name,
                     shared: &act.shared,
                     renewal,
                     addr: ctx.address(),
                 };
-                act.held.extended(epoch, sent, g);
+                act.held.extended(self.epoch, self.sent, g);
                 act.arm_expiry(ctx);
             }
             Ok(_) => {
                 warn!(lock = %act.name, "a lock handed over was gone before its lease was extended");
-                act.lose(epoch, LostReason::LeaseExpired, ctx);
+                act.lose(self.epoch, LostReason::OwnerGone, ctx);
                 act.look(ctx);
             }
-            // Its short lease stands: the renewer (or the expiry timer)
-            // declares it lost if nothing extends it in time.
-            Err(e) => warn!(lock = %act.name, error = %e, "extending a handed-over lock's lease failed"),
+            // Tried again while the short lease lasts (a dropped connection
+            // comes back within it); past that the holding is lost, told
+            // now rather than at the renewer's next sweep of it.
+            Err(e) if left > Instant::now() + EXTEND_AGAIN => {
+                debug!(lock = %act.name, error = %e, "extending a handed-over lock's lease failed; trying again");
+                let lease = self.lease;
+                ctx.run_later(EXTEND_AGAIN, move |act, ctx| {
+                    extend(act, &field, lease, ctx)
+                });
+            }
+            Err(e) => {
+                warn!(lock = %act.name, error = %e, "extending a handed-over lock's lease failed until its short lease ran out");
+                act.lose(self.epoch, LostReason::Unreachable, ctx);
+                act.look(ctx);
+            }
         }
-    }));
+    }
 }
 
 /// A hold handed to a waiter that left: given back at once.
