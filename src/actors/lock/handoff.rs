@@ -19,9 +19,9 @@
 //!   grant, and sets the waiter's lease: a write, which the `WAIT` behind it
 //!   confirms with the release's, one replication stream in order);
 //! - the field holds here already: its own attempt found the hold first;
-//! - the waiter left: the hold is given back at once by one release (which
-//!   hands the lock to the next place). A message lost leaves the hold to its
-//!   short lease.
+//! - the waiter left (or its caller went away): the hold is given back at
+//!   once by one release (which hands the lock to the next place). A message
+//!   lost leaves the hold to its short lease.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -68,7 +68,9 @@ pub(super) fn received(act: &mut LockActor, payload: &str, ctx: &mut Context<Loc
     let Some(engine) = act.wait.side.engine_mut() else {
         return give_back(act, field, ctx);
     };
-    let Some(w) = engine.waiters().find(|w| &*w.want.req.field == field) else {
+    // A waiter whose caller went away is as good as gone: its hold goes back.
+    let found = engine.waiters().find(|w| &*w.want.req.field == field);
+    let Some(w) = found.filter(|w| !w.is_gone()) else {
         return give_back(act, field, ctx);
     };
     let (id, asking) = (w.id, w.want.asking);
