@@ -134,7 +134,8 @@ pub(super) fn answered(
     if !matches!(reply, Ok(AcquireReply::Busy { .. })) {
         return as_is(reply);
     }
-    let (confirms, confirmed) = confirming(act);
+    // Only a waiter a message came for while its attempt was out: every
+    // other busy answer (most of them, on a contended lock) goes on as is.
     let watchdog = act.shared.config.watchdog_lease;
     let Some(w) = act
         .wait
@@ -144,16 +145,25 @@ pub(super) fn answered(
     else {
         return as_is(reply);
     };
-    let Some(token) = w.want.handed_token.filter(|_| !confirms && w.want.placing) else {
+    let Some(token) = w.want.handed_token.filter(|_| w.want.placing) else {
         return as_is(reply);
     };
     let lease = w.want.req.lease.unwrap_or(watchdog);
-    let Some(from) = counted_from(Some(sent), lease) else {
+    let field = w.want.req.field.clone();
+    let (confirms, confirmed) = confirming(act);
+    let from = counted_from(Some(sent), lease).filter(|_| !confirms);
+    let Some(from) = from else {
         return as_is(reply);
     };
-    w.want.handed = false;
-    w.want.handed_token = None;
-    let field = w.want.req.field.clone();
+    if let Some(w) = act
+        .wait
+        .side
+        .engine_mut()
+        .and_then(|e| e.policy_mut().1.get_mut(waiter))
+    {
+        w.want.handed = false;
+        w.want.handed_token = None;
+    }
     if !confirmed {
         wire::record_unconfirmed("grant", &act.name);
     }
