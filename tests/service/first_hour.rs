@@ -364,6 +364,71 @@ async fn a_task_waiting_for_its_own_lock_is_reported() {
     got.release().await.expect("release");
 }
 
+/// The stall warning watches every waiter that may wait for itself, with one
+/// alarm per lock: a waiter served before its warning is due is never
+/// reported, and two that came at different times and still wait are each
+/// reported once, when their own `stall_warning` has passed.
+#[actix_rt::test]
+async fn each_stalled_waiter_is_reported_once_and_a_served_one_never() {
+    let (log, _logging) = Captured::install();
+    let redis = support::RedisServer::start();
+    let after = Duration::from_millis(400);
+    let m = support::manager(&redis, |c| c.stall_warning(after)).await;
+    let count = || log.text().matches("waits for itself").count();
+    let waiter = |m: actix::Addr<LockManager>, lock: &'static str| {
+        actix_rt::spawn(async move { m.send(Acquire::new(lock)).await })
+    };
+
+    // Served in time: queued behind a local holder that lets go at once.
+    let quick = hold(&m, "served", |a| a).await;
+    let served = waiter(m.clone(), "served");
+    // Time to queue (no event says it did; one that has not queued yet is
+    // granted at once, and the count below holds either way).
+    actix_rt::time::sleep(Duration::from_millis(50)).await;
+    quick.release().await.expect("release");
+    let got = served
+        .await
+        .expect("task")
+        .expect("running")
+        .expect("acquired");
+    got.release().await.expect("release");
+
+    // Two stalled waiters, the second queued well after the first.
+    let outer = hold(&m, "stalled", |a| a).await;
+    let first = waiter(m.clone(), "stalled");
+    let began = Instant::now();
+    actix_rt::time::sleep(after / 2).await;
+    let second = waiter(m.clone(), "stalled");
+    while count() < 2 {
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "{} warnings; log:\n{}",
+            count(),
+            log.text()
+        );
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The second came `after / 2` past `began`: its report is no sooner than
+    // its own delay. Then nothing more: each once, the served one never.
+    assert!(
+        began.elapsed() >= after + after / 2,
+        "{:?}",
+        began.elapsed()
+    );
+    actix_rt::time::sleep(after * 2).await;
+    assert_eq!(count(), 2, "log:\n{}", log.text());
+    outer.release().await.expect("release");
+    for task in [first, second] {
+        let got = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("served after the release")
+            .expect("task")
+            .expect("running")
+            .expect("acquired");
+        got.release().await.expect("release");
+    }
+}
+
 /// The everyday shape: `with_lock` holds the lock for exactly the work, hands it
 /// the fencing token, releases afterwards; `is_locked`, `remaining_ttl` and
 /// `is_held_by` answer without a hand-written `Inspect`.

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tracing::debug;
 
+use super::timers;
 use super::waiters::{self, Reply, Request};
 use super::waits;
 use super::LockActor;
@@ -139,26 +140,21 @@ impl Handler<Enqueue> for LockActor {
             return;
         }
         let blocked = holdings.blocks(owner, kind);
-        if req.wait.is_none() && blocked {
-            // A waiter with no deadline behind a holder of this same process may be
-            // waiting for itself (the same task, another owner): say so, later, if
-            // it is still there then. Only such waiters get the timer: one on every
-            // acquisition would stay in the actor for the whole delay (135 bytes
-            // per held lock).
-            let id = req.id;
-            ctx.run_later(self.shared.config.stall_warning, move |act, _| {
-                if let Some(w) = act.wait.side.waiters().find(|w| w.id == id) {
-                    w.want.warn_if_stalled(&act.held.holdings, &act.name);
-                }
-            });
-        }
+        // A waiter with no deadline behind a holder of this same process may be
+        // waiting for itself (the same task, another owner): it is watched, and
+        // reported later if it is still there then (`timers.rs`).
+        let stall_watch = req.wait.is_none() && blocked;
         if !self.wait.side.has_waiters() {
             self.with_kind(|kind, _| kind.wait_begins());
         }
         // A re-entry by a holder here goes first: making it wait behind others
         // who wait for that holder would deadlock.
-        let want = waiters::want(req, reentrant, blocked);
+        let mut want = waiters::want(req, reentrant, blocked);
+        want.stall_watch = stall_watch;
         self.run(waits::join(want, reply), ctx);
+        if stall_watch {
+            timers::watch_stalls(self, ctx);
+        }
     }
 }
 

@@ -86,6 +86,10 @@ pub(crate) struct Want {
     /// its attempt was out (a busy answer to that attempt ran before the
     /// release, so the message's grant stands: `actors/lock/handoff.rs`).
     pub(crate) handed_token: Option<u64>,
+    /// It came with no deadline while another owner of this process held the
+    /// lock: it may be waiting for itself, and is looked at once it has waited
+    /// [`Config::stall_warning`](crate::Config::stall_warning) (`timers.rs`).
+    pub(crate) stall_watch: bool,
 }
 
 impl Want {
@@ -172,6 +176,7 @@ pub(crate) fn want(req: Request, first: bool, blocked: bool) -> Want {
         placed_at: None,
         handed: false,
         handed_token: None,
+        stall_watch: false,
     }
 }
 
