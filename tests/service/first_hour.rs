@@ -355,7 +355,17 @@ async fn a_task_waiting_for_its_own_lock_is_reported() {
     assert!(log.text().contains("Acquire::owner"), "{}", log.text());
     // Releasing the outer hold lets the waiter in: nothing else was changed.
     outer.release().await.expect("release");
-    let got = tokio::time::timeout(Duration::from_secs(5), inner)
+    served_and_released(inner).await;
+}
+
+/// Waits (5 s at most) for a spawned acquisition to be served, and releases
+/// what it got.
+async fn served_and_released(
+    task: actix_rt::task::JoinHandle<
+        Result<Result<lockwarden::LockGuard, LockError>, actix::MailboxError>,
+    >,
+) {
+    let got = tokio::time::timeout(Duration::from_secs(5), task)
         .await
         .expect("served after the release")
         .expect("task")
@@ -386,12 +396,7 @@ async fn each_stalled_waiter_is_reported_once_and_a_served_one_never() {
     // granted at once, and the count below holds either way).
     actix_rt::time::sleep(Duration::from_millis(50)).await;
     quick.release().await.expect("release");
-    let got = served
-        .await
-        .expect("task")
-        .expect("running")
-        .expect("acquired");
-    got.release().await.expect("release");
+    served_and_released(served).await;
 
     // Two stalled waiters, the second queued well after the first.
     let outer = hold(&m, "stalled", |a| a).await;
@@ -419,13 +424,7 @@ async fn each_stalled_waiter_is_reported_once_and_a_served_one_never() {
     assert_eq!(count(), 2, "log:\n{}", log.text());
     outer.release().await.expect("release");
     for task in [first, second] {
-        let got = tokio::time::timeout(Duration::from_secs(5), task)
-            .await
-            .expect("served after the release")
-            .expect("task")
-            .expect("running")
-            .expect("acquired");
-        got.release().await.expect("release");
+        served_and_released(task).await;
     }
 }
 
