@@ -128,7 +128,7 @@ if (free and (not head or head == ARGV[2])) or mine then
   redis.call('pexpire', KEYS[1], lease)
   local now_us = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
   -- Never below the server clock in microseconds, and the counter expires after
-  -- a long idle time: see acquire.lua.
+  -- a long idle time: see lua/token_prelude.lua.
   local token = redis.call('incr', KEYS[4])
   if token <= tonumber(now_us) then
     token = tonumber(now_us)

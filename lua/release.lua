@@ -107,15 +107,8 @@ local function hand_over()
     if lapses and client and field ~= ARGV[2] and tonumber(lapses) > now_ms then
       redis.call('hset', KEYS[1], field, '1')
       redis.call('pexpire', KEYS[1], hand_lease)
-      -- The fencing token as acquire.lua makes it (see there).
-      local now = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
-      local token = tonumber(now)
-      local last = tonumber(redis.call('set', KEYS[4], now, 'px', keep, 'get'))
-      if last and last >= token then
-        token = last + 1
-        redis.call('set', KEYS[4], string.format('%.0f', token), 'px', keep)
-      end
-      token = string.format('%.0f', token)
+      -- The fencing token as a grant makes it (lua/token_prelude.lua).
+      local token = string.format('%.0f', next_token(KEYS[4], t, keep))
       local heard = redis.call('publish', 'lockwarden_handoff__channel:' .. string.sub(KEYS[4], 21)
         .. ':' .. client, 'g' .. token .. ',' .. field)
       if heard > 0 then

@@ -82,7 +82,7 @@ redis.call('set', KEYS[3] .. ':' .. holds, 1, 'px', lease)
 redis.call('pexpire', KEYS[1], math.max(pttl, lease))
 local now_us = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
 -- Never below the server clock in microseconds, and the counter expires after
--- a long idle time: see acquire.lua.
+-- a long idle time: see lua/token_prelude.lua.
 local token = redis.call('incr', KEYS[2])
 if token <= tonumber(now_us) then
   token = tonumber(now_us)

@@ -1,7 +1,8 @@
 //! The two clients that talk to Redis directly, with no lock library: the ceiling
 //! and the floor that lockwarden is measured between.
 //!
-//! `Raw` runs lockwarden's own `lua/acquire.lua` and `lua/release.lua` with the same
+//! `Raw` runs lockwarden's own `lua/acquire.lua` and `lua/release.lua` (each behind
+//! `lua/token_prelude.lua`, as the library sends them) with the same
 //! KEYS and ARGV as lockwarden's exclusive lock in `src/wire` (same owner field
 //! shape, a fresh request id per release) over one multiplexed connection: what the
 //! Lua path costs with no actors in front of it. To wait for a busy lock it does what lockwarden does minus the
@@ -26,11 +27,25 @@ use tokio::sync::Notify;
 pub const LEASE: Duration = Duration::from_secs(30);
 
 /// lockwarden's acquire script, byte for byte.
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/acquire.lua")));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        &[
+            include_str!("../../lua/token_prelude.lua"),
+            include_str!("../../lua/acquire.lua"),
+        ]
+        .concat(),
+    )
+});
 /// lockwarden's release script, byte for byte.
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/release.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        &[
+            include_str!("../../lua/token_prelude.lua"),
+            include_str!("../../lua/release.lua"),
+        ]
+        .concat(),
+    )
+});
 /// The naive release: delete the key only if it still holds our value.
 static COMPARE_AND_DELETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(

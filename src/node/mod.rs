@@ -194,6 +194,13 @@ impl Conn {
         matches!(self.link, Link::Cluster(..))
     }
 
+    /// Whether its masters can fail over (Sentinel, Cluster): a master may
+    /// then be demoted while frozen or cut off, and still answer when it
+    /// resumes.
+    pub(crate) fn fails_over(&self) -> bool {
+        !matches!(self.link, Link::Standalone(_))
+    }
+
     /// A connection to a standalone server that asks no replica to confirm.
     #[cfg(test)]
     pub(crate) fn standalone(conn: ConnectionManager) -> Conn {

@@ -24,9 +24,11 @@ static BATCH: LazyLock<Lua> =
 /// `tail` with `lua/acquire.lua` and `lua/release.lua` put in front of it as the
 /// functions `op_acquire` and `op_release`, whose parameters shadow the globals
 /// KEYS and ARGV: both scripts run unchanged inside them, and their `return`
-/// returns from the function (`lua/batch.lua`, `lua/transfer.lua`).
+/// returns from the function (`lua/batch.lua`, `lua/transfer.lua`). The
+/// fencing token's function (`lua/token_prelude.lua`) goes first, once.
 pub(super) fn with_lock_ops(tail: &str) -> String {
     [
+        include_str!("../../lua/token_prelude.lua"),
         "local function op_acquire(KEYS, ARGV)\n",
         include_str!("../../lua/acquire.lua"),
         "\nend\nlocal function op_release(KEYS, ARGV)\n",

@@ -18,10 +18,21 @@ use super::{
 };
 use crate::keys;
 
-pub(super) static ACQUIRE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/acquire.lua")));
-pub(super) static RELEASE: LazyLock<Lua> =
-    LazyLock::new(|| Lua::new(include_str!("../../lua/release.lua")));
+/// The grant and the release, each behind `lua/token_prelude.lua` (the fencing
+/// token a grant and a direct handoff make alike): Redis scripts cannot include
+/// one another.
+pub(super) static ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("../../lua/token_prelude.lua"),
+        include_str!("../../lua/acquire.lua")
+    ))
+});
+pub(super) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
+        include_str!("../../lua/token_prelude.lua"),
+        include_str!("../../lua/release.lua")
+    ))
+});
 pub(super) static RENEW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("../../lua/renew.lua")));
 pub(super) static PLACES: LazyLock<Lua> =

@@ -196,8 +196,20 @@ impl Foreign {
 }
 
 async fn foreign_waiter(f: Rc<Foreign>, me: usize, tally: Rc<RefCell<Tally>>) {
-    let acquire = redis::Script::new(include_str!("../../lua/acquire.lua"));
-    let release = redis::Script::new(include_str!("../../lua/release.lua"));
+    let acquire = redis::Script::new(
+        &[
+            include_str!("../../lua/token_prelude.lua"),
+            include_str!("../../lua/acquire.lua"),
+        ]
+        .concat(),
+    );
+    let release = redis::Script::new(
+        &[
+            include_str!("../../lua/token_prelude.lua"),
+            include_str!("../../lua/release.lua"),
+        ]
+        .concat(),
+    );
     let field = format!("foreign-{}:{me}", std::process::id());
     while tally.borrow().total < TOTAL {
         let began = Instant::now();

@@ -45,7 +45,12 @@ fn a_release_skips_its_own_and_lapsed_places() {
     listening
         .subscribe("lockwarden_handoff__channel:{s}:c2")
         .expect("subscribed");
-    let script = std::fs::read_to_string("lua/release.lua").expect("script");
+    // As the library sends it: the fencing token's function first.
+    let script = [
+        include_str!("../../lua/token_prelude.lua"),
+        include_str!("../../lua/release.lua"),
+    ]
+    .concat();
     let release = |field: &str| -> redis::Value {
         raw(
             &server,

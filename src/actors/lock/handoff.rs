@@ -185,8 +185,17 @@ pub(super) fn answered(
 /// Grants that are refused unconfirmed (`Config::refuse_unconfirmed_grants`)
 /// are asked for too.
 fn confirming(act: &LockActor) -> (bool, bool) {
-    let confirmation = act.shared.node.conn().confirmation(Some(&act.name));
+    let conn = act.shared.node.conn();
+    let confirmation = conn.confirmation(Some(&act.name));
+    // Where masters fail over, a message may come from a master demoted while
+    // it was frozen, whose in-flight release ran when it resumed: the lock's
+    // master now (a promoted replica) has no replica yet, so nothing above
+    // would ask, and the waiter would hold on the old master's word beside the
+    // new master's holder (seen in the chaos suite: an overlap with a lower
+    // token, untold). Asking goes to the master that owns the lock now.
+    let fails_over = conn.fails_over() && confirmation.as_ref().is_some_and(|c| c.wanted() > 0);
     let confirms = act.shared.config.refuse_unconfirmed
+        || fails_over
         || confirmation.as_ref().is_some_and(|c| c.wants_replicas());
     (confirms, confirmation.is_none_or(|c| c.wanted() == 0))
 }
