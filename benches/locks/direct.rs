@@ -22,29 +22,16 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Script};
 use tokio::sync::Notify;
 
+use crate::support;
+
 /// Lease used by every implementation that takes one per acquisition; lockwarden
 /// uses its watchdog, whose default lease is the same 30 s.
 pub const LEASE: Duration = Duration::from_secs(30);
 
-/// lockwarden's acquire script, byte for byte.
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        &[
-            include_str!("../../lua/token_prelude.lua"),
-            include_str!("../../lua/acquire.lua"),
-        ]
-        .concat(),
-    )
-});
-/// lockwarden's release script, byte for byte.
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        &[
-            include_str!("../../lua/token_prelude.lua"),
-            include_str!("../../lua/release.lua"),
-        ]
-        .concat(),
-    )
+/// lockwarden's acquire and release scripts, byte for byte as it sends them.
+static SCRIPTS: LazyLock<(Script, Script)> = LazyLock::new(|| {
+    let (acquire, release) = support::exclusive_scripts();
+    (Script::new(&acquire), Script::new(&release))
 });
 /// The naive release: delete the key only if it still holds our value.
 static COMPARE_AND_DELETE: LazyLock<Script> = LazyLock::new(|| {
@@ -205,7 +192,7 @@ impl Raw {
         let token_key = derived("redisson_lock_token", key);
         let lease_ms = LEASE.as_millis() as u64;
         loop {
-            let mut call = ACQUIRE.prepare_invoke();
+            let mut call = SCRIPTS.0.prepare_invoke();
             call.key(key)
                 .key(&token_key)
                 .arg(lease_ms)
@@ -240,7 +227,7 @@ impl Raw {
     /// Runs the release script once, with a fresh request id as lockwarden does.
     pub async fn release(&self, held: RawHeld) {
         let request_id = uuid::Uuid::new_v4().to_string();
-        let mut call = RELEASE.prepare_invoke();
+        let mut call = SCRIPTS.1.prepare_invoke();
         call.key(&held.key)
             .key(derived("redisson_lock__channel", &held.key))
             .key(format!(

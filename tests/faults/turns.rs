@@ -196,20 +196,8 @@ impl Foreign {
 }
 
 async fn foreign_waiter(f: Rc<Foreign>, me: usize, tally: Rc<RefCell<Tally>>) {
-    let acquire = redis::Script::new(
-        &[
-            include_str!("../../lua/token_prelude.lua"),
-            include_str!("../../lua/acquire.lua"),
-        ]
-        .concat(),
-    );
-    let release = redis::Script::new(
-        &[
-            include_str!("../../lua/token_prelude.lua"),
-            include_str!("../../lua/release.lua"),
-        ]
-        .concat(),
-    );
+    let (acquire, release) = support::exclusive_scripts();
+    let (acquire, release) = (redis::Script::new(&acquire), redis::Script::new(&release));
     let field = format!("foreign-{}:{me}", std::process::id());
     while tally.borrow().total < TOTAL {
         let began = Instant::now();

@@ -22,20 +22,8 @@ fn dbsize(server: &RedisServer) -> i64 {
 #[actix_rt::test]
 async fn scripts_refuse_bad_arguments_before_writing() {
     let server = RedisServer::start();
-    let acquire = redis::Script::new(
-        &[
-            include_str!("../../lua/token_prelude.lua"),
-            include_str!("../../lua/acquire.lua"),
-        ]
-        .concat(),
-    );
-    let release = redis::Script::new(
-        &[
-            include_str!("../../lua/token_prelude.lua"),
-            include_str!("../../lua/release.lua"),
-        ]
-        .concat(),
-    );
+    let (acquire, release) = support::exclusive_scripts();
+    let (acquire, release) = (redis::Script::new(&acquire), redis::Script::new(&release));
     let mut conn = server.conn();
     // "1e3" is a number to Lua but not to PEXPIRE, which would refuse it only
     // after the hash was written.
@@ -107,13 +95,8 @@ async fn scripts_refuse_bad_arguments_before_writing() {
 #[actix_rt::test]
 async fn a_handover_with_bad_arguments_changes_nothing() {
     let server = RedisServer::start();
-    let acquire = redis::Script::new(
-        &[
-            include_str!("../../lua/token_prelude.lua"),
-            include_str!("../../lua/acquire.lua"),
-        ]
-        .concat(),
-    );
+    let (acquire_code, _) = support::exclusive_scripts();
+    let acquire = redis::Script::new(&acquire_code);
     let transfer = redis::Script::new(&format!(
         "{}local function op_acquire(KEYS, ARGV)\n{}\nend\nlocal function op_release(KEYS, ARGV)\n{}\nend\n{}",
         include_str!("../../lua/token_prelude.lua"),

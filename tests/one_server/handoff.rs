@@ -45,12 +45,7 @@ fn a_release_skips_its_own_and_lapsed_places() {
     listening
         .subscribe("lockwarden_handoff__channel:{s}:c2")
         .expect("subscribed");
-    // As the library sends it: the fencing token's function first.
-    let script = [
-        include_str!("../../lua/token_prelude.lua"),
-        include_str!("../../lua/release.lua"),
-    ]
-    .concat();
+    let (_, script) = support::exclusive_scripts();
     let release = |field: &str| -> redis::Value {
         raw(
             &server,

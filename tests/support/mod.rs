@@ -102,6 +102,17 @@ pub fn holder_on(server: &RedisServer, name: &str) -> Option<String> {
     fields.into_iter().find(|f| f.contains(':'))
 }
 
+/// The exclusive lock's `lua/acquire.lua` and `lua/release.lua` as the library
+/// sends them (each behind `lua/token_prelude.lua`), for tests and benches that
+/// call the scripts without the library.
+pub fn exclusive_scripts() -> (String, String) {
+    let prelude = include_str!("../../lua/token_prelude.lua");
+    (
+        [prelude, include_str!("../../lua/acquire.lua")].concat(),
+        [prelude, include_str!("../../lua/release.lua")].concat(),
+    )
+}
+
 /// Runs a raw command on the test server and returns its reply.
 pub fn raw<T: redis::FromRedisValue>(server: &RedisServer, args: &[&str]) -> T {
     let mut cmd = redis::cmd(args[0]);
