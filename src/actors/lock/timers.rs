@@ -29,7 +29,8 @@ pub(super) struct Timers {
     /// Ends the subscriptions a kind keeps after the last waiter left
     /// (`Policy::lingers`: the exclusive lock with direct handoff).
     linger: Alarm,
-
+    /// Looks at the waiters that may wait for themselves ([`watch_stalls`]).
+    stall: Alarm,
     /// The kind's periodic timer, while it needs one.
     tick: Option<SpawnHandle>,
 }
@@ -104,56 +105,54 @@ impl Timers {
         self.expiry.forget();
         self.idle.forget();
         self.linger.forget();
+        self.stall.forget();
         self.tick = None;
     }
 }
 
-/// Arms the stall timer, unless one is set, for the earliest waiter that came
+/// Arms the stall timer, unless it is set, for the earliest waiter that came
 /// with no deadline while another owner of this process held the lock
 /// (`Want::stall_watch`): once it has waited `Config::stall_warning`, it is
-/// reported if such an owner still keeps it out, and the timer is armed for
-/// the next such waiter.
+/// reported if such an owner still keeps it out (once: its mark is cleared),
+/// and the timer is armed for the next such waiter.
 ///
-/// One timer for all of them, not one each: a timer stays in the actor's
+/// One timer per lock actor, not one per waiter: a timer stays in the actor's
 /// context until it rings, whether or not its waiter was served long before,
 /// and actix polls every timer of a context each time the actor wakes. With a
 /// 30 s timer per queued acquisition, a lock taken in turns by the tasks of
 /// one process carried some 20,000 of them, and its local hand-overs took
-/// 2.5x a round trip (docs/performance.md). The timer's handle lives with the
-/// waiters (`LockWaits::stall`); if they all go, a timer left set finds
-/// nobody to look at when it rings.
+/// 2.5x a round trip (docs/performance.md). Its handle is the actor's, not the
+/// waiting engine's: the engine is dropped whenever nobody waits, and a
+/// handle dropped with it left its timer running beside the next engine's
+/// (measured: two waiters taking turns lost what the fix had won).
 pub(super) fn watch_stalls(act: &mut LockActor, ctx: &mut Context<LockActor>) {
-    let after = act.shared.config.stall_warning;
-    let Some(engine) = act.wait.side.engine_mut() else {
-        return;
-    };
-    let (policy, waiters) = engine.policy_mut();
-    if policy.stall.is_some() {
+    if act.timers.stall.is_set() {
         return;
     }
-    let next = waiters
-        .iter_mut()
+    let after = act.shared.config.stall_warning;
+    let next = act
+        .wait
+        .side
+        .waiters()
         .filter(|w| w.want.stall_watch)
         .map(|w| w.want.req.since + after)
         .min();
     let Some(due) = next else {
         return;
     };
+    let slot: fn(&mut LockActor) -> &mut Alarm = |act| &mut act.timers.stall;
     let delay = due.saturating_duration_since(Instant::now());
-    policy.stall = Some(ctx.run_later(delay, |act, ctx| {
+    act.timers.stall.set(ctx, delay, slot, |act, ctx| {
         let now = Instant::now();
         let after = act.shared.config.stall_warning;
-        let Some(engine) = act.wait.side.engine_mut() else {
-            return;
-        };
-        let (policy, waiters) = engine.policy_mut();
-        policy.stall = None;
-        for w in waiters.iter_mut() {
-            if w.want.stall_watch && w.want.req.since + after <= now {
-                w.want.stall_watch = false;
-                w.want.warn_if_stalled(&act.held.holdings, &act.name);
+        if let Some(engine) = act.wait.side.engine_mut() {
+            for w in engine.policy_mut().1.iter_mut() {
+                if w.want.stall_watch && w.want.req.since + after <= now {
+                    w.want.stall_watch = false;
+                    w.want.warn_if_stalled(&act.held.holdings, &act.name);
+                }
             }
         }
         watch_stalls(act, ctx);
-    }));
+    });
 }

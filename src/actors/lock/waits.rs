@@ -64,10 +64,6 @@ pub(super) struct LockWaits {
     /// This process holds the lock (the exclusive holder may keep listening
     /// while it takes turns). Kept current by the actor.
     pub(super) holding: bool,
-    /// The timer that looks at waiters that may wait for themselves
-    /// (`timers::watch_stalls`). Here, not in the actor, as it exists only
-    /// while someone waits: a held lock nobody waits for carries no byte of it.
-    pub(super) stall: Option<actix::SpawnHandle>,
 }
 
 impl Policy for LockWaits {
@@ -339,7 +335,6 @@ impl Side {
                 config: config.clone(),
                 saw_lock: *saw_lock,
                 holding: false,
-                stall: None,
             };
             *self = Side::Busy(Box::new(Engine::new(policy, config.clone())));
         }
