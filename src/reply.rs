@@ -11,13 +11,20 @@
 //! server's lock for its whole life this way). These messages are therefore
 //! sent with `do_send`, which actix always delivers, and answer through the
 //! [`Reply`] they carry.
+//!
+//! [`on_asker_gone`] is the other direction: an actor that keeps a caller's
+//! answer channel learns when the caller stops waiting, with no task between
+//! them.
 
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use actix::{Message, Recipient};
+use futures::task::ArcWake;
+use futures::FutureExt;
 use tokio::sync::oneshot;
 
 use crate::error::LockError;
@@ -46,6 +53,36 @@ impl<T> std::fmt::Debug for Reply<T> {
         } else {
             "Reply(nobody)"
         })
+    }
+}
+
+/// Calls `gone` once the receiving end of `reply` is dropped unanswered (its
+/// caller stopped waiting: dropped the `send` future, or its actor stopped).
+/// `false`, and `gone` is never called, when the caller is gone already.
+///
+/// No task watches the channel: tokio's oneshot wakes the sender's waker when
+/// the receiver is dropped, and the waker registered here is `gone` itself.
+/// An answer sent first disarms it (the channel then never wakes its sender).
+/// The one poll is made outside tokio's cooperative budget, which, spent,
+/// would answer "not yet" without registering the waker.
+pub(crate) fn on_asker_gone<T>(
+    reply: &mut oneshot::Sender<T>,
+    gone: impl Fn() + Send + Sync + 'static,
+) -> bool {
+    let waker = futures::task::waker(Arc::new(Gone(gone)));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let closed = std::future::poll_fn(|_| Poll::Ready(reply.poll_closed(&mut cx).is_ready()));
+    !tokio::task::unconstrained(closed)
+        .now_or_never()
+        .unwrap_or(false)
+}
+
+/// The waker of [`on_asker_gone`].
+struct Gone<F>(F);
+
+impl<F: Fn() + Send + Sync + 'static> ArcWake for Gone<F> {
+    fn wake_by_ref(arc_self: &Arc<Self>) {
+        (arc_self.0)();
     }
 }
 
@@ -158,4 +195,79 @@ fn pending<T>(
             ),
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use tokio::sync::oneshot;
+
+    use super::on_asker_gone;
+
+    /// A counter of calls, and the callback that counts.
+    fn counted() -> (Arc<AtomicUsize>, impl Fn() + Send + Sync + 'static) {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        (calls, move || {
+            c.fetch_add(1, Ordering::SeqCst);
+        })
+    }
+
+    #[test]
+    fn a_caller_that_stops_waiting_is_reported_once() {
+        let (mut tx, rx) = oneshot::channel::<u32>();
+        let (calls, gone) = counted();
+        assert!(on_asker_gone(&mut tx, gone));
+        assert_eq!(calls.load(Ordering::SeqCst), 0, "nobody left yet");
+        drop(rx);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert!(tx.send(7).is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn an_answered_caller_is_never_reported() {
+        let (mut tx, mut rx) = oneshot::channel::<u32>();
+        let (calls, gone) = counted();
+        assert!(on_asker_gone(&mut tx, gone));
+        tx.send(7).expect("the caller waits");
+        assert_eq!(rx.try_recv(), Ok(7));
+        drop(rx);
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_caller_gone_already_is_said_at_once_and_not_reported() {
+        let (mut tx, rx) = oneshot::channel::<u32>();
+        drop(rx);
+        let (calls, gone) = counted();
+        assert!(!on_asker_gone(&mut tx, gone));
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+    }
+
+    /// Armed by a task that has spent tokio's cooperative budget (a lock
+    /// actor busy with many answers in one poll): still armed, not reported.
+    #[test]
+    fn a_spent_budget_does_not_keep_the_watch_from_arming() {
+        use futures::FutureExt;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let calls = rt.block_on(async {
+            while tokio::task::consume_budget().now_or_never().is_some() {}
+            let (mut tx, rx) = oneshot::channel::<u32>();
+            let (calls, gone) = counted();
+            assert!(on_asker_gone(&mut tx, gone));
+            assert_eq!(
+                calls.load(Ordering::SeqCst),
+                0,
+                "reported before anyone left"
+            );
+            drop(rx);
+            calls
+        });
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
 }

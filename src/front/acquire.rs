@@ -2,10 +2,10 @@
 //!
 //! The manager checks the request, makes a waiter of it and queues it at the lock's
 //! actor without waiting on Redis itself (so one slow lock cannot hold up another).
-//! The answer travels back on a oneshot channel that the reply ([`AcquireResponse`])
-//! watches together with the caller: a caller that stops waiting (drops the `send`
-//! future, or its actor stops) takes its waiter out of the queue at once, through
-//! the [`Ticket`]'s drop.
+//! The reply ([`AcquireResponse`]) hands the lock actor the caller's own answer
+//! channel: the answer goes straight to the caller, and a caller that stops
+//! waiting (drops the `send` future, or its actor stops) takes its waiter out of
+//! the queue at once, as the lock actor is woken when the channel closes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -13,12 +13,11 @@ use std::time::{Duration, Instant};
 
 use actix::dev::{MessageResponse, OneshotSender};
 use actix::prelude::*;
-use futures::future::{select, Either};
 use tokio::sync::oneshot;
 use tracing::info_span;
 
 use super::manager::LockManager;
-use crate::actors::lock::{Cancel, Enqueue, LockActor, Request};
+use crate::actors::lock::{Enqueue, LockActor, Request};
 use crate::error::LockError;
 use crate::guard::{LockGuard, LockLost};
 use crate::keys::{self, Owner};
@@ -193,18 +192,19 @@ impl Handler<Acquire> for LockManager {
 
     fn handle(&mut self, msg: Acquire, ctx: &mut Context<Self>) -> AcquireResponse {
         if let Err(e) = self.check_name(&msg.name).and(self.check_lease(msg.lease)) {
-            return AcquireResponse::Ready(Err(e));
+            return AcquireResponse(Response::Ready(Err(e)));
         }
         if !msg.reentrant && !msg.kind.may_refuse_reentry() {
-            return AcquireResponse::Ready(Err(LockError::InvalidRequest(RW_ALWAYS_REENTRANT)));
+            return AcquireResponse(Response::Ready(Err(LockError::InvalidRequest(
+                RW_ALWAYS_REENTRANT,
+            ))));
         }
         if self.shared().is_shutting_down() {
-            return AcquireResponse::Ready(Err(LockError::ShuttingDown));
+            return AcquireResponse(Response::Ready(Err(LockError::ShuttingDown)));
         }
         let new_owner = msg.owner.is_none();
         let owner = msg.owner.unwrap_or_default();
         let since = Instant::now();
-        let (reply, rx) = oneshot::channel();
         let id = NEXT_WAITER.fetch_add(1, Ordering::Relaxed);
         let field = keys::owner_field(&self.shared().client_id, owner);
         // The locks its task holds wait for this acquisition too.
@@ -228,63 +228,39 @@ impl Handler<Acquire> for LockManager {
             on_lost: msg.on_lost,
             span: info_span!("acquire", lock = %msg.name, kind = %msg.kind, owner = owner.id()),
             candidate: msg.candidate,
+            task: msg.task,
         };
         let entry = self.lock_actor(&msg.name, msg.kind.actor_kind(), ctx);
+        // Counted now, sent by the response right after this (with the
+        // caller's own answer channel): nothing else reaches the lock
+        // actor from here in between.
         entry.sent += 1;
-        entry.addr.do_send(Enqueue(request, reply));
-        AcquireResponse::Waiting {
-            rx,
-            ticket: Ticket {
-                lock: Some(entry.addr.clone()),
-                waiter: id,
-                task: msg.task,
-                release_wait: self.shared().config.release_wait,
-            },
-        }
+        AcquireResponse(Response::Queue {
+            lock: entry.addr.clone(),
+            request,
+        })
     }
 }
 
-/// Tells the lock actor that a waiter's caller went away, unless disarmed first.
+/// The manager's reply to [`Acquire`]: the waiter goes to its lock actor with
+/// the caller's own answer channel, so that the lock actor answers the caller
+/// directly (no task relays it). The lock actor also learns at once when the
+/// caller stops waiting (drops the `send` future, or its actor stops): the
+/// waiter then leaves the lock's queue instead of being served to nobody
+/// (`reply::on_asker_gone`, armed by the lock actor).
 #[doc(hidden)]
 #[derive(Debug)]
-pub struct Ticket {
-    lock: Option<Addr<LockActor>>,
-    waiter: u64,
-    /// The task the guard joins (`src/unit.rs`).
-    task: Option<tokio::task::Id>,
-    /// How long the guard's `release` waits ([`Config::release_wait`](crate::Config::release_wait)).
-    release_wait: Duration,
-}
+pub struct AcquireResponse(Response);
 
-impl Ticket {
-    /// The waiter was answered: nothing to cancel.
-    fn disarm(mut self) {
-        self.lock = None;
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        if let Some(lock) = self.lock.take() {
-            lock.do_send(Cancel {
-                waiter: self.waiter,
-            });
-        }
-    }
-}
-
-/// The manager's reply to [`Acquire`]. It watches the caller: if the caller stops
-/// waiting (drops the `send` future, or its actor stops), the waiter leaves the
-/// lock's queue at once instead of being served to nobody.
-#[doc(hidden)]
+/// What [`AcquireResponse`] does.
 #[derive(Debug)]
-pub enum AcquireResponse {
+enum Response {
     /// Refused before reaching a lock actor.
     Ready(Result<LockGuard, LockError>),
-    /// Queued at the lock actor.
-    Waiting {
-        rx: oneshot::Receiver<Result<LockGuard, LockError>>,
-        ticket: Ticket,
+    /// To queue at this lock actor.
+    Queue {
+        lock: Addr<LockActor>,
+        request: Request,
     },
 }
 
@@ -294,36 +270,19 @@ impl MessageResponse<LockManager, Acquire> for AcquireResponse {
         _ctx: &mut Context<LockManager>,
         tx: Option<OneshotSender<Result<LockGuard, LockError>>>,
     ) {
-        match self {
-            AcquireResponse::Ready(res) => {
+        match self.0 {
+            Response::Ready(res) => {
                 if let Some(tx) = tx {
                     let _ = tx.send(res);
                 }
             }
-            AcquireResponse::Waiting { rx, ticket } => {
-                // `do_send` leaves nobody to answer: the ticket's drop cancels.
-                let Some(mut tx) = tx else { return };
-                actix_rt::spawn(async move {
-                    let outcome = match select(rx, Box::pin(tx.closed())).await {
-                        Either::Left((res, _)) => Some(res),
-                        Either::Right(_) => None,
-                    };
-                    match outcome {
-                        Some(mut res) => {
-                            if let Ok(Ok(guard)) = res.as_mut() {
-                                guard.set_release_wait(ticket.release_wait);
-                                if let Some(task) = ticket.task {
-                                    guard.join_unit(task);
-                                }
-                            }
-                            ticket.disarm();
-                            // A guard that cannot be delivered any more is dropped,
-                            // which releases it.
-                            let _ = tx.send(res.unwrap_or(Err(LockError::Stopped)));
-                        }
-                        None => drop(ticket),
-                    }
-                });
+            Response::Queue { lock, request } => {
+                // `do_send` leaves nobody to answer: a channel whose receiver
+                // is gone already, which the lock actor reads as a caller
+                // that left (it still counts the message, for the idle
+                // handshake).
+                let tx = tx.unwrap_or_else(|| oneshot::channel().0);
+                lock.do_send(Enqueue(request, tx));
             }
         }
     }

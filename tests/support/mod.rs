@@ -93,12 +93,25 @@ pub async fn hold(
 }
 
 /// The owner field of a hold of the lock `name`, read back from `server` (a
-/// replica, say); `None`: not held there.
+/// replica, say); `None`: not held there. A server being promoted drops its
+/// clients (Sentinel's `CLIENT KILL` beside `REPLICAOF NO ONE`), so a read
+/// that fails is tried again for up to 2 s: only an answer says "not held".
 pub fn holder_on(server: &RedisServer, name: &str) -> Option<String> {
-    let fields: Vec<String> = redis::cmd("HKEYS")
-        .arg(name)
-        .query(&mut server.conn())
-        .unwrap_or_default();
+    let read = || -> redis::RedisResult<Vec<String>> {
+        let mut conn = server
+            .client()?
+            .get_connection_with_timeout(std::time::Duration::from_secs(2))?;
+        redis::cmd("HKEYS").arg(name).query(&mut conn)
+    };
+    let mut tries = 0;
+    let fields = loop {
+        match read() {
+            Ok(fields) => break fields,
+            Err(_) if tries < 40 => tries += 1,
+            Err(e) => panic!("cannot read {name}: {e}\n{}", server.log()),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     fields.into_iter().find(|f| f.contains(':'))
 }
 

@@ -95,6 +95,7 @@ impl Calls<'_> {
             field: req.field.clone(),
             lease: req.lease,
             on_lost: req.on_lost.take(),
+            task: req.task,
         };
         Some((claim, won.token, won.confirmed))
     }

@@ -76,6 +76,8 @@ pub(super) struct Claim {
     pub(super) lease: Option<Duration>,
     /// Who else to tell if the lock is lost.
     pub(super) on_lost: Option<Recipient<LockLost>>,
+    /// The task whose unit of work the guard joins (`src/unit.rs`).
+    pub(super) task: Option<tokio::task::Id>,
 }
 
 /// The live holdings of one lock actor.
@@ -315,6 +317,7 @@ impl Held {
             field,
             lease,
             on_lost,
+            task,
         } = claim;
         g.shared.counters.acquired();
         let lease_len = lease.unwrap_or(g.shared.config.watchdog_lease);
@@ -329,7 +332,7 @@ impl Held {
         let lost_rx = h.lost_tx.watch();
         g.watch(h);
         let name = g.name.clone();
-        LockGuard::new(
+        let mut guard = LockGuard::new(
             g.addr.recipient(),
             name,
             kind,
@@ -339,7 +342,14 @@ impl Held {
             lease,
             epoch,
             lost_rx,
-        )
+        );
+        guard.set_release_wait(g.shared.config.release_wait);
+        if let Some(task) = task {
+            // Joined before it is delivered: a guard its caller no longer
+            // takes is dropped, which leaves the unit again.
+            guard.join_unit(task);
+        }
+        guard
     }
 
     /// A call sent at `sent` set holding `epoch`'s lease again (a lock handed

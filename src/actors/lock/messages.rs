@@ -1,5 +1,6 @@
 //! The lock actor's messages: what the manager sends it ([`Enqueue`],
-//! [`Cancel`], [`ManagerGone`], [`IsQuiet`]), what it sends the manager
+//! [`ManagerGone`], [`IsQuiet`]), what a waiter's closed answer channel sends
+//! it ([`Cancel`]), what it sends the manager
 //! ([`Idle`]), what the subscriber routes to it (an unlock message, a
 //! subscription made, a resync), and the test hooks. Each handler turns its
 //! message into an event of the waiting side, or a question about the actor;
@@ -19,13 +20,15 @@ use crate::actors::subscriber::{Resync, Unlocked};
 use crate::actors::waiting::engine::Event;
 use crate::error::LockError;
 use crate::kind::Kind;
+use crate::reply;
 
 /// Queue a waiter (sent by the manager only, which counts them for the idle handshake).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub(crate) struct Enqueue(pub(crate) Request, pub(crate) Reply);
 
-/// The caller of this waiter went away: forget it.
+/// The caller of this waiter went away: forget it (sent by the waker the
+/// lock actor leaves on the caller's answer channel, `reply::on_asker_gone`).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub(crate) struct Cancel {
@@ -116,8 +119,21 @@ impl Handler<QueueLen> for LockActor {
 impl Handler<Enqueue> for LockActor {
     type Result = ();
 
-    fn handle(&mut self, Enqueue(req, reply): Enqueue, ctx: &mut Context<Self>) {
+    fn handle(&mut self, Enqueue(req, mut reply): Enqueue, ctx: &mut Context<Self>) {
         self.life.received += 1;
+        // The caller's own answer channel: when the caller stops waiting, the
+        // engine sweeps the waiter out (and undoes its attempt, if one is out).
+        let (lock, waiter) = (ctx.address().downgrade(), req.id);
+        let watched = reply::on_asker_gone(&mut reply, move || {
+            if let Some(lock) = lock.upgrade() {
+                lock.do_send(Cancel { waiter });
+            }
+        });
+        if !watched {
+            debug!(lock = %self.name, waiter, "waiter left before it queued");
+            self.reconcile(ctx);
+            return;
+        }
         let (owner, kind) = (req.owner, req.kind);
         let holdings = &self.held.holdings;
         let reentrant = holdings.reenters(owner, kind);

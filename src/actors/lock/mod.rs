@@ -55,9 +55,9 @@ use deadlock::Detector;
 use holding::{Claim, Held};
 use kinds::{AfterRelease, Chore, Giveback, KindState};
 use life::Life;
-pub(crate) use messages::{Cancel, Enqueue, Idle, IsQuiet, ManagerGone};
 #[cfg(test)]
 pub(crate) use messages::{Derail, QueueLen};
+pub(crate) use messages::{Enqueue, Idle, IsQuiet, ManagerGone};
 use release::{Releases, Releasing, Then};
 use timers::Timers;
 pub(crate) use waiters::Request;

@@ -23,6 +23,17 @@ async fn actor_of(m: &Addr<LockManager>, name: &'static str) -> Addr<LockActor> 
         .expect("the lock has an actor")
 }
 
+/// Whether the actor's queue holds `len` waiters within 2.5 s.
+async fn queue_reaches(actor: &Addr<LockActor>, len: usize) -> bool {
+    for _ in 0..500 {
+        if actor.send(QueueLen).await.expect("delivered") == len {
+            return true;
+        }
+        actix_rt::time::sleep(Duration::from_millis(5)).await;
+    }
+    false
+}
+
 fn config(redis: &RedisServer, lease_ms: u64) -> Config {
     Config::from_url(&redis.url())
         .expect("test URL")
@@ -51,15 +62,7 @@ async fn a_restarted_lock_actor_keeps_its_waiters_and_holding() {
         }
     });
     let actor = actor_of(&m, "r").await;
-    let mut queued = 0;
-    for _ in 0..500 {
-        queued = actor.send(QueueLen).await.expect("delivered");
-        if queued == 1 {
-            break;
-        }
-        actix_rt::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(queued, 1, "the waiter never queued");
+    assert!(queue_reaches(&actor, 1).await, "the waiter never queued");
 
     actor.send(Derail).await.expect("delivered");
     assert_eq!(
@@ -118,4 +121,35 @@ async fn a_restarted_lock_actor_rereads_its_holding_from_redis() {
         .await
         .expect("noticed at the restart");
     assert_eq!(reason, LostReason::OwnerGone);
+}
+
+/// A waiter whose caller stops waiting (its `send` future dropped) leaves the
+/// queue at once, while the lock is still held: the closing of the caller's
+/// answer channel tells the lock actor, with nothing polling for it.
+#[actix_rt::test]
+async fn a_waiter_whose_caller_left_leaves_the_queue_at_once() {
+    let redis = RedisServer::start();
+    let m = LockManager::start(config(&redis, 30_000))
+        .await
+        .expect("start");
+    let guard = m
+        .send(Acquire::new("q"))
+        .await
+        .expect("running")
+        .expect("acquired");
+    let waiting = actix_rt::spawn({
+        let m = m.clone();
+        async move { m.send(Acquire::new("q")).await }
+    });
+    let actor = actor_of(&m, "q").await;
+    assert!(queue_reaches(&actor, 1).await, "the waiter never queued");
+    waiting.abort();
+    assert!(
+        queue_reaches(&actor, 0).await,
+        "a waiter whose caller left stayed queued"
+    );
+    assert_eq!(
+        guard.release().await.expect("release"),
+        ReleaseOutcome::Released
+    );
 }

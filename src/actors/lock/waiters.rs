@@ -156,6 +156,9 @@ pub(crate) struct Request {
     /// An election candidate's campaign: recorded as a candidate, not as a
     /// wait that grows for ever.
     pub(crate) candidate: bool,
+    /// The task it was made in, whose unit of work its guard joins
+    /// (`src/unit.rs`); `None` outside a task or when detached.
+    pub(crate) task: Option<tokio::task::Id>,
 }
 
 /// The want of a request, not tried yet; `first`: it goes before those
@@ -300,6 +303,7 @@ pub(crate) fn test_request(id: u64, field: &str) -> Request {
         on_lost: None,
         span: Span::none(),
         candidate: false,
+        task: None,
     }
 }
 
