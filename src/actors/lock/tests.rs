@@ -12,7 +12,7 @@ use actix::Addr;
 use super::{Derail, LockActor, QueueLen};
 use crate::front::manager::ActorOf;
 use crate::kind::Kind;
-use crate::{Acquire, Config, LockManager, LostReason, ReleaseOutcome};
+use crate::{Acquire, Config, LockGuard, LockManager, LostReason, ReleaseOutcome};
 use server::RedisServer;
 
 /// The running actor of the exclusive lock `name`.
@@ -21,6 +21,14 @@ async fn actor_of(m: &Addr<LockManager>, name: &'static str) -> Addr<LockActor> 
         .await
         .expect("running")
         .expect("the lock has an actor")
+}
+
+/// A hold of `name`, taken at once.
+async fn held(m: &Addr<LockManager>, name: &str) -> LockGuard {
+    m.send(Acquire::new(name))
+        .await
+        .expect("running")
+        .expect("acquired")
 }
 
 /// Whether the actor's queue holds `len` waiters within 2.5 s.
@@ -49,11 +57,7 @@ async fn a_restarted_lock_actor_keeps_its_waiters_and_holding() {
     let m = LockManager::start(config(&redis, 600))
         .await
         .expect("start");
-    let guard = m
-        .send(Acquire::new("r"))
-        .await
-        .expect("running")
-        .expect("acquired");
+    let guard = held(&m, "r").await;
     let waiting = actix_rt::spawn({
         let m = m.clone();
         async move {
@@ -103,11 +107,7 @@ async fn a_restarted_lock_actor_rereads_its_holding_from_redis() {
     let m = LockManager::start(config(&redis, 30_000))
         .await
         .expect("start");
-    let guard = m
-        .send(Acquire::new("gone"))
-        .await
-        .expect("running")
-        .expect("acquired");
+    let guard = held(&m, "gone").await;
     let _: i64 = redis::cmd("DEL")
         .arg("gone")
         .query(&mut redis.conn())
@@ -132,11 +132,7 @@ async fn a_waiter_whose_caller_left_leaves_the_queue_at_once() {
     let m = LockManager::start(config(&redis, 30_000))
         .await
         .expect("start");
-    let guard = m
-        .send(Acquire::new("q"))
-        .await
-        .expect("running")
-        .expect("acquired");
+    let guard = held(&m, "q").await;
     let waiting = actix_rt::spawn({
         let m = m.clone();
         async move { m.send(Acquire::new("q")).await }
