@@ -65,7 +65,7 @@ impl LockActor {
         }
     }
 
-    /// The kind, and its waiters, for `f` ([`Side::with_kind`]).
+    /// The kind, and its waiters, for `f` ([`Side::with_kind`](super::waits::Side::with_kind)).
     pub(super) fn with_kind<R>(
         &mut self,
         f: impl FnOnce(&mut KindState, &mut WaiterQueue) -> R,
