@@ -200,7 +200,7 @@ async fn send(mut conn: Conn, mut batch: Vec<Op>) {
         }
         return;
     }
-    let (call, starts) = wire::batch_invocation(batch.iter_mut().map(|op| &mut op.call));
+    let (call, spans) = wire::batch_invocation(batch.iter_mut().map(|op| &mut op.call));
     let sent = std::time::Instant::now();
     // One WAIT behind the batch covers every op in it; each op is then judged by
     // its own need (a grant fails on a shortfall, a release stands).
@@ -211,10 +211,11 @@ async fn send(mut conn: Conn, mut batch: Vec<Op>) {
             let replies = wire::split_batch_reply(wire::into_result(reply)?, batch.len())?;
             Ok((replies, confirmed))
         });
+    wire::unbatch(call, &spans, batch.iter_mut().map(|op| &mut op.call));
     match res {
         Ok((replies, confirmed)) => {
-            for ((op, reply), start) in batch.into_iter().zip(replies).zip(starts) {
-                let key = call.keys.get(start).map_or("?", String::as_str);
+            for (op, reply) in batch.into_iter().zip(replies) {
+                let key = op.call.routing_key().unwrap_or("?");
                 wire::keep_if_unconfirmed(&conn, &op.call, &confirmed, sent);
                 let judged = wire::judge((op.call.need, op.call.op()), reply, &confirmed, key);
                 let _ = op.reply.send(judged.and_then(wire::into_result));

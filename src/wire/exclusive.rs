@@ -249,7 +249,7 @@ impl ScriptCall for Transfer<'_> {
         // it, the old owner's hold goes and waiters are woken. The grant is not
         // redone: the new owner's hold there would be one its renewals may
         // already have found gone, a lock held by nobody for a whole lease.
-        call.redo = r.invocation().redo;
+        call.redo = r.invocation().redo_as_other();
         call
     }
 

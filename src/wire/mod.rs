@@ -49,7 +49,7 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisError, RedisResult, ServerErrorKind, Value};
 
-pub(crate) use batch::{batch_invocation, split_batch_reply, BatchOp};
+pub(crate) use batch::{batch_invocation, split_batch_reply, unbatch, BatchOp};
 pub(crate) use by_name::{inspect_lock, ForceRelease, Inspect};
 pub(crate) use exclusive::{
     Acquire, HandoffPlaces, PlacesKept, Release, RenewHashes, Transfer, TransferReply,
@@ -121,15 +121,21 @@ impl Invocation {
     /// resend has its retry flag, ARGV[`flag`], set to "1" so that it reads
     /// the latch; `None` for a script that always reads it.
     fn kept(mut self, flag: Option<usize>, lease_ms: u64, latch_ttl_ms: u64) -> Invocation {
-        let mut again = self.clone();
-        if let Some(arg) = flag.and_then(|i| again.args.get_mut(i)) {
-            *arg = "1".to_owned();
-        }
         self.redo = Some(Redo {
-            again: std::sync::Arc::new(again),
+            again: replicas::Again::Itself { flag },
             for_ms: lease_ms.min(latch_ttl_ms / 2),
         });
         self
+    }
+
+    /// Its redo, with the resend made now, to be carried by another call
+    /// (a hand-over keeps its release half: `exclusive.rs`).
+    fn redo_as_other(&self) -> Option<Redo> {
+        let redo = self.redo.as_ref()?;
+        Some(Redo {
+            again: replicas::Again::Other(redo.again(self)),
+            for_ms: redo.for_ms,
+        })
     }
 
     /// It writes nothing: no replica is asked.

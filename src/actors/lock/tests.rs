@@ -149,3 +149,37 @@ async fn a_waiter_whose_caller_left_leaves_the_queue_at_once() {
         ReleaseOutcome::Released
     );
 }
+
+/// An idle lock actor stops `idle_timeout` after its last use, not after its
+/// first quiet moment: a use inside the quiet period moves the end (the timer
+/// left running from the earlier period looks again when it rings), and the
+/// actor still stops once nothing happens.
+#[actix_rt::test]
+async fn an_idle_lock_actor_stops_a_full_idle_timeout_after_its_last_use() {
+    let redis = RedisServer::start();
+    let idle = Duration::from_millis(400);
+    let m = LockManager::start(config(&redis, 30_000).idle_timeout(idle))
+        .await
+        .expect("start");
+    let _ = held(&m, "i").await.release().await.expect("release");
+    actix_rt::time::sleep(idle / 2).await;
+    let _ = held(&m, "i").await.release().await.expect("release");
+    let last_use = std::time::Instant::now();
+    let mut stopped = None;
+    for _ in 0..600 {
+        if m.send(ActorOf("i", Kind::Exclusive))
+            .await
+            .expect("running")
+            .is_none()
+        {
+            stopped = Some(last_use.elapsed());
+            break;
+        }
+        actix_rt::time::sleep(Duration::from_millis(5)).await;
+    }
+    let stopped = stopped.expect("the idle actor never stopped");
+    assert!(
+        stopped >= idle,
+        "stopped {stopped:?} after its last use, before the idle timeout"
+    );
+}

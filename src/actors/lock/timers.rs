@@ -24,8 +24,10 @@ pub(super) struct Timers {
     pub(super) wake: Alarm,
     /// Fires when the earliest explicit lease of a holding runs out.
     pub(super) expiry: Alarm,
-    /// Stops the actor after a quiet period.
+    /// Stops the actor after a quiet period ([`Timers::idle_countdown`]).
     pub(super) idle: Alarm,
+    /// Since when nothing at all has been going on; `None` while something is.
+    idle_since: Option<Instant>,
     /// Ends the subscriptions a kind keeps after the last waiter left
     /// (`Policy::lingers`: the exclusive lock with direct handoff).
     linger: Alarm,
@@ -66,7 +68,14 @@ impl Timers {
     }
 
     /// Starts the idle countdown when nothing at all is going on (`idle`), and
-    /// stops it when something is; `then` runs when it ends.
+    /// stops it when something is; `then` runs once `after` has passed with
+    /// nothing going on.
+    ///
+    /// Busy and idle alternate on every acquire+release pair of a lock nobody
+    /// else wants, so the timer is not set and cancelled each time (a spawned
+    /// future and a timer entry per pair): only the moment is noted, and a
+    /// timer left running from an earlier quiet period looks when it rings,
+    /// ending the actor or setting itself for the rest of the period.
     pub(super) fn idle_countdown(
         &mut self,
         idle: bool,
@@ -74,14 +83,43 @@ impl Timers {
         ctx: &mut Context<LockActor>,
         then: fn(&mut LockActor, &mut Context<LockActor>),
     ) {
-        match (idle, self.idle.is_set()) {
-            (true, false) => {
-                let slot: fn(&mut LockActor) -> &mut Alarm = |act| &mut act.timers.idle;
-                self.idle.set(ctx, after, slot, then);
+        match (idle, self.idle_since) {
+            (true, None) => {
+                self.idle_since = Some(Instant::now());
+                if !self.idle.is_set() {
+                    self.ring_idle_after(after, after, ctx, then);
+                }
             }
-            (false, true) => self.idle.cancel(ctx),
+            (false, Some(_)) => self.idle_since = None,
             _ => {}
         }
+    }
+
+    /// Sets the idle timer to look in `delay` whether the actor has been idle
+    /// for `after`.
+    fn ring_idle_after(
+        &mut self,
+        delay: Duration,
+        after: Duration,
+        ctx: &mut Context<LockActor>,
+        then: fn(&mut LockActor, &mut Context<LockActor>),
+    ) {
+        let slot: fn(&mut LockActor) -> &mut Alarm = |act| &mut act.timers.idle;
+        self.idle.set(ctx, delay, slot, move |act, ctx| {
+            // Busy now: the next quiet period sets the timer again.
+            let Some(since) = act.timers.idle_since else {
+                return;
+            };
+            match after.checked_sub(since.elapsed()) {
+                Some(left) if !left.is_zero() => act.timers.ring_idle_after(left, after, ctx, then),
+                // A countdown refused (the manager sent something meanwhile)
+                // starts again from the next look (`reconcile`).
+                _ => {
+                    act.timers.idle_since = None;
+                    then(act, ctx)
+                }
+            }
+        });
     }
 
     /// Nobody waits but the subscriptions stay: `then` runs after `after`,
@@ -104,6 +142,7 @@ impl Timers {
         self.wake.forget();
         self.expiry.forget();
         self.idle.forget();
+        self.idle_since = None;
         self.linger.forget();
         self.stall.forget();
         self.tick = None;

@@ -57,12 +57,40 @@ pub(crate) const EVERY: Duration = Duration::from_secs(1);
 /// What is sent again when a release goes unconfirmed, and for how long.
 #[derive(Debug, Clone)]
 pub(crate) struct Redo {
-    /// The release as a retry under its request id (its retry flag set, where
-    /// its script has one).
-    pub(crate) again: Arc<Invocation>,
+    /// What the resend is, made only when the release is kept ([`Redo::again`]):
+    /// almost every release is confirmed or goes where no replica ever was, and
+    /// a copy of every call made up front cost each release a dozen allocations.
+    pub(crate) again: Again,
     /// How long after it was sent it may be resent, in ms: the lease or half
     /// the latch's lifetime, whichever is shorter.
     pub(crate) for_ms: u64,
+}
+
+/// The resend of a kept release.
+#[derive(Debug, Clone)]
+pub(crate) enum Again {
+    /// The call itself, with the argument at `flag` (its retry flag) set to "1" so that
+    /// it reads the latch; `None` for a script that always reads it.
+    Itself { flag: Option<usize> },
+    /// Another call: a hand-over resends only its release half.
+    Other(Arc<Invocation>),
+}
+
+impl Redo {
+    /// The release `call` (whose redo this is) as a retry under its request id.
+    pub(crate) fn again(&self, call: &Invocation) -> Arc<Invocation> {
+        match &self.again {
+            Again::Other(other) => Arc::clone(other),
+            Again::Itself { flag } => {
+                let mut again = call.clone();
+                again.redo = None;
+                if let Some(arg) = flag.and_then(|i| again.args.get_mut(i)) {
+                    *arg = "1".to_owned();
+                }
+                Arc::new(again)
+            }
+        }
+    }
 }
 
 /// One kept release.
@@ -235,7 +263,7 @@ pub(crate) fn keep_if_unconfirmed<C: ScriptConn>(
     let counted = Arc::clone(&confirmation.kept);
     confirmation
         .keeper
-        .keep(conn, (Arc::clone(&redo.again), until), counted);
+        .keep(conn, (redo.again(call), until), counted);
 }
 
 /// The keeper's task: sends what is kept every [`EVERY`], or at once when a

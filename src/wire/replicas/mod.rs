@@ -86,7 +86,7 @@ mod unconfirmed;
 use fast::Fast;
 pub(crate) use fast::Moves;
 use kept::Keeper;
-pub(crate) use kept::{keep_if_unconfirmed, Redo};
+pub(crate) use kept::{keep_if_unconfirmed, Again, Redo};
 use lanes::budget;
 pub(crate) use lanes::Lanes;
 use replies::confirmed;

@@ -16,7 +16,7 @@ fn release(name: &str) -> Arc<Invocation> {
         token_ttl_ms: 60_000,
     }
     .invocation();
-    let again = call.redo.expect("a release is kept").again;
+    let again = call.redo.as_ref().expect("a release is kept").again(&call);
     assert_eq!(again.args[4], "1", "resent as a retry");
     again
 }
@@ -35,7 +35,10 @@ fn every_kind_of_release_is_kept_and_a_hand_over_only_for_its_release() {
     .invocation();
     let redo = fair.redo.clone().expect("kept");
     // The fair script reads its latch on every call: resent as it was.
-    assert_eq!((redo.again.args.clone(), redo.for_ms), (fair.args, 3_000));
+    assert_eq!(
+        (redo.again(&fair).args.clone(), redo.for_ms),
+        (fair.args.clone(), 3_000)
+    );
     let read = ReadRelease {
         name,
         field,
@@ -72,7 +75,7 @@ fn every_kind_of_release_is_kept_and_a_hand_over_only_for_its_release() {
         place_ms: 0,
     }
     .invocation();
-    let again = handed.redo.expect("kept").again;
+    let again = handed.redo.as_ref().expect("kept").again(&handed);
     assert!(std::ptr::eq(again.script, released.invocation().script));
     assert_eq!(again.args[4], "1", "its release, as a retry");
 }
