@@ -402,7 +402,7 @@ impl fmt::Display for LockError {
             ),
             LockError::InFlight { what, waited } => write!(
                 f,
-                "{what}: Redis did not answer within {waited:?}; the change was sent and applies                  at most once if Redis still has it (its op id makes a repeat do nothing), so do                  not redo it by hand"
+                "{what}: Redis did not answer within {waited:?}; the change was sent and applies at most once if Redis still has it (its op id makes a repeat do nothing), so do not redo it by hand"
             ),
             LockError::InvalidAmount {
                 what,

@@ -208,7 +208,12 @@ mod tests {
         .await;
         let took = started.elapsed();
         match got {
-            Err(LockError::InFlight { what, .. }) => assert_eq!(what, "giving back 1 permit"),
+            Err(e @ LockError::InFlight { .. }) => {
+                let said = e.to_string();
+                assert!(said.starts_with("giving back 1 permit: "), "{said}");
+                // One line, said once: a caller logs it as it is.
+                assert!(!said.contains("  ") && !said.contains('\n'), "{said}");
+            }
             other => panic!("expected InFlight, got {other:?}"),
         }
         assert!(
