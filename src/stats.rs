@@ -223,8 +223,8 @@ pub(crate) mod record {
     }
 
     /// A lock change of kind `op` (`grant`, `release`, `renew`, `handover`,
-    /// `other`) was
-    /// reported done although no replica confirmed it, with confirmation on.
+    /// `other`) was reported done although no replica confirmed it, with
+    /// confirmation on.
     pub(crate) fn unconfirmed(op: &'static str) {
         // Literal labels make a static key; a label from a variable costs an
         // allocation on each call, and on a master without replicas every
