@@ -252,9 +252,32 @@ pub fn sentinel(settings: &Settings) -> Vec<Row> {
             "new master frozen (SIGSTOP; failover back)",
             quiet,
             |_: &Fleet| {
+                // Sentinel fails back only to a replica in sync: the old master,
+                // restarted by the fault before, must first be made a replica
+                // and finish its sync (a run that froze the master after a
+                // fixed 2 s once got no failover at all, and 14 s blind).
+                let (master, replica) = roles();
+                let (master_port, deadline) = (
+                    master.borrow().port(),
+                    std::time::Instant::now() + Duration::from_secs(30),
+                );
+                let synced = format!("master_port:{master_port}");
+                while std::time::Instant::now() < deadline {
+                    // Not `info()`: a connection refused for a moment (Sentinel
+                    // reconfiguring it) is a look again, not a panic.
+                    let info: String = replica
+                        .borrow()
+                        .client()
+                        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+                        .and_then(|mut conn| redis::cmd("INFO").arg("replication").query(&mut conn))
+                        .unwrap_or_default();
+                    if info.contains(&synced) && info.contains("master_link_status:up") {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
                 std::thread::sleep(Duration::from_secs(2));
-                let (master, _) = roles();
-                frozen.set(master.borrow().port());
+                frozen.set(master_port);
                 master.borrow_mut().pause();
             },
         ),
