@@ -165,11 +165,25 @@ pub(crate) fn tagged(name: &str) -> String {
 
 /// `<prefix>:{<name>}`, or `<prefix>:<name>` when the name brings its own hash tag.
 fn prefixed(prefix: &str, name: &str) -> String {
-    if name.contains('{') {
-        format!("{prefix}:{name}")
-    } else {
-        format!("{prefix}:{{{name}}}")
+    prefixed_with(prefix, name, 0)
+}
+
+/// [`prefixed`], in a string with room for `more` bytes after it: each key is
+/// one allocation (`format!` grows its string as it writes, a reallocation or
+/// two per key, and these keys are built on every acquire and release).
+fn prefixed_with(prefix: &str, name: &str, more: usize) -> String {
+    let braces = !name.contains('{');
+    let mut key = String::with_capacity(prefix.len() + name.len() + 3 + more);
+    key.push_str(prefix);
+    key.push(':');
+    if braces {
+        key.push('{');
     }
+    key.push_str(name);
+    if braces {
+        key.push('}');
+    }
+    key
 }
 
 /// The channel on which this lock's release is published.
@@ -195,7 +209,10 @@ pub(crate) fn fence(data_key: &str) -> String {
 
 /// The latch that remembers the outcome of the release with this request id.
 pub(crate) fn latch(name: &str, request_id: &str) -> String {
-    format!("{}:{request_id}", prefixed(LATCH_PREFIX, name))
+    let mut key = prefixed_with(LATCH_PREFIX, name, 1 + request_id.len());
+    key.push(':');
+    key.push_str(request_id);
+    key
 }
 
 /// A semaphore's channel: `redisson_sc:{<name>}` (the semaphore's key is the name
@@ -407,7 +424,8 @@ pub(crate) fn validate_name(name: &str, max_len: usize) -> Result<(), NameError>
     }
     // All derived keys are built by `prefixed`, so checking one of them covers all.
     // Equal hashed parts mean equal slots; names like `}x`, `a{}b` or `a{b` fail here.
-    if !same_slot(name, &channel(name)) {
+    // A name without braces is its derived keys' hash tag whole: nothing to build.
+    if name.contains(['{', '}']) && !same_slot(name, &channel(name)) {
         return Err(NameError::CrossSlot);
     }
     Ok(())

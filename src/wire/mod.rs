@@ -99,8 +99,10 @@ impl Invocation {
     fn new(script: &'static Lua) -> Invocation {
         Invocation {
             script,
-            keys: Vec::new(),
-            args: Vec::new(),
+            // Room for the lock scripts' keys and arguments, so that building
+            // one does not grow these on every acquire and release.
+            keys: Vec::with_capacity(6),
+            args: Vec::with_capacity(8),
             batch: None,
             need: Need::BestEffort,
             redo: None,
@@ -183,8 +185,12 @@ impl Invocation {
     /// The EVALSHA command of this invocation, for scripts that publish with
     /// `publish`.
     fn command(&self, publish: Publish) -> Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.get(publish).get_hash())
+        // Sized up front: written argument by argument, its buffer would be
+        // grown several times for a batch of many ops.
+        let data: usize = self.keys.iter().chain(&self.args).map(String::len).sum();
+        let mut cmd = redis::Cmd::with_capacity(3 + self.keys.len() + self.args.len(), 64 + data);
+        cmd.arg("EVALSHA")
+            .arg(self.script.get(publish).get_hash())
             .arg(self.keys.len())
             .arg(&self.keys)
             .arg(&self.args);

@@ -192,7 +192,9 @@ impl Releases {
         match res {
             Ok(ReleaseReply::Released { published, heard }) => {
                 shared.counters.released();
-                let mut then = vec![Then::Freed { published, heard }];
+                // Room for both at once: a release answers on every pair.
+                let mut then = Vec::with_capacity(2);
+                then.push(Then::Freed { published, heard });
                 if live {
                     then.push(if guards_left == 0 {
                         Then::Forget
@@ -204,7 +206,7 @@ impl Releases {
             }
             Ok(ReleaseReply::StillHeld(holds)) => {
                 shared.counters.released();
-                let mut then = Vec::new();
+                let mut then = Vec::with_capacity(2);
                 if live {
                     then.push(Then::Renew);
                     if guards_left == 0 {

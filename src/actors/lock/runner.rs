@@ -7,7 +7,7 @@
 //! parts, the holdings, the release path) is `mod.rs`'s. Apart because it
 //! changes with the engine's vocabulary, the rest with the lock's own.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix::prelude::*;
 use tracing::{debug, warn};
@@ -86,21 +86,21 @@ impl LockActor {
 
     pub(super) fn carry_out(&mut self, effect: Effect<LockWaits>, ctx: &mut Context<Self>) {
         match effect {
-            Effect::Ask(ask) => self.ask(ask, ctx),
-            Effect::Grant(taken) => self.granted(taken, ctx),
+            Effect::Ask(ask) => self.ask(*ask, ctx),
+            Effect::Grant(taken) => self.granted(*taken, ctx),
             Effect::Undo { want, .. } => {
                 // A release undoes the hold, not a place in a Redis queue:
                 // that is left too (a busy answer that placed it after this
                 // leave went out leaves it again).
                 let place = self.wait.side.kind().place(&want);
                 self.with_kind(|kind, queue| kind.left(place.into_iter().collect(), queue));
-                self.undo(want, ctx);
+                self.undo(*want, ctx);
             }
             Effect::Leave(places) => self.with_kind(|kind, queue| kind.left(places, queue)),
-            Effect::Check { want } if self.releases.none() => self.resolve(want, ctx),
+            Effect::Check { want } if self.releases.none() => self.resolve(*want, ctx),
             // A release in flight would blur the owner's hold count: the check
             // goes out once it is answered (`look`).
-            Effect::Check { want } => self.wait.check = Some(Box::new(want)),
+            Effect::Check { want } => self.wait.check = Some(want),
             Effect::TimedOut(waiters) => self.calls().timed_out(waiters),
             Effect::Subscribe(name) => {
                 self.with_kind(|kind, _| kind.subscribing());
@@ -144,7 +144,7 @@ impl LockActor {
     /// Sends one acquisition attempt; its answer goes back to the engine (an
     /// answer the protocol does not allow restarts the actor instead).
     pub(super) fn ask(&mut self, ask: Ask<Want>, ctx: &mut Context<Self>) {
-        let (waiter, sent) = (ask.waiter, Instant::now());
+        let (waiter, sent) = (ask.waiter, ask.sent);
         let fut = self.calls().attempt(&ask.want);
         ctx.spawn(fut.into_actor(self).map(move |reply, act, ctx| {
             if let Err(e) = &reply {

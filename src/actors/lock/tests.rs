@@ -183,3 +183,15 @@ async fn an_idle_lock_actor_stops_a_full_idle_timeout_after_its_last_use() {
         "stopped {stopped:?} after its last use, before the idle timeout"
     );
 }
+
+/// Every event hands back a list of effects; an effect the size of a waiter
+/// made that list a large allocation (glibc's slow path) on every acquire and
+/// release, so the variants that carry a waiter or what it wants are boxed.
+/// Four effects, the usual most, fit the allocator's fast sizes (1 KiB).
+#[test]
+fn an_effect_is_small_so_each_events_list_of_effects_is_a_small_allocation() {
+    use crate::actors::waiting::engine::Effect;
+    let size = std::mem::size_of::<Effect<super::waits::LockWaits>>();
+    assert!(size <= 64, "an effect is {size} bytes");
+    assert!(std::mem::size_of::<super::waiters::Want>() > 64, "the want it boxes is large");
+}

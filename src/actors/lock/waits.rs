@@ -122,13 +122,13 @@ impl Policy for LockWaits {
         self.kind.next(waiters, now)
     }
 
-    fn asking(&mut self, want: &mut Want, once: bool) {
+    fn asking(&mut self, want: &mut Want, once: bool, now: Instant) {
         want.placing = self.kind.sending(want, once, &self.config);
         // A retry (the first attempt found the key a lock hash, or got an
         // error), or an earlier attempt found it one: a key that turns into
         // another type under a live lock actor then reads as busy.
         want.new_owner_now = want.req.new_owner && (want.tried_at.is_some() || self.saw_lock);
-        want.tried_at = Some(Instant::now());
+        want.tried_at = Some(now);
     }
 
     fn channel(&self, w: &Waiter) -> Option<String> {

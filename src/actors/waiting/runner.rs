@@ -158,9 +158,9 @@ impl<P: Calls> SyncActor<P> {
 
     fn carry_out(&mut self, effect: Effect<P>, ctx: &mut Context<Self>) {
         match effect {
-            Effect::Ask(ask) => self.ask(ask, ctx),
-            Effect::Grant(taken) => self.grant(taken, ctx),
-            Effect::Undo { op, want } => self.undo(op, want, ctx),
+            Effect::Ask(ask) => self.ask(*ask, ctx),
+            Effect::Grant(taken) => self.grant(*taken, ctx),
+            Effect::Undo { op, want } => self.undo(op, *want, ctx),
             Effect::Leave(ids) => P::leave(self, ids, ctx),
             Effect::TimedOut(waiters) => P::timed_out(self, waiters, ctx),
             Effect::Check { want } => {
@@ -194,8 +194,7 @@ impl<P: Calls> SyncActor<P> {
 
     /// Sends one attempt; its answer goes back to the engine.
     fn ask(&mut self, ask: Ask<P::Want>, ctx: &mut Context<Self>) {
-        let waiter = ask.waiter;
-        let sent = Instant::now();
+        let (waiter, sent) = (ask.waiter, ask.sent);
         let call = P::ask(&self.shared, &self.name, ask);
         ctx.spawn(call.into_actor(self).map(move |reply, act, ctx| {
             act.run(

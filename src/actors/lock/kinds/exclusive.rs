@@ -191,7 +191,7 @@ impl Policy for Exclusive {
     /// While this process yields, its head waiter listens for the other
     /// processes' release.
     fn kept_channel(&self, name: &str) -> Option<String> {
-        let yielding = self.turn.holding_back(Instant::now()).is_some();
+        let yielding = self.turn.yielding();
         yielding.then(|| keys::channel(name))
     }
 

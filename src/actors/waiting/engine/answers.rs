@@ -89,7 +89,7 @@ impl<P: Policy> Engine<P> {
         while let Some(waiter) = self.waiters.pop_front() {
             let won = None;
             self.effects
-                .push(Effect::Grant(Taken { waiter, sent, won }));
+                .push(Effect::Grant(Box::new(Taken { waiter, sent, won })));
         }
     }
 
@@ -153,7 +153,7 @@ impl<P: Policy> Engine<P> {
             .after_grant(left, &waiter.want.want, &mut self.waiters);
         let won = Some(won);
         self.effects
-            .push(Effect::Grant(Taken { waiter, sent, won }));
+            .push(Effect::Grant(Box::new(Taken { waiter, sent, won })));
         self.then(then);
     }
 

@@ -119,7 +119,9 @@ impl<P: Policy> Engine<P> {
         match std::mem::take(&mut self.check) {
             Check::Clear => false,
             Check::Due(want) => {
-                self.effects.push(Effect::Check { want: want.clone() });
+                self.effects.push(Effect::Check {
+                    want: Box::new(want.clone()),
+                });
                 self.check = Check::Out(want);
                 true
             }

@@ -82,6 +82,9 @@ pub(crate) struct Ask<W> {
     pub(crate) want: W,
     /// It makes this one attempt only.
     pub(crate) once: bool,
+    /// When it went out (one clock read for the engine, the policy and the
+    /// runner, each of which needs it).
+    pub(crate) sent: Instant,
 }
 
 /// A waiter whose wait ended in a grant, out of the queue: the runner makes
@@ -162,17 +165,23 @@ pub(crate) enum Event<P: Policy> {
 #[derive(Debug)]
 pub(crate) enum Effect<P: Policy> {
     /// Send this attempt; answer with [`Event::Answered`].
-    Ask(Ask<P::Want>),
+    ///
+    /// Boxed, as are the other variants that carry a waiter or what it
+    /// wants: they are hundreds of bytes, and an effect as big as its largest
+    /// variant made every event's list of effects a large allocation (glibc
+    /// serves those from its slow path, which was measured among the largest
+    /// costs of an uncontended acquire+release).
+    Ask(Box<Ask<P::Want>>),
     /// Make this waiter's grant and [`Engine::deliver`] it.
-    Grant(Taken<P>),
+    Grant(Box<Taken<P>>),
     /// Undo the take under `op` (in the background, counted as unsettled);
     /// then [`Event::Look`], or [`Event::UndoFailed`] if it failed.
-    Undo { op: Arc<str>, want: P::Want },
+    Undo { op: Arc<str>, want: Box<P::Want> },
     /// Take these places out of the Redis queue.
     Leave(Vec<Arc<str>>),
     /// Find out what a lost attempt for `want` did and give back a take no
     /// grant accounts for; then [`Event::Checked`]. Nobody asks meanwhile.
-    Check { want: P::Want },
+    Check { want: Box<P::Want> },
     /// These waiters' deadlines passed (each waited this long) with nothing
     /// to tell them but a timeout: answer each with one, naming who holds
     /// (only for a policy that [`Policy::names_holder`]). They left already.

@@ -18,6 +18,16 @@ impl<P: Policy> Engine<P> {
     /// Answers the waiters that left or whose deadline passed; answers
     /// whether there were any.
     pub(super) fn sweep(&mut self) -> bool {
+        // Nothing to answer without a leaver or a deadline (a wait with no
+        // limit, the most common one): seen without reading the clock or
+        // rebuilding the queue, as this runs on every event.
+        if !self
+            .waiters
+            .iter()
+            .any(|w| w.deadline.is_some() || w.is_gone())
+        {
+            return false;
+        }
         let last = self.attempt.last_error().cloned().or_else(|| self.silent());
         let mut gone = Vec::new();
         if last.is_none() && self.policy.names_holder() {

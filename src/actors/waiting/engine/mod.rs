@@ -238,7 +238,7 @@ impl<P: Policy> Engine<P> {
         if let Some(op) = mark.op.filter(|_| !self.policy.grant_gives_back()) {
             self.effects.push(Effect::Undo {
                 op,
-                want: mark.want,
+                want: Box::new(mark.want),
             });
         }
         match answer {
@@ -333,7 +333,7 @@ impl<P: Policy> Engine<P> {
             return; // its confirmation looks again
         }
         if let Some(ask) = self.send(id) {
-            self.effects.push(Effect::Ask(ask));
+            self.effects.push(Effect::Ask(Box::new(ask)));
         }
     }
 
@@ -373,14 +373,16 @@ impl<P: Policy> Engine<P> {
     fn send(&mut self, id: u64) -> Option<Ask<P::Want>> {
         let w = self.waiters.get_mut(id)?;
         self.attempt.start();
-        self.asked_at = Some(Instant::now());
+        let sent = Instant::now();
+        self.asked_at = Some(sent);
         w.want.asking = true;
-        self.policy.asking(&mut w.want.want, w.once);
+        self.policy.asking(&mut w.want.want, w.once, sent);
         let ask = Ask {
             waiter: id,
             op: w.want.op.clone(),
             want: w.want.want.clone(),
             once: w.once,
+            sent,
         };
         // Deadlines are kept while the attempt is out too (its answer always
         // comes: every call has a response timeout).
@@ -437,7 +439,7 @@ impl<P: Policy> Engine<P> {
                 if let Some(op) = mark.op {
                     self.effects.push(Effect::Undo {
                         op,
-                        want: mark.want,
+                        want: Box::new(mark.want),
                     });
                 }
             } else if let Some(place) = self.policy.place(&mark) {

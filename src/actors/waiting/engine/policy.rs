@@ -190,8 +190,8 @@ pub(crate) trait Policy: Sized {
     /// its only one): marks it, as what the attempt may do is known only to
     /// the policy (a fair lock's waiter takes a place in the Redis queue with
     /// it; a lock's retry may skip checks its first attempt made). The
-    /// [`Ask`](super::Ask) carries the marks.
-    fn asking(&mut self, _want: &mut Self::Want, _once: bool) {}
+    /// [`Ask`](super::Ask) carries the marks. `now`: when it goes out.
+    fn asking(&mut self, _want: &mut Self::Want, _once: bool, _now: Instant) {}
 
     /// The channel `w` listens on before it asks (`None`: it does not wait).
     fn channel(&self, w: &Waiter<Self>) -> Option<String>;

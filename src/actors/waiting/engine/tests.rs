@@ -220,7 +220,7 @@ async fn a_grant_for_a_gone_caller_is_undone() {
         _ => None,
     });
     let taken = taken.expect("the take is granted");
-    assert!(e.deliver(taken, Grant { permits: None }).is_err());
+    assert!(e.deliver(*taken, Grant { permits: None }).is_err());
     assert_eq!(undos(&e.take_effects()), vec![op]);
 }
 
@@ -232,7 +232,7 @@ async fn a_grant_answers_its_caller() {
     let fx = e.handle(answered(head, Ok(SemTake::Taken { left: 3 })));
     for f in fx {
         if let Effect::Grant(t) = f {
-            assert!(e.deliver(t, Grant { permits: None }).is_ok());
+            assert!(e.deliver(*t, Grant { permits: None }).is_ok());
         }
     }
     assert!(undos(&e.take_effects()).is_empty());

@@ -197,6 +197,12 @@ impl Turn {
         self.crowded && self.others <= KEEP_LISTENING
     }
 
+    /// Whether the head waiter must not ask Redis now (the clock is read
+    /// only while a yield is set: this is asked on every event).
+    pub(super) fn yielding(&self) -> bool {
+        self.until.is_some_and(|t| Instant::now() < t)
+    }
+
     /// While the head waiter must not ask Redis: how much longer.
     pub(super) fn holding_back(&self, now: Instant) -> Option<Duration> {
         self.until

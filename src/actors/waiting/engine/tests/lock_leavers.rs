@@ -139,7 +139,7 @@ async fn a_grant_that_gives_back_when_dropped_is_not_undone() {
             unreachable!("found a grant");
         };
         let won = taken.won.take().expect("won");
-        assert_eq!(e.deliver(taken, won), Err(7), "the grant comes back");
+        assert_eq!(e.deliver(*taken, won), Err(7), "the grant comes back");
         assert_eq!(undos(&e.take_effects()).len(), usize::from(!drops));
     }
 }

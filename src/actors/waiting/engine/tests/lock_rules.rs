@@ -76,7 +76,7 @@ async fn an_uncontended_take_is_one_call_and_carries_what_it_won() {
     });
     let mut taken = taken.expect("the take is granted");
     let won = taken.won.take().expect("its own answer gave it something");
-    assert!(e.deliver(taken, won).is_ok());
+    assert!(e.deliver(*taken, won).is_ok());
     assert!(matches!(a.await, Ok(Ok(7))));
 }
 
@@ -283,7 +283,7 @@ async fn the_head_may_ask_in_a_hand_over() {
         unreachable!("found a grant");
     };
     let won = taken.won.take().expect("won");
-    assert!(e.deliver(taken, won).is_ok());
+    assert!(e.deliver(*taken, won).is_ok());
     assert!(matches!(a.await, Ok(Ok(9))));
     assert_eq!(asks(&fx).len(), 1, "then the next asks for itself");
 }

@@ -88,7 +88,7 @@ impl Policy for Picky {
         self.refusals.borrow_mut().push(error.to_string());
     }
 
-    fn asking(&mut self, _want: &mut bool, once: bool) {
+    fn asking(&mut self, _want: &mut bool, once: bool, _now: Instant) {
         self.sent += 1;
         if self.places_at_ask && !once {
             self.places = true;
