@@ -14,7 +14,7 @@ use redis::{RedisResult, Value};
 
 use super::lua::Lua;
 use super::replicas::Need;
-use super::{unexpected, Invocation};
+use super::{unexpected, Arg, Invocation};
 
 /// `lua/batch.lua`, with the scripts it runs put in front of it as functions whose
 /// parameters shadow the globals KEYS and ARGV (see the script's header).
@@ -84,11 +84,11 @@ pub(crate) fn batch_invocation<'a>(
 ) -> (Invocation, Vec<Span>) {
     let mut call = Invocation::new(&BATCH);
     let mut all_must = true;
-    let mut codes_and_args = Vec::new();
+    let mut codes_and_args = Vec::with_capacity(8);
     let mut starts = Vec::new();
     for op in ops {
         all_must &= op.need == Need::Must;
-        codes_and_args.push(op.batch.map_or("?", BatchOp::code).to_string());
+        codes_and_args.push(Arg::Word(op.batch.map_or("?", BatchOp::code)));
         starts.push(Span {
             keys: call.keys.len(),
             args: codes_and_args.len(),

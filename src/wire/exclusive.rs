@@ -75,15 +75,15 @@ impl ScriptCall for Acquire<'_> {
             .must_replicate()
             .key(self.name)
             .key(keys::token(self.name))
-            .arg(self.lease_ms)
+            .num(self.lease_ms)
             .arg(self.field)
-            .arg(self.token_ttl_ms)
-            .arg(match (self.new_owner, self.reentrant) {
+            .num(self.token_ttl_ms)
+            .word(match (self.new_owner, self.reentrant) {
                 (true, _) => "1",
                 (false, true) => "0",
                 (false, false) => "2",
             })
-            .arg(self.delay_ms);
+            .num(self.delay_ms);
         call.batch = Some(BatchOp::Acquire);
         if self.place_ms > 0 {
             // The handoff's keys only when a place is taken: an ACL that
@@ -91,7 +91,7 @@ impl ScriptCall for Acquire<'_> {
             call = call
                 .key(keys::handoff_queue(self.name))
                 .key(keys::handoff_timeouts(self.name))
-                .arg(self.place_ms);
+                .num(self.place_ms);
             call.batch = Some(BatchOp::AcquirePlacing);
         }
         call
@@ -135,20 +135,20 @@ impl ScriptCall for Release<'_> {
             .key(self.name)
             .key(keys::channel(self.name))
             .key(keys::latch(self.name, self.request_id))
-            .arg(self.lease_ms)
+            .num(self.lease_ms)
             .arg(self.field)
-            .arg(self.latch_ttl_ms)
-            .arg(keys::WAKE_ONE)
-            .arg(flag(self.retry));
+            .num(self.latch_ttl_ms)
+            .word(keys::WAKE_ONE)
+            .word(flag(self.retry));
         call.batch = Some(BatchOp::Release);
         if self.hand_lease_ms > 0 {
             call = call
                 .key(keys::token(self.name))
                 .key(keys::handoff_queue(self.name))
                 .key(keys::handoff_timeouts(self.name))
-                .arg("0")
-                .arg(self.hand_lease_ms)
-                .arg(self.token_ttl_ms);
+                .word("0")
+                .num(self.hand_lease_ms)
+                .num(self.token_ttl_ms);
             call.batch = Some(BatchOp::ReleaseHanding);
         }
         // ARGV[5], the retry flag, is set on a resend: it reads the latch.
@@ -228,21 +228,21 @@ impl ScriptCall for Transfer<'_> {
             .key(keys::channel(r.name))
             .key(keys::latch(r.name, r.request_id))
             .key(keys::token(r.name))
-            .arg(r.lease_ms)
+            .num(r.lease_ms)
             .arg(r.field)
-            .arg(r.latch_ttl_ms)
-            .arg(keys::WAKE_ONE)
-            .arg(flag(r.retry))
+            .num(r.latch_ttl_ms)
+            .word(keys::WAKE_ONE)
+            .word(flag(r.retry))
             .arg(self.to)
-            .arg(self.lease_ms)
-            .arg(self.token_ttl_ms)
-            .arg(flag(self.count))
-            .arg(self.delay_ms);
+            .num(self.lease_ms)
+            .num(self.token_ttl_ms)
+            .word(flag(self.count))
+            .num(self.delay_ms);
         if self.place_ms > 0 {
             call = call
                 .key(keys::handoff_queue(r.name))
                 .key(keys::handoff_timeouts(r.name))
-                .arg(self.place_ms);
+                .num(self.place_ms);
         }
         // Kept unconfirmed, only its release half is sent again: on the master
         // that ran the hand-over the latch answers it; on one that never saw
@@ -294,7 +294,7 @@ impl ScriptCall for RenewHashes<'_> {
     type Reply = Vec<bool>;
 
     fn invocation(&self) -> Invocation {
-        let mut call = Invocation::new(&RENEW).must_replicate().arg(self.lease_ms);
+        let mut call = Invocation::new(&RENEW).must_replicate().num(self.lease_ms);
         for (name, field) in self.locks {
             call = call.key(*name).arg(*field);
         }

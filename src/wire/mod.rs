@@ -29,6 +29,7 @@
 //! send; the budget is about one connection (any `ConnectionLike`), never about
 //! a deployment, so the rule above holds.
 
+mod arg;
 mod batch;
 mod by_name;
 pub(crate) mod deadlock;
@@ -49,6 +50,7 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, RedisError, RedisResult, ServerErrorKind, Value};
 
+pub(crate) use arg::Arg;
 pub(crate) use batch::{batch_invocation, split_batch_reply, unbatch, BatchOp};
 pub(crate) use by_name::{inspect_lock, ForceRelease, Inspect};
 pub(crate) use exclusive::{
@@ -80,7 +82,7 @@ pub(crate) struct Invocation {
     /// Its KEYS; on a cluster they all hash to one slot (`keys::validate_name`).
     pub(crate) keys: Vec<String>,
     /// Its ARGV.
-    pub(crate) args: Vec<String>,
+    pub(crate) args: Vec<Arg>,
     /// Set when the call may share one `lua/batch.lua` call with others.
     pub(crate) batch: Option<BatchOp>,
     /// Whether its answer holds only once replicas confirmed its write (when the
@@ -152,7 +154,19 @@ impl Invocation {
     }
 
     fn arg(mut self, arg: impl ToString) -> Invocation {
-        self.args.push(arg.to_string());
+        self.args.push(Arg::Text(arg.to_string()));
+        self
+    }
+
+    /// A number argument, written as it is ([`Arg`]: no string made for it).
+    fn num(mut self, n: u64) -> Invocation {
+        self.args.push(Arg::Num(n));
+        self
+    }
+
+    /// A fixed word argument (a flag), written as it is.
+    fn word(mut self, word: &'static str) -> Invocation {
+        self.args.push(Arg::Word(word));
         self
     }
 
@@ -187,7 +201,8 @@ impl Invocation {
     fn command(&self, publish: Publish) -> Cmd {
         // Sized up front: written argument by argument, its buffer would be
         // grown several times for a batch of many ops.
-        let data: usize = self.keys.iter().chain(&self.args).map(String::len).sum();
+        let data: usize = self.keys.iter().map(String::len).sum::<usize>()
+            + self.args.iter().map(Arg::len).sum::<usize>();
         let mut cmd = redis::Cmd::with_capacity(3 + self.keys.len() + self.args.len(), 64 + data);
         cmd.arg("EVALSHA")
             .arg(self.script.get(publish).get_hash())
@@ -228,7 +243,8 @@ impl Invocation {
         let sent = std::time::Instant::now();
         let answer = match replicas::send(conn, confirmation.clone(), &cmd, self.need).await? {
             (Value::ServerError(e), _) if e.kind() == Some(ServerErrorKind::NoScript) => {
-                self.script.get(publish).load_async(conn).await?;
+                // Boxed, as rare: inline it would grow every call's future.
+                Box::pin(self.script.get(publish).load_async(conn)).await?;
                 replicas::send(conn, confirmation, &cmd, self.need).await?
             }
             answer => answer,

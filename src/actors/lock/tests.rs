@@ -193,5 +193,8 @@ fn an_effect_is_small_so_each_events_list_of_effects_is_a_small_allocation() {
     use crate::actors::waiting::engine::Effect;
     let size = std::mem::size_of::<Effect<super::waits::LockWaits>>();
     assert!(size <= 64, "an effect is {size} bytes");
-    assert!(std::mem::size_of::<super::waiters::Want>() > 64, "the want it boxes is large");
+    assert!(
+        std::mem::size_of::<super::waiters::Want>() > 64,
+        "the want it boxes is large"
+    );
 }

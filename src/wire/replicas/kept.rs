@@ -49,7 +49,7 @@ use tracing::{debug, info};
 
 use super::{confirmed, push_waits, Confirmation, Confirmed};
 use crate::config::ReplicaSync;
-use crate::wire::{Invocation, ScriptConn};
+use crate::wire::{Arg, Invocation, ScriptConn};
 
 /// How often kept releases are sent again when no new master is named.
 pub(crate) const EVERY: Duration = Duration::from_secs(1);
@@ -85,7 +85,7 @@ impl Redo {
                 let mut again = call.clone();
                 again.redo = None;
                 if let Some(arg) = flag.and_then(|i| again.args.get_mut(i)) {
-                    *arg = "1".to_owned();
+                    *arg = Arg::Word("1");
                 }
                 Arc::new(again)
             }

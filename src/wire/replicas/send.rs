@@ -52,7 +52,16 @@ pub(crate) async fn send<C: ConnectionLike + Lanes + Clone + Send + 'static>(
         };
     }
     let doubts = confirmation.count.doubts();
-    let (reply, confirmed) = send_confirmed(conn, &confirmation, cmd, need).await?;
+    let (reply, confirmed) = if confirmation.required() == 0 && !confirmation.aof {
+        // No replica can answer: the script alone, as `send_confirmed` would.
+        let reply = conn.req_packed_command(cmd).await?;
+        (reply, confirmation.no_replica())
+    } else {
+        // Boxed: the way through lanes and `WAIT`s is a future of a kilobyte
+        // or more, which inline would make every call's future that big, and
+        // a large allocation (glibc's slow path) where no replica is asked.
+        Box::pin(send_confirmed(conn, &confirmation, cmd, need)).await?
+    };
     if confirmation.count.doubts() != doubts {
         // The master was doubted while this call was out: its answer may be
         // a demoted master's.
