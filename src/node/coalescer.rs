@@ -105,11 +105,7 @@ impl Coalescer {
             if let Ok(slot) = self.lane.slots.try_acquire() {
                 crate::stats::record::batch(1);
                 let mut conn = self.lane.conn.clone();
-                let invocation = call.invocation();
-                // Boxed: the round trip's future is over a kilobyte, and inline
-                // it made every call's future that big, batched or not (a
-                // large allocation, glibc's slow path, for each one).
-                let value = Box::pin(invocation.run(&mut conn)).await;
+                let value = call.invocation().run(&mut conn).await;
                 drop(slot);
                 return call.parse(value.and_then(wire::into_result)?);
             }

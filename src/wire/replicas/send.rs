@@ -53,7 +53,9 @@ pub(crate) async fn send<C: ConnectionLike + Lanes + Clone + Send + 'static>(
     }
     let doubts = confirmation.count.doubts();
     let (reply, confirmed) = if confirmation.required() == 0 && !confirmation.aof {
-        // No replica can answer: the script alone, as `send_confirmed` would.
+        // No replica can answer (none, or every one frozen or gone): a WAIT
+        // would only last its timeout. `node/replicas/` made sure, under
+        // Sentinel, that this master was not demoted before it lowered the count.
         let reply = conn.req_packed_command(cmd).await?;
         (reply, confirmation.no_replica())
     } else {
@@ -70,22 +72,14 @@ pub(crate) async fn send<C: ConnectionLike + Lanes + Clone + Send + 'static>(
     Ok((reply, confirmed))
 }
 
-/// [`send`] to a master not in doubt.
+/// [`send`] to a master not in doubt, with a replica that can answer when
+/// [`send`] looked.
 async fn send_confirmed<C: ConnectionLike + Lanes + Clone + Send + 'static>(
     conn: &mut C,
     confirmation: &Arc<Confirmation>,
     cmd: &Cmd,
     need: Need,
 ) -> RedisResult<(Value, Confirmed)> {
-    if confirmation.required() == 0 && !confirmation.aof {
-        // No replica can answer (none, or every one frozen or gone): a WAIT
-        // would only last its timeout. `node/replicas/` made sure, under
-        // Sentinel, that this master was not demoted before it lowered the count.
-        return Ok((
-            conn.req_packed_command(cmd).await?,
-            confirmation.no_replica(),
-        ));
-    }
     // The script, its WAIT and a fast lane's second WAIT all go on one lane:
     // a WAIT covers only what its own connection wrote.
     let lane = confirmation.pick();

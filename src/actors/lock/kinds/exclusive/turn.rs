@@ -200,7 +200,7 @@ impl Turn {
     /// Whether the head waiter must not ask Redis now (the clock is read
     /// only while a yield is set: this is asked on every event).
     pub(super) fn yielding(&self) -> bool {
-        self.until.is_some_and(|t| Instant::now() < t)
+        self.until.is_some() && self.holding_back(Instant::now()).is_some()
     }
 
     /// While the head waiter must not ask Redis: how much longer.
